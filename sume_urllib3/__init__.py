@@ -1,0 +1,38 @@
+"""One honest retry policy for every requests/urllib3 call to the Sume HTTP API."""
+
+from __future__ import annotations
+
+from ._adapter import SumeAdapter
+from ._budget import RetryBudget
+from ._errors import ConfigurationError, SumeError, SumeRetryError
+from ._logging import LoggingObserver
+from ._metrics import SumeMetrics
+from ._policy import ANY, IN_USE_WAIT, Decision, Outcome, Policy, Rule, Verdict, wait_seconds
+from ._record import RetryEvent, SumeObserver, SumeRecord
+from ._retry import SumeRetry
+from ._session import SumeSession
+from ._version import __version__
+
+__all__ = [
+    "ANY",
+    "IN_USE_WAIT",
+    "ConfigurationError",
+    "Decision",
+    "LoggingObserver",
+    "Outcome",
+    "Policy",
+    "RetryBudget",
+    "RetryEvent",
+    "Rule",
+    "SumeAdapter",
+    "SumeError",
+    "SumeMetrics",
+    "SumeObserver",
+    "SumeRecord",
+    "SumeRetry",
+    "SumeRetryError",
+    "SumeSession",
+    "Verdict",
+    "__version__",
+    "wait_seconds",
+]

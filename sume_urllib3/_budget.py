@@ -1,0 +1,157 @@
+"""A Finagle-style retry budget: retries may add only a fraction of recent traffic."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any, Callable, ClassVar, List, Optional
+
+from ._errors import ConfigurationError
+
+# The window is cut into this many buckets, so an entry expires between
+# (1 - 1/_BUCKETS) * window and window after it was made; memory and time per call
+# stay constant however busy the session is.
+_BUCKETS = 10
+# ratio * requests is a float product; without a little slack 0.57 * 100 = 56.99999...
+# would refuse the 57th token.
+_EPSILON = 1e-9
+
+
+class RetryBudget:
+    """Allows retries up to ``ratio`` of the last ``window`` seconds' requests, plus a floor.
+
+    The balance is a reserve of ``min_per_second * window`` tokens that never expires,
+    plus ``ratio`` per logical request, minus one per retry, where requests and
+    retries count only while they are younger than ``window``. A new budget can
+    therefore retry a burst of ``min_per_second * window`` at once, a spent budget
+    refills as its old retries age out, and under sustained failure retries settle at
+    ``ratio`` of traffic plus ``min_per_second``. Thread-safe; O(1) per call.
+    """
+
+    _shared: ClassVar[Optional[RetryBudget]] = None
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        ratio: float = 0.2,
+        window: float = 10.0,
+        min_per_second: float = 10.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ratio = _check(ratio, "ratio", high=1000.0)
+        self._window = _check(window, "window", positive=True)
+        self._min_per_second = _check(min_per_second, "min_per_second")
+        if not callable(clock):
+            raise ConfigurationError(f"clock must be callable, got {clock!r}")
+        self._clock = clock
+        self._width = self._window / _BUCKETS
+        self._reserve = self._min_per_second * self._window
+        self._lock = threading.Lock()
+        self._bucket_requests: List[int] = [0] * _BUCKETS
+        self._bucket_retries: List[int] = [0] * _BUCKETS
+        self._head: Optional[int] = None  # absolute index of the newest bucket
+        self._requests = 0  # totals over the live buckets
+        self._retries = 0
+
+    @classmethod
+    def shared(cls) -> RetryBudget:
+        """The one process-wide budget with default settings, created on first use."""
+        budget = RetryBudget._shared
+        if budget is None:
+            with RetryBudget._shared_lock:
+                if RetryBudget._shared is None:
+                    RetryBudget._shared = RetryBudget()
+                budget = RetryBudget._shared
+        return budget
+
+    @property
+    def ratio(self) -> float:
+        """Retry tokens deposited per logical request."""
+        return self._ratio
+
+    @property
+    def window(self) -> float:
+        """Seconds a deposit or a withdrawal counts for."""
+        return self._window
+
+    @property
+    def min_per_second(self) -> float:
+        """Retries per second allowed whatever the traffic (the floor)."""
+        return self._min_per_second
+
+    @property
+    def balance(self) -> float:
+        """Retry tokens available now."""
+        with self._lock:
+            self._advance()
+            return self._balance()
+
+    def record_request(self) -> None:
+        """Deposit ``ratio`` tokens for one logical request (not for its retries)."""
+        with self._lock:
+            slot = self._advance()
+            self._bucket_requests[slot] += 1
+            self._requests += 1
+
+    def try_spend(self) -> bool:
+        """Withdraw one token for a retry; False (and nothing withdrawn) when too few are left."""
+        with self._lock:
+            slot = self._advance()
+            if self._balance() < 1.0 - _EPSILON:
+                return False
+            self._bucket_retries[slot] += 1
+            self._retries += 1
+            return True
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBudget(ratio={self._ratio:g}, window={self._window:g}, "
+            f"min_per_second={self._min_per_second:g}, balance={self.balance:.1f})"
+        )
+
+    def _balance(self) -> float:
+        return self._reserve + self._ratio * self._requests - self._retries
+
+    def _advance(self) -> int:
+        """Expire buckets older than the window; return the slot of the current bucket."""
+        now = self._clock()
+        index = math.floor(now / self._width) if math.isfinite(now) else None
+        head = self._head
+        if head is None:
+            head = self._head = index if index is not None else 0
+        elif index is not None and index > head:
+            # A clock that stalls or steps back keeps the newest bucket instead of
+            # resurrecting expired ones.
+            if index - head >= _BUCKETS:
+                self._clear()
+            else:
+                for absolute in range(head + 1, index + 1):
+                    self._empty(absolute % _BUCKETS)
+            head = self._head = index
+        return head % _BUCKETS
+
+    def _empty(self, slot: int) -> None:
+        self._requests -= self._bucket_requests[slot]
+        self._retries -= self._bucket_retries[slot]
+        self._bucket_requests[slot] = 0
+        self._bucket_retries[slot] = 0
+
+    def _clear(self) -> None:
+        self._bucket_requests = [0] * _BUCKETS
+        self._bucket_retries = [0] * _BUCKETS
+        self._requests = 0
+        self._retries = 0
+
+
+def _check(value: Any, name: str, *, high: float = math.inf, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number, got {value!r}")
+    low_ok = value > 0 if positive else value >= 0
+    if not math.isfinite(value) or not low_ok or value > high:
+        need = "> 0" if positive else ">= 0"
+        if math.isfinite(high):
+            need = f"between 0 and {high:g}"
+        raise ConfigurationError(f"{name} must be finite and {need}, got {value!r}")
+    return float(value)

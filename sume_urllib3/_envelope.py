@@ -1,0 +1,145 @@
+"""Read the Sume JSON error envelope tolerantly from a bounded body prefix."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+#: Response headers that may carry the request id, in order of preference.
+REQUEST_ID_HEADERS = ("x-sume-request-id", "x-request-id")
+
+
+@dataclass(frozen=True)
+class ErrorEnvelope:
+    """What an error response says about itself; every field may be unknown (None)."""
+
+    code: Optional[str] = None
+    message: Optional[str] = None
+    request_id: Optional[str] = None
+    retryable: Optional[bool] = None
+    next_action: Optional[str] = None
+
+
+def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
+    """Case-insensitive header lookup that works on any mapping and never raises."""
+    if not headers:
+        return None
+    try:
+        value = headers.get(name)
+        if value is None:
+            lowered = name.lower()
+            for key, candidate in headers.items():
+                if isinstance(key, str) and key.lower() == lowered:
+                    value = candidate
+                    break
+    except Exception:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    return value if isinstance(value, str) else None
+
+
+def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> Optional[bytes]:
+    """Undo gzip/deflate on a (maybe truncated) prefix, producing at most ``limit`` bytes.
+
+    Returns None for encodings we cannot read (br, zstd, stacked codings), so a
+    compressed body never reaches the JSON parser as garbage.
+    """
+    coding = (content_encoding or "").strip().lower()
+    if coding in ("", "identity"):
+        return body[:limit]
+    if coding in ("gzip", "x-gzip"):
+        wbits_options = (16 + zlib.MAX_WBITS,)
+    elif coding == "deflate":
+        # Servers disagree on whether "deflate" means zlib-wrapped or raw deflate.
+        wbits_options = (zlib.MAX_WBITS, -zlib.MAX_WBITS)
+    else:
+        return None
+    for wbits in wbits_options:
+        try:
+            # max_length bounds the output, so a decompression bomb allocates at most `limit`.
+            return zlib.decompressobj(wbits).decompress(body, limit)
+        except zlib.error:
+            continue
+    return None
+
+
+def parse_envelope(
+    headers: Optional[Mapping[str, Any]] = None,
+    body: Optional[bytes] = None,
+    *,
+    limit: int = 65536,
+    decoded: bool = False,
+) -> ErrorEnvelope:
+    """Extract code, message, request id, retryable and next_action; never raises.
+
+    ``body`` is at most ``limit`` raw bytes of the response (content-encoded unless
+    ``decoded``). Fields are looked up in every shape the Sume surfaces use: ``error.code``
+    or ``code``; ``request_id`` top level or inside ``error``, else a request-id header;
+    ``retryable``/``next_action`` inside ``error`` or at top level. Anything malformed
+    simply leaves the field unknown.
+    """
+    try:
+        doc = _load(headers, body, limit, decoded)
+    except Exception:
+        doc = None
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(error, dict):
+        error = {}
+    top: Mapping[str, Any] = doc if isinstance(doc, dict) else {}
+
+    def pick(name: str) -> Any:
+        value = error.get(name)
+        return top.get(name) if value is None else value
+
+    code = _text(error.get("code")) or _text(top.get("code"))
+    if code is None and isinstance(top.get("error"), str):
+        code = _text(top.get("error"))  # {"error": "rate_limit_exceeded"}
+    request_id = _text(top.get("request_id")) or _text(error.get("request_id"))
+    if request_id is None:
+        for name in REQUEST_ID_HEADERS:
+            request_id = _text(header(headers, name))
+            if request_id:
+                break
+    retryable = pick("retryable")
+    return ErrorEnvelope(
+        code=code,
+        message=_text(pick("message"), 500),
+        request_id=request_id,
+        retryable=retryable if isinstance(retryable, bool) else None,
+        next_action=_text(pick("next_action")),
+    )
+
+
+def _load(
+    headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: int, decoded: bool
+) -> Any:
+    if not body or not isinstance(body, (bytes, bytearray)):
+        return None
+    raw = bytes(body[:limit])
+    text = raw if decoded else decode_prefix(raw, header(headers, "content-encoding"), limit)
+    if not text:
+        return None
+    # parse_int as float-free int can be huge; cap digit strings so json never burns CPU.
+    return json.loads(text.decode("utf-8"), parse_int=_bounded_int, parse_constant=_no_constant)
+
+
+def _bounded_int(digits: str) -> Any:
+    return int(digits) if len(digits) <= 30 else float("inf")
+
+
+def _no_constant(name: str) -> Any:
+    return None  # NaN / Infinity are not JSON; treat them as unknown
+
+
+def _text(value: Any, max_len: int = 200) -> Optional[str]:
+    """A short, printable string or None: ids and codes must be safe to log."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    cleaned = "".join(ch if ch.isprintable() else "?" for ch in value[:max_len])
+    return cleaned

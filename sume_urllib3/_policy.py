@@ -1,0 +1,352 @@
+"""The retry policy: pure decisions, no I/O, no urllib3."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
+
+from ._envelope import ErrorEnvelope
+from ._errors import ConfigurationError
+from ._retry_after import parse_retry_after
+
+#: A rule's ``code`` that matches any error code (or none).
+ANY = None
+#: A rule's ``wait`` that means "the policy's ``in_use_wait``".
+IN_USE_WAIT = "in_use_wait"
+
+RandomSource = Union[random.Random, Callable[[], float], None]
+
+
+class Verdict(str, enum.Enum):
+    """What to do with one failed attempt."""
+
+    RETRY = "retry"
+    FIX = "fix"
+    NO_RETRY = "no_retry"
+    STOP = "stop"
+    POLL = "poll"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Outcome(str, enum.Enum):
+    """How a whole logical request ended."""
+
+    OK = "ok"
+    RETRIED_OK = "retried_ok"
+    GAVE_UP = "gave_up"
+    FIX = "fix"
+    NO_RETRY = "no_retry"
+    POLL = "poll"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table: status and code (or ``ANY``) map to a verdict and a wait.
+
+    ``wait`` is None for "Retry-After, else backoff", a number of seconds for a fixed
+    wait (a larger Retry-After still wins), or ``IN_USE_WAIT`` for the policy's
+    ``in_use_wait``.
+    """
+
+    status: int
+    code: Optional[str]
+    verdict: Verdict
+    wait: Union[float, str, None] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.status, bool) or not isinstance(self.status, int):
+            raise ConfigurationError(f"rules: status must be an int, got {self.status!r}")
+        if not 100 <= self.status <= 599:
+            raise ConfigurationError(f"rules: status {self.status} is not an HTTP status")
+        if self.code is not None and not isinstance(self.code, str):
+            raise ConfigurationError(f"rules: code must be a str or ANY, got {self.code!r}")
+        try:
+            object.__setattr__(self, "verdict", Verdict(self.verdict))
+        except ValueError:
+            raise ConfigurationError(f"rules: unknown verdict {self.verdict!r}") from None
+        wait = self.wait
+        if wait is not None and wait != IN_USE_WAIT:
+            if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+                raise ConfigurationError(f"rules: wait must be seconds, None or IN_USE_WAIT, got {wait!r}")
+            if not math.isfinite(wait) or wait < 0:
+                raise ConfigurationError(f"rules: wait must be finite and >= 0, got {wait!r}")
+            object.__setattr__(self, "wait", float(wait))
+
+    def matches(self, status: int, code: Optional[str]) -> bool:
+        """True when this row applies to the status and code."""
+        return self.status == status and (self.code is None or self.code == code)
+
+
+DEFAULT_RULES: Tuple[Rule, ...] = (
+    Rule(429, ANY, Verdict.RETRY),
+    Rule(503, ANY, Verdict.RETRY),
+    Rule(409, "idempotency_key_in_use", Verdict.RETRY, IN_USE_WAIT),
+    Rule(409, ANY, Verdict.FIX),
+    Rule(400, ANY, Verdict.FIX),
+    Rule(401, ANY, Verdict.FIX),
+    Rule(402, ANY, Verdict.FIX),
+    Rule(404, ANY, Verdict.FIX),
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict, the wait before the next attempt (RETRY only), where it came from, and why."""
+
+    verdict: Verdict
+    wait: Optional[float] = None
+    source: Optional[str] = None  # "retry_after" | "backoff" | "fixed"
+    reason: str = ""
+
+    @property
+    def retry(self) -> bool:
+        """True when another attempt should be made."""
+        return self.verdict is Verdict.RETRY
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The whole retry policy as validated, immutable data."""
+
+    rules: Sequence[Rule] = DEFAULT_RULES
+    max_retries: int = 6
+    max_elapsed: float = 120.0
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+    jitter: Tuple[float, float] = (0.5, 1.0)
+    in_use_wait: float = 1.0
+    trust_body: bool = True
+    peek_limit: int = 65536
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "rules", _check_rules(self.rules))
+        _check_int(self.max_retries, "max_retries", 0, 1000)
+        _check_int(self.peek_limit, "peek_limit", 0, 16 * 1024 * 1024)
+        set_(self, "max_elapsed", _check_seconds(self.max_elapsed, "max_elapsed", positive=True))
+        set_(self, "backoff_base", _check_seconds(self.backoff_base, "backoff_base"))
+        set_(self, "backoff_max", _check_seconds(self.backoff_max, "backoff_max"))
+        set_(self, "in_use_wait", _check_seconds(self.in_use_wait, "in_use_wait"))
+        set_(self, "jitter", _check_jitter(self.jitter))
+        if not isinstance(self.trust_body, bool):
+            raise ConfigurationError(f"trust_body must be a bool, got {self.trust_body!r}")
+
+    def replace(self, **changes: Any) -> Policy:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def match(self, status: int, code: Optional[str]) -> Optional[Rule]:
+        """The first rule matching status and code, or None."""
+        for rule in self.rules:
+            if rule.matches(status, code):
+                return rule
+        return None
+
+    def backoff(self, attempt: int, rng: RandomSource = None) -> float:
+        """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""
+        ceiling = min(self.backoff_max, self.backoff_base * 2.0 ** min(max(attempt, 0), 64))
+        low, high = self.jitter
+        return ceiling * _uniform(rng, low, high)
+
+    def decide(
+        self,
+        status: int,
+        code: Optional[str] = None,
+        retry_after: Union[str, bytes, float, None] = None,
+        attempt: int = 0,
+        elapsed: float = 0.0,
+        hints: Optional[ErrorEnvelope] = None,
+        *,
+        rng: RandomSource = None,
+        now: Optional[Callable[[], float]] = None,
+    ) -> Decision:
+        """Decide what to do after an error response.
+
+        ``attempt`` is the number of retries already made for this logical request,
+        ``elapsed`` the seconds since it started, ``hints`` what the body said, ``rng``
+        the jitter source and ``now`` the wall clock for HTTP-date Retry-After values.
+        """
+        label = f"{status} {code}" if code else str(status)
+        if status < 400:
+            return Decision(Verdict.NO_RETRY, reason=f"{label} is not an error")
+        rule = self.match(status, code)
+        verdict = rule.verdict if rule else Verdict.NO_RETRY
+        reason = _ROW_REASONS[verdict].format(label=label)
+
+        if self.trust_body and hints is not None:
+            if hints.next_action and "poll" in hints.next_action.lower():
+                return Decision(
+                    Verdict.POLL,
+                    reason=f"{label}: server says next_action={hints.next_action}; poll, do not resubmit",
+                )
+            if hints.retryable is False and verdict is Verdict.RETRY:
+                verdict = Verdict.NO_RETRY
+                reason = f"{label}: server marked the error retryable=false"
+            elif hints.retryable is True and verdict is Verdict.NO_RETRY:
+                verdict = Verdict.RETRY
+                rule = None
+        if verdict is not Verdict.RETRY:
+            return Decision(verdict, reason=reason)
+        if attempt >= self.max_retries:
+            return Decision(
+                Verdict.STOP,
+                reason=f"{label}: attempt cap reached ({self.max_retries} retries)",
+            )
+
+        asked = _seconds(retry_after, now)
+        fixed = rule.wait if rule is not None else None
+        if fixed == IN_USE_WAIT:
+            fixed = self.in_use_wait
+        if isinstance(fixed, float):
+            wait, source = fixed, "fixed"
+            if asked is not None and asked > fixed:
+                wait, source = asked, "retry_after"
+        elif asked is not None:
+            wait, source = asked, "retry_after"
+        else:
+            wait, source = self.backoff(attempt, rng), "backoff"
+        return self.bound(label, wait, source, elapsed)
+
+    def decide_error(
+        self,
+        kind: str,
+        attempt: int = 0,
+        elapsed: float = 0.0,
+        *,
+        replay_safe: bool = True,
+        rng: RandomSource = None,
+    ) -> Decision:
+        """Decide after a transport failure: ``kind`` is "connect", "read" or "other".
+
+        A connection that was never made is safe to retry for any request; a read
+        failure only when the request may be sent twice (``replay_safe``).
+        """
+        if kind == "connect":
+            label = "connection failed before sending"
+        elif kind == "read":
+            label = "connection failed after sending"
+            if not replay_safe:
+                return Decision(
+                    Verdict.NO_RETRY,
+                    reason=f"{label}; the request is not replay-safe, so it is not resent",
+                )
+        else:
+            return Decision(Verdict.NO_RETRY, reason="transport error that a retry would not fix")
+        if attempt >= self.max_retries:
+            return Decision(Verdict.STOP, reason=f"{label}: attempt cap reached ({self.max_retries} retries)")
+        return self.bound(label, self.backoff(attempt, rng), "backoff", elapsed)
+
+    def bound(self, label: str, wait: float, source: str, elapsed: float) -> Decision:
+        """RETRY after ``wait``, or STOP when the wait would end past ``max_elapsed``."""
+        left = self.max_elapsed - elapsed
+        if wait > left:
+            asked = "server asked to wait" if source == "retry_after" else "next wait is"
+            return Decision(
+                Verdict.STOP,
+                reason=(
+                    f"{label}: {asked} {_fmt(wait)} ({source}) but only "
+                    f"{_fmt(max(left, 0.0))} of the {_fmt(self.max_elapsed)} budget is left"
+                ),
+            )
+        return Decision(
+            Verdict.RETRY,
+            wait=wait,
+            source=source,
+            reason=f"{label}: retry in {_fmt(wait)} ({source})",
+        )
+
+
+_ROW_REASONS = {
+    Verdict.RETRY: "{label}: retryable",
+    Verdict.FIX: "{label}: the caller must fix the request; not retried",
+    Verdict.NO_RETRY: "{label}: not a retryable error",
+    Verdict.STOP: "{label}: stop",
+    Verdict.POLL: "{label}: poll, do not resubmit",
+}
+
+def wait_seconds(
+    status: int,
+    code: Optional[str],
+    retry_after: Union[str, float, None],
+    attempt: int,
+) -> Optional[float]:
+    """Seconds to wait before retrying, or None for "do not retry" (default policy, elapsed 0)."""
+    decision = DEFAULT_POLICY.decide(status, code, retry_after, attempt, 0.0)
+    return decision.wait if decision.retry else None
+
+
+def _seconds(
+    value: Union[str, bytes, float, None], now: Optional[Callable[[], float]]
+) -> Optional[float]:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return max(float(value), 0.0) if not math.isnan(value) else None
+    return parse_retry_after(value, now)
+
+
+def _uniform(rng: RandomSource, low: float, high: float) -> float:
+    if rng is None:
+        return random.uniform(low, high)
+    if isinstance(rng, random.Random):
+        return rng.uniform(low, high)
+    return low + (high - low) * float(rng())
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds < 1e6 else f"{seconds:.3g}s"
+
+
+def _check_rules(rules: Any) -> Tuple[Rule, ...]:
+    if isinstance(rules, (str, bytes)) or not isinstance(rules, (list, tuple)):
+        raise ConfigurationError(f"rules must be a sequence of Rule, got {type(rules).__name__}")
+    checked = []
+    for row in rules:
+        if isinstance(row, Rule):
+            checked.append(row)
+        elif isinstance(row, (list, tuple)) and 3 <= len(row) <= 4:
+            checked.append(Rule(*row))
+        else:
+            raise ConfigurationError(f"rules: each row must be a Rule or (status, code, verdict[, wait]), got {row!r}")
+    return tuple(checked)
+
+
+def _check_int(value: Any, name: str, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name} must be an int, got {value!r}")
+    if not low <= value <= high:
+        raise ConfigurationError(f"{name} must be between {low} and {high}, got {value!r}")
+
+
+def _check_seconds(value: Any, name: str, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        need = "> 0" if positive else ">= 0"
+        raise ConfigurationError(f"{name} must be finite and {need}, got {value!r}")
+    return float(value)
+
+
+def _check_jitter(value: Any) -> Tuple[float, float]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ConfigurationError(f"jitter must be a (low, high) pair, got {value!r}")
+    low = _check_seconds(value[0], "jitter")
+    high = _check_seconds(value[1], "jitter")
+    if low > high:
+        raise ConfigurationError(f"jitter range is inverted: {value!r}")
+    if high == 0:
+        raise ConfigurationError(f"jitter range is empty: {value!r}")
+    return (low, high)
+
+
+#: The policy used when none is given.
+DEFAULT_POLICY = Policy()

@@ -1,0 +1,75 @@
+"""How retries wait: a real sleep, or a recording when tests switch sleeping off."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, List, Optional
+
+
+class SleepRecorder:
+    """Collects the waits retries asked for, and lets time appear to pass by that much."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waits: List[float] = []
+
+    @property
+    def waits(self) -> List[float]:
+        """Every wait recorded so far, in order (a copy)."""
+        with self._lock:
+            return list(self._waits)
+
+    @property
+    def total(self) -> float:
+        """Seconds that would have been slept; retries add it to their clock."""
+        with self._lock:
+            return sum(self._waits)
+
+    def record(self, seconds: float) -> None:
+        """Note one wait instead of sleeping."""
+        with self._lock:
+            self._waits.append(seconds)
+
+    def clear(self) -> None:
+        """Forget the recorded waits."""
+        with self._lock:
+            self._waits.clear()
+
+    def __repr__(self) -> str:
+        return f"SleepRecorder(waits={self.waits!r})"
+
+
+_recorder: Optional[SleepRecorder] = None
+
+
+def active_recorder() -> Optional[SleepRecorder]:
+    """The recorder in force, if tests switched sleeping off."""
+    return _recorder
+
+
+def install_recorder(recorder: Optional[SleepRecorder]) -> Optional[SleepRecorder]:
+    """Switch sleeping off (or back on with None); returns the previous recorder."""
+    global _recorder
+    previous, _recorder = _recorder, recorder
+    return previous
+
+
+def wait(seconds: float, sleep: Callable[[float], None]) -> None:
+    """Sleep ``seconds`` with ``sleep``, unless a recorder is installed."""
+    recorder = _recorder
+    if recorder is not None:
+        recorder.record(seconds)
+    elif seconds > 0:
+        sleep(seconds)
+
+
+def now(clock: Callable[[], float]) -> float:
+    """``clock()`` plus the time recorded instead of slept, so deadlines still hold."""
+    recorder = _recorder
+    return clock() + (recorder.total if recorder is not None else 0.0)
+
+
+def default_sleep(seconds: float) -> None:
+    """time.sleep looked up at call time, so monkeypatching time.sleep still works."""
+    time.sleep(seconds)

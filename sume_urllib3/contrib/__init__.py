@@ -1,0 +1,1 @@
+"""Optional integrations; each needs its own extra (``django``, ``prometheus``)."""

@@ -1,0 +1,618 @@
+"""FakeSume: a scriptable fake of the Sume HTTP API served on a real loopback socket.
+
+Script replies per ``METHOD /path``, point your client at ``fake.url`` and inspect
+``fake.requests`` afterwards::
+
+    with FakeSume() as fake:
+        fake.script("POST", "/v1/jobs", 503, Reply.error(429, retry_after=1), Reply(json={"id": 1}))
+        ...  # exercise your code against fake.url
+        assert len(fake.requests_for("POST", "/v1/jobs")) == 3
+"""
+
+from __future__ import annotations
+
+import http
+import http.server
+import json as _json
+import socket
+import socketserver
+import sys
+import threading
+import time
+import typing
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from typing import Self
+    else:
+        from typing_extensions import Self
+
+__all__ = ["FakeSume", "RecordedRequest", "Reply"]
+
+_PIECE = 64 * 1024
+_SPACES = b" " * _PIECE
+_DROPS = (None, "before_headers", "after_headers")
+_NO_BODY_STATUSES = (204, 304)
+_STOP_GRACE = 1.0  # seconds stop() waits for handler threads before giving up on them
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    402: "insufficient_credits",
+    404: "not_found",
+    409: "idempotency_key_in_use",
+    429: "rate_limit_exceeded",
+    500: "internal_error",
+    503: "service_unavailable",
+}
+
+
+class _Missing:
+    """Sentinel type for "no JSON body" (``None`` is a valid JSON document)."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+
+class _AutoRequestId(str):
+    """Placeholder for ``request_id`` that the server replaces with the response's id."""
+
+
+_AUTO_REQUEST_ID = _AutoRequestId("req_auto")
+
+
+# typing.Mapping because collections.abc.Mapping cannot be subscripted at runtime on 3.8.
+class _Headers(typing.Mapping[str, str]):
+    """Read-only, hashable header mapping with case-insensitive lookup; keeps original case."""
+
+    __slots__ = ("_index", "_items")
+
+    def __init__(self, source: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> None:
+        pairs = source.items() if isinstance(source, Mapping) else source
+        merged: dict[str, tuple[str, str]] = {}
+        for name, raw in pairs:
+            value = str(raw)
+            if not isinstance(name, str) or not name or any(c in name + value for c in "\r\n\0"):
+                raise ValueError(f"invalid header {name!r}: {value!r}")
+            key = name.lower()
+            # Repeated request headers fold into one comma-separated value, as RFC 9110 allows.
+            merged[key] = (
+                (merged[key][0], merged[key][1] + ", " + value) if key in merged else (name, value)
+            )
+        self._items: tuple[tuple[str, str], ...] = tuple(merged.values())
+        self._index = {key: value for key, (_, value) in merged.items()}
+
+    def __getitem__(self, name: object) -> str:
+        if not isinstance(name, str):
+            raise KeyError(name)
+        return self._index[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return self._index == {str(k).lower(): str(v) for k, v in other.items()}
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._index.items()))
+
+    def __repr__(self) -> str:
+        return f"{dict(self._items)!r}"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted response; the fields combine freely (e.g. gzip + chunked + truncate).
+
+    Attributes:
+        status: HTTP status code (200..599).
+        json: Document sent with ``json.dumps`` and ``Content-Type: application/json``.
+        body: Raw body bytes instead of ``json`` (giving both is a ``ValueError``).
+        headers: Extra response headers; they override the fake's defaults by name.
+        delay: Seconds to wait before the status line, e.g. to trip a client read timeout.
+        gzip: Compress the body and send ``Content-Encoding: gzip``.
+        chunked: Use ``Transfer-Encoding: chunked`` instead of ``Content-Length``.
+        drop: ``"before_headers"`` closes the connection without answering;
+            ``"after_headers"`` sends status and headers promising a body, then closes.
+        truncate: Send only this many (possibly gzipped) body bytes, then close; the
+            headers still promise the whole body (chunked bodies lack the terminator).
+        size: Pad the body to exactly this many bytes, streamed in 64 KiB pieces. JSON
+            objects get the padding in a trailing ``"_padding"`` string field, so the
+            body stays valid JSON; other bodies are padded with spaces.
+    """
+
+    status: int = 200
+    json: Any = _MISSING
+    body: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=_Headers)
+    delay: float = 0.0
+    gzip: bool = False
+    chunked: bool = False
+    drop: str | None = None
+    truncate: int | None = None
+    size: int | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.status, bool)
+            or not isinstance(self.status, int)
+            or not 200 <= self.status <= 599
+        ):
+            raise ValueError(f"status must be an int in 200..599, got {self.status!r}")
+        if self.json is not _MISSING and self.body is not None:
+            raise ValueError("Reply takes json= or body=, not both")
+        if self.body is not None:
+            if not isinstance(self.body, (bytes, bytearray, memoryview)):
+                raise TypeError(f"body must be bytes, got {type(self.body).__name__}")
+            object.__setattr__(self, "body", bytes(self.body))
+        object.__setattr__(self, "headers", _Headers(self.headers))
+        if not 0 <= self.delay < float("inf"):  # also rejects NaN
+            raise ValueError(f"delay must be a finite number >= 0, got {self.delay!r}")
+        if self.drop not in _DROPS:
+            raise ValueError(f"drop must be one of {_DROPS}, got {self.drop!r}")
+        for name in ("truncate", "size"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise ValueError(f"{name} must be an int >= 0 or None, got {value!r}")
+        if self.status in _NO_BODY_STATUSES and (
+            self.json is not _MISSING or self.body or self.size
+        ):
+            raise ValueError(f"a {self.status} response cannot carry a body")
+        # Render once with a placeholder id so bad JSON or a too-small size fail here, not mid-test.
+        head, pad, tail = _render(self, "req_0")
+        if self.drop == "after_headers" and not (head or pad or tail or self.chunked):
+            raise ValueError(
+                "drop='after_headers' needs a body to promise: set json=, body=, size= or chunked=True"
+            )
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        code: str | None = None,
+        *,
+        message: str | None = None,
+        request_id: str | None = None,
+        retryable: bool | None = None,
+        next_action: str | None = None,
+        retry_after: str | float | None = None,
+        details: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Reply:
+        """Build a Sume error envelope reply; the body's request_id defaults to the response's id.
+
+        ``retry_after`` becomes the ``Retry-After`` header verbatim (``str()`` of a number);
+        other keyword arguments (``headers=``, ``gzip=``, ``delay=``...) pass through to ``Reply``.
+        """
+        error: dict[str, Any] = {
+            "code": code if code is not None else _CODES.get(status, f"http_{status}"),
+            "message": message if message is not None else _phrase(status),
+            "details": dict(details or {}),
+        }
+        if retryable is not None:
+            error["retryable"] = retryable
+        if next_action is not None:
+            error["next_action"] = next_action
+        headers = dict(_Headers(kwargs.pop("headers", {})))
+        if retry_after is not None:
+            headers = {k: v for k, v in headers.items() if k.lower() != "retry-after"}
+            headers["Retry-After"] = str(retry_after)
+        envelope = {
+            "error": error,
+            "request_id": _AUTO_REQUEST_ID if request_id is None else request_id,
+        }
+        return cls(status, json=envelope, headers=headers, **kwargs)
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request as the fake received it, body fully read and de-chunked."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+    time: float
+    connection: int
+
+    def json(self) -> Any:
+        """Parse the body as JSON (raises ``ValueError`` if it is not)."""
+        return _json.loads(self.body.decode("utf-8"))
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _route(target: str) -> str:
+    """Reduce a request target to the path scripts are keyed on (no query string)."""
+    path = target.split("?", 1)[0]
+    if "://" in path:  # absolute-form target, as clients send it to a proxy
+        path = "/" + path.split("://", 1)[1].partition("/")[2]
+    return path
+
+
+def _coerce(item: Reply | int) -> Reply:
+    if isinstance(item, Reply):
+        return item
+    if isinstance(item, bool) or not isinstance(item, int):
+        raise TypeError(f"script entries must be Reply or int, got {item!r}")
+    if item >= 400:
+        return Reply.error(item)
+    if 200 <= item < 300 and item not in _NO_BODY_STATUSES:
+        return Reply(item, json={"ok": True})
+    return Reply(item)
+
+
+def _render(reply: Reply, request_id: str) -> tuple[bytes, int, bytes]:
+    """Return the unencoded body as (head, number of padding spaces, tail)."""
+    tail = b""
+    doc = reply.json
+    if doc is _MISSING:
+        head = reply.body or b""
+    else:
+        if isinstance(doc, dict) and isinstance(doc.get("request_id"), _AutoRequestId):
+            doc = {**doc, "request_id": request_id}
+        head = _json.dumps(doc).encode("utf-8")
+        if reply.size is not None and isinstance(doc, dict):
+            # Padding lives in a trailing string field so the padded body is still the same object.
+            key = "_padding"
+            while key in doc:
+                key += "_"
+            head = head[:-1] + (b", " if doc else b"") + b'"' + key.encode() + b'": "'
+            tail = b'"}'
+        # Other JSON values are padded with trailing whitespace, which JSON also allows.
+    if reply.size is None:
+        return head, 0, b""
+    pad = reply.size - len(head) - len(tail)
+    if pad < 0:
+        raise ValueError(f"size={reply.size} is smaller than the {len(head) + len(tail)}-byte body")
+    return head, pad, tail
+
+
+def _pieces(head: bytes, pad: int, tail: bytes) -> Iterator[bytes]:
+    if head:
+        yield head
+    while pad > 0:
+        yield _SPACES[: min(pad, _PIECE)]
+        pad -= _PIECE
+    if tail:
+        yield tail
+
+
+def _gzipped(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    # mtime is 0 in zlib's gzip header, so two passes produce identical bytes.
+    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    for piece in pieces:
+        out = compressor.compress(piece)
+        if out:  # an empty chunk would terminate a chunked body early
+            yield out
+    yield compressor.flush()
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    # stop() closes connections and joins the handlers itself, with a time cap.
+    block_on_close = False
+    request_queue_size = 128  # a backlog of 5 drops SYNs under 32 concurrent clients
+
+    def __init__(self, address: tuple[str, int], fake: FakeSume) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.fake = fake
+        self.stopping = threading.Event()
+        self.live: dict[socket.socket, threading.Thread] = {}
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls getfqdn(), a reverse DNS lookup that can stall for seconds.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = (
+            str(self.server_address[0]),
+            int(self.server_address[1]),
+        )
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # the handler already swallows disconnects; anything else is the client's business
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Headers and body are separate writes; Nagle + delayed ACK would add 40 ms each.
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.conn_id = self.server.fake._connected(self.server, self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.server.fake._lock:
+                self.server.live.pop(self.connection, None)
+
+    def handle(self) -> None:
+        try:
+            self.close_connection = True
+            self.handle_one_request()
+            while not self.close_connection and not self.server.stopping.is_set():
+                self.handle_one_request()
+        except OSError:
+            pass  # client went away or stop() shut the socket: nothing worth reporting
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def version_string(self) -> str:
+        return "FakeSume"
+
+    def _serve(self) -> None:
+        arrived = time.monotonic()
+        try:
+            body = self._read_body()
+        except ValueError:
+            self.send_error(400, "Malformed request body framing")
+            return
+        headers = _Headers(self.headers.items())
+        request = RecordedRequest(self.command, self.path, headers, body, arrived, self.conn_id)
+        reply, request_id = self.server.fake._dispatch(request)
+        self._respond(reply, request_id)
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _serve
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            parts: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline(1024).split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    break
+                parts.append(self._read_exactly(size))
+                self.rfile.readline(1024)
+            while self.rfile.readline(65536) not in (b"\r\n", b"\n", b""):
+                pass  # trailers are read (so keep-alive stays in sync) but not recorded
+            return b"".join(parts)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length < 0:
+            raise ValueError(length)
+        return self._read_exactly(length)
+
+    def _read_exactly(self, size: int) -> bytes:
+        data = self.rfile.read(size)
+        if len(data) < size:
+            raise ConnectionAbortedError("client closed mid-body")
+        return data
+
+    def _respond(self, reply: Reply, request_id: str) -> None:
+        stopping = self.server.stopping
+        if reply.delay and stopping.wait(reply.delay):
+            self.close_connection = True
+            return
+        if reply.drop == "before_headers":
+            self.close_connection = True
+            return
+        head, pad, tail = _render(reply, request_id)
+        framed = reply.status not in _NO_BODY_STATUSES
+
+        def payload() -> Iterator[bytes]:
+            pieces = _pieces(head, pad, tail)
+            return _gzipped(pieces) if reply.gzip else pieces
+
+        defaults: list[tuple[str, str]] = [
+            ("Server", self.version_string()),
+            ("Date", self.date_time_string()),
+        ]
+        if reply.json is not _MISSING:
+            defaults.append(("Content-Type", "application/json"))
+        if reply.gzip:
+            defaults.append(("Content-Encoding", "gzip"))
+        if framed and reply.chunked:
+            defaults.append(("Transfer-Encoding", "chunked"))
+        elif framed:
+            length = sum(map(len, payload())) if reply.gzip else len(head) + pad + len(tail)
+            defaults.append(("Content-Length", str(length)))
+        defaults.append(("x-sume-request-id", request_id))
+        if self.close_connection:
+            defaults.append(("Connection", "close"))
+        self.send_response_only(reply.status)
+        for name, value in defaults:
+            if name not in reply.headers:
+                self.send_header(name, value)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if reply.drop == "after_headers" or reply.truncate is not None:
+            self.close_connection = True
+        if reply.drop or not framed or self.command == "HEAD":
+            return
+        remaining = reply.truncate
+        for piece in payload():
+            if remaining is not None:
+                piece, remaining = (
+                    piece[:remaining],
+                    remaining - min(remaining, len(piece)),
+                )
+            if piece:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if reply.chunked else piece)
+            if stopping.is_set() or remaining == 0:
+                self.close_connection = True
+                return
+        if reply.chunked and remaining is None:
+            self.wfile.write(b"0\r\n\r\n")
+
+
+class FakeSume:
+    """A scriptable fake Sume API on a real, threaded HTTP/1.1 loopback server.
+
+    Script replies with :meth:`script` (the last reply of a script repeats forever),
+    start it (or use ``with``), send requests to :attr:`url`, then inspect :attr:`requests`.
+    Unscripted routes answer 404 ``not_found``. Every method is thread-safe.
+    """
+
+    def __init__(
+        self,
+        routes: Mapping[tuple[str, str], Iterable[Reply | int]] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._address = (host, port)
+        self._lock = threading.Lock()
+        self._lifecycle = threading.Lock()
+        self._scripts: dict[tuple[str, str], tuple[Reply, ...]] = {}
+        self._positions: dict[tuple[str, str], int] = {}
+        self._requests: list[RecordedRequest] = []
+        self._connections = 0
+        # Never reset, so request ids stay unique for the fake's whole lifetime.
+        self._request_ids = 0
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._url: str | None = None
+        for (method, path), replies in (routes or {}).items():
+            self.script(method, path, *replies)
+
+    def script(self, method: str, path: str, *replies: Reply | int) -> Self:
+        """Replace the replies for ``METHOD path`` (path without query string); returns self.
+
+        Ints are shorthand: ``>= 400`` gives a Sume error envelope, 2xx gives ``{"ok": true}``.
+        """
+        if not replies:
+            raise ValueError("script() needs at least one reply")
+        if not path.startswith("/") or "?" in path:
+            raise ValueError(f"path must start with '/' and have no query string, got {path!r}")
+        script = tuple(_coerce(reply) for reply in replies)
+        key = (method.upper(), path)
+        with self._lock:
+            self._scripts[key] = script
+            self._positions[key] = 0
+        return self
+
+    def start(self) -> Self:
+        """Bind and start serving in a background thread; a no-op if already running."""
+        with self._lifecycle:
+            if self._server is None:
+                server = _Server(self._address, self)
+                host, port = str(server.server_name), server.server_port
+                self._url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+                self._thread = threading.Thread(
+                    target=server.serve_forever,
+                    kwargs={"poll_interval": 0.01},  # bounds how long stop() waits for the loop
+                    name=f"FakeSume:{port}",
+                    daemon=True,
+                )
+                self._server = server
+                self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close open connections, interrupting delays; idempotent and prompt."""
+        with self._lifecycle:
+            server, thread = self._server, self._thread
+            if server is None or thread is None:
+                return
+            self._server = self._thread = None
+            server.stopping.set()
+            server.shutdown()
+            with self._lock:
+                open_connections = dict(server.live)
+            for sock in open_connections:
+                try:
+                    # shutdown() (unlike close()) wakes handler threads blocked in recv/send.
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            server.server_close()
+            deadline = time.monotonic() + _STOP_GRACE
+            for worker in [thread, *open_connections.values()]:
+                worker.join(max(0.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self._server is not None else "stopped"
+        return f"<FakeSume {self._url or 'unbound'} {state}>"
+
+    @property
+    def url(self) -> str:
+        """Base URL such as ``http://127.0.0.1:54321`` (available once started)."""
+        if self._url is None:
+            raise RuntimeError(
+                "FakeSume is not started; call start() or use it as a context manager"
+            )
+        return self._url
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A copy of every request received, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def requests_for(self, method: str, path: str) -> list[RecordedRequest]:
+        """Recorded requests for ``METHOD path``, matching the path without its query string."""
+        method = method.upper()
+        return [r for r in self.requests if r.method == method and _route(r.path) == path]
+
+    @property
+    def connections(self) -> int:
+        """Number of TCP connections accepted so far."""
+        with self._lock:
+            return self._connections
+
+    def reset(self) -> None:
+        """Forget scripts, recorded requests, the connection count and script positions."""
+        with self._lock:
+            self._scripts.clear()
+            self._positions.clear()
+            self._requests.clear()
+            self._connections = 0
+
+    def _connected(self, server: _Server, sock: socket.socket) -> int:
+        with self._lock:
+            self._connections += 1
+            server.live[sock] = threading.current_thread()
+            if server.stopping.is_set():
+                # Accepted just as stop() ran: make sure this connection cannot outlive it.
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            return self._connections
+
+    def _dispatch(self, request: RecordedRequest) -> tuple[Reply, str]:
+        path = _route(request.path)
+        key = (request.method, path)
+        with self._lock:
+            self._request_ids += 1
+            self._requests.append(request)
+            script = self._scripts.get(key)
+            if script is None:
+                reply = Reply.error(
+                    404, "not_found", message=f"No script for {request.method} {path}"
+                )
+            else:
+                position = self._positions[key]
+                self._positions[key] = position + 1
+                reply = script[min(position, len(script) - 1)]
+            request_id = f"req_{self._request_ids}"
+        return reply, reply.headers.get("x-sume-request-id", request_id)

@@ -1,0 +1,262 @@
+"""RetryBudget: a floor for bursts, a ratio under load, refill as the window slides."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import pytest
+
+from sume_urllib3._budget import RetryBudget
+from sume_urllib3._errors import ConfigurationError
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def spend_all(budget: RetryBudget, limit: int = 100_000) -> int:
+    """Withdraw until refused; return how many retries were allowed."""
+    n = 0
+    while n < limit and budget.try_spend():
+        n += 1
+    return n
+
+
+def test_defaults() -> None:
+    """The defaults are 20% over 10 s with a floor of 10 retries per second."""
+    budget = RetryBudget(clock=FakeClock())
+    assert (budget.ratio, budget.window, budget.min_per_second) == (0.2, 10.0, 10.0)
+    assert budget.balance == 100.0
+
+
+def test_floor_allows_a_burst_of_50_at_once() -> None:
+    """A brand-new budget never throttles a burst of 50 retries."""
+    budget = RetryBudget(clock=FakeClock())
+    assert all(budget.try_spend() for _ in range(50))
+    assert budget.balance == 50.0
+
+
+def test_refuses_once_the_balance_is_spent() -> None:
+    """Under sustained failures the budget refuses, and a refusal withdraws nothing."""
+    clock = FakeClock()
+    budget = RetryBudget(clock=clock)
+    for _ in range(10):
+        budget.record_request()
+    assert spend_all(budget) == 102  # 100 floor + 0.2 * 10
+    assert budget.try_spend() is False
+    assert budget.balance == pytest.approx(0.0)
+
+
+def test_refills_after_the_window() -> None:
+    """Spent tokens come back once their withdrawals are older than the window."""
+    clock = FakeClock()
+    budget = RetryBudget(clock=clock)
+    assert spend_all(budget) == 100
+    clock.advance(5.0)
+    assert budget.try_spend() is False  # still inside the window
+    clock.advance(5.0)
+    assert budget.balance == 100.0
+    assert spend_all(budget) == 100
+
+
+def test_refills_gradually_never_sticks_at_zero() -> None:
+    """Spending 10 per second forever keeps working: each second's retries expire in turn."""
+    clock = FakeClock()
+    budget = RetryBudget(clock=clock)
+    for second in range(60):
+        allowed = sum(budget.try_spend() for _ in range(10))
+        assert allowed == 10, f"second {second}"
+        clock.advance(1.0)
+
+
+def test_sustained_failure_settles_at_ratio_plus_floor() -> None:
+    """Under total failure retries settle at ratio * requests + floor per window."""
+    clock = FakeClock()
+    budget = RetryBudget(clock=clock)
+    allowed = 0
+    # 100 requests/s for 100 s, every one wanting 6 retries.
+    for _ in range(1000):
+        for _ in range(10):
+            budget.record_request()
+            allowed += sum(budget.try_spend() for _ in range(6))
+        clock.advance(0.1)
+    # Per second: 10 floor + 0.2 * 100 = 30, plus the first window's reserve.
+    assert 30 * 100 <= allowed <= 30 * 100 + 100 + 20
+
+
+def test_ratio_accounting() -> None:
+    """With 1000 requests in the window and ratio 0.2, about 200 + floor retries are allowed."""
+    clock = FakeClock()
+    budget = RetryBudget(clock=clock)
+    for _ in range(1000):
+        budget.record_request()
+    assert budget.balance == pytest.approx(300.0)
+    assert spend_all(budget) == 300
+
+
+def test_ratio_only_without_floor() -> None:
+    """min_per_second=0 leaves only ratio tokens; none at all before any request."""
+    clock = FakeClock()
+    budget = RetryBudget(ratio=0.1, min_per_second=0, clock=clock)
+    assert budget.try_spend() is False
+    for _ in range(100):
+        budget.record_request()
+    assert spend_all(budget) == 10
+
+
+def test_float_products_do_not_lose_a_token() -> None:
+    """0.57 * 100 is 56.999... in floating point; the 57th retry is still allowed."""
+    budget = RetryBudget(ratio=0.57, min_per_second=0, clock=FakeClock())
+    for _ in range(100):
+        budget.record_request()
+    assert spend_all(budget) == 57
+
+
+def test_deposits_expire_too() -> None:
+    """Requests older than the window no longer earn retries."""
+    clock = FakeClock()
+    budget = RetryBudget(min_per_second=0, clock=clock)
+    for _ in range(100):
+        budget.record_request()
+    assert budget.balance == pytest.approx(20.0)
+    clock.advance(10.0)
+    assert budget.balance == 0.0
+    assert budget.try_spend() is False
+
+
+def test_expiry_is_bucketed_within_one_tenth_of_the_window() -> None:
+    """An entry counts for at least 9/10 of the window and never longer than the window."""
+    clock = FakeClock(0.0)
+    budget = RetryBudget(clock=clock)
+    clock.advance(0.95)  # late in the first 1-second bucket
+    assert budget.try_spend()
+    clock.advance(9.0)  # 9.0 s later, still in the window's last bucket
+    assert budget.balance == 99.0
+    clock.advance(0.05)  # t = 10.0: the first bucket has aged out
+    assert budget.balance == 100.0
+
+    assert budget.try_spend()  # at the very start of a bucket
+    clock.advance(9.99)
+    assert budget.balance == 99.0
+    clock.advance(0.01)
+    assert budget.balance == 100.0
+
+
+def test_clock_going_backwards_does_not_resurrect_or_crash() -> None:
+    """A clock that steps back keeps counting in the newest bucket."""
+    clock = FakeClock()
+    budget = RetryBudget(clock=clock)
+    assert budget.try_spend()
+    clock.advance(-50.0)
+    assert budget.try_spend()
+    assert budget.balance == 98.0
+
+
+def test_long_idle_clears_everything_in_one_step() -> None:
+    """After a long idle gap all old entries are gone at once."""
+    clock = FakeClock()
+    budget = RetryBudget(clock=clock)
+    for _ in range(30):
+        budget.record_request()
+        budget.try_spend()
+    clock.advance(1e6)
+    assert budget.balance == 100.0
+
+
+def test_thread_safety_16_threads() -> None:
+    """16 threads racing for tokens never get more than the balance allows, in total."""
+    budget = RetryBudget(clock=FakeClock())
+    for _ in range(500):
+        budget.record_request()
+    start = threading.Barrier(16)
+    granted = [0] * 16
+
+    def work(n: int) -> None:
+        start.wait()
+        for _ in range(100):
+            if budget.try_spend():
+                granted[n] += 1
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(granted) == 200  # 100 floor + 0.2 * 500
+    assert budget.balance == pytest.approx(0.0)
+
+
+def test_concurrent_deposits_are_all_counted() -> None:
+    """16 threads x 500 deposits add exactly 0.2 * 8000 tokens."""
+    budget = RetryBudget(min_per_second=0, clock=FakeClock())
+    threads = [
+        threading.Thread(target=lambda: [budget.record_request() for _ in range(500)])
+        for _ in range(16)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert budget.balance == pytest.approx(1600.0)
+
+
+def test_shared_is_a_singleton() -> None:
+    """shared() returns the same default budget every time and from every thread."""
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(RetryBudget.shared())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seen.append(RetryBudget.shared())
+    assert all(b is seen[0] for b in seen)
+    assert isinstance(seen[0], RetryBudget)
+    assert seen[0].ratio == 0.2
+
+
+def test_repr_shows_balance() -> None:
+    """repr names the settings and the balance."""
+    budget = RetryBudget(clock=FakeClock())
+    budget.try_spend()
+    assert repr(budget) == "RetryBudget(ratio=0.2, window=10, min_per_second=10, balance=99.0)"
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"ratio": -0.1}, "ratio"),
+        ({"ratio": 1000.5}, "ratio"),
+        ({"ratio": math.nan}, "ratio"),
+        ({"ratio": "0.2"}, "ratio"),
+        ({"ratio": True}, "ratio"),
+        ({"window": 0}, "window"),
+        ({"window": -1.0}, "window"),
+        ({"window": math.inf}, "window"),
+        ({"min_per_second": -1}, "min_per_second"),
+        ({"min_per_second": math.inf}, "min_per_second"),
+        ({"min_per_second": None}, "min_per_second"),
+        ({"clock": 5}, "clock"),
+    ],
+)
+def test_validation_names_the_argument(kwargs: Any, name: str) -> None:
+    """Bad arguments raise ConfigurationError naming the argument."""
+    with pytest.raises(ConfigurationError, match=name):
+        RetryBudget(**kwargs)
+
+
+def test_edge_values_are_accepted() -> None:
+    """ratio 0 and 1000 and a zero floor are valid."""
+    RetryBudget(ratio=0)
+    RetryBudget(ratio=1000)
+    RetryBudget(min_per_second=0, window=0.001)

@@ -1,0 +1,195 @@
+"""Observer dispatch: every observer is called, a broken one never breaks a request."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import List
+
+import pytest
+
+from sume_urllib3._observers import dispatch_outcome, dispatch_retry
+from sume_urllib3._policy import Outcome
+from sume_urllib3._record import RetryEvent, SumeRecord
+
+
+def make_event() -> RetryEvent:
+    """A 503 retry event."""
+    return RetryEvent(
+        method="GET", url="https://api.sume.com/v1/jobs", attempt=1, max_retries=6,
+        wait=0.7, wait_source="backoff", status=503, code=None, request_id="req_1",
+        key_prefix=None, reason="503: retry in 0.7s (backoff)",
+    )
+
+
+def make_record() -> SumeRecord:
+    """An ok record."""
+    return SumeRecord(
+        idempotency_key=None, attempts=1, outcome=Outcome.OK, status=200, code=None,
+        request_id="req_1", request_ids=("req_1",), waits=(), elapsed=0.1, reason="",
+    )
+
+
+class Both:
+    """Records both hooks."""
+
+    def __init__(self) -> None:
+        self.seen: List[object] = []
+
+    def on_retry(self, event: RetryEvent) -> None:
+        self.seen.append(event)
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        self.seen.append(record)
+
+
+class RetryOnly:
+    """Implements on_retry only."""
+
+    def __init__(self) -> None:
+        self.seen: List[object] = []
+
+    def on_retry(self, event: RetryEvent) -> None:
+        self.seen.append(event)
+
+
+class OutcomeOnly:
+    """Implements on_outcome only."""
+
+    def __init__(self) -> None:
+        self.seen: List[object] = []
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        self.seen.append(record)
+
+
+class Broken:
+    """Raises from both hooks."""
+
+    def on_retry(self, event: RetryEvent) -> None:
+        raise RuntimeError("boom")
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        raise RuntimeError("boom")
+
+
+class Slotted:
+    """Cannot be weakly referenced, and raises."""
+
+    __slots__ = ()
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        raise ValueError("slotted boom")
+
+
+def warnings_from(caplog: pytest.LogCaptureFixture) -> List[logging.LogRecord]:
+    """The WARNING records on the sume_urllib3 logger."""
+    return [r for r in caplog.records if r.name == "sume_urllib3" and r.levelno == logging.WARNING]
+
+
+def test_every_observer_gets_the_event_and_the_record() -> None:
+    """Each observer's hooks are called with the event and the record, in order."""
+    a, b = Both(), Both()
+    event, record = make_event(), make_record()
+    dispatch_retry([a, b], event)
+    dispatch_outcome([a, b], record)
+    assert a.seen == [event, record]
+    assert b.seen == [event, record]
+
+
+def test_observer_with_one_hook_only_is_fine() -> None:
+    """An observer without on_retry or on_outcome is skipped for that hook."""
+    r, o = RetryOnly(), OutcomeOnly()
+    event, record = make_event(), make_record()
+    dispatch_retry([r, o], event)
+    dispatch_outcome([r, o], record)
+    assert r.seen == [event]
+    assert o.seen == [record]
+
+
+def test_no_observers_is_a_no_op() -> None:
+    """Dispatching to nobody does nothing."""
+    dispatch_retry([], make_event())
+    dispatch_outcome((), make_record())
+
+
+def test_broken_observer_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    """An observer that raises is skipped; the ones after it are still called."""
+    good = Both()
+    dispatch_outcome([Broken(), good], make_record())
+    dispatch_retry([Broken(), good], make_event())
+    assert len(good.seen) == 2
+
+
+def test_broken_observer_is_logged_once_with_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """The first failure of an observer object logs one WARNING with its type name and traceback."""
+    broken = Broken()
+    caplog.set_level(logging.WARNING, logger="sume_urllib3")
+    for _ in range(5):
+        dispatch_retry([broken], make_event())
+        dispatch_outcome([broken], make_record())
+    found = warnings_from(caplog)
+    assert len(found) == 1
+    assert "Broken" in found[0].getMessage()
+    assert found[0].exc_info is not None and found[0].exc_info[0] is RuntimeError
+
+
+def test_each_broken_observer_object_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Two broken observers (even of one type) give two warnings, not ten."""
+    first, second = Broken(), Broken()
+    caplog.set_level(logging.WARNING, logger="sume_urllib3")
+    for _ in range(5):
+        dispatch_outcome([first, second], make_record())
+    assert len(warnings_from(caplog)) == 2
+
+
+def test_unweakrefable_observer_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """An observer that cannot be weakly referenced is still logged only once."""
+    slotted = Slotted()
+    caplog.set_level(logging.WARNING, logger="sume_urllib3")
+    for _ in range(3):
+        dispatch_outcome([slotted], make_record())
+    found = warnings_from(caplog)
+    assert len(found) == 1
+    assert "Slotted" in found[0].getMessage()
+
+
+def test_non_callable_hook_is_swallowed(caplog: pytest.LogCaptureFixture) -> None:
+    """A hook attribute that is not callable is treated like a raising observer."""
+
+    class Weird:
+        on_outcome = 42
+
+    caplog.set_level(logging.WARNING, logger="sume_urllib3")
+    dispatch_outcome([Weird()], make_record())
+    assert len(warnings_from(caplog)) == 1
+
+
+def test_keyboard_interrupt_is_not_swallowed() -> None:
+    """Only Exception subclasses are swallowed: Ctrl-C still stops the program."""
+
+    class Interrupting:
+        def on_retry(self, event: RetryEvent) -> None:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        dispatch_retry([Interrupting()], make_event())
+
+
+def test_logged_once_under_many_threads(caplog: pytest.LogCaptureFixture) -> None:
+    """Sixteen threads hitting one broken observer produce exactly one warning."""
+    broken = Broken()
+    caplog.set_level(logging.WARNING, logger="sume_urllib3")
+    start = threading.Barrier(16)
+
+    def work() -> None:
+        start.wait()
+        for _ in range(200):
+            dispatch_outcome([broken], make_record())
+
+    threads = [threading.Thread(target=work) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(warnings_from(caplog)) == 1
