@@ -200,10 +200,12 @@ def test_thread_safety_16_threads() -> None:
 def test_concurrent_deposits_are_all_counted() -> None:
     """16 threads x 500 deposits add exactly 0.2 * 8000 tokens."""
     budget = RetryBudget(min_per_second=0, clock=FakeClock())
-    threads = [
-        threading.Thread(target=lambda: [budget.record_request() for _ in range(500)])
-        for _ in range(16)
-    ]
+
+    def work() -> None:
+        for _ in range(500):
+            budget.record_request()
+
+    threads = [threading.Thread(target=work) for _ in range(16)]
     for t in threads:
         t.start()
     for t in threads:
@@ -233,7 +235,7 @@ def test_repr_shows_balance() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
+    ("kwargs", "name"),
     [
         ({"ratio": -0.1}, "ratio"),
         ({"ratio": 1000.5}, "ratio"),

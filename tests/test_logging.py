@@ -211,7 +211,8 @@ def test_control_characters_from_the_server_cannot_forge_lines(
     caplog.set_level(logging.INFO, logger="sume_urllib3")
     observer.on_retry(make_event(code="bad\ncode", request_id="req\r\nINFO fake line"))
     (rec,) = sume_records(caplog)
-    assert "\n" not in rec.getMessage() and "\r" not in rec.getMessage()
+    assert "\n" not in rec.getMessage()
+    assert "\r" not in rec.getMessage()
 
 
 def test_url_credentials_and_host_are_not_logged(
@@ -224,7 +225,9 @@ def test_url_credentials_and_host_are_not_logged(
     observer.on_retry(leaky)
     (rec,) = sume_records(caplog)
     for text in [rec.getMessage()] + [repr(v) for v in extras(rec).values()]:
-        assert "PASSWORD" not in text and "SECRET" not in text and "api.sume.com" not in text
+        assert "PASSWORD" not in text
+        assert "SECRET" not in text
+        assert "api.sume.com" not in text
     assert rec.sume_path == "/v1/x"  # type: ignore[attr-defined]
 
 

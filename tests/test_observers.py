@@ -131,7 +131,8 @@ def test_broken_observer_is_logged_once_with_traceback(caplog: pytest.LogCapture
     found = warnings_from(caplog)
     assert len(found) == 1
     assert "Broken" in found[0].getMessage()
-    assert found[0].exc_info is not None and found[0].exc_info[0] is RuntimeError
+    assert found[0].exc_info is not None
+    assert found[0].exc_info[0] is RuntimeError
 
 
 def test_each_broken_observer_object_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:

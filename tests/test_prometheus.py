@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pytest
 
@@ -13,6 +13,9 @@ prometheus_client = pytest.importorskip("prometheus_client")
 from sume_urllib3._policy import Outcome  # noqa: E402
 from sume_urllib3._record import RetryEvent, SumeRecord  # noqa: E402
 from sume_urllib3.contrib.prometheus import PrometheusObserver  # noqa: E402
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 OUTCOMES = ["ok", "retried_ok", "gave_up", "fix", "no_retry", "poll"]
 
@@ -34,19 +37,21 @@ def event(status: Optional[int], code: Optional[str] = None, error: Optional[str
 
 
 @pytest.fixture
-def registry() -> "prometheus_client.CollectorRegistry":
+def registry() -> CollectorRegistry:
     """A fresh registry per test."""
-    return prometheus_client.CollectorRegistry()
+    from prometheus_client import CollectorRegistry
+
+    return CollectorRegistry()
 
 
-def test_outcomes_start_at_zero(registry: "prometheus_client.CollectorRegistry") -> None:
+def test_outcomes_start_at_zero(registry: CollectorRegistry) -> None:
     """Every outcome series exists with value 0 before any request."""
     PrometheusObserver(registry)
     for outcome in OUTCOMES:
         assert registry.get_sample_value("sume_requests_total", {"outcome": outcome}) == 0.0
 
 
-def test_outcomes_and_attempts_are_counted(registry: "prometheus_client.CollectorRegistry") -> None:
+def test_outcomes_and_attempts_are_counted(registry: CollectorRegistry) -> None:
     """on_outcome counts by outcome and observes attempts in the histogram."""
     obs = PrometheusObserver(registry)
     obs.on_outcome(record(Outcome.OK, 1))
@@ -66,7 +71,7 @@ def test_outcomes_and_attempts_are_counted(registry: "prometheus_client.Collecto
     assert get("sume_attempts_bucket", {"le": "+Inf"}) == 3.0
 
 
-def test_histogram_buckets(registry: "prometheus_client.CollectorRegistry") -> None:
+def test_histogram_buckets(registry: CollectorRegistry) -> None:
     """The attempts histogram has buckets 1-7 and 10."""
     PrometheusObserver(registry)
     les = {
@@ -79,7 +84,7 @@ def test_histogram_buckets(registry: "prometheus_client.CollectorRegistry") -> N
     assert les == {"1.0", "2.0", "3.0", "4.0", "5.0", "6.0", "7.0", "10.0", "+Inf"}
 
 
-def test_retries_by_reason(registry: "prometheus_client.CollectorRegistry") -> None:
+def test_retries_by_reason(registry: CollectorRegistry) -> None:
     """Retries are labelled code, else status, else error class, like SumeMetrics."""
     obs = PrometheusObserver(registry)
     obs.on_retry(event(429, "queue_full"))
@@ -92,14 +97,14 @@ def test_retries_by_reason(registry: "prometheus_client.CollectorRegistry") -> N
     assert get("sume_retries_total", {"reason": "ConnectTimeoutError"}) == 1.0
 
 
-def test_namespace(registry: "prometheus_client.CollectorRegistry") -> None:
+def test_namespace(registry: CollectorRegistry) -> None:
     """The namespace prefixes every metric name."""
     PrometheusObserver(registry, namespace="billing").on_outcome(record(Outcome.FIX, 1))
     assert registry.get_sample_value("billing_requests_total", {"outcome": "fix"}) == 1.0
     assert registry.get_sample_value("sume_requests_total", {"outcome": "fix"}) is None
 
 
-def test_two_observers_share_one_registry(registry: "prometheus_client.CollectorRegistry") -> None:
+def test_two_observers_share_one_registry(registry: CollectorRegistry) -> None:
     """A second observer on the same registry (another session) adds to the same series."""
     PrometheusObserver(registry).on_outcome(record(Outcome.OK, 1))
     PrometheusObserver(registry).on_outcome(record(Outcome.OK, 1))

@@ -11,6 +11,7 @@ Script replies per ``METHOD /path``, point your client at ``fake.url`` and inspe
 
 from __future__ import annotations
 
+import contextlib
 import http
 import http.server
 import json as _json
@@ -82,9 +83,7 @@ class _Headers(typing.Mapping[str, str]):
                 raise ValueError(f"invalid header {name!r}: {value!r}")
             key = name.lower()
             # Repeated request headers fold into one comma-separated value, as RFC 9110 allows.
-            merged[key] = (
-                (merged[key][0], merged[key][1] + ", " + value) if key in merged else (name, value)
-            )
+            merged[key] = (merged[key][0], merged[key][1] + ", " + value) if key in merged else (name, value)
         self._items: tuple[tuple[str, str], ...] = tuple(merged.values())
         self._index = {key: value for key, (_, value) in merged.items()}
 
@@ -144,11 +143,7 @@ class Reply:
     size: int | None = None
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.status, bool)
-            or not isinstance(self.status, int)
-            or not 200 <= self.status <= 599
-        ):
+        if isinstance(self.status, bool) or not isinstance(self.status, int) or not 200 <= self.status <= 599:
             raise ValueError(f"status must be an int in 200..599, got {self.status!r}")
         if self.json is not _MISSING and self.body is not None:
             raise ValueError("Reply takes json= or body=, not both")
@@ -163,13 +158,9 @@ class Reply:
             raise ValueError(f"drop must be one of {_DROPS}, got {self.drop!r}")
         for name in ("truncate", "size"):
             value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 0
-            ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ValueError(f"{name} must be an int >= 0 or None, got {value!r}")
-        if self.status in _NO_BODY_STATUSES and (
-            self.json is not _MISSING or self.body or self.size
-        ):
+        if self.status in _NO_BODY_STATUSES and (self.json is not _MISSING or self.body or self.size):
             raise ValueError(f"a {self.status} response cannot carry a body")
         # Render once with a placeholder id so bad JSON or a too-small size fail here, not mid-test.
         head, pad, tail = _render(self, "req_0")
@@ -304,6 +295,12 @@ def _gzipped(pieces: Iterable[bytes]) -> Iterator[bytes]:
         if out:  # an empty chunk would terminate a chunked body early
             yield out
     yield compressor.flush()
+
+
+def _shut(sock: socket.socket) -> None:
+    # shutdown() (unlike close()) wakes a handler thread blocked in recv() or send() on sock.
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
@@ -533,11 +530,7 @@ class FakeSume:
             with self._lock:
                 open_connections = dict(server.live)
             for sock in open_connections:
-                try:
-                    # shutdown() (unlike close()) wakes handler threads blocked in recv/send.
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                _shut(sock)
             server.server_close()
             deadline = time.monotonic() + _STOP_GRACE
             for worker in [thread, *open_connections.values()]:
@@ -557,9 +550,7 @@ class FakeSume:
     def url(self) -> str:
         """Base URL such as ``http://127.0.0.1:54321`` (available once started)."""
         if self._url is None:
-            raise RuntimeError(
-                "FakeSume is not started; call start() or use it as a context manager"
-            )
+            raise RuntimeError("FakeSume is not started; call start() or use it as a context manager")
         return self._url
 
     @property
@@ -593,10 +584,7 @@ class FakeSume:
             server.live[sock] = threading.current_thread()
             if server.stopping.is_set():
                 # Accepted just as stop() ran: make sure this connection cannot outlive it.
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                _shut(sock)
             return self._connections
 
     def _dispatch(self, request: RecordedRequest) -> tuple[Reply, str]:
@@ -607,9 +595,7 @@ class FakeSume:
             self._requests.append(request)
             script = self._scripts.get(key)
             if script is None:
-                reply = Reply.error(
-                    404, "not_found", message=f"No script for {request.method} {path}"
-                )
+                reply = Reply.error(404, "not_found", message=f"No script for {request.method} {path}")
             else:
                 position = self._positions[key]
                 self._positions[key] = position + 1

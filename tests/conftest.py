@@ -1,0 +1,61 @@
+"""Shared fixtures: a fake Sume server, a virtual clock, deterministic jitter."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Iterator, List
+
+import pytest
+
+from sume_urllib3 import Policy, SumeSession
+from sume_urllib3.testing import FakeSume
+
+API_KEY = "sk_live_SECRET_0123456789abcdef"
+
+
+class VirtualTime:
+    """A monotonic clock that only moves when something sleeps on it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: List[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeSume]:
+    """A started FakeSume on 127.0.0.1."""
+    with FakeSume() as server:
+        yield server
+
+
+@pytest.fixture
+def vtime() -> VirtualTime:
+    """Virtual time: retries sleep on it without waiting."""
+    return VirtualTime()
+
+
+@pytest.fixture
+def make_session(fake: FakeSume, vtime: VirtualTime) -> Iterator[Callable[..., SumeSession]]:
+    """Build SumeSessions against the fake server with virtual time and seeded jitter."""
+    sessions: List[SumeSession] = []
+
+    def make(**kwargs: Any) -> SumeSession:
+        kwargs.setdefault("base_url", fake.url + "/v1")
+        kwargs.setdefault("sleep", vtime.sleep)
+        kwargs.setdefault("clock", vtime.clock)
+        kwargs.setdefault("rng", random.Random(1234))
+        kwargs.setdefault("policy", Policy())
+        session = SumeSession(kwargs.pop("api_key", API_KEY), **kwargs)
+        sessions.append(session)
+        return session
+
+    yield make
+    for session in sessions:
+        session.close()

@@ -1,0 +1,408 @@
+"""SumeRetry carried out by urllib3 itself, on a real loopback server."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import pickle
+import random
+import socket
+import threading
+from typing import Any, Iterator, List
+
+import pytest
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from sume_urllib3 import Policy, SumeRetry
+from sume_urllib3.testing import FakeSume, Reply
+
+from .conftest import VirtualTime
+
+
+def plain_session(retry: SumeRetry) -> requests.Session:
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    return session
+
+
+@pytest.fixture
+def retry(vtime: VirtualTime) -> SumeRetry:
+    """A standalone SumeRetry on virtual time with seeded jitter."""
+    return SumeRetry(sleep=vtime.sleep, clock=vtime.clock, rng=random.Random(5))
+
+
+# -- construction -------------------------------------------------------------------
+
+
+def test_defaults_leave_the_cap_to_the_policy() -> None:
+    """Without arguments urllib3's counters do not cap; the default policy does."""
+    retry = SumeRetry()
+
+    assert (None, 6) == (retry.total, retry.policy.max_retries)
+
+
+def test_policy_must_be_a_policy() -> None:
+    """Passing something else as policy is a ConfigurationError (a ValueError)."""
+    with pytest.raises(ValueError, match="policy must be a Policy"):
+        SumeRetry(policy={"max_retries": 3})  # type: ignore[arg-type]
+
+
+def test_backoff_max_is_accepted_on_every_urllib3_line() -> None:
+    """backoff_max / backoff_jitter are kept as attributes even where Retry lacks them."""
+    retry = SumeRetry(backoff_max=7, backoff_jitter=0.5)
+
+    assert (7, 0.5) == (retry.backoff_max, retry.backoff_jitter)
+    assert 7 == retry.new().backoff_max
+
+
+def test_from_int_keeps_urllib3_meaning() -> None:
+    """from_int(n) is SumeRetry(total=n); from_int(None) is urllib3's plain default."""
+    three = SumeRetry.from_int(3)
+
+    assert isinstance(three, SumeRetry)
+    assert 3 == three.total
+    assert type(SumeRetry.from_int(None)) is Retry
+    assert SumeRetry.from_int(three) is three
+
+
+def test_custom_state_survives_new_and_increment(retry: SumeRetry) -> None:
+    """Policy, injected parts and counters are carried by every copy."""
+    policy = Policy(max_retries=2)
+    original = SumeRetry(policy, sleep=retry.sleep_function, clock=retry.clock, total=5)
+
+    copied = original.new()
+    after = original.increment("GET", "/x", error=urllib3.exceptions.ConnectTimeoutError("boom"))
+
+    assert policy is copied.policy is after.policy
+    assert original.clock is after.clock
+    assert 4 == after.total
+    assert 1 == len(after.history)
+
+
+def test_pickle_copy_and_repr_work(retry: SumeRetry) -> None:
+    """A SumeRetry pickles, copies and has an informative repr."""
+    clone = pickle.loads(pickle.dumps(SumeRetry(Policy(max_retries=3))))
+
+    assert 3 == clone.policy.max_retries
+    assert copy.deepcopy(clone).policy == clone.policy
+    assert "max_retries=3" in repr(clone)
+
+
+def test_is_retry_says_maybe_for_every_error_status(retry: SumeRetry) -> None:
+    """urllib3 only sees the status, so every error status goes on to increment."""
+    answers = {status: retry.is_retry("POST", status) for status in (200, 302, 400, 402, 500, 503)}
+
+    assert {200: False, 302: False, 400: True, 402: True, 500: True, 503: True} == answers
+
+
+# -- through requests' HTTPAdapter ----------------------------------------------------
+
+
+def test_retries_503_until_success_with_the_policy_schedule(
+    fake: FakeSume, retry: SumeRetry, vtime: VirtualTime
+) -> None:
+    """503, 503, 200 gives the 200 after two backoff waits inside the jitter bounds."""
+    fake.script("GET", "/jobs", 503, 503, Reply(200, json={"ok": True}))
+
+    response = plain_session(retry).get(fake.url + "/jobs")
+
+    assert 200 == response.status_code
+    assert 2 == len(vtime.sleeps)
+    assert 0.5 <= vtime.sleeps[0] <= 1.0
+    assert 1.0 <= vtime.sleeps[1] <= 2.0
+    assert 2 == len(response.raw.retries.history)
+
+
+def test_retry_after_is_honoured_exactly(fake: FakeSume, retry: SumeRetry, vtime: VirtualTime) -> None:
+    """A 429 with Retry-After: 3 waits exactly 3 seconds."""
+    fake.script("GET", "/me", Reply.error(429, "rate_limit_exceeded", retry_after="3"), 200)
+
+    assert 200 == plain_session(retry).get(fake.url + "/me").status_code
+    assert [3.0] == vtime.sleeps
+
+
+@pytest.mark.parametrize("value", ["soon", "", "1.5", "-5", "1m0s", "99999999999", "Mon, 01 Jan 1990 00:00:00 GMT"])
+def test_garbage_retry_after_never_raises(
+    fake: FakeSume, retry: SumeRetry, vtime: VirtualTime, value: str
+) -> None:
+    """Retry-After values urllib3 chokes on are parsed, clamped or ignored, never raised."""
+    fake.script("GET", "/me", Reply.error(503, headers={"Retry-After": value}), 200)
+
+    response = plain_session(retry).get(fake.url + "/me")
+
+    if value == "99999999999":
+        assert 503 == response.status_code  # the server asked past the deadline: stop now
+        assert [] == vtime.sleeps
+    else:
+        assert 200 == response.status_code
+        assert all(0 <= s <= 60 for s in vtime.sleeps)
+
+
+def test_fix_response_is_returned_with_its_body(fake: FakeSume, retry: SumeRetry) -> None:
+    """402 is not retried and the caller reads the whole error body."""
+    fake.script("POST", "/avatars", Reply.error(402, "insufficient_credits", message="top up"))
+
+    response = plain_session(retry).post(fake.url + "/avatars", json={})
+
+    assert 402 == response.status_code
+    assert "insufficient_credits" == response.json()["error"]["code"]
+    assert 1 == len(fake.requests)
+
+
+def test_body_can_turn_a_no_retry_row_into_a_retry(fake: FakeSume, retry: SumeRetry) -> None:
+    """A 500 whose body says retryable: true is retried (the body beats the table)."""
+    fake.script("GET", "/jobs/1", Reply.error(500, "internal_error", retryable=True), 200)
+
+    assert 200 == plain_session(retry).get(fake.url + "/jobs/1").status_code
+    assert 2 == len(fake.requests)
+
+
+def test_body_retryable_false_stops_a_retry_row(fake: FakeSume, retry: SumeRetry) -> None:
+    """A 503 whose body says retryable: false is returned at once."""
+    fake.script("GET", "/jobs/1", Reply.error(503, "maintenance", retryable=False))
+
+    response = plain_session(retry).get(fake.url + "/jobs/1")
+
+    assert (503, 1) == (response.status_code, len(fake.requests))
+    assert "maintenance" == response.json()["error"]["code"]
+
+
+def test_standalone_post_is_never_resent(fake: FakeSume, retry: SumeRetry) -> None:
+    """Without SumeAdapter there is no key, so a POST 503 comes back untouched."""
+    fake.script("POST", "/avatars", 503, 200)
+
+    response = plain_session(retry).post(fake.url + "/avatars", json={})
+
+    assert (503, 1) == (response.status_code, len(fake.requests))
+
+
+def test_standalone_give_up_raises_retry_error_by_default(fake: FakeSume, vtime: VirtualTime) -> None:
+    """Giving up after retries follows raise_on_status: requests raises RetryError."""
+    fake.script("GET", "/jobs", 503)
+    retry = SumeRetry(Policy(max_retries=2), sleep=vtime.sleep, clock=vtime.clock)
+
+    with pytest.raises(requests.exceptions.RetryError):
+        plain_session(retry).get(fake.url + "/jobs")
+    assert 3 == len(fake.requests)
+
+
+def test_standalone_give_up_returns_the_body_without_raise_on_status(
+    fake: FakeSume, vtime: VirtualTime
+) -> None:
+    """With raise_on_status=False the last response comes back, body intact."""
+    fake.script("GET", "/jobs", Reply.error(503, "queue_full"))
+    retry = SumeRetry(Policy(max_retries=2), sleep=vtime.sleep, clock=vtime.clock, raise_on_status=False)
+
+    response = plain_session(retry).get(fake.url + "/jobs")
+
+    assert (503, "queue_full") == (response.status_code, response.json()["error"]["code"])
+
+
+def test_urllib3_total_still_caps(fake: FakeSume, vtime: VirtualTime) -> None:
+    """total=1 stops after one retry even though the policy allows six."""
+    fake.script("GET", "/jobs", 503)
+    retry = SumeRetry(total=1, sleep=vtime.sleep, clock=vtime.clock, raise_on_status=False)
+
+    assert 503 == plain_session(retry).get(fake.url + "/jobs").status_code
+    assert 2 == len(fake.requests)
+
+
+def test_deadline_stops_before_a_wait_that_would_cross_it(fake: FakeSume, vtime: VirtualTime) -> None:
+    """With 10 s of budget, a Retry-After of 30 is not started: the 429 is returned."""
+    fake.script("GET", "/jobs", Reply.error(429, retry_after="30"), 200)
+    retry = SumeRetry(Policy(max_elapsed=10.0), sleep=vtime.sleep, clock=vtime.clock)
+
+    response = plain_session(retry).get(fake.url + "/jobs")
+
+    assert (429, []) == (response.status_code, vtime.sleeps)
+
+
+def test_the_template_is_never_mutated(fake: FakeSume, retry: SumeRetry) -> None:
+    """Many threads through one adapter leave the shared template exactly as it was."""
+    fake.script("GET", "/jobs", 503, 200)
+    session = plain_session(retry)
+    before = dict(retry.__dict__)
+
+    def work() -> None:
+        for _ in range(5):
+            session.get(fake.url + "/jobs")
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert before == retry.__dict__
+
+
+# -- bodies stay readable ---------------------------------------------------------------
+
+
+def body_reply(status: int, size: int, *, gz: bool, chunked: bool) -> Reply:
+    return Reply.error(status, "insufficient_credits", size=size, gzip=gz, chunked=chunked)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("chunked", [False, True], ids=["length", "chunked"])
+@pytest.mark.parametrize("read", ["content", "json", "iter_content", "raw"])
+@pytest.mark.parametrize("size", [300, 2_000_000], ids=["small", "2MB"])
+def test_error_body_is_intact_for_the_caller(
+    fake: FakeSume, retry: SumeRetry, gz: bool, chunked: bool, read: str, size: int
+) -> None:
+    """After the peek, every way of reading gives the caller the whole body."""
+    fake.script("GET", "/pay", body_reply(402, size, gz=gz, chunked=chunked))
+    session = plain_session(retry)
+
+    response = session.get(fake.url + "/pay", stream=read == "raw")
+    if read == "content":
+        body = response.content
+    elif read == "json":
+        body = json.dumps(response.json()).encode()
+    elif read == "iter_content":
+        body = b"".join(response.iter_content(8192))
+    else:
+        raw = response.raw.read()
+        body = gzip.decompress(raw) if gz else raw
+
+    assert 402 == response.status_code
+    if read == "json":
+        assert "insufficient_credits" == json.loads(body)["error"]["code"]
+    else:
+        assert size == len(body)
+        assert "insufficient_credits" == json.loads(body)["error"]["code"]
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_exhausted_body_is_intact(fake: FakeSume, vtime: VirtualTime, gz: bool) -> None:
+    """The last 503 after giving up keeps its body (raise_on_status=False)."""
+    fake.script("GET", "/q", Reply.error(503, "queue_full", gzip=gz, chunked=True))
+    retry = SumeRetry(Policy(max_retries=1), sleep=vtime.sleep, clock=vtime.clock, raise_on_status=False)
+
+    response = plain_session(retry).get(fake.url + "/q")
+
+    assert "queue_full" == response.json()["error"]["code"]
+
+
+def test_connections_are_released_and_reused(fake: FakeSume, retry: SumeRetry) -> None:
+    """Retries and returned error bodies still hand the connection back to the pool."""
+    fake.script("GET", "/a", 503, 503, 200)
+    fake.script("GET", "/b", Reply.error(402, size=100_000))
+    session = plain_session(retry)
+
+    for _ in range(3):
+        session.get(fake.url + "/b")
+    session.get(fake.url + "/a")
+
+    assert 1 == fake.connections
+    assert 6 == len(fake.requests)
+
+
+# -- through a PoolManager --------------------------------------------------------------
+
+
+def test_pool_manager_retries_and_peeks_the_preloaded_body(fake: FakeSume, retry: SumeRetry) -> None:
+    """PoolManager.request preloads bodies; the decision reads that and the body stays."""
+    fake.script("GET", "/x", Reply.error(409, "idempotency_key_in_use"), Reply.error(409, "idempotency_conflict"))
+    http = urllib3.PoolManager(retries=retry)
+
+    response = http.request("GET", fake.url + "/x")
+
+    assert 409 == response.status
+    assert "idempotency_conflict" == json.loads(response.data)["error"]["code"]
+    assert 2 == len(fake.requests)
+
+
+def test_pool_manager_redirects_follow_urllib3_rules(fake: FakeSume, retry: SumeRetry) -> None:
+    """A 302 reaching the retry is followed as urllib3 would."""
+    fake.script("GET", "/old", Reply(302, headers={"Location": "/new"}, body=b""))
+    fake.script("GET", "/new", Reply(200, json={"here": True}))
+    http = urllib3.PoolManager(retries=retry)
+
+    response = http.request("GET", fake.url + "/old")
+
+    assert (200, True) == (response.status, json.loads(response.data)["here"])
+
+
+# -- transport errors ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_connection_refused_is_retried_even_for_post(retry: SumeRetry, vtime: VirtualTime) -> None:
+    """A connection never made is safe to retry for any method, then ConnectionError."""
+    url = f"http://127.0.0.1:{free_port()}/avatars"
+
+    with pytest.raises(requests.exceptions.ConnectionError):
+        plain_session(retry).post(url, data=b"{}")
+    assert 6 == len(vtime.sleeps)
+
+
+def test_read_timeout_is_retried_for_get(fake: FakeSume, retry: SumeRetry) -> None:
+    """A GET whose answer is too slow is sent again."""
+    fake.script("GET", "/slow", Reply(200, delay=1.0), Reply(200, json={"ok": 1}))
+
+    response = plain_session(retry).get(fake.url + "/slow", timeout=(2, 0.2))
+
+    assert (200, 2) == (response.status_code, len(fake.requests))
+
+
+def test_read_timeout_on_keyless_post_is_not_resent(fake: FakeSume, retry: SumeRetry) -> None:
+    """A POST that may have reached the server is never sent twice without a key."""
+    fake.script("POST", "/slow", Reply(200, delay=1.0))
+
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        plain_session(retry).post(fake.url + "/slow", data=b"{}", timeout=(2, 0.2))
+    assert 1 == len(fake.requests)
+
+
+def test_dropped_connection_on_get_is_retried(fake: FakeSume, retry: SumeRetry) -> None:
+    """A connection closed before the answer is a read error: retried for GET."""
+    fake.script("GET", "/drop", Reply(drop="before_headers"), 200)
+
+    assert 200 == plain_session(retry).get(fake.url + "/drop").status_code
+
+
+def test_a_bug_in_an_observer_or_peek_never_escapes(fake: FakeSume, vtime: VirtualTime) -> None:
+    """An observer that raises does not break the retry."""
+
+    class Broken:
+        def on_retry(self, event: Any) -> None:
+            raise RuntimeError("observer bug")
+
+    fake.script("GET", "/x", 503, 200)
+    retry = SumeRetry(sleep=vtime.sleep, clock=vtime.clock, observers=[Broken()])
+
+    assert 200 == plain_session(retry).get(fake.url + "/x").status_code
+
+
+def iter_body() -> Iterator[bytes]:
+    yield b'{"a":'
+    yield b"1}"
+
+
+def test_waits_are_recorded_by_observers(fake: FakeSume, vtime: VirtualTime) -> None:
+    """Each retry reaches the observers with its attempt number, wait and source."""
+    events: List[Any] = []
+
+    class Collect:
+        def on_retry(self, event: Any) -> None:
+            events.append(event)
+
+    fake.script("GET", "/x", Reply.error(429, "rate_limit_exceeded", retry_after="2"), 200)
+    retry = SumeRetry(sleep=vtime.sleep, clock=vtime.clock, observers=[Collect()])
+
+    plain_session(retry).get(fake.url + "/x")
+
+    assert [(1, 2.0, "retry_after", 429, "rate_limit_exceeded")] == [
+        (e.attempt, e.wait, e.wait_source, e.status, e.code) for e in events
+    ]
