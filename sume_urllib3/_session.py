@@ -185,9 +185,10 @@ class SumeSession(requests.Session):
             "timeout": self.timeout,
             "raise_on_give_up": self.raise_on_give_up,
             "observers": self.user_observers,
-            "retry_budget": None if self.retry_budget is None else DEFAULT_BUDGET,
             **self._injected,
         }
+        if self.retry_budget is None:
+            state["_sume_config"]["retry_budget"] = None  # a live budget restarts fresh
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:

@@ -78,10 +78,7 @@ class _Headers(typing.Mapping[str, str]):
         pairs = source.items() if isinstance(source, Mapping) else source
         merged: dict[str, tuple[str, str]] = {}
         for name, raw in pairs:
-            value = str(raw)
-            if not isinstance(name, str) or not name or any(c in name + value for c in "\r\n\0"):
-                raise ValueError(f"invalid header {name!r}: {value!r}")
-            key = name.lower()
+            key, value = str(name).lower(), str(raw)
             # Repeated request headers fold into one comma-separated value, as RFC 9110 allows.
             merged[key] = (merged[key][0], merged[key][1] + ", " + value) if key in merged else (name, value)
         self._items: tuple[tuple[str, str], ...] = tuple(merged.values())
@@ -152,6 +149,9 @@ class Reply:
                 raise TypeError(f"body must be bytes, got {type(self.body).__name__}")
             object.__setattr__(self, "body", bytes(self.body))
         object.__setattr__(self, "headers", _Headers(self.headers))
+        for name, value in self.headers.items():
+            if not name or any(c in name + value for c in "\r\n\0"):
+                raise ValueError(f"invalid header {name!r}: {value!r}")
         if not 0 <= self.delay < float("inf"):  # also rejects NaN
             raise ValueError(f"delay must be a finite number >= 0, got {self.delay!r}")
         if self.drop not in _DROPS:
@@ -162,8 +162,9 @@ class Reply:
                 raise ValueError(f"{name} must be an int >= 0 or None, got {value!r}")
         if self.status in _NO_BODY_STATUSES and (self.json is not _MISSING or self.body or self.size):
             raise ValueError(f"a {self.status} response cannot carry a body")
-        # Render once with a placeholder id so bad JSON or a too-small size fail here, not mid-test.
-        head, pad, tail = _render(self, "req_0")
+        # Render once with the longest plausible id, so bad JSON or a too-small size fail here
+        # rather than mid-response on the server thread.
+        head, pad, tail = _render(self, self.headers.get("x-sume-request-id", "req_" + "9" * 20))
         if self.drop == "after_headers" and not (head or pad or tail or self.chunked):
             raise ValueError(
                 "drop='after_headers' needs a body to promise: set json=, body=, size= or chunked=True"
@@ -325,7 +326,9 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         )
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # the handler already swallows disconnects; anything else is the client's business
+        # Disconnects are routine for a fault-injecting server; anything else is a real bug.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -442,10 +445,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         remaining = reply.truncate
         for piece in payload():
             if remaining is not None:
-                piece, remaining = (
-                    piece[:remaining],
-                    remaining - min(remaining, len(piece)),
-                )
+                piece = piece[:remaining]
+                remaining -= len(piece)
             if piece:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if reply.chunked else piece)
             if stopping.is_set() or remaining == 0:

@@ -1,0 +1,445 @@
+"""SumeSession and SumeAdapter: keys, records, give-up errors, auth and redirects."""
+
+from __future__ import annotations
+
+import io
+import logging
+import pickle
+import threading
+from typing import Any, Callable, Dict, Iterator, List
+
+import pytest
+import requests
+
+from sume_urllib3 import (
+    ConfigurationError,
+    Outcome,
+    Policy,
+    SumeAdapter,
+    SumeRecord,
+    SumeRetryError,
+    SumeSession,
+)
+from sume_urllib3.testing import FakeSume, Reply
+
+from .conftest import API_KEY, VirtualTime
+
+MakeSession = Callable[..., SumeSession]
+
+
+# -- idempotency keys ------------------------------------------------------------------
+
+
+def test_same_key_on_every_attempt_and_a_new_one_per_request(fake: FakeSume, make_session: MakeSession) -> None:
+    """Retries of one POST reuse its key; the next POST gets a fresh one."""
+    fake.script("POST", "/v1/avatars", 503, 429, 201, 201)
+    session = make_session()
+
+    first = session.post("/avatars", json={"name": "a"})
+    second = session.post("/avatars", json={"name": "b"})
+
+    keys = [r.headers["Idempotency-Key"] for r in fake.requests]
+    assert (201, 201) == (first.status_code, second.status_code)
+    assert 3 == keys.count(keys[0])
+    assert keys[3] != keys[0]
+    assert first.sume.idempotency_key == keys[0]
+
+
+def test_a_callers_key_is_kept(fake: FakeSume, make_session: MakeSession) -> None:
+    """A key the caller set is sent as is on every attempt."""
+    fake.script("POST", "/v1/avatars", 503, 201)
+
+    make_session().post("/avatars", json={}, headers={"Idempotency-Key": "order-42"})
+
+    assert ["order-42", "order-42"] == [r.headers["Idempotency-Key"] for r in fake.requests]
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "has space", "naïve", "tab\tkey"])
+def test_an_invalid_key_is_refused_before_sending(fake: FakeSume, make_session: MakeSession, key: str) -> None:
+    """Empty, too long or non-visible-ASCII keys raise ConfigurationError and send nothing."""
+    with pytest.raises(ConfigurationError, match="Idempotency-Key"):
+        make_session().post("/avatars", json={}, headers={"Idempotency-Key": key.encode("utf-8")})
+    assert [] == fake.requests
+
+
+def test_get_gets_no_key(fake: FakeSume, make_session: MakeSession) -> None:
+    """Only POST and PATCH are given a key."""
+    fake.script("GET", "/v1/me", 200)
+
+    make_session().get("/me")
+
+    assert "Idempotency-Key" not in fake.requests[0].headers
+
+
+def test_threads_never_share_keys_or_deadlines(fake: FakeSume, make_session: MakeSession) -> None:
+    """8 threads x 25 POSTs on one session: one key per logical request, never reused."""
+    fake.script("POST", "/v1/jobs", 503, 201, 503, 201)
+    session = make_session()
+    records: List[SumeRecord] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        for _ in range(25):
+            r = session.post("/jobs", json={})
+            with lock:
+                records.append(r.sume)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    by_key: Dict[str, int] = {}
+    for r in fake.requests:
+        by_key[r.headers["Idempotency-Key"]] = by_key.get(r.headers["Idempotency-Key"], 0) + 1
+    assert 200 == len(records) == len(by_key)
+    assert sum(rec.attempts for rec in records) == len(fake.requests)
+    assert all(by_key[rec.idempotency_key or ""] == rec.attempts for rec in records)
+    assert 200 == session.metrics.total
+
+
+# -- records and outcomes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "outcome", "attempts"),
+    [
+        ([200], Outcome.OK, 1),
+        ([503, 200], Outcome.RETRIED_OK, 2),
+        ([Reply.error(402, "insufficient_credits")], Outcome.FIX, 1),
+        ([503, Reply.error(400, "bad_request")], Outcome.FIX, 2),
+        ([Reply.error(409, "job_not_completed", next_action="poll_status")], Outcome.POLL, 1),
+        ([Reply.error(500, "internal_error")], Outcome.NO_RETRY, 1),
+        ([Reply.error(503, retryable=False)], Outcome.NO_RETRY, 1),
+    ],
+)
+def test_every_returned_outcome_is_recorded(
+    fake: FakeSume, make_session: MakeSession, script: List[Any], outcome: Outcome, attempts: int
+) -> None:
+    """response.sume says how the logical request ended, and the metrics count it."""
+    fake.script("POST", "/v1/runs", *script)
+    session = make_session()
+
+    record = session.post("/runs", json={}).sume
+
+    assert (outcome, attempts) == (record.outcome, record.attempts)
+    assert 1 == session.metrics.snapshot()["outcomes"][outcome.value]
+
+
+def test_the_record_names_codes_ids_and_waits(fake: FakeSume, make_session: MakeSession) -> None:
+    """Codes, request ids of every attempt, waits and the final reason are all there."""
+    fake.script(
+        "POST",
+        "/v1/runs",
+        Reply.error(429, "queue_full", retry_after="2", request_id="req_a"),
+        Reply.error(402, "insufficient_credits", request_id="req_b"),
+    )
+
+    record = make_session().post("/runs", json={}).sume
+
+    assert ("insufficient_credits", "req_b", ("req_a", "req_b"), (2.0,)) == (
+        record.code,
+        record.request_id,
+        record.request_ids,
+        record.waits,
+    )
+    assert "must fix" in record.reason
+
+
+def test_giving_up_raises_with_the_last_response(fake: FakeSume, make_session: MakeSession, vtime: VirtualTime) -> None:
+    """After the attempt cap, SumeRetryError names status, code, ids, attempts and why."""
+    fake.script("POST", "/v1/runs", Reply.error(503, "worker_timeout"))
+    session = make_session(policy=Policy(max_retries=2))
+
+    with pytest.raises(SumeRetryError) as info:
+        session.post("/runs", json={})
+
+    error = info.value
+    message = str(error)
+    assert isinstance(error, requests.exceptions.RetryError)
+    assert error.response is not None
+    assert "worker_timeout" == error.response.json()["error"]["code"]
+    assert error.record.outcome is Outcome.GAVE_UP
+    for part in ("503 worker_timeout", "req_1", "req_3", "3 attempts", "attempt cap"):
+        assert part in message
+    assert 1 == session.metrics.snapshot()["outcomes"]["gave_up"]
+
+
+def test_retry_after_past_the_deadline_gives_up_at_once(fake: FakeSume, make_session: MakeSession) -> None:
+    """A Retry-After longer than the budget left is not waited for: gave up, saying why."""
+    fake.script("GET", "/v1/me", Reply.error(429, "rate_limit_exceeded", retry_after="600"))
+
+    with pytest.raises(SumeRetryError, match="server asked to wait 600.0s"):
+        make_session().get("/me")
+
+
+def test_deadline_counts_from_the_start_of_the_request(fake: FakeSume, make_session: MakeSession, vtime: VirtualTime) -> None:
+    """Waits add up against max_elapsed; the wait that would cross it is never started."""
+    fake.script("GET", "/v1/me", Reply.error(429, retry_after="4"))
+    session = make_session(policy=Policy(max_elapsed=10.0), raise_on_give_up=False)
+
+    response = session.get("/me")
+
+    assert ([4.0, 4.0], 3) == (vtime.sleeps, response.sume.attempts)
+    assert "only 2.0s of the 10.0s budget is left" in response.sume.reason
+
+
+def test_raise_on_give_up_false_returns_the_last_response(fake: FakeSume, make_session: MakeSession) -> None:
+    """raise_on_give_up=False hands back the last response with its record."""
+    fake.script("GET", "/v1/me", 503)
+    session = make_session(policy=Policy(max_retries=1), raise_on_give_up=False)
+
+    response = session.get("/me")
+
+    assert (503, Outcome.GAVE_UP, 2) == (response.status_code, response.sume.outcome, response.sume.attempts)
+
+
+def test_transport_failures_keep_requests_exception_types(make_session: MakeSession) -> None:
+    """Refused connections end in requests' ConnectionError, with the record attached."""
+    session = make_session(base_url="http://127.0.0.1:9/v1", policy=Policy(max_retries=2))
+
+    with pytest.raises(requests.exceptions.ConnectionError) as info:
+        session.get("/me")
+
+    assert (Outcome.GAVE_UP, 3) == (info.value.sume.outcome, info.value.sume.attempts)  # type: ignore[attr-defined]
+    assert 1 == session.metrics.snapshot()["outcomes"]["gave_up"]
+
+
+def test_exhausted_read_timeouts_raise_read_timeout(fake: FakeSume, make_session: MakeSession) -> None:
+    """Every attempt timing out ends in ReadTimeout (not requests' ConnectionError quirk)."""
+    fake.script("GET", "/v1/slow", Reply(200, delay=1.0))
+    session = make_session(policy=Policy(max_retries=1), timeout=(2, 0.1))
+
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        session.get("/slow")
+    assert 2 == len(fake.requests)
+
+
+def test_keyed_post_read_timeout_is_resent_with_the_same_key(fake: FakeSume, make_session: MakeSession) -> None:
+    """A POST with a key is safe to resend after a read timeout: same key."""
+    fake.script("POST", "/v1/runs", Reply(201, delay=1.0), Reply(201, json={"id": 1}))
+    session = make_session(timeout=(2, 0.1))
+
+    response = session.post("/runs", json={})
+
+    keys = {r.headers["Idempotency-Key"] for r in fake.requests}
+    assert (201, 1, 2) == (response.status_code, len(keys), len(fake.requests))
+
+
+def test_unreplayable_body_is_never_resent(fake: FakeSume, make_session: MakeSession) -> None:
+    """A generator body cannot be sent twice: the 503 is returned as no_retry."""
+    fake.script("PUT", "/v1/assets/1", 503, 200)
+
+    def body() -> Iterator[bytes]:
+        yield b"chunk"
+
+    response = make_session().put("/assets/1", data=body())
+
+    assert (503, Outcome.NO_RETRY, 1) == (response.status_code, response.sume.outcome, len(fake.requests))
+    assert "cannot be replayed" in response.sume.reason
+
+
+def test_seekable_body_is_rewound_and_resent(fake: FakeSume, make_session: MakeSession) -> None:
+    """A file-like body is resent intact."""
+    fake.script("PUT", "/v1/assets/1", 503, 200)
+
+    make_session().put("/assets/1", data=io.BytesIO(b"payload"))
+
+    assert [b"payload", b"payload"] == [r.body for r in fake.requests]
+
+
+# -- session configuration ------------------------------------------------------------------
+
+
+def test_relative_urls_join_the_base_url(fake: FakeSume, make_session: MakeSession) -> None:
+    """'/jobs' and 'jobs' go under the base path; absolute URLs pass through."""
+    fake.script("GET", "/v1/jobs", 200)
+    fake.script("GET", "/other", 200)
+    session = make_session()
+
+    session.get("/jobs")
+    session.get("jobs")
+    session.get(fake.url + "/other")
+
+    assert ["/v1/jobs", "/v1/jobs", "/other"] == [r.path for r in fake.requests]
+
+
+def test_default_base_url_and_join() -> None:
+    """Without configuration the base is https://api.sume.com/v1."""
+    assert "https://api.sume.com/v1/jobs" == SumeSession().url_for("/jobs")
+
+
+def test_environment_configures_key_and_base(fake: FakeSume, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SUME_API_KEY and SUME_API_BASE_URL are used when not given."""
+    monkeypatch.setenv("SUME_API_KEY", "sk_env_key")
+    monkeypatch.setenv("SUME_API_BASE_URL", fake.url + "/v2")
+    fake.script("GET", "/v2/me", 200)
+
+    with SumeSession() as session:
+        session.get("/me")
+
+    assert "sk_env_key" == fake.requests[0].headers["x-api-key"]
+
+
+def test_default_timeout_applies(fake: FakeSume, make_session: MakeSession) -> None:
+    """A call without a timeout uses the session's (requests has none)."""
+    fake.script("GET", "/v1/slow", Reply(200, delay=1.0))
+    session = make_session(timeout=(2, 0.1), policy=Policy(max_retries=0))
+
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        session.get("/slow")
+
+
+def test_user_agent_names_the_library(fake: FakeSume, make_session: MakeSession) -> None:
+    """The User-Agent says sume-urllib3 and its version."""
+    fake.script("GET", "/v1/me", 200)
+
+    make_session().get("/me")
+
+    assert fake.requests[0].headers["User-Agent"].startswith("sume-urllib3/")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"auth_header": "basic"}, "auth_header"),
+        ({"base_url": "ftp://x"}, "base_url"),
+        ({"base_url": "https://u:p@x"}, "base_url"),
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": (1, 2, 3)}, "timeout"),
+        ({"policy": "fast"}, "policy"),
+        ({"retry_budget": 5}, "retry_budget"),
+    ],
+)
+def test_bad_configuration_is_refused(kwargs: Dict[str, Any], field: str) -> None:
+    """Each bad setting raises ConfigurationError naming it."""
+    with pytest.raises(ConfigurationError, match=field):
+        SumeSession("k", **kwargs)
+
+
+def test_session_pickles(make_session: MakeSession) -> None:
+    """A session round-trips through pickle with its configuration."""
+    session = SumeSession("sk_x", base_url="https://example.test/v1", policy=Policy(max_retries=2))
+
+    clone = pickle.loads(pickle.dumps(session))
+
+    assert ("https://example.test/v1", 2, True) == (clone.base_url, clone.policy.max_retries, clone.has_api_key)
+
+
+# -- auth ----------------------------------------------------------------------------------
+
+
+def test_x_api_key_by_default_and_bearer_on_request(fake: FakeSume, make_session: MakeSession) -> None:
+    """Exactly one auth header: x-api-key, or Authorization: Bearer."""
+    fake.script("GET", "/v1/me", 200)
+
+    make_session().get("/me")
+    make_session(auth_header="bearer").get("/me")
+
+    first, second = fake.requests
+    assert (API_KEY, None) == (first.headers["x-api-key"], first.headers.get("Authorization"))
+    assert ("Bearer " + API_KEY, None) == (second.headers["Authorization"], second.headers.get("x-api-key"))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"headers": {"Authorization": "Bearer other"}},
+        {"auth": ("user", "pass")},
+    ],
+)
+def test_both_auth_headers_are_refused_before_sending(
+    fake: FakeSume, make_session: MakeSession, extra: Dict[str, Any]
+) -> None:
+    """A second auth header (per request or auth=) is a ConfigurationError; nothing is sent."""
+    with pytest.raises(ConfigurationError, match="send only one"):
+        make_session().get("/me", **extra)
+    assert [] == fake.requests
+
+
+def test_plain_http_to_a_remote_host_is_refused() -> None:
+    """The key never travels over plain http except to loopback."""
+    session = SumeSession("sk_x", base_url="http://api.example.com/v1")
+
+    with pytest.raises(ConfigurationError, match="plain http"):
+        session.get("/me")
+
+
+def test_401_with_both_headers_says_send_only_one(fake: FakeSume, vtime: VirtualTime) -> None:
+    """SumeAdapter on a plain session adds the hint when a 401 carried both headers."""
+    fake.script("GET", "/me", Reply.error(401, "unauthorized"))
+    session = requests.Session()
+    session.mount("http://", SumeAdapter(sleep=vtime.sleep, clock=vtime.clock))
+
+    response = session.get(fake.url + "/me", headers={"x-api-key": "a", "Authorization": "Bearer b"})
+
+    assert "send only one" in response.sume.reason
+
+
+# -- redirects ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [302, 303, 307])
+def test_redirect_on_the_same_host_keeps_key_and_auth(fake: FakeSume, make_session: MakeSession, status: int) -> None:
+    """Same-host redirects keep the API key and the idempotency key."""
+    fake.script("POST", "/v1/old", Reply(status, headers={"Location": "/v1/new"}, body=b""))
+    fake.script("POST", "/v1/new", 201)
+    fake.script("GET", "/v1/new", 200)
+
+    response = make_session().post("/old", json={})
+
+    first, second = fake.requests
+    assert response.status_code in (200, 201)
+    assert API_KEY == second.headers["x-api-key"]
+    assert first.headers["Idempotency-Key"] == second.headers["Idempotency-Key"]
+
+
+@pytest.mark.parametrize("auth_header", ["x-api-key", "bearer"])
+def test_redirect_to_another_host_strips_the_key(fake: FakeSume, make_session: MakeSession, auth_header: str) -> None:
+    """127.0.0.1 -> localhost is another host: neither key header follows."""
+    other = fake.url.replace("127.0.0.1", "localhost") + "/v1/new"
+    fake.script("GET", "/v1/old", Reply(302, headers={"Location": other}, body=b""))
+    fake.script("GET", "/v1/new", 200)
+
+    make_session(auth_header=auth_header).get("/old")
+
+    second = fake.requests[1]
+    assert (None, None) == (second.headers.get("x-api-key"), second.headers.get("Authorization"))
+
+
+def test_redirects_count_as_one_outcome(fake: FakeSume, make_session: MakeSession) -> None:
+    """A redirected request is one logical request in the metrics."""
+    fake.script("GET", "/v1/old", Reply(302, headers={"Location": "/v1/new"}, body=b""))
+    fake.script("GET", "/v1/new", 200)
+    session = make_session()
+
+    session.get("/old")
+
+    assert 1 == session.metrics.total
+
+
+# -- secrets -------------------------------------------------------------------------------------
+
+
+def test_the_key_never_leaks(fake: FakeSume, make_session: MakeSession, caplog: pytest.LogCaptureFixture) -> None:
+    """Logs at DEBUG, reprs, records, errors and pickles never contain the API key."""
+    fake.script("POST", "/v1/runs", 503)
+    session = make_session(policy=Policy(max_retries=2))
+    caplog.set_level(logging.DEBUG)
+
+    with pytest.raises(SumeRetryError) as info:
+        session.post("/runs", json={})
+
+    texts = [
+        caplog.text,
+        repr(session),
+        repr(session.adapter),
+        repr(session.adapter.retry),
+        repr(info.value.record),
+        str(info.value),
+        repr(info.value),
+        pickle.dumps(info.value.record).decode("latin-1"),
+        pickle.dumps(info.value).decode("latin-1"),
+    ]
+    assert not [t for t in texts if API_KEY in t]
