@@ -102,26 +102,30 @@ def test_gzip_reply_is_decoded_by_requests_with_correct_content_length(fake: Fak
     fake.script("GET", "/gz", Reply(json={"hello": "world" * 100}, gzip=True))
 
     decoded = requests.get(fake.url + "/gz", timeout=5)
-    raw = requests.get(fake.url + "/gz", timeout=5, stream=True)
-    compressed = raw.raw.read(decode_content=False)
+    with requests.get(fake.url + "/gz", timeout=5, stream=True) as raw:
+        compressed = raw.raw.read(decode_content=False)
 
     assert decoded.json() == {"hello": "world" * 100}
     assert decoded.headers["Content-Encoding"] == "gzip"
-    assert str(len(compressed)) == raw.headers["Content-Length"]
+    assert raw.headers["Content-Length"] == str(len(compressed))
     assert json.loads(gzip.decompress(compressed)) == {"hello": "world" * 100}
 
 
 def test_chunked_reply(fake: FakeSume) -> None:
-    """A chunked reply uses Transfer-Encoding: chunked and no Content-Length."""
+    """A chunked reply uses Transfer-Encoding: chunked and no Content-Length, even gzipped."""
     fake.script("GET", "/c", Reply(json={"chunked": True}, chunked=True, gzip=True))
+    fake.script("GET", "/big", Reply(json={"k": 1}, chunked=True, size=200_000))
     conn = http.client.HTTPConnection(*address(fake), timeout=5)
 
     conn.request("GET", "/c")
     response = conn.getresponse()
+    zipped = response.read()
+    big = requests.get(fake.url + "/big", timeout=5)
 
     assert response.getheader("Transfer-Encoding") == "chunked"
     assert response.getheader("Content-Length") is None
-    assert json.loads(gzip.decompress(response.read())) == {"chunked": True}
+    assert json.loads(gzip.decompress(zipped)) == {"chunked": True}
+    assert (len(big.content), big.json()["k"]) == (200_000, 1)
     conn.close()
 
 
@@ -188,8 +192,8 @@ def test_sized_raw_and_gzip_bodies(fake: FakeSume) -> None:
     fake.script("GET", "/gz", Reply(json=[1, 2], size=1_000_000, gzip=True))
 
     raw = requests.get(fake.url + "/raw", timeout=5)
-    zipped = requests.get(fake.url + "/gz", timeout=5, stream=True)
-    compressed = zipped.raw.read(decode_content=False)
+    with requests.get(fake.url + "/gz", timeout=5, stream=True) as zipped:
+        compressed = zipped.raw.read(decode_content=False)
 
     assert raw.content == b"abc       "
     assert str(len(compressed)) == zipped.headers["Content-Length"]
