@@ -11,9 +11,9 @@ from requests.adapters import HTTPAdapter
 
 from ._envelope import parse_envelope
 from ._errors import ConfigurationError, SumeRetryError
-from ._observers import dispatch_outcome
+from ._observers import dispatch_outcome, observer_tuple
 from ._policy import Outcome, Policy, RandomSource, Verdict
-from ._record import SumeObserver, SumeRecord
+from ._record import SumeRecord
 from ._retry import KEYED_METHODS, SumeRetry
 from ._sleeping import now as _sleeping_now
 from ._state import RequestState, current_logical, current_request
@@ -31,14 +31,14 @@ class SumeAdapter(HTTPAdapter):
     unless ``raise_on_give_up`` is False.
     """
 
-    __attrs__ = HTTPAdapter.__attrs__ + ["raise_on_give_up", "observers", "budget"]
+    __attrs__ = [*HTTPAdapter.__attrs__, "raise_on_give_up", "observers", "budget"]  # noqa: RUF012
 
     def __init__(
         self,
         policy: Optional[Policy] = None,
         *,
         raise_on_give_up: bool = True,
-        observers: Iterable[SumeObserver] = (),
+        observers: Iterable[object] = (),
         budget: Any = None,
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
@@ -46,7 +46,7 @@ class SumeAdapter(HTTPAdapter):
         max_retries: Optional[SumeRetry] = None,
         **adapter_kwargs: Any,
     ) -> None:
-        observers = tuple(observers)
+        observers = observer_tuple(observers)
         if max_retries is None:
             max_retries = SumeRetry(
                 policy,
@@ -60,7 +60,7 @@ class SumeAdapter(HTTPAdapter):
         elif not isinstance(max_retries, SumeRetry):
             raise ConfigurationError("max_retries must be a SumeRetry (or None for the default)")
         self.raise_on_give_up = bool(raise_on_give_up)
-        self.observers: Tuple[SumeObserver, ...] = observers
+        self.observers = observers
         self.budget = budget
         super().__init__(max_retries=max_retries, **adapter_kwargs)
 
@@ -78,13 +78,13 @@ class SumeAdapter(HTTPAdapter):
     def __repr__(self) -> str:
         return f"<SumeAdapter {self.retry!r}>"
 
-    def send(  # type: ignore[override]
+    def send(
         self,
         request: requests.PreparedRequest,
         stream: bool = False,
-        timeout: Union[None, float, Tuple[float, float], Tuple[float, None]] = None,
+        timeout: Union[float, Tuple[float, float], Tuple[float, None], None] = None,
         verify: Union[bool, str] = True,
-        cert: Union[None, bytes, str, Tuple[Union[bytes, str], Union[bytes, str]]] = None,
+        cert: Union[bytes, str, Tuple[Union[bytes, str], Union[bytes, str]], None] = None,
         proxies: Optional[Mapping[str, str]] = None,
     ) -> requests.Response:
         """Send with the policy; see the class docstring for what is added."""
@@ -114,10 +114,7 @@ class SumeAdapter(HTTPAdapter):
             )
         except requests.exceptions.RequestException as exc:
             record = self._record(state, None, request)
-            try:
-                exc.sume = record  # type: ignore[attr-defined]
-            except Exception:  # pragma: no cover - exceptions accept attributes
-                pass
+            exc.sume = record  # type: ignore[attr-defined]
             self._finish(record)
             raise
         finally:
@@ -158,7 +155,11 @@ class SumeAdapter(HTTPAdapter):
         if response is not None and status is not None and status < 400:
             request_id = parse_envelope(response.headers, None).request_id
             outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
-            reason = "succeeded" if retries == 0 else f"succeeded after {retries} retr{'y' if retries == 1 else 'ies'}"
+            reason = (
+                "succeeded"
+                if retries == 0
+                else f"succeeded after {retries} retr{'y' if retries == 1 else 'ies'}"
+            )
         elif last is not None:
             outcome = _outcome(last.decision.verdict, retries)
             reason = last.decision.reason
@@ -230,8 +231,11 @@ def body_is_replayable(body: Any) -> bool:
         return True
     if isinstance(body, io.IOBase) or hasattr(body, "read"):
         try:
-            return bool(body.seekable()) if hasattr(body, "seekable") else hasattr(body, "tell") and hasattr(body, "seek")
+            return (
+                bool(body.seekable())
+                if hasattr(body, "seekable")
+                else hasattr(body, "tell") and hasattr(body, "seek")
+            )
         except Exception:
             return False
     return False  # generators and other iterables are consumed by the first attempt
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Callable, ClassVar, List, Optional
+from typing import Any, Callable, ClassVar, Dict, List, Optional
 
 from ._errors import ConfigurationError
 
@@ -19,14 +19,15 @@ _EPSILON = 1e-9
 
 
 class RetryBudget:
-    """Allows retries up to ``ratio`` of the last ``window`` seconds' requests, plus a floor.
+    """Allows retries up to ``ratio`` of the last ``window`` seconds' requests, with a floor.
 
-    The balance is a reserve of ``min_per_second * window`` tokens that never expires,
-    plus ``ratio`` per logical request, minus one per retry, where requests and
-    retries count only while they are younger than ``window``. A new budget can
-    therefore retry a burst of ``min_per_second * window`` at once, a spent budget
-    refills as its old retries age out, and under sustained failure retries settle at
-    ``ratio`` of traffic plus ``min_per_second``. Thread-safe; O(1) per call.
+    The allowance is the larger of ``ratio`` per logical request and a floor of
+    ``min_per_second * window``; the balance is that allowance minus the retries made,
+    where requests and retries count only while they are younger than ``window``. A new
+    budget can therefore retry a burst of ``min_per_second * window`` at once (low
+    traffic such as cron jobs can always retry), a spent budget refills as its old
+    retries age out and new requests arrive, and under sustained failure of busy
+    traffic retries settle at ``ratio`` of it. Thread-safe; O(1) per call.
     """
 
     _shared: ClassVar[Optional[RetryBudget]] = None
@@ -105,6 +106,15 @@ class RetryBudget:
             self._retries += 1
             return True
 
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]  # a pickled budget starts over with its own lock
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def __repr__(self) -> str:
         return (
             f"RetryBudget(ratio={self._ratio:g}, window={self._window:g}, "
@@ -112,7 +122,9 @@ class RetryBudget:
         )
 
     def _balance(self) -> float:
-        return self._reserve + self._ratio * self._requests - self._retries
+        # The floor is a minimum allowance, not a bonus: at busy times only the ratio counts,
+        # so a total outage amplifies traffic by 1 + ratio, not 1 + ratio + floor/rate.
+        return max(self._reserve, self._ratio * self._requests) - self._retries
 
     def _advance(self) -> int:
         """Expire buckets older than the window; return the slot of the current bucket."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, TextIO, Tuple
+from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 from ._errors import SumeRetryError
 from ._policy import Policy
@@ -38,7 +38,11 @@ SCENARIOS = (
         "Service unavailable twice: jittered backoff, the same Idempotency-Key each time",
         "POST",
         "/v1/avatar-videos",
-        (Reply.error(503, "service_unavailable"), Reply.error(503, "service_unavailable"), Reply(201, json={"id": "vid_1"})),
+        (
+            Reply.error(503, "service_unavailable"),
+            Reply.error(503, "service_unavailable"),
+            Reply(201, json={"id": "vid_1"}),
+        ),
     ),
     Scenario(
         "Insufficient credits: the caller must fix it, so nothing is resent",
@@ -105,7 +109,7 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
     started = time.monotonic()
     timeline = _Timeline(stream)
     with FakeSume() as fake:
-        sessions = {}
+        sessions: Dict[Policy, SumeSession] = {}
         for number, scenario in enumerate(SCENARIOS, 1):
             fake.script(scenario.method, scenario.path, *scenario.replies)
             policy = scenario.policy or Policy()
@@ -122,15 +126,19 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
             stream.write(f"\n{number}. {scenario.title}\n   {scenario.method} {scenario.path}\n")
             try:
                 response = session.request(
-                    scenario.method, scenario.path[len("/v1") :], json={} if scenario.method == "POST" else None
+                    scenario.method,
+                    scenario.path[len("/v1") :],
+                    json={} if scenario.method == "POST" else None,
                 )
-                record: SumeRecord = response.sume
+                record: SumeRecord = getattr(response, "sume")  # noqa: B009 - set by SumeAdapter
                 raised = ""
             except SumeRetryError as error:
                 record, raised = error.record, f"      raised SumeRetryError: {error}\n"
             final = f"{record.status} {record.code or ''}".strip()
             stream.write(f"   attempt {record.attempts}  {final:<34} {record.request_id or '-':<8}\n")
-            keys = {r.headers.get("Idempotency-Key") for r in fake.requests_for(scenario.method, scenario.path)}
+            keys = {
+                r.headers.get("Idempotency-Key") for r in fake.requests_for(scenario.method, scenario.path)
+            }
             same = "n/a (GET)" if scenario.method == "GET" else ("yes" if len(keys) == 1 else "NO")
             stream.write(
                 f"   => {record.outcome.value}: {record.reason}\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 #: Response headers that may carry the request id, in order of preference.
 REQUEST_ID_HEADERS = ("x-sume-request-id", "x-request-id")
@@ -50,6 +50,7 @@ def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> O
     coding = (content_encoding or "").strip().lower()
     if coding in ("", "identity"):
         return body[:limit]
+    wbits_options: Tuple[int, ...]
     if coding in ("gzip", "x-gzip"):
         wbits_options = (16 + zlib.MAX_WBITS,)
     elif coding == "deflate":
@@ -113,9 +114,7 @@ def parse_envelope(
     )
 
 
-def _load(
-    headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: int, decoded: bool
-) -> Any:
+def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: int, decoded: bool) -> Any:
     if not body or not isinstance(body, (bytes, bytearray)):
         return None
     raw = bytes(body[:limit])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Dict
+from typing import Any, Dict
 
 from ._policy import Outcome
 from ._record import RetryEvent, SumeRecord
@@ -63,6 +63,15 @@ class SumeMetrics:
             self._outcomes = _zero_outcomes()
             self._retries = {}
             self._attempts = {}
+
+    def __getstate__(self) -> Dict[str, Any]:
+        with self._lock:
+            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         snap = self.snapshot()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, Tuple
 
+from ._errors import ConfigurationError
 from ._record import RetryEvent, SumeRecord
 
 logger = logging.getLogger("sume_urllib3")
@@ -16,6 +17,13 @@ _lock = threading.Lock()
 # object reusing the id is warned about again) or, for objects that cannot be
 # weakly referenced, the observer itself (kept alive so its id is never reused).
 _warned: Dict[int, Any] = {}
+
+
+def observer_tuple(observers: object) -> Tuple[object, ...]:
+    """Observers as a tuple; a str or a non-iterable is a configuration mistake."""
+    if isinstance(observers, (str, bytes)) or not isinstance(observers, Iterable):
+        raise ConfigurationError("observers must be a sequence of observer objects")
+    return tuple(observers)
 
 
 def dispatch_retry(observers: Iterable[object], event: RetryEvent) -> None:

@@ -24,10 +24,10 @@ class PrefixedFP:
         """Read like ``http.client.HTTPResponse.read``: up to ``amt`` bytes, all if None."""
         if amt is None or amt < 0:
             head = self._take(len(self._rest))
-            return head + self._inner.read()
+            return head + bytes(self._inner.read())
         head = self._take(amt)
         if len(head) < amt:
-            more = self._inner.read(amt - len(head))
+            more = bytes(self._inner.read(amt - len(head)))
             return head + more if head else more
         return head
 

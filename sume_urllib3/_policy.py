@@ -273,6 +273,7 @@ _ROW_REASONS = {
     Verdict.POLL: "{label}: poll, do not resubmit",
 }
 
+
 def wait_seconds(
     status: int,
     code: Optional[str],
@@ -284,9 +285,7 @@ def wait_seconds(
     return decision.wait if decision.retry else None
 
 
-def _seconds(
-    value: Union[str, bytes, float, None], now: Optional[Callable[[], float]]
-) -> Optional[float]:
+def _seconds(value: Union[str, bytes, float, None], now: Optional[Callable[[], float]]) -> Optional[float]:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -316,7 +315,9 @@ def _check_rules(rules: Any) -> Tuple[Rule, ...]:
         elif isinstance(row, (list, tuple)) and 3 <= len(row) <= 4:
             checked.append(Rule(*row))
         else:
-            raise ConfigurationError(f"rules: each row must be a Rule or (status, code, verdict[, wait]), got {row!r}")
+            raise ConfigurationError(
+                f"rules: each row must be a Rule or (status, code, verdict[, wait]), got {row!r}"
+            )
     return tuple(checked)
 
 

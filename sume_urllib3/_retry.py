@@ -13,10 +13,10 @@ from urllib3.util.retry import Retry
 from . import _sleeping
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
-from ._observers import dispatch_retry
+from ._observers import dispatch_retry, observer_tuple
 from ._peek import peek_body
 from ._policy import DEFAULT_POLICY, Decision, Policy, RandomSource, Verdict
-from ._record import RetryEvent, SumeObserver, key_prefix
+from ._record import RetryEvent, key_prefix
 from ._retry_after import parse_retry_after
 from ._state import Attempt, RequestState, current_request
 
@@ -56,7 +56,7 @@ class SumeRetry(Retry):
         clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
         budget: Any = None,
-        observers: Iterable[SumeObserver] = (),
+        observers: Iterable[object] = (),
         _state: Optional[RequestState] = None,
         **retry_kwargs: Any,
     ) -> None:
@@ -68,8 +68,6 @@ class SumeRetry(Retry):
             raise ConfigurationError("sleep must be callable")
         if clock is not None and not callable(clock):
             raise ConfigurationError("clock must be callable")
-        if isinstance(observers, (str, bytes)):
-            raise ConfigurationError("observers must be a sequence of observers")
         self._raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
@@ -84,7 +82,7 @@ class SumeRetry(Retry):
         self.clock = clock or time.monotonic
         self.rng = rng
         self.budget = budget
-        self.observers: Tuple[SumeObserver, ...] = tuple(observers)
+        self.observers = observer_tuple(observers)
         self._state = _state
         self._next_wait: Optional[float] = None
         self._next_source: Optional[str] = None
@@ -188,7 +186,7 @@ class SumeRetry(Retry):
 
     # -- the decision ----------------------------------------------------------------
 
-    def increment(  # type: ignore[override]
+    def increment(
         self,
         method: Optional[str] = None,
         url: Optional[str] = None,
@@ -210,7 +208,7 @@ class SumeRetry(Retry):
         raw = _raw_response(response)
         if raw is not None and _redirect_location(raw):
             # A redirect followed by urllib3 itself: urllib3's rules, not the policy's.
-            return Retry.increment(me, method, url, raw, None, _pool, _stacktrace)  # type: ignore[return-value]
+            return Retry.increment(me, method, url, raw, None, _pool, _stacktrace)
         try:
             decision, attempt, envelope = me._decide_response(method, raw)
         except Exception:  # a bug here must not leak the connection or the response
@@ -221,21 +219,19 @@ class SumeRetry(Retry):
         new: Optional[SumeRetry] = None
         if decision.retry:
             try:
-                new = Retry.increment(me, method, url, raw, None, _pool, _stacktrace)  # type: ignore[assignment]
+                new = Retry.increment(me, method, url, raw, None, _pool, _stacktrace)
             except MaxRetryError:
                 decision = Decision(
                     Verdict.STOP, reason=f"{_label(attempt)}: urllib3 retry counters exhausted"
                 )
             if decision.retry and self.budget is not None and not self.budget.try_spend():
                 decision = Decision(Verdict.STOP, reason=f"{_label(attempt)}: retry budget exhausted")
-        attempt = Attempt(
-            attempt.status, attempt.code, attempt.request_id, attempt.next_action, decision
-        )
+        attempt = Attempt(attempt.status, attempt.code, attempt.request_id, attempt.next_action, decision)
         state.attempts.append(attempt)
         if decision.retry and new is not None:
             return me._schedule(new, decision, method, url, attempt, envelope.code)
         self._refuse(state, decision)
-        raise MaxRetryError(_pool, url, ResponseError(decision.reason))  # type: ignore[arg-type]
+        raise MaxRetryError(_pool, url, ResponseError(decision.reason))
 
     def _decide_response(self, method: Optional[str], raw: Any) -> Tuple[Decision, Attempt, ErrorEnvelope]:
         state = self._state
@@ -292,7 +288,7 @@ class SumeRetry(Retry):
         new: Optional[SumeRetry] = None
         if decision.retry:
             try:
-                new = Retry.increment(self, method, url, None, error, _pool, _stacktrace)  # type: ignore[assignment]
+                new = Retry.increment(self, method, url, None, error, _pool, _stacktrace)
             except MaxRetryError:
                 decision = Decision(Verdict.STOP, reason="urllib3 retry counters exhausted")
             if decision.retry and self.budget is not None and not self.budget.try_spend():
@@ -303,7 +299,7 @@ class SumeRetry(Retry):
         if decision.retry and new is not None:
             return self._schedule(new, decision, method, url, attempt, None)
         if kind == "connect" and decision.verdict is Verdict.STOP:
-            raise MaxRetryError(_pool, url, error) from error  # type: ignore[arg-type]
+            raise MaxRetryError(_pool, url, error) from error
         # Re-raise the transport error itself, so requests maps it to ReadTimeout /
         # ConnectionError exactly as it would without retries.
         raise error.with_traceback(_stacktrace)

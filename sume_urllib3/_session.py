@@ -16,9 +16,8 @@ from ._budget import RetryBudget
 from ._errors import ConfigurationError
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
-from ._observers import dispatch_outcome
+from ._observers import dispatch_outcome, observer_tuple
 from ._policy import DEFAULT_POLICY, Policy, RandomSource
-from ._record import SumeObserver
 from ._sleeping import now as _sleeping_now
 from ._state import LogicalRequest, current_logical
 from ._version import __version__
@@ -56,7 +55,7 @@ class SumeSession(requests.Session):
         policy: Optional[Policy] = None,
         timeout: Optional[Timeout] = (5, 60),
         raise_on_give_up: bool = True,
-        observers: Iterable[SumeObserver] = (),
+        observers: Iterable[object] = (),
         retry_budget: Any = DEFAULT_BUDGET,
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
@@ -75,15 +74,13 @@ class SumeSession(requests.Session):
             policy = DEFAULT_POLICY
         if not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        if isinstance(observers, (str, bytes)):
-            raise ConfigurationError("observers must be a sequence of observers")
         if retry_budget is DEFAULT_BUDGET:
             retry_budget = RetryBudget()
         elif retry_budget is not None and not callable(getattr(retry_budget, "try_spend", None)):
             raise ConfigurationError("retry_budget must be a RetryBudget or None")
         self.retry_budget: Optional[RetryBudget] = retry_budget
         self.metrics = SumeMetrics()
-        self.user_observers: Tuple[SumeObserver, ...] = tuple(observers)
+        self.user_observers = observer_tuple(observers)
         self.raise_on_give_up = bool(raise_on_give_up)
         self._injected = {"sleep": sleep, "clock": clock, "rng": rng}
         self.adapter = SumeAdapter(
@@ -105,7 +102,7 @@ class SumeSession(requests.Session):
         return self.adapter.policy
 
     @property
-    def observers(self) -> Tuple[SumeObserver, ...]:
+    def observers(self) -> Tuple[object, ...]:
         """Built-in observers (metrics, logging) followed by the caller's."""
         return (self.metrics, _LOGGING, *self.user_observers)
 
@@ -124,7 +121,7 @@ class SumeSession(requests.Session):
             return url
         return self.base_url + "/" + url.lstrip("/")
 
-    def request(  # type: ignore[override]
+    def request(
         self, method: Union[str, bytes], url: Union[str, bytes], *args: Any, **kwargs: Any
     ) -> requests.Response:
         """Send one logical request: the deadline and the outcome span its redirects."""
@@ -169,15 +166,17 @@ class SumeSession(requests.Session):
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
         """Strip the key header too (requests strips only Authorization) when leaving the host."""
         previous = response.request.url if response.request is not None else None
-        leaving = previous is not None and self.should_strip_auth(previous, prepared_request.url or "")
-        super().rebuild_auth(prepared_request, response)
+        leaving = previous is not None and self.should_strip_auth(  # type: ignore[no-untyped-call]
+            previous, prepared_request.url or ""
+        )
+        super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call]
         if leaving:
             prepared_request.headers.pop("x-api-key", None)
             prepared_request.headers.pop("Authorization", None)
 
     def __getstate__(self) -> Dict[str, Any]:
         state = {attr: getattr(self, attr, None) for attr in self.__attrs__ if attr != "adapters"}
-        state["_sume_config"] = {
+        config: Dict[str, Any] = {
             "api_key": self._api_key,
             "base_url": self.base_url,
             "auth_header": self.auth_header,
@@ -188,7 +187,8 @@ class SumeSession(requests.Session):
             **self._injected,
         }
         if self.retry_budget is None:
-            state["_sume_config"]["retry_budget"] = None  # a live budget restarts fresh
+            config["retry_budget"] = None  # otherwise a fresh default budget: live counts restart
+        state["_sume_config"] = config
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -228,8 +228,7 @@ def _check_timeout(timeout: Any) -> Optional[Timeout]:
         return None
     values = timeout if isinstance(timeout, tuple) else (timeout,)
     if len(values) not in (1, 2) or not all(
-        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-        for v in values
+        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values
     ):
         raise ConfigurationError(f"timeout must be seconds > 0 or a (connect, read) pair, got {timeout!r}")
     return timeout  # type: ignore[no-any-return]

@@ -126,7 +126,9 @@ def test_retry_after_is_honoured_exactly(fake: FakeSume, retry: SumeRetry, vtime
     assert [3.0] == vtime.sleeps
 
 
-@pytest.mark.parametrize("value", ["soon", "", "1.5", "-5", "1m0s", "99999999999", "Mon, 01 Jan 1990 00:00:00 GMT"])
+@pytest.mark.parametrize(
+    "value", ["soon", "", "1.5", "-5", "1m0s", "99999999999", "Mon, 01 Jan 1990 00:00:00 GMT"]
+)
 def test_garbage_retry_after_never_raises(
     fake: FakeSume, retry: SumeRetry, vtime: VirtualTime, value: str
 ) -> None:
@@ -308,7 +310,9 @@ def test_connections_are_released_and_reused(fake: FakeSume, retry: SumeRetry) -
 
 def test_pool_manager_retries_and_peeks_the_preloaded_body(fake: FakeSume, retry: SumeRetry) -> None:
     """PoolManager.request preloads bodies; the decision reads that and the body stays."""
-    fake.script("GET", "/x", Reply.error(409, "idempotency_key_in_use"), Reply.error(409, "idempotency_conflict"))
+    fake.script(
+        "GET", "/x", Reply.error(409, "idempotency_key_in_use"), Reply.error(409, "idempotency_conflict")
+    )
     http = urllib3.PoolManager(retries=retry)
 
     response = http.request("GET", fake.url + "/x")

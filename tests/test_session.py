@@ -30,7 +30,9 @@ MakeSession = Callable[..., SumeSession]
 # -- idempotency keys ------------------------------------------------------------------
 
 
-def test_same_key_on_every_attempt_and_a_new_one_per_request(fake: FakeSume, make_session: MakeSession) -> None:
+def test_same_key_on_every_attempt_and_a_new_one_per_request(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
     """Retries of one POST reuse its key; the next POST gets a fresh one."""
     fake.script("POST", "/v1/avatars", 503, 429, 201, 201)
     session = make_session()
@@ -55,7 +57,9 @@ def test_a_callers_key_is_kept(fake: FakeSume, make_session: MakeSession) -> Non
 
 
 @pytest.mark.parametrize("key", ["", "x" * 256, "has space", "naïve", "tab\tkey"])
-def test_an_invalid_key_is_refused_before_sending(fake: FakeSume, make_session: MakeSession, key: str) -> None:
+def test_an_invalid_key_is_refused_before_sending(
+    fake: FakeSume, make_session: MakeSession, key: str
+) -> None:
     """Empty, too long or non-visible-ASCII keys raise ConfigurationError and send nothing."""
     with pytest.raises(ConfigurationError, match="Idempotency-Key"):
         make_session().post("/avatars", json={}, headers={"Idempotency-Key": key.encode("utf-8")})
@@ -147,7 +151,9 @@ def test_the_record_names_codes_ids_and_waits(fake: FakeSume, make_session: Make
     assert "must fix" in record.reason
 
 
-def test_giving_up_raises_with_the_last_response(fake: FakeSume, make_session: MakeSession, vtime: VirtualTime) -> None:
+def test_giving_up_raises_with_the_last_response(
+    fake: FakeSume, make_session: MakeSession, vtime: VirtualTime
+) -> None:
     """After the attempt cap, SumeRetryError names status, code, ids, attempts and why."""
     fake.script("POST", "/v1/runs", Reply.error(503, "worker_timeout"))
     session = make_session(policy=Policy(max_retries=2))
@@ -170,11 +176,13 @@ def test_retry_after_past_the_deadline_gives_up_at_once(fake: FakeSume, make_ses
     """A Retry-After longer than the budget left is not waited for: gave up, saying why."""
     fake.script("GET", "/v1/me", Reply.error(429, "rate_limit_exceeded", retry_after="600"))
 
-    with pytest.raises(SumeRetryError, match="server asked to wait 600.0s"):
+    with pytest.raises(SumeRetryError, match=r"server asked to wait 600\.0s"):
         make_session().get("/me")
 
 
-def test_deadline_counts_from_the_start_of_the_request(fake: FakeSume, make_session: MakeSession, vtime: VirtualTime) -> None:
+def test_deadline_counts_from_the_start_of_the_request(
+    fake: FakeSume, make_session: MakeSession, vtime: VirtualTime
+) -> None:
     """Waits add up against max_elapsed; the wait that would cross it is never started."""
     fake.script("GET", "/v1/me", Reply.error(429, retry_after="4"))
     session = make_session(policy=Policy(max_elapsed=10.0), raise_on_give_up=False)
@@ -216,7 +224,9 @@ def test_exhausted_read_timeouts_raise_read_timeout(fake: FakeSume, make_session
     assert 2 == len(fake.requests)
 
 
-def test_keyed_post_read_timeout_is_resent_with_the_same_key(fake: FakeSume, make_session: MakeSession) -> None:
+def test_keyed_post_read_timeout_is_resent_with_the_same_key(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
     """A POST with a key is safe to resend after a read timeout: same key."""
     fake.script("POST", "/v1/runs", Reply(201, delay=1.0), Reply(201, json={"id": 1}))
     session = make_session(timeout=(2, 0.1))
@@ -324,7 +334,11 @@ def test_session_pickles(make_session: MakeSession) -> None:
 
     clone = pickle.loads(pickle.dumps(session))
 
-    assert ("https://example.test/v1", 2, True) == (clone.base_url, clone.policy.max_retries, clone.has_api_key)
+    assert ("https://example.test/v1", 2, True) == (
+        clone.base_url,
+        clone.policy.max_retries,
+        clone.has_api_key,
+    )
 
 
 # -- auth ----------------------------------------------------------------------------------
@@ -381,7 +395,9 @@ def test_401_with_both_headers_says_send_only_one(fake: FakeSume, vtime: Virtual
 
 
 @pytest.mark.parametrize("status", [302, 303, 307])
-def test_redirect_on_the_same_host_keeps_key_and_auth(fake: FakeSume, make_session: MakeSession, status: int) -> None:
+def test_redirect_on_the_same_host_keeps_key_and_auth(
+    fake: FakeSume, make_session: MakeSession, status: int
+) -> None:
     """Same-host redirects keep the API key and the idempotency key."""
     fake.script("POST", "/v1/old", Reply(status, headers={"Location": "/v1/new"}, body=b""))
     fake.script("POST", "/v1/new", 201)
@@ -396,7 +412,9 @@ def test_redirect_on_the_same_host_keeps_key_and_auth(fake: FakeSume, make_sessi
 
 
 @pytest.mark.parametrize("auth_header", ["x-api-key", "bearer"])
-def test_redirect_to_another_host_strips_the_key(fake: FakeSume, make_session: MakeSession, auth_header: str) -> None:
+def test_redirect_to_another_host_strips_the_key(
+    fake: FakeSume, make_session: MakeSession, auth_header: str
+) -> None:
     """127.0.0.1 -> localhost is another host: neither key header follows."""
     other = fake.url.replace("127.0.0.1", "localhost") + "/v1/new"
     fake.script("GET", "/v1/old", Reply(302, headers={"Location": other}, body=b""))
@@ -422,7 +440,9 @@ def test_redirects_count_as_one_outcome(fake: FakeSume, make_session: MakeSessio
 # -- secrets -------------------------------------------------------------------------------------
 
 
-def test_the_key_never_leaks(fake: FakeSume, make_session: MakeSession, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_key_never_leaks(
+    fake: FakeSume, make_session: MakeSession, caplog: pytest.LogCaptureFixture
+) -> None:
     """Logs at DEBUG, reprs, records, errors and pickles never contain the API key."""
     fake.script("POST", "/v1/runs", 503)
     session = make_session(policy=Policy(max_retries=2))
