@@ -28,7 +28,9 @@ def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
         return None
     try:
         value = headers.get(name)
-        if value is None:
+        # HTTP header mappings (urllib3, requests) are case-insensitive already; only a
+        # plain dict needs the scan.
+        if value is None and isinstance(headers, dict):
             lowered = name.lower()
             for key, candidate in headers.items():
                 if isinstance(key, str) and key.lower() == lowered:
@@ -47,6 +49,8 @@ def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> O
     Returns None for encodings we cannot read (br, zstd, stacked codings), so a
     compressed body never reaches the JSON parser as garbage.
     """
+    if limit <= 0:
+        return b""  # zlib reads max_length=0 as "no limit": never let it
     coding = (content_encoding or "").strip().lower()
     if coding in ("", "identity"):
         return body[:limit]
@@ -137,8 +141,9 @@ def _text(value: Any, max_len: int = 200) -> Optional[str]:
     """A short, printable string or None: ids and codes must be safe to log."""
     if not isinstance(value, str):
         return None
-    value = value.strip()
-    if not value:
+    text = value.strip()[:max_len]
+    if not text:
         return None
-    cleaned = "".join(ch if ch.isprintable() else "?" for ch in value[:max_len])
-    return cleaned
+    if text.isprintable():  # the usual case, without a per-character loop
+        return text
+    return "".join(ch if ch.isprintable() else "?" for ch in text)

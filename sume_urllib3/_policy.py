@@ -344,6 +344,9 @@ def _check_jitter(value: Any) -> Tuple[float, float]:
     high = _check_seconds(value[1], "jitter")
     if low > high:
         raise ConfigurationError(f"jitter range is inverted: {value!r}")
+    if high > 1.0:
+        # Jitter only ever shortens a wait, so backoff_max stays a real ceiling.
+        raise ConfigurationError(f"jitter multipliers must be at most 1.0, got {value!r}")
     if high == 0:
         raise ConfigurationError(f"jitter range is empty: {value!r}")
     return (low, high)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import time
@@ -82,7 +83,8 @@ class SumeRetry(Retry):
         self.clock = clock or time.monotonic
         self.rng = rng
         self.budget = budget
-        self.observers = observer_tuple(observers)
+        # new() hands the checked tuple on: validate only what a caller passed.
+        self.observers = observers if type(observers) is tuple else observer_tuple(observers)
         self._state = _state
         self._next_wait: Optional[float] = None
         self._next_source: Optional[str] = None
@@ -105,6 +107,13 @@ class SumeRetry(Retry):
         new = super().new(**kw)
         assert isinstance(new, SumeRetry)
         return new
+
+    def _bind(self, state: RequestState) -> SumeRetry:
+        """A copy of this (shared) template that belongs to one logical request."""
+        me = copy.copy(self)  # every field is immutable or replaced, so shallow is enough
+        me._state = state
+        me._next_wait = me._next_source = None
+        return me
 
     @classmethod
     def from_int(
@@ -201,7 +210,7 @@ class SumeRetry(Retry):
             state = current_request.get() or RequestState(
                 start=self._now(), method=(method or "").upper(), url=url or ""
             )
-        me = self if self._state is state else self.new(_state=state)
+        me = self if self._state is state else self._bind(state)
 
         if error is not None:
             return me._increment_error(method, url, error, _pool, _stacktrace)

@@ -11,7 +11,8 @@ from typing import Callable, Optional, Union
 #: Longest wait we represent; anything larger is already far past any sane deadline.
 RETRY_AFTER_CEILING = 10.0**9
 
-_DELTA = re.compile(r"^\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*$")
+# ASCII only: "١٢" is two Unicode digits, but not a delta-seconds value.
+_DELTA = re.compile(r"^\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*$", re.ASCII)
 
 
 def parse_retry_after(

@@ -64,12 +64,10 @@ class SumeSession(requests.Session):
         super().__init__()
         if api_key is None:
             api_key = os.environ.get("SUME_API_KEY") or None
-        self._api_key = _check_api_key(api_key)
-        self.base_url = _check_base_url(base_url or os.environ.get("SUME_API_BASE_URL") or DEFAULT_BASE_URL)
-        if not isinstance(auth_header, str) or auth_header.lower() not in AUTH_HEADERS:
-            raise ConfigurationError(f"auth_header must be 'x-api-key' or 'bearer', got {auth_header!r}")
-        self.auth_header = auth_header.lower()
-        self.timeout = _check_timeout(timeout)
+        self._api_key = check_api_key(api_key)
+        self.base_url = check_base_url(base_url or os.environ.get("SUME_API_BASE_URL") or DEFAULT_BASE_URL)
+        self.auth_header = check_auth_header(auth_header)
+        self.timeout = check_timeout(timeout)
         if policy is None:
             policy = DEFAULT_POLICY
         if not isinstance(policy, Policy):
@@ -201,7 +199,15 @@ class SumeSession(requests.Session):
 _LOGGING = LoggingObserver()
 
 
-def _check_api_key(key: Any) -> Optional[str]:
+def check_auth_header(mode: Any) -> str:
+    """The auth mode, lower-cased: "x-api-key" or "bearer"."""
+    if not isinstance(mode, str) or mode.lower() not in AUTH_HEADERS:
+        raise ConfigurationError(f"auth_header must be 'x-api-key' or 'bearer', got {mode!r}")
+    return mode.lower()
+
+
+def check_api_key(key: Any) -> Optional[str]:
+    """The API key, or None; refuses anything that cannot be a header value."""
     if key is None:
         return None
     if not isinstance(key, str):
@@ -212,22 +218,28 @@ def _check_api_key(key: Any) -> Optional[str]:
     return key
 
 
-def _check_base_url(url: Any) -> str:
+def check_base_url(url: Any) -> str:
+    """An http(s) base URL with a host and nothing secret in it, without the trailing slash."""
     if not isinstance(url, str):
         raise ConfigurationError(f"base_url must be a str, got {type(url).__name__}")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(f"base_url must be an http(s) URL with a host, got {url!r}")
+        # The URL may carry credentials: name only the parts that are wrong.
+        raise ConfigurationError(
+            f"base_url must be an http(s) URL with a host, got scheme {parts.scheme!r}"
+            f" and host {parts.hostname!r}"
+        )
     if parts.query or parts.fragment or parts.username or parts.password:
         raise ConfigurationError("base_url must not carry credentials, a query or a fragment")
     return url.rstrip("/")
 
 
-def _check_timeout(timeout: Any) -> Optional[Timeout]:
+def check_timeout(timeout: Any) -> Optional[Timeout]:
+    """Seconds > 0, or a (connect, read) pair of them, as requests accepts."""
     if timeout is None:
         return None
     values = timeout if isinstance(timeout, tuple) else (timeout,)
-    if len(values) not in (1, 2) or not all(
+    if (isinstance(timeout, tuple) and len(values) != 2) or not all(
         not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values
     ):
         raise ConfigurationError(f"timeout must be seconds > 0 or a (connect, read) pair, got {timeout!r}")

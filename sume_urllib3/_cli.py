@@ -1,0 +1,208 @@
+"""``python -m sume_urllib3``: print the policy table, explain one decision, run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+from typing import List, NoReturn, Optional, Sequence, TextIO
+
+from ._envelope import ErrorEnvelope
+from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict
+
+PROG = "python -m sume_urllib3"
+
+
+class UsageError(Exception):
+    """A bad command line; the message is one line for stderr."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that reports errors to its caller instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        # argparse would print the whole usage and exit; main() prints one line and returns 2.
+        raise UsageError(f"{self.prog}: error: {message}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line and return the exit status (0 ok, 2 bad arguments)."""
+    return run(sys.argv[1:] if argv is None else list(argv), Policy())
+
+
+def run(
+    argv: Sequence[str],
+    policy: Policy,
+    out: Optional[TextIO] = None,
+    err: Optional[TextIO] = None,
+) -> int:
+    """``main`` with the policy and the streams given, so tests can use their own."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    argv = list(argv)
+    # The demo owns its options: everything after "demo" goes to it untouched.
+    if argv and argv[0] == "demo":
+        return _demo(argv[1:], err)
+    try:
+        args = _parser().parse_args(argv)
+        if args.command == "table":
+            out.write(render_table(policy))
+            return 0
+        decision = explain_decision(args, policy)
+    except UsageError as exc:
+        err.write(f"{exc}\n")
+        return 2
+    except SystemExit as exc:  # --help prints and exits through argparse
+        return exc.code if isinstance(exc.code, int) else 0
+    out.write(render_decision(decision, policy, args.attempt))
+    return 0
+
+
+def render_table(policy: Policy) -> str:
+    """The policy's rules as an aligned text table, with the fallback row and the caps."""
+    rows = [("status", "code", "verdict", "wait")]
+    rows.extend(
+        (str(r.status), "any" if r.code is None else r.code, r.verdict.value, _wait_text(r, policy))
+        for r in policy.rules
+    )
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3] for row in rows
+    ]
+    low, high = policy.jitter
+    lines += [
+        "",
+        f"anything else >= 400: {Verdict.NO_RETRY.value}",
+        f"max_retries: {policy.max_retries} (at most {policy.max_retries + 1} requests)",
+        f"max_elapsed: {_num(policy.max_elapsed)} s",
+        f"backoff: base {_num(policy.backoff_base)} s, max {_num(policy.backoff_max)} s, "
+        f"jitter {_num(low)}..{_num(high)}",
+        f"in_use_wait: {_num(policy.in_use_wait)} s",
+        f"trust_body: {str(policy.trust_body).lower()}",
+        f"peek_limit: {policy.peek_limit} bytes",
+    ]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def explain_decision(args: argparse.Namespace, policy: Policy) -> Decision:
+    """The policy's decision for the status, code and hints on an ``explain`` command line."""
+    hints = None
+    if args.retryable is not None or args.next_action is not None:
+        hints = ErrorEnvelope(code=args.code, retryable=args.retryable, next_action=args.next_action)
+    rng = random.Random(args.seed) if args.seed is not None else None
+    return policy.decide(
+        args.status,
+        args.code,
+        args.retry_after,
+        args.attempt,
+        args.elapsed,
+        hints,
+        rng=rng,
+    )
+
+
+def render_decision(decision: Decision, policy: Optional[Policy] = None, attempt: int = 0) -> str:
+    """Verdict, wait (with its source) and reason, one per line.
+
+    A backoff wait is one random draw, so the line also names the range it came from.
+    """
+    if decision.retry and decision.wait is not None:
+        wait = f"{_seconds(decision.wait)} s ({decision.source}"
+        if decision.source == "backoff" and policy is not None:
+            low, high = policy.backoff(attempt, lambda: 0.0), policy.backoff(attempt, lambda: 1.0)
+            wait += f", jitter range {_seconds(low)}..{_seconds(high)} s"
+        wait += ")"
+    else:
+        wait = "none"
+    return f"verdict: {decision.verdict.value}\nwait: {wait}\nreason: {decision.reason}\n"
+
+
+def _demo(argv: List[str], err: TextIO) -> int:
+    try:
+        from ._demo import main as demo_main
+    except ImportError as exc:
+        err.write(f"{PROG}: error: the demo is not available ({exc})\n")
+        return 2
+    try:
+        return int(demo_main(argv) or 0)
+    except SystemExit as exc:  # the demo's own argparse rejects an option or prints help
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog=PROG, description="Inspect the Sume retry policy.")
+    commands = parser.add_subparsers(dest="command")
+    commands.required = True
+    commands.add_parser("table", help="print the active policy table")
+    explain = commands.add_parser("explain", help="explain the decision for one error response")
+    explain.add_argument("status", type=_status, help="HTTP status, 100..599")
+    explain.add_argument("code", nargs="?", default=None, help="error code from the body, e.g. queue_full")
+    explain.add_argument("--retry-after", metavar="S", help="Retry-After header value (seconds or HTTP-date)")
+    explain.add_argument(
+        "--attempt", metavar="N", type=_count, default=0, help="retries already made (default 0)"
+    )
+    explain.add_argument(
+        "--elapsed", metavar="S", type=_elapsed, default=0.0, help="seconds since the first attempt"
+    )
+    explain.add_argument("--retryable", type=_bool, metavar="true|false", help="the body's retryable field")
+    explain.add_argument("--next-action", metavar="X", help="the body's next_action field")
+    explain.add_argument("--seed", metavar="N", type=int, help="seed the jitter for a reproducible wait")
+    commands.add_parser("demo", help="run scripted scenarios against the embedded fake server")
+    return parser
+
+
+def _status(text: str) -> int:
+    try:
+        status = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an HTTP status 100..599, got {text!r}") from None
+    if not 100 <= status <= 599:
+        raise argparse.ArgumentTypeError(f"must be an HTTP status 100..599, got {status}")
+    return status
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
+
+
+def _elapsed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"must be true or false, got {text!r}")
+    return lowered == "true"
+
+
+def _wait_text(rule: Rule, policy: Policy) -> str:
+    if rule.verdict is not Verdict.RETRY:
+        return "-"
+    if rule.wait is None:
+        return "Retry-After, else backoff"
+    if rule.wait == IN_USE_WAIT:
+        return f"in_use_wait ({_num(policy.in_use_wait)} s; larger Retry-After wins)"
+    return f"{_num(float(rule.wait))} s (larger Retry-After wins)"
+
+
+def _num(value: float) -> str:
+    # repr keeps "1.0" and "0.25" exact where a fixed precision would round config values.
+    return repr(float(value))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}" if value < 1e6 else f"{value:.3g}"

@@ -1,0 +1,353 @@
+"""Read ``settings.SUME`` and turn it into session arguments, or into problems to report.
+
+This module is the only reader of the setting: the system checks report its problems and
+``get_session()`` refuses to build from settings that have errors, so both always agree.
+Values are validated by the code that uses them (``Policy`` and ``SumeSession``'s own
+helpers); this module only says which setting a failure belongs to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from ..._errors import ConfigurationError
+from ..._policy import Policy
+from ..._session import (
+    AUTH_HEADERS,
+    DEFAULT_BASE_URL,
+    SumeSession,
+    check_api_key,
+    check_auth_header,
+    check_base_url,
+    check_timeout,
+    is_loopback,
+)
+
+#: The name of the Django setting: one dict.
+SUME_SETTING = "SUME"
+#: The tag of the system checks (``manage.py check --tag sume_urllib3``).
+CHECK_TAG = "sume_urllib3"
+
+#: Keys that configure the session rather than the policy.
+SESSION_KEYS: Tuple[str, ...] = (
+    "API_KEY",
+    "BASE_URL",
+    "AUTH_HEADER",
+    "TIMEOUT",
+    "RAISE_ON_GIVE_UP",
+    "RETRY_BUDGET",
+)
+#: Keys that are ``Policy`` fields, upper-cased (derived, so a new field is a new key).
+POLICY_KEYS: Tuple[str, ...] = tuple(field.name.upper() for field in dataclasses.fields(Policy))
+#: Every key ``SUME`` may have.
+VALID_KEYS: Tuple[str, ...] = SESSION_KEYS + POLICY_KEYS
+
+_ENV_KEY = "SUME_API_KEY"
+_ENV_BASE_URL = "SUME_API_BASE_URL"
+_SESSION_DEFAULTS = inspect.signature(SumeSession.__init__).parameters
+_POLICY_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Policy)}
+# Shorter strings are not plausible keys, and masking them would garble whole messages.
+_MIN_SECRET = 4
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong (``E...``) or suspicious (``W...``) with ``settings.SUME``."""
+
+    code: str
+    msg: str
+    hint: str
+
+    @property
+    def id(self) -> str:
+        """The system check id, e.g. ``sume_urllib3.E003``."""
+        return f"{CHECK_TAG}.{self.code}"
+
+    @property
+    def is_error(self) -> bool:
+        """True for errors, False for warnings."""
+        return self.code.startswith("E")
+
+    def __str__(self) -> str:
+        return f"{self.id}: {self.msg}"
+
+
+@dataclass(frozen=True)
+class SumeSettings:
+    """``settings.SUME`` resolved: session arguments, the policy, and any problems.
+
+    ``session_kwargs`` holds only the keys that were set, so ``SumeSession`` applies its
+    own defaults (and the ``SUME_API_KEY`` / ``SUME_API_BASE_URL`` environment variables)
+    to the rest. ``policy`` is None when a policy value is invalid.
+    """
+
+    session_kwargs: Mapping[str, Any]
+    policy: Optional[Policy]
+    retry_budget: bool
+    problems: Tuple[Problem, ...]
+
+    @property
+    def errors(self) -> Tuple[Problem, ...]:
+        """The problems that make the settings unusable."""
+        return tuple(problem for problem in self.problems if problem.is_error)
+
+
+def read() -> SumeSettings:
+    """Read and resolve ``settings.SUME`` and the environment as they are now."""
+    return resolve(getattr(settings, SUME_SETTING, _MISSING), os.environ)
+
+
+def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
+    """Resolve a ``SUME`` value (``_MISSING`` when unset) against ``environ``; never raises."""
+    if raw is _MISSING:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        return SumeSettings(
+            {},
+            None,
+            True,
+            (
+                Problem(
+                    "E001",
+                    f"{SUME_SETTING} must be a dict, got {type(raw).__name__}",
+                    f'Set {SUME_SETTING} = {{"API_KEY": ..., "MAX_RETRIES": ...}}, '
+                    "or remove the setting to use the defaults.",
+                ),
+            ),
+        )
+    problems: List[Problem] = []
+    _check_keys(raw, problems)
+    policy = _resolve_policy(raw, problems)
+    kwargs, retry_budget = _resolve_session(raw, environ, problems)
+    if policy is not None and ("TIMEOUT" not in raw or "timeout" in kwargs):
+        _check_deadline(policy, kwargs, problems)
+    # Validation messages echo the offending value, and a key pasted into the wrong
+    # setting would be echoed with them. A malformed key is still a secret: a stray
+    # space or newline around it must not let the rest through.
+    secrets = sorted(
+        {
+            variant
+            for value in (raw.get("API_KEY"), environ.get(_ENV_KEY))
+            if isinstance(value, str)
+            for variant in (value, value.strip())
+            if len(variant) >= _MIN_SECRET
+        },
+        key=len,
+        reverse=True,
+    )
+    clean = tuple(
+        Problem(p.code, _redact(p.msg, secrets), _redact(p.hint, secrets)) for p in problems
+    )
+    return SumeSettings(kwargs, policy, retry_budget, clean)
+
+
+def setting_name(key: Any) -> str:
+    """How messages name one key of the setting: ``SUME["MAX_RETRIES"]``."""
+    if isinstance(key, str):
+        return f'{SUME_SETTING}["{key}"]'
+    return f"{SUME_SETTING}[{key!r}]"
+
+
+def _check_keys(raw: Mapping[Any, Any], problems: List[Problem]) -> None:
+    valid = ", ".join(VALID_KEYS)
+    for key in raw:
+        if key in VALID_KEYS:
+            continue
+        hint = f"Valid keys: {valid}."
+        if isinstance(key, str):
+            close = difflib.get_close_matches(key.upper(), VALID_KEYS, n=1)
+            if close:
+                hint = f"Did you mean {setting_name(close[0])}? {hint}"
+        # An unknown key is an error, not ignored: a typo would silently keep the default.
+        problems.append(Problem("E002", f"{setting_name(key)} is not a known setting", hint))
+
+
+def _resolve_policy(raw: Mapping[Any, Any], problems: List[Problem]) -> Optional[Policy]:
+    fields = {key.lower(): raw[key] for key in POLICY_KEYS if key in raw}
+    valid = True
+    # One field at a time, so each failure names its own key and all are reported at once.
+    for field, value in fields.items():
+        try:
+            Policy(**{field: value})
+        except (TypeError, ValueError) as exc:
+            valid = False
+            default = "the default table" if field == "rules" else repr(_POLICY_DEFAULTS[field])
+            problems.append(
+                Problem(
+                    "E003",
+                    f"{setting_name(field.upper())}: {exc}",
+                    f"Fix {setting_name(field.upper())} (Policy.{field}), or remove it to use {default}.",
+                )
+            )
+    if not valid:
+        return None
+    try:
+        return Policy(**fields)
+    except (TypeError, ValueError) as exc:
+        # Only a rule that ties fields together can fail here.
+        problems.append(
+            Problem("E003", f"{SUME_SETTING}: {exc}", "Make the policy values in SUME agree with each other.")
+        )
+        return None
+
+
+def _resolve_session(
+    raw: Mapping[Any, Any], environ: Mapping[str, str], problems: List[Problem]
+) -> Tuple[Dict[str, Any], bool]:
+    kwargs: Dict[str, Any] = {}
+
+    def check(key: str, arg: str, validate: Callable[[Any], Any], hint: str) -> None:
+        try:
+            kwargs[arg] = validate(raw[key])
+        except (TypeError, ValueError) as exc:
+            problems.append(Problem("E004", f"{setting_name(key)}: {exc}", hint))
+
+    # None means "not set" for the two values that have an environment fallback, as in
+    # SumeSession, which reads the variables itself; they are checked here so that
+    # `manage.py check` reports what get_session() would refuse.
+    key_hint = (
+        f'Set {setting_name("API_KEY")} to the key string, or remove it and set the '
+        f"{_ENV_KEY} environment variable."
+    )
+    if raw.get("API_KEY") is not None:
+        check("API_KEY", "api_key", check_api_key, key_hint)
+    elif environ.get(_ENV_KEY):
+        try:
+            check_api_key(environ[_ENV_KEY])
+        except ValueError as exc:
+            problems.append(Problem("E004", f"the {_ENV_KEY} environment variable: {exc}", key_hint))
+    if raw.get("BASE_URL") is not None:
+        check("BASE_URL", "base_url", check_base_url, _BASE_URL_HINT)
+        if "base_url" in kwargs:
+            _check_plain_http(kwargs["base_url"], setting_name("BASE_URL"), problems)
+    elif environ.get(_ENV_BASE_URL):
+        source = f"the {_ENV_BASE_URL} environment variable"
+        try:
+            url = check_base_url(environ[_ENV_BASE_URL])
+        except ValueError as exc:
+            problems.append(Problem("E004", f"{source}: {exc}", _BASE_URL_HINT))
+        else:
+            _check_plain_http(url, source, problems)
+    if "AUTH_HEADER" in raw:
+        mode = raw["AUTH_HEADER"]
+        try:
+            kwargs["auth_header"] = check_auth_header(mode)
+        except ValueError:
+            modes = " or ".join(repr(name) for name in AUTH_HEADERS)
+            problems.append(
+                Problem(
+                    "E006",
+                    f"{setting_name('AUTH_HEADER')} must be {modes}, got {mode!r}",
+                    'Use "x-api-key" (the default: an x-api-key header) or "bearer" '
+                    "(an Authorization: Bearer header).",
+                )
+            )
+    if "TIMEOUT" in raw:
+        check(
+            "TIMEOUT",
+            "timeout",
+            # Settings are often written as lists (or loaded from JSON); requests wants a tuple.
+            lambda value: check_timeout(tuple(value) if isinstance(value, list) else value),
+            f"Use seconds > 0 or a (connect, read) pair such as "
+            f"{_SESSION_DEFAULTS['timeout'].default!r}; None disables the timeout.",
+        )
+    if "RAISE_ON_GIVE_UP" in raw:
+        check(
+            "RAISE_ON_GIVE_UP",
+            "raise_on_give_up",
+            lambda value: _check_bool(value, "RAISE_ON_GIVE_UP"),
+            "Use True (raise SumeRetryError when the policy gives up) or False "
+            "(return the last response).",
+        )
+    retry_budget = True
+    if "RETRY_BUDGET" in raw:
+        try:
+            retry_budget = _check_bool(raw["RETRY_BUDGET"], "RETRY_BUDGET")
+        except ValueError as exc:
+            problems.append(
+                Problem(
+                    "E004",
+                    f"{setting_name('RETRY_BUDGET')}: {exc}",
+                    "Use True (a default retry budget shared by this process's threads) "
+                    "or False (no retry budget).",
+                )
+            )
+    if raw.get("API_KEY") is None and not environ.get(_ENV_KEY):
+        problems.append(
+            Problem(
+                "W001",
+                f"no Sume API key: {setting_name('API_KEY')} and the {_ENV_KEY} environment "
+                "variable are both unset",
+                f"Set {setting_name('API_KEY')} (e.g. from an environment variable or a secret "
+                f"store) or {_ENV_KEY}; without a key every call fails with 401.",
+            )
+        )
+    return kwargs, retry_budget
+
+
+_BASE_URL_HINT = (
+    f'Use an https URL with a host and no credentials, query or fragment, such as "{DEFAULT_BASE_URL}".'
+)
+
+
+def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
+    parts = urlsplit(url)  # already parsed once by check_base_url, so it cannot fail here
+    host = parts.hostname or ""
+    if parts.scheme == "http" and not is_loopback(host):
+        problems.append(
+            Problem(
+                "E005",
+                f"{source} uses plain http to {host}, which is not a loopback host: "
+                "SumeSession refuses to send the API key unencrypted",
+                "Use https://; plain http is allowed only for loopback hosts "
+                "(localhost, 127.0.0.1, ::1) such as a local fake server.",
+            )
+        )
+
+
+def _check_bool(value: Any, key: str) -> bool:
+    # Settings are plain Python, so a string such as "false" is a mistake, not a truthy value.
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{key.lower()} must be True or False, got {value!r}")
+    return value
+
+
+def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Problem]) -> None:
+    timeout = kwargs.get("timeout", _SESSION_DEFAULTS["timeout"].default)
+    if timeout is None:
+        return
+    read_timeout = float(timeout[-1] if isinstance(timeout, tuple) else timeout)
+    if policy.max_elapsed <= read_timeout:
+        source = setting_name("TIMEOUT") if "timeout" in kwargs else "the default TIMEOUT"
+        problems.append(
+            Problem(
+                "W002",
+                f"{setting_name('MAX_ELAPSED')} ({policy.max_elapsed:g}s) is not longer than the read "
+                f"timeout of one attempt ({read_timeout:g}s, {source}): an attempt "
+                "that times out leaves no time for a retry",
+                f"Raise {setting_name('MAX_ELAPSED')} well above the read timeout, or lower the read "
+                f"timeout in {setting_name('TIMEOUT')}.",
+            )
+        )
+
+
+def _redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text

@@ -1,0 +1,85 @@
+"""``get_session()``: one configured SumeSession per thread, rebuilt when ``SUME`` changes."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional, Tuple
+
+from ..._budget import RetryBudget
+from ..._errors import ConfigurationError
+from ..._session import SumeSession
+from . import conf
+
+# requests.Session is not documented as thread-safe, so each thread gets its own. A
+# setting_changed receiver bumps the generation; a thread notices on its next call.
+_local = threading.local()
+_lock = threading.Lock()
+_generation = 0
+# The retry budget is shared by every thread's session of one generation, so the whole
+# process (not each thread) is held to the budget's fraction of traffic.
+_budget: Optional[Tuple[int, RetryBudget]] = None
+
+
+def get_session() -> SumeSession:
+    """The calling thread's SumeSession, configured from ``settings.SUME``.
+
+    The same object is returned within a thread until the setting changes (for example
+    under ``override_settings``; the app must be in ``INSTALLED_APPS`` to hear of it),
+    then the old session is closed and a new one built.
+    Raises ``ConfigurationError`` naming the system check id when the settings are
+    invalid (``manage.py check`` lists every problem).
+    """
+    generation = _generation
+    session: Optional[SumeSession] = getattr(_local, "session", None)
+    if session is not None:
+        if _local.generation == generation:
+            return session
+        _local.session = None
+        session.close()
+    session = _build(generation)
+    _local.session, _local.generation = session, generation
+    return session
+
+
+def close_session() -> None:
+    """Close and forget the calling thread's session (e.g. when a worker thread finishes)."""
+    session: Optional[SumeSession] = getattr(_local, "session", None)
+    _local.session = None
+    if session is not None:
+        session.close()
+
+
+def on_setting_changed(sender: Any = None, setting: str = "", **kwargs: Any) -> None:
+    """``setting_changed`` receiver: sessions built from an older ``SUME`` are replaced."""
+    if setting == conf.SUME_SETTING:
+        reset()
+
+
+def reset() -> None:
+    """Make every thread build a new session on its next ``get_session()`` call."""
+    global _generation
+    with _lock:
+        _generation += 1
+
+
+def _build(generation: int) -> SumeSession:
+    resolved = conf.read()
+    if resolved.errors:
+        details = "; ".join(str(problem) for problem in resolved.errors)
+        raise ConfigurationError(f"invalid settings.{conf.SUME_SETTING}: {details}")
+    budget = _shared_budget(generation) if resolved.retry_budget else None
+    try:
+        return SumeSession(policy=resolved.policy, retry_budget=budget, **resolved.session_kwargs)
+    except ConfigurationError as exc:
+        # The checks validate what SumeSession validates, so this means they fell behind it.
+        raise ConfigurationError(
+            f"invalid settings.{conf.SUME_SETTING}: {conf.CHECK_TAG}.E004: {exc}"
+        ) from exc
+
+
+def _shared_budget(generation: int) -> RetryBudget:
+    global _budget
+    with _lock:
+        if _budget is None or _budget[0] != generation:
+            _budget = (generation, RetryBudget())
+        return _budget[1]

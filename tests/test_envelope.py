@@ -1,0 +1,539 @@
+"""parse_envelope and decode_prefix: every documented body shape, and garbage that never raises."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+import zlib
+from typing import Any, Dict, Iterator, Mapping, Optional
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from requests.structures import CaseInsensitiveDict
+from urllib3._collections import HTTPHeaderDict
+
+from sume_urllib3._envelope import ErrorEnvelope, decode_prefix, header, parse_envelope
+
+EMPTY = ErrorEnvelope()
+JSON = {"Content-Type": "application/json"}
+
+
+def body(doc: Any) -> bytes:
+    """The JSON bytes a server would send for ``doc``."""
+    return json.dumps(doc).encode("utf-8")
+
+
+def raw_deflate(data: bytes) -> bytes:
+    """Deflate without the zlib wrapper, as some servers send for "deflate"."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
+# --- the documented shapes ----------------------------------------------------------------
+
+
+def test_nested_error_with_top_level_request_id() -> None:
+    """{"error": {"code", "message"}, "request_id"} gives code, message and request id."""
+    doc = {"error": {"code": "insufficient_credits", "message": "Top up"}, "request_id": "req_1"}
+    expected = ErrorEnvelope(code="insufficient_credits", message="Top up", request_id="req_1")
+    assert expected == parse_envelope(JSON, body(doc))
+
+
+def test_top_level_code() -> None:
+    """{"code", "message", "request_id"} at top level is read the same way."""
+    doc = {"code": "queue_full", "message": "Busy", "request_id": "req_2"}
+    assert ErrorEnvelope(code="queue_full", message="Busy", request_id="req_2") == parse_envelope(
+        JSON, body(doc)
+    )
+
+
+def test_request_id_inside_error() -> None:
+    """A request_id inside the error object is found."""
+    doc = {"error": {"code": "rate_limit_exceeded", "request_id": "req_in"}}
+    assert ErrorEnvelope(code="rate_limit_exceeded", request_id="req_in") == parse_envelope(JSON, body(doc))
+
+
+def test_top_level_request_id_wins_over_nested() -> None:
+    """When both levels carry a request id the top-level one is used."""
+    doc = {"error": {"code": "x", "request_id": "req_in"}, "request_id": "req_top"}
+    assert "req_top" == parse_envelope(JSON, body(doc)).request_id
+
+
+def test_nested_code_wins_over_top_level() -> None:
+    """error.code is preferred over a top-level code."""
+    doc = {"error": {"code": "inner"}, "code": "outer"}
+    assert "inner" == parse_envelope(JSON, body(doc)).code
+
+
+def test_error_as_a_plain_string_is_the_code() -> None:
+    """{"error": "rate_limit_exceeded"} gives that code."""
+    assert ErrorEnvelope(code="rate_limit_exceeded") == parse_envelope(
+        JSON, body({"error": "rate_limit_exceeded"})
+    )
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"error": {"code": "queue_full", "retryable": True, "next_action": "poll_job"}},
+        {"error": {"code": "queue_full"}, "retryable": True, "next_action": "poll_job"},
+        {"code": "queue_full", "retryable": True, "next_action": "poll_job"},
+    ],
+)
+def test_retryable_and_next_action_inside_error_or_top_level(doc: Dict[str, Any]) -> None:
+    """retryable and next_action are read inside error or at top level."""
+    expected = ErrorEnvelope(code="queue_full", retryable=True, next_action="poll_job")
+    assert expected == parse_envelope(JSON, body(doc))
+
+
+def test_nested_hints_win_over_top_level() -> None:
+    """Inside error wins over top level for retryable and next_action."""
+    doc = {"error": {"retryable": False, "next_action": "resubmit"}, "retryable": True, "next_action": "poll"}
+    envelope = parse_envelope(JSON, body(doc))
+    assert (False, "resubmit") == (envelope.retryable, envelope.next_action)
+
+
+def test_retryable_false_is_kept() -> None:
+    """retryable: false is a hint, not "unknown"."""
+    assert parse_envelope(JSON, body({"error": {"retryable": False}})).retryable is False
+
+
+# --- request id headers -------------------------------------------------------------------
+
+HEADER_TYPES = [dict, CaseInsensitiveDict, HTTPHeaderDict]
+
+
+@pytest.mark.parametrize("make", HEADER_TYPES)
+@pytest.mark.parametrize("name", ["x-sume-request-id", "X-Sume-Request-Id", "X-SUME-REQUEST-ID"])
+def test_request_id_from_sume_header(make: Any, name: str) -> None:
+    """The x-sume-request-id header (any case, any mapping type) supplies the request id."""
+    assert "req_h" == parse_envelope(make({name: "req_h"}), body({"error": {"code": "x"}})).request_id
+
+
+@pytest.mark.parametrize("make", HEADER_TYPES)
+@pytest.mark.parametrize("name", ["x-request-id", "X-Request-Id", "X-REQUEST-ID"])
+def test_request_id_from_generic_header(make: Any, name: str) -> None:
+    """The x-request-id header is the fallback when x-sume-request-id is absent."""
+    assert "req_g" == parse_envelope(make({name: "req_g"}), None).request_id
+
+
+@pytest.mark.parametrize("make", HEADER_TYPES)
+def test_sume_header_wins_over_generic_header(make: Any) -> None:
+    """x-sume-request-id is preferred over x-request-id."""
+    headers = make({"X-Request-Id": "generic", "X-Sume-Request-Id": "sume"})
+    assert "sume" == parse_envelope(headers, None).request_id
+
+
+def test_body_request_id_wins_over_headers() -> None:
+    """A request id in the body is preferred over the headers."""
+    headers = {"X-Sume-Request-Id": "from_header"}
+    assert "from_body" == parse_envelope(headers, body({"request_id": "from_body"})).request_id
+
+
+def test_header_request_id_survives_a_garbage_body() -> None:
+    """A body that cannot be read still leaves the header's request id."""
+    assert ErrorEnvelope(request_id="req_h") == parse_envelope(
+        {"x-request-id": "req_h"}, b"<html>oops</html>"
+    )
+
+
+def test_bytes_header_values_are_decoded() -> None:
+    """Header values given as bytes are decoded as latin-1."""
+    assert "req_b" == parse_envelope({"X-Request-Id": b"req_b"}, None).request_id
+
+
+@pytest.mark.parametrize("value", ["", "   ", 42, None, ["req"]])
+def test_unusable_header_values_are_ignored(value: Any) -> None:
+    """Empty, blank or non-string header values give no request id."""
+    assert parse_envelope({"X-Request-Id": value}, None).request_id is None
+
+
+class ExplodingHeaders(Mapping[str, str]):
+    """A mapping whose every access raises, like a broken third-party header object."""
+
+    def __getitem__(self, key: str) -> str:
+        raise RuntimeError("boom")
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("boom")
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_header_lookup_never_raises() -> None:
+    """A header object that raises on access counts as "no header"."""
+    assert header(ExplodingHeaders(), "x-request-id") is None
+    assert EMPTY == parse_envelope(ExplodingHeaders(), b"{")
+
+
+@pytest.mark.parametrize("headers", [None, {}, [], "x-request-id: r"])
+def test_missing_or_odd_headers_are_no_headers(headers: Any) -> None:
+    """None, empty or non-mapping headers give no request id and no error."""
+    assert EMPTY == parse_envelope(headers, None)
+
+
+# --- garbage gives the empty envelope -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        b"",
+        b"not json",
+        b"<html><body>502 Bad Gateway</body></html>",
+        b"[1, 2, 3]",
+        b'[{"error": {"code": "x"}}]',
+        b'"rate_limit_exceeded"',
+        b"null",
+        b"true",
+        b"42",
+        b"1" + b"0" * 5000,
+        b"-" + b"9" * 5000,
+        b"NaN",
+        b"Infinity",
+        b"-Infinity",
+        b"\xff\xfe\xfd",
+        b'{"error": {"code": "caf\xe9"}}',
+        b"\xef\xbb\xbf{}",
+        b'{"error": {"code": "queue_',
+        b'{"error": {"code": "queue_full"',
+        b'{"error": ',
+        b"{" * 100_000,
+        b'{"a":' * 100_000,
+        b"[" * 100_000,
+        b"[" * 100_000 + b"]" * 100_000,
+        b"\x00" * 1000,
+        b'{"error": ["code", "x"]}',
+        b'{"error": 42}',
+        b'{"error": null, "code": null}',
+    ],
+)
+def test_garbage_body_gives_empty_envelope(raw: Optional[bytes]) -> None:
+    """Non-JSON, non-object JSON, bad UTF-8, truncated, huge or deeply nested bodies give no hints."""
+    assert EMPTY == parse_envelope(JSON, raw)
+
+
+def test_deeply_nested_arrays_do_not_raise_recursion_error() -> None:
+    """A 100 000-deep array is no hint, never a RecursionError escaping parse_envelope."""
+    assert EMPTY == parse_envelope(None, b"[" * 100_000)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {
+            "error": {
+                "code": 42,
+                "message": ["m"],
+                "request_id": 7,
+                "retryable": "yes",
+                "next_action": {"a": 1},
+            }
+        },
+        {"code": True, "message": None, "request_id": 1.5, "retryable": 1, "next_action": 0},
+        {"error": {"retryable": "true"}},
+        {"error": {"retryable": None}},
+        {"error": {"code": "", "request_id": "   "}},
+    ],
+)
+def test_wrong_field_types_are_unknown(doc: Dict[str, Any]) -> None:
+    """Fields of the wrong type (retryable "yes", numeric codes, lists) are unknown, not errors."""
+    assert EMPTY == parse_envelope(JSON, body(doc))
+
+
+def test_huge_numbers_elsewhere_do_not_hide_the_code() -> None:
+    """A 5000-digit number beside the code neither raises nor costs the code."""
+    raw = b'{"error": {"code": "queue_full"}, "n": 1' + b"0" * 5000 + b"}"
+    assert ErrorEnvelope(code="queue_full") == parse_envelope(JSON, raw)
+
+
+def test_nan_and_infinity_constants_do_not_hide_the_code() -> None:
+    """NaN and Infinity (not JSON) are read as unknown values; the rest of the body still counts."""
+    raw = b'{"error": {"code": "queue_full", "retryable": NaN}, "t": Infinity, "u": -Infinity}'
+    assert ErrorEnvelope(code="queue_full") == parse_envelope(JSON, raw)
+
+
+def test_body_of_the_wrong_type_is_ignored() -> None:
+    """A str body (not bytes) is ignored rather than parsed or raising."""
+    assert EMPTY == parse_envelope(JSON, '{"code": "x"}')  # type: ignore[arg-type]
+
+
+def test_bytearray_body_is_read() -> None:
+    """A bytearray body is read like bytes."""
+    assert "x" == parse_envelope(JSON, bytearray(b'{"code": "x"}')).code
+
+
+# --- text cleaning ------------------------------------------------------------------------
+
+
+def test_long_codes_are_cut_to_200_characters() -> None:
+    """A very long code is cut to 200 characters so logs stay bounded."""
+    assert "q" * 200 == parse_envelope(JSON, body({"error": {"code": "q" * 5000}})).code
+
+
+def test_long_request_ids_are_cut_to_200_characters() -> None:
+    """Request ids from body and headers are cut to 200 characters."""
+    assert "r" * 200 == parse_envelope(JSON, body({"request_id": "r" * 5000})).request_id
+    assert "h" * 200 == parse_envelope({"X-Request-Id": "h" * 5000}, None).request_id
+
+
+def test_long_messages_are_cut_to_500_characters() -> None:
+    """Messages are cut to 500 characters."""
+    assert "m" * 500 == parse_envelope(JSON, body({"error": {"message": "m" * 5000}})).message
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("queue\x00full", "queue?full"),
+        ("a\x1b[31mb", "a?[31mb"),
+        ("line\nbreak", "line?break"),
+        ("tab\there", "tab?here"),
+        ("bidi\u202eevil", "bidi?evil"),
+        ("  padded  ", "padded"),
+        ("caf\u00e9", "caf\u00e9"),
+    ],
+)
+def test_unprintable_characters_are_replaced(code: str, expected: str) -> None:
+    """Control and format characters become "?" and outer whitespace is stripped, so codes are safe to log."""
+    assert expected == parse_envelope(JSON, body({"error": {"code": code}})).code
+
+
+# --- content encodings --------------------------------------------------------------------
+
+DOC = {"error": {"code": "queue_full", "retryable": True}, "request_id": "req_z"}
+PARSED = ErrorEnvelope(code="queue_full", request_id="req_z", retryable=True)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [
+        ("gzip", gzip.compress),
+        ("x-gzip", gzip.compress),
+        ("GZIP", gzip.compress),
+        (" gzip ", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", raw_deflate),
+        ("identity", lambda data: data),
+        ("", lambda data: data),
+    ],
+)
+def test_encoded_bodies_are_decoded(encoding: str, compress: Any) -> None:
+    """gzip, x-gzip and deflate (zlib-wrapped or raw) bodies are decoded before parsing."""
+    headers = {"Content-Encoding": encoding, "Content-Type": "application/json"}
+    assert PARSED == parse_envelope(headers, compress(body(DOC)))
+
+
+def test_decoded_flag_skips_decoding() -> None:
+    """decoded=True means the body is already plain JSON whatever Content-Encoding says."""
+    assert PARSED == parse_envelope({"Content-Encoding": "gzip"}, body(DOC), decoded=True)
+
+
+def test_gzip_missing_its_trailer_is_still_read() -> None:
+    """A gzip prefix cut before the CRC trailer still yields the whole JSON document."""
+    assert PARSED == parse_envelope({"Content-Encoding": "gzip"}, gzip.compress(body(DOC))[:-8])
+
+
+@pytest.mark.parametrize("keep", [1, 5, 10, 20, 30])
+def test_truncated_gzip_gives_no_hints(keep: int) -> None:
+    """A gzip body cut mid-stream is no hint, never an exception."""
+    compressed = gzip.compress(body({"error": {"code": "queue_full"}, "pad": "x" * 200}))
+    assert EMPTY == parse_envelope({"Content-Encoding": "gzip"}, compressed[:keep])
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "x-gzip"])
+def test_bodies_that_are_not_what_they_claim_give_no_hints(encoding: str) -> None:
+    """Plain JSON labelled gzip/deflate is not parsed as garbage: no hints, no exception."""
+    assert EMPTY == parse_envelope({"Content-Encoding": encoding}, body(DOC))
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, br", "gzip, gzip", "unknown"])
+def test_unknown_encodings_give_no_hints(encoding: str) -> None:
+    """Encodings we cannot read (br, zstd, stacked) give no body hints; header ids still count."""
+    headers = {"Content-Encoding": encoding, "X-Request-Id": "req_h"}
+    assert ErrorEnvelope(request_id="req_h") == parse_envelope(headers, gzip.compress(body(DOC)))
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, br"])
+def test_decode_prefix_unknown_encoding_is_none(encoding: str) -> None:
+    """decode_prefix returns None for encodings it cannot undo."""
+    assert decode_prefix(b"\x1f\x8b anything", encoding, 100) is None
+
+
+# --- decode_prefix limits -----------------------------------------------------------------
+
+PLAIN = bytes(range(256)) * 40  # 10 240 bytes that are not trivially compressible
+
+
+@pytest.mark.parametrize("limit", [1, 100, 4096, 10_240, 50_000])
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [
+        (None, lambda data: data),
+        ("identity", lambda data: data),
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", raw_deflate),
+    ],
+)
+def test_decode_prefix_returns_the_first_limit_bytes(
+    encoding: Optional[str], compress: Any, limit: int
+) -> None:
+    """decode_prefix yields exactly the first ``limit`` bytes of the plain body (or all of it)."""
+    assert PLAIN[:limit] == decode_prefix(compress(PLAIN), encoding, limit)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_decode_prefix_of_a_compressed_prefix(encoding: str) -> None:
+    """A prefix of a compressed body decodes to a prefix of the plain body."""
+    compressed = gzip.compress(PLAIN) if encoding == "gzip" else zlib.compress(PLAIN)
+    decoded = decode_prefix(compressed[: len(compressed) // 2], encoding, 65536)
+    assert decoded is not None
+    assert PLAIN.startswith(decoded)
+    assert 0 < len(decoded) < len(PLAIN)
+
+
+@pytest.mark.parametrize("encoding", [None, "gzip", "deflate"])
+def test_decode_prefix_limit_zero_returns_nothing(encoding: Optional[str]) -> None:
+    """limit=0 means "read nothing": b"", even for gzip/deflate (zlib reads max_length=0 as unlimited)."""
+    compressed = {None: PLAIN, "gzip": gzip.compress(PLAIN), "deflate": zlib.compress(PLAIN)}[encoding]
+    assert b"" == decode_prefix(compressed, encoding, 0)
+
+
+def test_parse_envelope_limit_zero_reads_nothing() -> None:
+    """parse_envelope with limit=0 reads no body, compressed or not."""
+    headers = {"Content-Encoding": "gzip", "X-Request-Id": "req_h"}
+    assert ErrorEnvelope(request_id="req_h") == parse_envelope(headers, gzip.compress(body(DOC)), limit=0)
+
+
+def test_parse_envelope_only_reads_the_first_limit_bytes() -> None:
+    """A valid document longer than limit is not parsed from a cut prefix."""
+    raw = body({"error": {"code": "queue_full"}, "pad": "x" * 1000})
+    assert EMPTY == parse_envelope(JSON, raw, limit=100)
+    assert "queue_full" == parse_envelope(JSON, raw, limit=len(raw)).code
+
+
+@pytest.fixture(scope="module")
+def gzip_bomb() -> bytes:
+    """200 MB of zeros, gzip-compressed to about 200 kB."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = bytes(1 << 20)
+    parts = [compressor.compress(chunk) for _ in range(200)]
+    parts.append(compressor.flush())
+    return b"".join(parts)
+
+
+@pytest.mark.parametrize("limit", [65_536, 1 << 20])
+def test_gzip_bomb_is_decoded_to_at_most_limit_bytes(gzip_bomb: bytes, limit: int) -> None:
+    """decode_prefix never produces more than ``limit`` bytes from a decompression bomb."""
+    decoded = decode_prefix(gzip_bomb[:limit], "gzip", limit)
+    assert decoded is not None
+    assert limit == len(decoded)
+
+
+@pytest.mark.parametrize("limit", [65_536, 1 << 20])
+def test_gzip_bomb_parse_allocates_a_bounded_amount(gzip_bomb: bytes, limit: int) -> None:
+    """Parsing a 200 MB gzip bomb allocates about 4x limit at most, not 200 MB.
+
+    The prefix, the inflated bytes, zlib's unconsumed tail and the decoded text are each at
+    most ``limit``; zlib's window and bookkeeping add a fixed ~128 kB on top.
+    """
+    headers = {"Content-Encoding": "gzip", "X-Request-Id": "req_bomb"}
+    tracemalloc.start()
+    try:
+        envelope = parse_envelope(headers, gzip_bomb, limit=limit)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert ErrorEnvelope(request_id="req_bomb") == envelope
+    assert peak < 4 * limit + 128 * 1024
+
+
+# --- properties ---------------------------------------------------------------------------
+
+PROPERTY = settings(max_examples=300, deadline=None)
+ENCODINGS = st.sampled_from([None, "", "identity", "gzip", "x-gzip", "deflate", "br", "zstd", "gzip, br"])
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=30)
+)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+ENVELOPE_KEYS = st.sampled_from(["error", "code", "message", "request_id", "retryable", "next_action"])
+ENVELOPE_LIKE = st.dictionaries(
+    ENVELOPE_KEYS,
+    SCALARS | st.dictionaries(ENVELOPE_KEYS, SCALARS, max_size=6),
+    max_size=6,
+)
+HEADER_VALUES = st.one_of(
+    st.none(), st.text(max_size=50), st.binary(max_size=50), st.integers(), st.lists(st.text())
+)
+HEADERS = st.one_of(
+    st.none(),
+    st.dictionaries(
+        st.one_of(st.text(max_size=30), st.sampled_from(["X-Request-Id", "x-sume-request-id"])), HEADER_VALUES
+    ),
+    st.dictionaries(
+        st.sampled_from(["Content-Encoding", "X-Request-Id", "X-Sume-Request-Id"]), st.text(max_size=30)
+    ),
+)
+
+
+def _well_formed(envelope: ErrorEnvelope) -> None:
+    assert isinstance(envelope, ErrorEnvelope)
+    for text, longest in (
+        (envelope.code, 200),
+        (envelope.request_id, 200),
+        (envelope.next_action, 200),
+        (envelope.message, 500),
+    ):
+        assert text is None or (isinstance(text, str) and 0 < len(text) <= longest and text.isprintable())
+    assert envelope.retryable in (None, True, False)
+
+
+@PROPERTY
+@given(st.binary(max_size=2000), ENCODINGS, st.integers(0, 4096))
+def test_property_arbitrary_bytes_never_raise(raw: bytes, encoding: Optional[str], limit: int) -> None:
+    """Arbitrary bytes under any Content-Encoding and limit give a well-formed envelope."""
+    _well_formed(parse_envelope({"Content-Encoding": encoding}, raw, limit=limit))
+
+
+@PROPERTY
+@given(JSON_VALUES | ENVELOPE_LIKE, ENCODINGS)
+def test_property_arbitrary_json_never_raises(doc: Any, encoding: Optional[str]) -> None:
+    """Any JSON value, envelope-shaped or not and however encoded, gives a well-formed envelope."""
+    raw = json.dumps(doc).encode("utf-8")
+    if encoding in ("gzip", "x-gzip"):
+        raw = gzip.compress(raw)
+    elif encoding == "deflate":
+        raw = zlib.compress(raw)
+    _well_formed(parse_envelope({"Content-Encoding": encoding}, raw))
+
+
+@PROPERTY
+@given(ENVELOPE_LIKE)
+def test_property_string_fields_round_trip(doc: Dict[str, Any]) -> None:
+    """A short printable top-level code and request id always come back exactly."""
+    doc = dict(doc, code="queue_full", request_id="req_1")
+    doc.pop("error", None)
+    envelope = parse_envelope(JSON, json.dumps(doc).encode("utf-8"))
+    assert ("queue_full", "req_1") == (envelope.code, envelope.request_id)
+
+
+@PROPERTY
+@given(HEADERS, st.one_of(st.none(), st.binary(max_size=200)))
+def test_property_arbitrary_headers_never_raise(headers: Any, raw: Optional[bytes]) -> None:
+    """Arbitrary header dicts (odd keys, bytes, ints, lists, None) never make parsing raise."""
+    _well_formed(parse_envelope(headers, raw))
