@@ -134,7 +134,8 @@ def main() -> int:
         text=True,
         env=env,
     )
-    assert server.stdout is not None and server.stdin is not None
+    assert server.stdout is not None
+    assert server.stdin is not None
     url = server.stdout.readline().strip()
     results: List[Dict[str, Any]] = []
     try:
@@ -178,7 +179,8 @@ def main() -> int:
     extra = by_name["503-gave-up"]["peek"] - by_name["stock-503"]["peek"]
     if extra > budget:
         failures.append(
-            f"503-gave-up: retrying cost {extra / MB:.2f} MB more than stock urllib3 Retry (> {args.budget_mb} MB)"
+            f"503-gave-up: retrying cost {extra / MB:.2f} MB more than stock urllib3 Retry "
+            f"(> {args.budget_mb} MB)"
         )
     print()
     print(
@@ -196,7 +198,7 @@ def _versions() -> str:
     import requests
     import urllib3
 
-    return f"urllib3 {urllib3.__version__}, requests {requests.__version__}"
+    return f"urllib3 {urllib3.__version__}, requests {requests.__version__}"  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -131,7 +131,7 @@ def main() -> int:
         for i in range(args.per_thread):
             n = thread * args.per_thread + i
             try:
-                record = session.post("/jobs", json={"n": n}).sume
+                record = session.post("/jobs", json={"n": n}).sume  # type: ignore[attr-defined]
             except SumeRetryError as exc:
                 record = exc.record
                 with lock:
@@ -162,7 +162,7 @@ def main() -> int:
     session.close()
 
     seen: List[Tuple[int, str, int]] = report["requests"]
-    keys_by_n: Dict[int, set] = {}
+    keys_by_n: Dict[int, Set[str]] = {}
     for n, key, _ in seen:
         keys_by_n.setdefault(n, set()).add(key)
     key_owner = Counter(key for _, key in {(n, key) for n, key, _ in seen})  # logical requests per key
@@ -252,7 +252,7 @@ def _versions() -> str:
     import requests
     import urllib3
 
-    return f"urllib3 {urllib3.__version__}, requests {requests.__version__}"
+    return f"urllib3 {urllib3.__version__}, requests {requests.__version__}"  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,41 @@
+"""Every Python example in the README runs, against the fake server where it talks to Sume."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+from typing import List
+
+import pytest
+
+from sume_urllib3.testing import FakeSume, Reply, no_sleep
+
+README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+
+
+def python_blocks() -> List[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+
+
+@pytest.mark.parametrize("source", python_blocks(), ids=lambda s: s.strip().splitlines()[0][:50])
+def test_readme_example_runs(source: str, fake: FakeSume, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example executes without error (Sume calls go to FakeSume, nothing sleeps)."""
+    if "contrib.django" in source and "INSTALLED_APPS" not in source:
+        if importlib.util.find_spec("django") is None:
+            pytest.skip("Django is not installed")
+    fake.script("POST", "/v1/avatars", Reply.error(503, "service_unavailable"), Reply(201, json={"id": "av_1"}))
+    fake.script("GET", "/v1/me", Reply(200, json={"user": "ada"}))
+    monkeypatch.setenv("SUME_API_KEY", "sk_readme")
+    monkeypatch.setenv("SUME_API_BASE_URL", fake.url + "/v1")
+
+    with no_sleep():
+        exec(compile(source, str(README), "exec"), {"__name__": "readme_example"})
+
+
+def test_readme_commands_are_present() -> None:
+    """The README opens with the demo command and the test command CI runs."""
+    text = README.read_text(encoding="utf-8")
+
+    assert text.index("python -m sume_urllib3 demo") < text.index("python -m pytest")
+    assert "<!-- test-command -->" in text
