@@ -82,7 +82,7 @@ class _OK(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         payload = b'{"ok":true}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -90,7 +90,7 @@ class _OK(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -169,7 +169,7 @@ def main(argv: List[str]) -> int:
     )
     print(
         f"| (b') 200: requests.Session vs SumeSession | {session_bare * 1e6:.0f} µs "
-        f"| {session_sume * 1e6:.0f} µs | {session_sume / session_bare:.3f}x | (whole session, for reference) |"
+        f"| {session_sume * 1e6:.0f} µs | {session_sume / session_bare:.3f}x | (for reference) |"
     )
     return 0
 

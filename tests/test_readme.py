@@ -21,10 +21,12 @@ def python_blocks() -> List[str]:
 @pytest.mark.parametrize("source", python_blocks(), ids=lambda s: s.strip().splitlines()[0][:50])
 def test_readme_example_runs(source: str, fake: FakeSume, monkeypatch: pytest.MonkeyPatch) -> None:
     """The example executes without error (Sume calls go to FakeSume, nothing sleeps)."""
-    if "contrib.django" in source and "INSTALLED_APPS" not in source:
-        if importlib.util.find_spec("django") is None:
-            pytest.skip("Django is not installed")
-    fake.script("POST", "/v1/avatars", Reply.error(503, "service_unavailable"), Reply(201, json={"id": "av_1"}))
+    needs_django = "contrib.django" in source and "INSTALLED_APPS" not in source
+    if needs_django and importlib.util.find_spec("django") is None:
+        pytest.skip("Django is not installed")
+    fake.script(
+        "POST", "/v1/avatars", Reply.error(503, "service_unavailable"), Reply(201, json={"id": "av_1"})
+    )
     fake.script("GET", "/v1/me", Reply(200, json={"user": "ada"}))
     monkeypatch.setenv("SUME_API_KEY", "sk_readme")
     monkeypatch.setenv("SUME_API_BASE_URL", fake.url + "/v1")
