@@ -393,9 +393,20 @@ class Target:
 
 
 def _short(args: Tuple[Any, ...]) -> str:
-    shown = tuple({k: v for k, v in a.items() if k != "hints"} if isinstance(a, dict) else a for a in args)
-    text = repr(shown)
+    def compact(arg: Any) -> Any:
+        if isinstance(arg, Policy):
+            return _Raw(f"Policy(max_retries={arg.max_retries}, max_elapsed={arg.max_elapsed:g}, ...)")
+        if isinstance(arg, dict):
+            return {k: v for k, v in arg.items() if k != "hints"}
+        return arg
+
+    text = repr(tuple(compact(a) for a in args))
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+class _Raw(str):
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def fuzz(inputs: int, seed: int) -> List[Target]:

@@ -12,7 +12,7 @@ from requests.adapters import HTTPAdapter
 from ._envelope import parse_envelope
 from ._errors import ConfigurationError, SumeRetryError
 from ._observers import dispatch_outcome, observer_tuple
-from ._policy import Outcome, Policy, RandomSource, Verdict
+from ._policy import Decision, Outcome, Policy, RandomSource, Verdict
 from ._record import SumeRecord
 from ._retry import KEYED_METHODS, SumeRetry
 from ._sleeping import now as _sleeping_now
@@ -166,6 +166,9 @@ class SumeAdapter(HTTPAdapter):
         elif response is not None and status is not None:
             # Never shown to the retry (e.g. a mock that skips it): decide from the table.
             decision = self.policy.decide(status, None, None, retries, 0.0)
+            refusal = self.retry.refusal(state.method, state)
+            if decision.retry and refusal:
+                decision = Decision(Verdict.NO_RETRY, reason=f"{status}: {refusal}")
             outcome = _outcome(decision.verdict, retries)
             if outcome is Outcome.RETRIED_OK or decision.retry:
                 outcome = Outcome.GAVE_UP

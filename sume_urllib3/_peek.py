@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 from typing import Any, Optional, Tuple
 
 from urllib3.util.response import is_fp_closed
@@ -12,32 +14,38 @@ class PrefixedFP:
 
     It deliberately has no ``fp`` attribute: urllib3 switches to its own chunk parser
     when it sees one, but http.client is already part-way through the chunks, so the
-    plain ``read()`` path must stay in charge.
+    plain ``read()`` path must stay in charge. If the peek itself failed (a body cut
+    short, a timeout), the error is raised to the caller once the prefix is served, as
+    it would have been without the peek.
     """
 
-    def __init__(self, prefix: bytes, inner: Any) -> None:
+    def __init__(self, prefix: bytes, inner: Any, error: Optional[BaseException] = None) -> None:
         self.prefix = prefix
+        self.inner = inner
         self._rest = memoryview(prefix)
-        self._inner = inner
+        self._error = error
 
     def read(self, amt: Optional[int] = None) -> bytes:
         """Read like ``http.client.HTTPResponse.read``: up to ``amt`` bytes, all if None."""
         if amt is None or amt < 0:
+            if not self._rest:
+                return self._read_inner()  # no concatenation: a drain holds the body once
             head = self._take(len(self._rest))
-            return head + bytes(self._inner.read())
+            return head if self._error is not None else head + self._read_inner()
         head = self._take(amt)
-        if len(head) < amt:
-            more = bytes(self._inner.read(amt - len(head)))
+        if len(head) < amt and self._error is None:
+            more = self._read_inner(amt - len(head))
             return head + more if head else more
-        return head
+        return head if head else self._read_inner(amt)
 
     def read1(self, amt: int = -1) -> bytes:
         """Return buffered prefix bytes first, then at most one read from the stream."""
         if self._rest:
             return self._take(len(self._rest) if amt is None or amt < 0 else amt)
+        self._raise_pending()
         if amt is None or amt < 0:
-            return bytes(self._inner.read1())
-        return bytes(self._inner.read1(amt))
+            return bytes(self.inner.read1())
+        return bytes(self.inner.read1(amt))
 
     def readinto(self, buffer: Any) -> int:
         """Fill ``buffer`` from the prefix and the stream."""
@@ -51,32 +59,44 @@ class PrefixedFP:
 
     def flush(self) -> None:
         """Flush the wrapped stream when it supports it."""
-        flush = getattr(self._inner, "flush", None)
-        if flush is not None and not getattr(self._inner, "closed", False):
+        flush = getattr(self.inner, "flush", None)
+        if flush is not None and not getattr(self.inner, "closed", False):
             flush()
 
     def fileno(self) -> int:
         """The wrapped stream's file descriptor."""
-        return int(self._inner.fileno())
+        return int(self.inner.fileno())
 
     def close(self) -> None:
-        """Drop the prefix and close the wrapped stream."""
+        """Drop the prefix and any pending error, and close the wrapped stream."""
         self._rest = memoryview(b"")
-        self._inner.close()
+        self._error = None
+        self.inner.close()
 
     def isclosed(self) -> bool:
-        """Closed only once the prefix is consumed and the stream is closed."""
-        return not self._rest and is_fp_closed(self._inner)
+        """Closed only once the prefix is served, no error is pending and the stream is closed."""
+        return not self._rest and self._error is None and is_fp_closed(self.inner)
 
     @property
     def closed(self) -> bool:
         """Mirror ``closed`` of the stream, never its ``isclosed()`` (responses closes on it)."""
-        return not self._rest and bool(getattr(self._inner, "closed", False))
+        return not self._rest and self._error is None and bool(getattr(self.inner, "closed", False))
 
     def _take(self, amt: int) -> bytes:
         head = self._rest[:amt].tobytes()
         self._rest = self._rest[len(head) :]
         return head
+
+    def _read_inner(self, amt: Optional[int] = None) -> bytes:
+        self._raise_pending()
+        if getattr(self.inner, "closed", False):
+            return b""  # e.g. responses closes its BytesIO at EOF; http.client gives b"" too
+        return bytes(self.inner.read() if amt is None else self.inner.read(amt))
+
+    def _raise_pending(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
 
 def peek_body(response: Any, limit: int) -> Tuple[Optional[bytes], bool]:
@@ -84,21 +104,68 @@ def peek_body(response: Any, limit: int) -> Tuple[Optional[bytes], bool]:
 
     The bytes read are put back in front of the stream, so the caller can still read
     the whole body through any API. A preloaded body (``PoolManager.request``) is
-    sliced instead. Any failure means "no body" and is never raised.
+    sliced instead. A failure while peeking means "no body hint" here and is raised to
+    the caller when they read that far, exactly as without the peek.
     """
     if limit <= 0 or response is None:
         return None, False
-    try:
-        fp = getattr(response, "_fp", None)
-        if isinstance(fp, PrefixedFP):
-            return fp.prefix[:limit], False
-        body = getattr(response, "_body", None)
-        if body:
-            return bytes(body[:limit]), bool(getattr(response, "decode_content", False))
-        if fp is None or is_fp_closed(fp):
-            return None, False
-        prefix = fp.read(limit)
-        response._fp = PrefixedFP(prefix, fp)
-        return prefix, False
-    except Exception:
+    fp = getattr(response, "_fp", None)
+    if isinstance(fp, PrefixedFP):
+        return fp.prefix[:limit], False
+    body = getattr(response, "_body", None)
+    if body:
+        return bytes(body[:limit]), bool(getattr(response, "decode_content", False))
+    if fp is None or is_fp_closed(fp):
         return None, False
+    try:
+        prefix = fp.read(limit)
+    except Exception as exc:  # the body broke: keep what arrived, re-raise on reading on
+        partial = getattr(exc, "partial", b"")
+        response._fp = PrefixedFP(partial if isinstance(partial, bytes) else b"", fp, exc)
+        return None, False
+    promised = getattr(response, "length_remaining", None)
+    if (
+        getattr(response, "enforce_content_length", False)
+        and isinstance(promised, int)
+        and len(prefix) < min(promised, limit)
+    ):
+        # The connection closed before Content-Length was met: http.client only says so
+        # with a short read, which urllib3 would have turned into IncompleteRead.
+        error = http.client.IncompleteRead(prefix, promised - len(prefix))
+        response._fp = PrefixedFP(prefix, fp, error)
+        return prefix, False
+    if prefix:
+        response._fp = PrefixedFP(prefix, fp)
+    if is_fp_closed(fp):
+        # The whole body is in hand. urllib3 hands the connection back only from inside
+        # a read, and an empty body is never read again, so give it back now.
+        _release(response)
+    return prefix, False
+
+
+def discard_body(response: Any) -> None:
+    """Read and drop the rest of a body that is about to be retried, 64 KiB at a time.
+
+    urllib3's own drain reads it in one piece (the whole body in memory at once); this
+    keeps memory at one chunk and still lets the connection go back to the pool.
+    """
+    fp = getattr(response, "_fp", None)
+    if isinstance(fp, PrefixedFP):
+        fp = response._fp = fp.inner
+    if fp is None:
+        return
+    try:
+        while not is_fp_closed(fp) and fp.read(_DRAIN_CHUNK):
+            pass
+    except Exception:  # a broken body: urllib3's drain sees the same state and copes
+        return
+
+
+_DRAIN_CHUNK = 65536
+
+
+def _release(response: Any) -> None:
+    release = getattr(response, "release_conn", None)
+    if release is not None:
+        with contextlib.suppress(Exception):  # a mock without a pool
+            release()

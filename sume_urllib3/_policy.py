@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from ._envelope import ErrorEnvelope
 from ._errors import ConfigurationError
-from ._retry_after import parse_retry_after
+from ._retry_after import RETRY_AFTER_CEILING, parse_retry_after
 
 #: A rule's ``code`` that matches any error code (or none).
 ANY = None
@@ -289,7 +289,11 @@ def _seconds(value: Union[str, bytes, float, None], now: Optional[Callable[[], f
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return max(float(value), 0.0) if not math.isnan(value) else None
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond float range: as good as forever (or never)
+            return RETRY_AFTER_CEILING if value > 0 else 0.0
+        return None if math.isnan(seconds) else min(max(seconds, 0.0), RETRY_AFTER_CEILING)
     return parse_retry_after(value, now)
 
 

@@ -15,7 +15,7 @@ from . import _sleeping
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
 from ._observers import dispatch_retry, observer_tuple
-from ._peek import peek_body
+from ._peek import discard_body, peek_body
 from ._policy import DEFAULT_POLICY, Decision, Policy, RandomSource, Verdict
 from ._record import RetryEvent, key_prefix
 from ._retry_after import parse_retry_after
@@ -168,7 +168,7 @@ class SumeRetry(Retry):
         return bool(super().is_exhausted())
 
     def _is_method_retryable(self, method: str) -> bool:
-        return self._refusal(method, self._state) is None
+        return self.refusal(method, self._state) is None
 
     def get_backoff_time(self) -> float:
         """The wait decided for the retry this object was made for."""
@@ -238,6 +238,7 @@ class SumeRetry(Retry):
         attempt = Attempt(attempt.status, attempt.code, attempt.request_id, attempt.next_action, decision)
         state.attempts.append(attempt)
         if decision.retry and new is not None:
+            discard_body(raw)
             return me._schedule(new, decision, method, url, attempt, envelope.code)
         self._refuse(state, decision)
         raise MaxRetryError(_pool, url, ResponseError(decision.reason))
@@ -263,7 +264,7 @@ class SumeRetry(Retry):
             rng=self.rng,
         )
         if decision.retry:
-            refusal = self._refusal(method, state)
+            refusal = self.refusal(method, state)
             if refusal:
                 decision = Decision(Verdict.NO_RETRY, reason=f"{_label_of(status, envelope.code)}: {refusal}")
         attempt = Attempt(status, envelope.code, envelope.request_id, envelope.next_action, decision)
@@ -291,7 +292,7 @@ class SumeRetry(Retry):
             kind,
             state.retries,
             self._now() - state.start,
-            replay_safe=self._refusal(method, state) is None,
+            replay_safe=self.refusal(method, state) is None,
             rng=self.rng,
         )
         new: Optional[SumeRetry] = None
@@ -355,7 +356,7 @@ class SumeRetry(Retry):
         if gave_up and self._raise_on_give_up and self._state is state:
             self.raise_on_status = True
 
-    def _refusal(self, method: Optional[str], state: Optional[RequestState]) -> Optional[str]:
+    def refusal(self, method: Optional[str], state: Optional[RequestState]) -> Optional[str]:
         """Why this request may not be sent again, or None when it may."""
         verb = (method or "").upper()
         key = state.key if state is not None else None

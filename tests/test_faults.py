@@ -212,19 +212,6 @@ def test_a_503_whose_body_is_cut_short_is_still_retried(
     assert 0 == pool_slots_missing(session)
 
 
-# Cases where the peek swallows the connection error and the caller silently reads a short body.
-_SWALLOWED = pytest.mark.xfail(
-    strict=True,
-    reason="BUG: peek_body swallows IncompleteRead / an early EOF, so a broken error body reads as "
-    "a short or empty body instead of raising ChunkedEncodingError",
-)
-_SWALLOWED_ON_2 = pytest.mark.xfail(
-    URLLIB3_2,
-    strict=True,
-    reason="BUG: peek_body leaves a closed fp behind; urllib3 2 never reaches its Content-Length check",
-)
-
-
 @pytest.mark.parametrize(
     ("status", "fault"),
     [
@@ -232,11 +219,11 @@ _SWALLOWED_ON_2 = pytest.mark.xfail(
         (200, {"drop": "after_headers", "chunked": True}),
         (200, {"truncate": 20}),
         (200, {"truncate": 20, "chunked": True}),
-        pytest.param(402, {"drop": "after_headers"}, marks=_SWALLOWED_ON_2),
-        pytest.param(402, {"drop": "after_headers", "chunked": True}, marks=_SWALLOWED),
+        (402, {"drop": "after_headers"}),
+        (402, {"drop": "after_headers", "chunked": True}),
         (402, {"truncate": 20}),
-        pytest.param(402, {"truncate": 20, "chunked": True}, marks=_SWALLOWED),
-        pytest.param(402, {"truncate": 20, "chunked": True, "gzip": True}, marks=_SWALLOWED),
+        (402, {"truncate": 20, "chunked": True}),
+        (402, {"truncate": 20, "chunked": True, "gzip": True}),
         (402, {"truncate": 100_000, "chunked": True, "size": 200_000}),  # cut after the peek
         (402, {"truncate": 100_000, "size": 200_000}),
     ],
@@ -468,11 +455,6 @@ def traced_peak(send: Callable[[], requests.Response]) -> int:
         tracemalloc.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: PrefixedFP.read(None) returns prefix + inner.read(), so urllib3's drain of a retried body "
-    "holds it twice (40 MB for 20 MB); stock urllib3 holds it once",
-)
 def test_retrying_a_huge_error_body_costs_no_more_memory_than_stock_urllib3(
     fake: FakeSume, make_session: MakeSession
 ) -> None:
@@ -565,11 +547,6 @@ def test_a_malformed_402_body_is_returned_byte_for_byte(
     assert 0 == pool_slots_missing(session)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: peek_body wraps an empty, already-closed body in PrefixedFP; urllib3's stream() then "
-    "never calls read(), so the connection is never released to the pool",
-)
 @pytest.mark.parametrize(
     ("method", "reply"),
     [
@@ -614,9 +591,8 @@ def test_a_json_envelope_with_the_wrong_content_type_is_still_read(
 ) -> None:
     """The envelope is trusted whatever the Content-Type claims: retryable=false stops a 503."""
     headers = {"Content-Type": content_type} if content_type else {}
-    reply = Reply.error(503, "maintenance", retryable=False, request_id="req_m")
-    assert reply.json is not None
-    fake.script("GET", "/v1/me", Reply(503, body=json.dumps(reply.json).encode(), headers=headers), 200)
+    envelope = {"error": {"code": "maintenance", "retryable": False}, "request_id": "req_m"}
+    fake.script("GET", "/v1/me", Reply(503, body=json.dumps(envelope).encode(), headers=headers), 200)
     session = make_session()
 
     response = session.get("/me")
@@ -822,14 +798,6 @@ def generator_cases() -> List[Any]:
         if LEGACY_CHUNKED and name == "read-timeout":
             marks.append(
                 pytest.mark.skip(reason="requests < 2.29 applies no read timeout to chunked uploads")
-            )
-        elif LEGACY_CHUNKED and isinstance(seen, int):
-            marks.append(
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="BUG: with requests < 2.29 the retry never sees the response; "
-                    "SumeAdapter._record's fallback ignores the unreplayable body, says gave_up/fix",
-                )
             )
         cases.append(pytest.param(fault, seen, id=name, marks=marks))
     return cases
