@@ -12,6 +12,7 @@ from requests.adapters import HTTPAdapter
 from ._envelope import parse_envelope
 from ._errors import ConfigurationError, SumeRetryError
 from ._observers import dispatch_outcome, observer_tuple
+from ._peek import peek_body
 from ._policy import Decision, Outcome, Policy, RandomSource, Verdict
 from ._record import SumeRecord
 from ._retry import KEYED_METHODS, SumeRetry
@@ -164,15 +165,17 @@ class SumeAdapter(HTTPAdapter):
             outcome = _outcome(last.decision.verdict, retries)
             reason = last.decision.reason
         elif response is not None and status is not None:
-            # Never shown to the retry (e.g. a mock that skips it): decide from the table.
-            decision = self.policy.decide(status, None, None, retries, 0.0)
-            refusal = self.retry.refusal(state.method, state)
-            if decision.retry and refusal:
-                decision = Decision(Verdict.NO_RETRY, reason=f"{status}: {refusal}")
+            # The retry never saw this response (requests < 2.29 sends streamed bodies
+            # around urllib3; some mocks skip it): decide here, but nothing was resent.
+            limit = self.policy.peek_limit
+            prefix, decoded = peek_body(response.raw, limit)
+            envelope = parse_envelope(response.headers, prefix, limit=limit, decoded=decoded)
+            decision = self.policy.decide(status, envelope.code, None, retries, 0.0, envelope)
+            if decision.retry:
+                why = self.retry.refusal(state.method, state) or "the transport did not consult the retry"
+                decision = Decision(Verdict.NO_RETRY, reason=f"{status}: not retried: {why}")
             outcome = _outcome(decision.verdict, retries)
-            if outcome is Outcome.RETRIED_OK or decision.retry:
-                outcome = Outcome.GAVE_UP
-            request_id = parse_envelope(response.headers, None).request_id
+            code, request_id, next_action = envelope.code, envelope.request_id, envelope.next_action
             reason = decision.reason
         else:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP

@@ -450,7 +450,7 @@ def test_chunked_request_bodies_are_dechunked(fake: FakeSume) -> None:
     fake.script("PUT", "/upload", 200)
 
     with requests.Session() as session:
-        session.put(fake.url + "/upload", data=iter([b"ab", b"", b"cd", b"e" * 70000]), timeout=5)
+        session.put(fake.url + "/upload", data=iter([b"ab", b"cd", b"e" * 70000]), timeout=5)
         session.put(fake.url + "/upload", data=b"second", timeout=5)
 
     first, second = fake.requests
