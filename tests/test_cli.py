@@ -98,33 +98,30 @@ def test_run_uses_the_policy_it_is_given() -> None:
     assert "" == err.getvalue()
 
 
-def test_module_entry_point_prints_the_table() -> None:
-    """``python -m sume_urllib3 table`` works from a fresh interpreter and exits 0."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    result = subprocess.run(
-        [sys.executable, "-m", "sume_urllib3", "table"],
+def run_module(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m sume_urllib3 ARGS`` in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-m", "sume_urllib3", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
         cwd=str(ROOT),
         timeout=60,
         check=False,
     )
+
+
+def test_module_entry_point_prints_the_table() -> None:
+    """``python -m sume_urllib3 table`` works from a fresh interpreter and exits 0."""
+    result = run_module("table")
+
     assert (0, TABLE, "") == (result.returncode, result.stdout, result.stderr)
 
 
 def test_module_entry_point_exits_2_on_bad_arguments() -> None:
     """``python -m sume_urllib3 bogus`` exits 2 with one line on stderr and no traceback."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    result = subprocess.run(
-        [sys.executable, "-m", "sume_urllib3", "bogus"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(ROOT),
-        timeout=60,
-        check=False,
-    )
+    result = run_module("bogus")
+
     assert (2, "") == (result.returncode, result.stdout)
     assert 1 == len(result.stderr.splitlines())
     assert "Traceback" not in result.stderr
