@@ -15,6 +15,7 @@ from sume_urllib3 import (
     ConfigurationError,
     Outcome,
     Policy,
+    RetryBudget,
     SumeAdapter,
     SumeRecord,
     SumeRetryError,
@@ -201,6 +202,18 @@ def test_raise_on_give_up_false_returns_the_last_response(fake: FakeSume, make_s
     response = session.get("/me")
 
     assert (503, Outcome.GAVE_UP, 2) == (response.status_code, response.sume.outcome, response.sume.attempts)
+
+
+def test_a_spent_retry_budget_gives_up(fake: FakeSume, make_session: MakeSession) -> None:
+    """Once the shared budget is spent, a retryable failure ends as gave_up, saying why."""
+    fake.script("GET", "/v1/me", 503)
+    budget = RetryBudget(ratio=0.0, window=10.0, min_per_second=0.1)  # one retry per 10 s
+    session = make_session(retry_budget=budget, raise_on_give_up=False)
+
+    first = session.get("/me")
+
+    assert (Outcome.GAVE_UP, 2) == (first.sume.outcome, first.sume.attempts)
+    assert "retry budget exhausted" in first.sume.reason
 
 
 def test_transport_failures_keep_requests_exception_types(make_session: MakeSession) -> None:
