@@ -1,0 +1,24 @@
+"""``python -m sume_urllib3 demo`` tells each scripted story and ends with the counters."""
+
+from __future__ import annotations
+
+import io
+
+from sume_urllib3._demo import SCENARIOS, main
+
+
+def test_the_demo_runs_every_scenario_and_prints_the_counters() -> None:
+    """Exit 0; one outcome line per scenario, the give-up names its ids, counters at the end."""
+    out = io.StringIO()
+
+    code = main(["--scale", "0"], out=out)
+
+    text = out.getvalue()
+    outcomes = [line.split(":")[0].strip() for line in text.splitlines() if line.strip().startswith("=>")]
+    assert 0 == code
+    assert ["=> retried_ok", "=> retried_ok", "=> fix", "=> retried_ok", "=> gave_up", "=> poll"] == outcomes
+    assert len(SCENARIOS) == len(outcomes)
+    assert "raised SumeRetryError: gave up after 4 attempts" in text
+    assert "request ids: req_" in text
+    assert "outcomes: ok=0, retried_ok=3, gave_up=1, fix=1, no_retry=0, poll=1" in text
+    assert "same Idempotency-Key on every attempt: NO" not in text

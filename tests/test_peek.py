@@ -1,0 +1,121 @@
+"""PrefixedFP: a peeked prefix served first, then the stream, as if nothing was read."""
+
+from __future__ import annotations
+
+import http.client
+import io
+from typing import Any
+
+import pytest
+
+from sume_urllib3._peek import PrefixedFP, discard_body, peek_body
+
+
+class Stream(io.BytesIO):
+    """A BytesIO that, like http.client's response, closes itself once fully read."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        if self.tell() == len(self.getbuffer()):
+            self.close()
+        return data
+
+    def isclosed(self) -> bool:
+        return self.closed
+
+
+def wrapped(prefix: bytes = b"abc", rest: bytes = b"defgh", error: Any = None) -> PrefixedFP:
+    return PrefixedFP(prefix, Stream(rest), error)
+
+
+def test_reads_cross_from_prefix_into_the_stream() -> None:
+    """read(n) fills n bytes from the prefix and then the stream, like http.client."""
+    fp = wrapped()
+
+    assert [b"ab", b"cde", b"fgh", b""] == [fp.read(2), fp.read(3), fp.read(10), fp.read(10)]
+
+
+def test_read_all_and_read1() -> None:
+    """read() returns everything; read1 serves the prefix first, then one stream read."""
+    assert b"abcdefgh" == wrapped().read()
+    fp = wrapped()
+    assert [b"abc", b"de"] == [fp.read1(), fp.read1(2)]
+
+
+def test_readinto_fills_a_buffer() -> None:
+    """readinto copies across the boundary and says how much."""
+    fp = wrapped()
+    buffer = bytearray(5)
+
+    assert (5, b"abcde") == (fp.readinto(buffer), bytes(buffer))
+
+
+def test_closed_only_when_the_prefix_is_served_and_the_stream_closed() -> None:
+    """A closed stream with prefix bytes left is not closed yet; close() drops everything."""
+    fp = PrefixedFP(b"abc", Stream(b""))
+    fp.inner.close()
+
+    assert (False, False) == (fp.isclosed(), fp.closed)
+    assert b"abc" == fp.read()
+    assert (True, True) == (fp.isclosed(), fp.closed)
+
+
+def test_a_failed_peek_is_raised_after_the_prefix() -> None:
+    """The error the peek hit reaches the caller once the bytes that did arrive are read."""
+    error = http.client.IncompleteRead(b"ab", 10)
+    fp = wrapped(b"ab", b"", error)
+
+    assert (False, b"ab") == (fp.isclosed(), fp.read(5))
+    with pytest.raises(http.client.IncompleteRead):
+        fp.read(5)
+
+
+def test_flush_and_fileno_delegate() -> None:
+    """flush() and fileno() go to the wrapped stream."""
+    fp = wrapped()
+    fp.flush()
+
+    with pytest.raises(io.UnsupportedOperation):
+        fp.fileno()
+
+
+class FakeResponse:
+    """Just what peek_body and discard_body touch on a urllib3 response."""
+
+    def __init__(self, body: bytes) -> None:
+        self._fp: Any = Stream(body)
+        self._body = None
+        self.released = 0
+
+    def release_conn(self) -> None:
+        self.released += 1
+
+
+def test_peek_puts_the_bytes_back_and_never_peeks_twice() -> None:
+    """peek_body returns the first bytes and the stream still yields them."""
+    response = FakeResponse(b'{"error": {}}' + b" " * 100)
+
+    first, _ = peek_body(response, 5)
+    second, _ = peek_body(response, 5)
+
+    assert (b'{"err', b'{"err') == (first, second)
+    assert b'{"error": {}}' == response._fp.read().rstrip()
+
+
+def test_a_body_read_whole_by_the_peek_gives_its_connection_back() -> None:
+    """When the peek reached the end, the connection is released at once."""
+    response = FakeResponse(b"{}")
+
+    peek_body(response, 100)
+
+    assert 1 == response.released
+
+
+def test_discard_body_reads_the_rest_and_unwraps() -> None:
+    """A body about to be retried is read to the end and the wrapper removed."""
+    response = FakeResponse(b"x" * 200_000)
+    peek_body(response, 10)
+
+    discard_body(response)
+
+    assert (True, True) == (isinstance(response._fp, Stream), response._fp.closed)
