@@ -25,6 +25,8 @@ from ._version import __version__
 DEFAULT_BASE_URL = "https://api.sume.com/v1"
 AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
 Timeout = Union[float, Tuple[float, float]]
+# requests.Session.request(method, url, params, data, headers, cookies, files, auth, timeout, ...)
+_TIMEOUT_POSITION = 6
 
 
 class _DefaultBudget:
@@ -125,7 +127,10 @@ class SumeSession(requests.Session):
         """Send one logical request: the deadline and the outcome span its redirects."""
         if isinstance(url, bytes):
             url = url.decode("utf-8")
-        if not args and kwargs.get("timeout") is None:
+        if len(args) > _TIMEOUT_POSITION:  # given positionally, as requests allows
+            if args[_TIMEOUT_POSITION] is None:
+                args = (*args[:_TIMEOUT_POSITION], self.timeout, *args[_TIMEOUT_POSITION + 1 :])
+        elif kwargs.get("timeout") is None:
             kwargs["timeout"] = self.timeout
         logical = LogicalRequest(start=_sleeping_now(self.adapter.retry.clock))
         token = current_logical.set(logical)

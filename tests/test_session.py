@@ -314,6 +314,15 @@ def test_default_timeout_applies(fake: FakeSume, make_session: MakeSession) -> N
         session.get("/slow")
 
 
+def test_default_timeout_applies_with_positional_arguments(fake: FakeSume, make_session: MakeSession) -> None:
+    """request(method, url, params, data, ...) positionally still gets the default timeout."""
+    fake.script("GET", "/v1/slow", Reply(200, delay=1.0))
+    session = make_session(timeout=(2, 0.1), policy=Policy(max_retries=0))
+
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        session.request("GET", "/slow", {"q": "1"}, None, None, None, None, None, None)
+
+
 def test_user_agent_names_the_library(fake: FakeSume, make_session: MakeSession) -> None:
     """The User-Agent says sume-urllib3 and its version."""
     fake.script("GET", "/v1/me", 200)
