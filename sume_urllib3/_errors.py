@@ -48,10 +48,11 @@ def _describe(record: SumeRecord) -> str:
     what = "no response" if record.status is None else str(record.status)
     if record.code:
         what += " " + record.code
+    # Reasons from the policy already open with the status and code; do not say it twice.
+    why = record.reason if record.reason.startswith(what) else f"{what}: {record.reason}"
     ids = ", ".join(record.request_ids) if record.request_ids else "none"
     plural = "" if record.attempts == 1 else "s"
     return (
-        f"gave up after {record.attempts} attempt{plural} in {record.elapsed:.2f}s: "
-        f"{what} (request id{'s' if len(record.request_ids) > 1 else ''}: {ids}): "
-        f"{record.reason}"
+        f"gave up after {record.attempts} attempt{plural} in {record.elapsed:.2f}s: {why} "
+        f"(request id{'s' if len(record.request_ids) > 1 else ''}: {ids})"
     )
