@@ -116,9 +116,7 @@ class SumeClient(Client):
             budget.record_request()
 
     def on_failure(self, status: int, retry_after: Optional[str], now: float) -> Optional[float]:
-        decision = self.policy.decide(
-            status, None, retry_after, self.retries, now - self.start, rng=self.rng
-        )
+        decision = self.policy.decide(status, None, retry_after, self.retries, now - self.start, rng=self.rng)
         if not decision.retry or decision.wait is None:
             return None
         if self.budget is not None and not self.budget.try_spend():
@@ -164,9 +162,7 @@ class Urllib3Client(Client):
     """What ``urllib3.connectionpool.urlopen`` does with ``Retry(total=6, backoff_factor=1, ...)``."""
 
     def __init__(self) -> None:
-        self.retry: Retry = _RecordingRetry(
-            total=6, backoff_factor=1, status_forcelist=(429, 503)
-        )
+        self.retry: Retry = _RecordingRetry(total=6, backoff_factor=1, status_forcelist=(429, 503))
 
     def on_failure(self, status: int, retry_after: Optional[str], now: float) -> Optional[float]:
         response = _FakeResponse(status, retry_after)
@@ -218,6 +214,10 @@ STRATEGIES: Tuple[Strategy, ...] = (
     Strategy("sume, no budget", _sume(Policy(), budget=False)),
     Strategy("sume, full jitter (budget)", _sume(Policy(jitter=(0.0, 1.0)), budget=True)),
     Strategy(
+        "sume, Retry-After +U(0, 50%), no budget",
+        _sume(Policy(retry_after_jitter=0.5), budget=False),
+    ),
+    Strategy(
         "urllib3 Retry(total=6, backoff_factor=1)",
         lambda clock, rng: lambda start: Urllib3Client(),
     ),
@@ -251,23 +251,32 @@ def scenarios(quick: bool) -> List[Scenario]:
             "a",
             f"herd: {herd} clients at t=0, server admits 20/s (burst 20), else 429 Retry-After: 1"
             f" (ideal: 1 call each, done by {(herd - 20) / 20:g} s)",
-            [0.0] * herd, lambda rng: TokenBucketServer(),
+            [0.0] * herd,
+            lambda rng: TokenBucketServer(),
         ),
         Scenario(
-            "b", f"total outage: every call 503, 50 req/s for {secs:g} s",
-            steady(50, secs), lambda rng: OutageServer(),
+            "b",
+            f"total outage: every call 503, 50 req/s for {secs:g} s",
+            steady(50, secs),
+            lambda rng: OutageServer(),
         ),
         Scenario(
-            "b200", f"total outage: every call 503, 200 req/s for {secs:g} s",
-            steady(200, secs), lambda rng: OutageServer(),
+            "b200",
+            f"total outage: every call 503, 200 req/s for {secs:g} s",
+            steady(200, secs),
+            lambda rng: OutageServer(),
         ),
         Scenario(
-            "c", f"5% random 503s, 50 req/s for {secs:g} s",
-            steady(50, secs), lambda rng: FlakyServer(0.05, rng),
+            "c",
+            f"5% random 503s, 50 req/s for {secs:g} s",
+            steady(50, secs),
+            lambda rng: FlakyServer(0.05, rng),
         ),
         Scenario(
-            "d", f"outage then recovery: 503 for {secs:g} s, 50 req/s for {2 * secs:g} s",
-            steady(50, 2 * secs), lambda rng: OutageServer(until=secs),
+            "d",
+            f"outage then recovery: 503 for {secs:g} s, 50 req/s for {2 * secs:g} s",
+            steady(50, 2 * secs),
+            lambda rng: OutageServer(until=secs),
         ),
     ]
 
@@ -339,8 +348,14 @@ def simulate(scenario: Scenario, strategy: Strategy, seed: int = SEED) -> Result
             heapq.heappush(heap, (now + wait, seq, index))
             seq += 1
     return Result(
-        scenario.key, strategy.name, len(scenario.arrivals), calls, successes, completion,
-        max(windows.values()), per_second,
+        scenario.key,
+        strategy.name,
+        len(scenario.arrivals),
+        calls,
+        successes,
+        completion,
+        max(windows.values()),
+        per_second,
     )
 
 
@@ -406,8 +421,12 @@ def plot(results: List[Result], titles: Dict[str, str], path: str) -> bool:
     for ax, key in zip(axes, keys):
         for r in (r for r in results if r.scenario == key):
             seconds = range(max(r.per_second) + 1)
-            ax.step(list(seconds), [r.per_second.get(s, 0) for s in seconds], where="post",
-                    label=f"{r.strategy} ({r.amplification:.2f}x)")
+            ax.step(
+                list(seconds),
+                [r.per_second.get(s, 0) for s in seconds],
+                where="post",
+                label=f"{r.strategy} ({r.amplification:.2f}x)",
+            )
         ax.set_title(f"({key}) {titles[key]}", fontsize=9)
         ax.set_ylabel("server calls / s")
         ax.legend(fontsize=7, loc="upper right")

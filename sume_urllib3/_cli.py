@@ -82,6 +82,8 @@ def render_table(policy: Policy) -> str:
         f"trust_body: {str(policy.trust_body).lower()}",
         f"peek_limit: {policy.peek_limit} bytes",
     ]
+    if policy.retry_after_jitter:
+        lines.append(f"retry_after_jitter: up to +{policy.retry_after_jitter:.0%} on a Retry-After")
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 

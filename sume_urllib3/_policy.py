@@ -115,7 +115,12 @@ class Decision:
 
 @dataclass(frozen=True)
 class Policy:
-    """The whole retry policy as validated, immutable data."""
+    """The whole retry policy as validated, immutable data.
+
+    ``retry_after_jitter`` (0 by default: the server's Retry-After is waited exactly)
+    spreads clients that were told the same Retry-After: the wait becomes
+    ``Retry-After * (1 + U(0, retry_after_jitter))``, never shorter than asked.
+    """
 
     rules: Sequence[Rule] = DEFAULT_RULES
     max_retries: int = 6
@@ -126,6 +131,7 @@ class Policy:
     in_use_wait: float = 1.0
     trust_body: bool = True
     peek_limit: int = 65536
+    retry_after_jitter: float = 0.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -137,6 +143,11 @@ class Policy:
         set_(self, "backoff_max", _check_seconds(self.backoff_max, "backoff_max"))
         set_(self, "in_use_wait", _check_seconds(self.in_use_wait, "in_use_wait"))
         set_(self, "jitter", _check_jitter(self.jitter))
+        set_(self, "retry_after_jitter", _check_seconds(self.retry_after_jitter, "retry_after_jitter"))
+        if self.retry_after_jitter > 1.0:
+            raise ConfigurationError(
+                f"retry_after_jitter must be between 0 and 1, got {self.retry_after_jitter!r}"
+            )
         if not isinstance(self.trust_body, bool):
             raise ConfigurationError(f"trust_body must be a bool, got {self.trust_body!r}")
 
@@ -212,6 +223,9 @@ class Policy:
                 wait, source = asked, "retry_after"
         elif asked is not None:
             wait, source = asked, "retry_after"
+            if self.retry_after_jitter:
+                # Upward only: never earlier than the server asked, but not all at once.
+                wait = asked * (1.0 + _uniform(rng, 0.0, self.retry_after_jitter))
         else:
             wait, source = self.backoff(attempt, rng), "backoff"
         return self.bound(label, wait, source, elapsed)

@@ -973,3 +973,33 @@ def test_property_wait_seconds_never_raises(status: int, code: Any, retry_after:
     assert wait is None or 0.0 <= wait <= 120.0
     if attempt >= 6:
         assert wait is None
+
+
+# -- Retry-After jitter (opt-in) -----------------------------------------------------
+
+
+def test_retry_after_is_exact_by_default() -> None:
+    """Without retry_after_jitter the server's Retry-After is waited exactly."""
+    assert 12.0 == Policy().decide(429, "queue_full", "12", 1, rng=lambda: 0.99).wait
+
+
+@pytest.mark.parametrize(("draw", "expected"), [(0.0, 10.0), (0.5, 12.5), (1.0, 15.0)])
+def test_retry_after_jitter_only_ever_adds(draw: float, expected: float) -> None:
+    """retry_after_jitter=0.5 waits Retry-After * (1 + U(0, 0.5)): never less than asked."""
+    decision = Policy(retry_after_jitter=0.5).decide(503, None, "10", 0, rng=lambda: draw)
+
+    assert (expected, "retry_after") == (decision.wait, decision.source)
+
+
+def test_retry_after_jitter_still_respects_the_deadline() -> None:
+    """A jittered wait that would cross max_elapsed stops instead."""
+    decision = Policy(retry_after_jitter=1.0, max_elapsed=15.0).decide(429, None, "10", 0, rng=lambda: 0.9)
+
+    assert Verdict.STOP == decision.verdict
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan"), "0.5", True])
+def test_retry_after_jitter_is_validated(value: object) -> None:
+    """retry_after_jitter must be a number in [0, 1]; the error names the field."""
+    with pytest.raises(ConfigurationError, match="retry_after_jitter"):
+        Policy(retry_after_jitter=value)  # type: ignore[arg-type]
