@@ -12,12 +12,11 @@ from requests.adapters import HTTPAdapter
 from ._envelope import parse_envelope
 from ._errors import ConfigurationError, SumeRetryError
 from ._observers import dispatch_outcome, observer_tuple
-from ._peek import peek_body
 from ._policy import Decision, Outcome, Policy, RandomSource, Verdict
 from ._record import SumeRecord
-from ._retry import KEYED_METHODS, SumeRetry
+from ._retry import KEYED_METHODS, SumeRetry, decide_response
 from ._sleeping import now as _sleeping_now
-from ._state import RequestState, current_logical, current_request
+from ._state import LogicalRequest, RequestState, current_logical, current_request
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -60,6 +59,15 @@ class SumeAdapter(HTTPAdapter):
             )
         elif not isinstance(max_retries, SumeRetry):
             raise ConfigurationError("max_retries must be a SumeRetry (or None for the default)")
+        elif any(v is not None for v in (policy, budget, sleep, clock, rng)) or observers:
+            raise ConfigurationError(
+                "give policy, budget, observers, sleep, clock and rng to the SumeRetry "
+                "passed as max_retries, not to the adapter as well"
+            )
+        else:
+            # The adapter raises SumeRetryError itself; urllib3 must hand responses back.
+            max_retries = max_retries.new(raise_on_status=False)
+            observers, budget = max_retries.observers, max_retries.budget
         self.raise_on_give_up = bool(raise_on_give_up)
         self.observers = observers
         self.budget = budget
@@ -92,21 +100,25 @@ class SumeAdapter(HTTPAdapter):
         method = (request.method or "GET").upper()
         key = request.headers.get(IDEMPOTENCY_HEADER)
         if key is not None:
-            validate_idempotency_key(key)
+            key = validate_idempotency_key(key)
         elif method in KEYED_METHODS:
             key = str(uuid.uuid4())
-            # Set on the prepared request itself, so redirects and resends reuse it.
+        if key is not None:
+            # Set on the prepared request itself (as str), so redirects and resends reuse it.
             request.headers[IDEMPOTENCY_HEADER] = key
-        retry = self.retry
-        logical = current_logical.get()
+        logical = self._logical()
         state = RequestState(
-            start=logical.start if logical is not None else _sleeping_now(retry.clock),
+            start=logical.start if logical is not None else _sleeping_now(self.retry.clock),
             method=method,
             url=request.url or "",
             key=key,
             replayable=body_is_replayable(request.body),
         )
-        if self.budget is not None:
+        if logical is not None:
+            # Redirect hops share one attempt list: the cap and the record span them.
+            logical.hops += 1
+            state.attempts, state.hops = logical.attempts, logical.hops
+        if self.budget is not None and state.hops == 1:
             self.budget.record_request()
         token = current_request.set(state)
         try:
@@ -129,8 +141,13 @@ class SumeAdapter(HTTPAdapter):
             raise SumeRetryError(record, response)
         return response
 
-    def _finish(self, record: SumeRecord) -> None:
+    def _logical(self) -> Optional[LogicalRequest]:
+        """The session request this send belongs to, if its session mounted this adapter."""
         logical = current_logical.get()
+        return logical if logical is not None and logical.owner is self else None
+
+    def _finish(self, record: SumeRecord) -> None:
+        logical = self._logical()
         if logical is not None:
             logical.record = record  # the session reports once, after redirects
         else:
@@ -167,15 +184,15 @@ class SumeAdapter(HTTPAdapter):
         elif response is not None and status is not None:
             # The retry never saw this response (requests < 2.29 sends streamed bodies
             # around urllib3; some mocks skip it): decide here, but nothing was resent.
-            limit = self.policy.peek_limit
-            prefix, decoded = peek_body(response.raw, limit)
-            envelope = parse_envelope(response.headers, prefix, limit=limit, decoded=decoded)
-            decision = self.policy.decide(status, envelope.code, None, retries, 0.0, envelope)
+            seen = decide_response(self.policy, state, state.method, response.raw, 0.0)
+            decision = seen.decision
             if decision.retry:
-                why = self.retry.refusal(state.method, state) or "the transport did not consult the retry"
-                decision = Decision(Verdict.NO_RETRY, reason=f"{status}: not retried: {why}")
+                decision = Decision(
+                    Verdict.NO_RETRY,
+                    reason=f"{seen.label}: not retried: the transport did not consult the retry",
+                )
             outcome = _outcome(decision.verdict, retries)
-            code, request_id, next_action = envelope.code, envelope.request_id, envelope.next_action
+            code, request_id, next_action = seen.code, seen.request_id, seen.next_action
             reason = decision.reason
         else:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
@@ -187,7 +204,7 @@ class SumeAdapter(HTTPAdapter):
             ids += (request_id,)
         return SumeRecord(
             idempotency_key=state.key,
-            attempts=retries + 1,
+            attempts=retries + state.hops,
             outcome=outcome,
             status=status,
             code=code,
@@ -216,8 +233,8 @@ def _has_both_auth(headers: Mapping[str, Any]) -> bool:
     return "x-api-key" in headers and "Authorization" in headers
 
 
-def validate_idempotency_key(key: Any) -> None:
-    """Refuse keys the server cannot store: 1-255 visible ASCII characters."""
+def validate_idempotency_key(key: Any) -> str:
+    """The key as str; refuses keys the server cannot store: 1-255 visible ASCII characters."""
     if isinstance(key, bytes):
         try:
             key = key.decode("ascii")
@@ -229,6 +246,7 @@ def validate_idempotency_key(key: Any) -> None:
         raise ConfigurationError(f"Idempotency-Key must be 1-255 characters, got {len(key)}")
     if not all("!" <= ch <= "~" for ch in key):
         raise ConfigurationError("Idempotency-Key must be visible ASCII (no spaces or control characters)")
+    return key
 
 
 def body_is_replayable(body: Any) -> bool:

@@ -106,6 +106,11 @@ class RetryBudget:
             self._retries += 1
             return True
 
+    def __reduce__(self) -> Any:
+        if self is RetryBudget._shared:
+            return (RetryBudget.shared, ())  # still the one process-wide budget
+        return (_blank, (), self.__getstate__())
+
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         del state["_lock"]  # a pickled budget starts over with its own lock
@@ -155,6 +160,10 @@ class RetryBudget:
         self._bucket_retries = [0] * _BUCKETS
         self._requests = 0
         self._retries = 0
+
+
+def _blank() -> RetryBudget:
+    return RetryBudget.__new__(RetryBudget)
 
 
 def _check(value: Any, name: str, *, high: float = math.inf, positive: bool = False) -> float:

@@ -45,9 +45,8 @@ def _rebuild_retry_error(record: SumeRecord) -> SumeRetryError:
 
 def _describe(record: SumeRecord) -> str:
     """One message that says what was tried, what the server said and why we stopped."""
-    what = "no response" if record.status is None else str(record.status)
-    if record.code:
-        what += " " + record.code
+    from ._policy import status_label  # _policy needs ConfigurationError from here first
+    what = "no response" if record.status is None else status_label(record.status, record.code)
     # Reasons from the policy already open with the status and code; do not say it twice.
     why = record.reason if record.reason.startswith(what) else f"{what}: {record.reason}"
     ids = ", ".join(record.request_ids) if record.request_ids else "none"

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict
+from typing import Any, Collection, Dict
 
 from ._policy import Outcome
 from ._record import RetryEvent, SumeRecord
+
+#: Distinct retry reasons counted before the rest go under "other": codes come from the
+#: server, and a label set that grows without bound is a memory leak in a metrics store.
+MAX_REASONS = 50
+
+
+def bounded_reason(reason: str, seen: Collection[str]) -> str:
+    """``reason`` itself while fewer than MAX_REASONS are known, else "other"."""
+    return reason if reason in seen or len(seen) < MAX_REASONS else "other"
 
 
 def retry_reason(event: RetryEvent) -> str:
@@ -33,6 +42,7 @@ class SumeMetrics:
         """Count one retry under its reason."""
         reason = retry_reason(event)
         with self._lock:
+            reason = bounded_reason(reason, self._retries)
             self._retries[reason] = self._retries.get(reason, 0) + 1
 
     def on_outcome(self, record: SumeRecord) -> None:

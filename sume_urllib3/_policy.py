@@ -186,7 +186,7 @@ class Policy:
         ``elapsed`` the seconds since it started, ``hints`` what the body said, ``rng``
         the jitter source and ``now`` the wall clock for HTTP-date Retry-After values.
         """
-        label = f"{status} {code}" if code else str(status)
+        label = status_label(status, code)
         if status < 400:
             return Decision(Verdict.NO_RETRY, reason=f"{label} is not an error")
         rule = self.match(status, code)
@@ -286,6 +286,11 @@ _ROW_REASONS = {
     Verdict.STOP: "{label}: stop",
     Verdict.POLL: "{label}: poll, do not resubmit",
 }
+
+
+def status_label(status: int, code: Optional[str]) -> str:
+    """How reasons and messages name a response: "503 queue_full", or "503"."""
+    return f"{status} {code}" if code else str(status)
 
 
 def wait_seconds(

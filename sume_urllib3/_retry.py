@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import logging
 import time
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional
 
 from urllib3.exceptions import MaxRetryError, ResponseError
 from urllib3.util.retry import Retry
@@ -87,7 +88,6 @@ class SumeRetry(Retry):
         self.observers = observers if type(observers) is tuple else observer_tuple(observers)
         self._state = _state
         self._next_wait: Optional[float] = None
-        self._next_source: Optional[str] = None
 
     # -- construction --------------------------------------------------------------
 
@@ -112,7 +112,7 @@ class SumeRetry(Retry):
         """A copy of this (shared) template that belongs to one logical request."""
         me = copy.copy(self)  # every field is immutable or replaced, so shallow is enough
         me._state = state
-        me._next_wait = me._next_source = None
+        me._next_wait = None
         return me
 
     @classmethod
@@ -132,13 +132,11 @@ class SumeRetry(Retry):
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_next_wait", None)  # a pending wait belongs to one live request
-        state.pop("_next_source", None)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._next_wait = None
-        self._next_source = None
 
     def __repr__(self) -> str:
         p = self.policy
@@ -163,12 +161,8 @@ class SumeRetry(Retry):
         """Maybe, for every error status: the body decides in ``increment``."""
         return self.total is not False and status_code >= 400
 
-    def is_exhausted(self) -> bool:
-        """urllib3's counters, unchanged (the policy's own cap is checked in ``increment``)."""
-        return bool(super().is_exhausted())
-
     def _is_method_retryable(self, method: str) -> bool:
-        return self.refusal(method, self._state) is None
+        return refusal_for(method, self._state) is None
 
     def get_backoff_time(self) -> float:
         """The wait decided for the retry this object was made for."""
@@ -187,11 +181,19 @@ class SumeRetry(Retry):
         return False
 
     def sleep(self, response: Any = None) -> None:
-        """Wait exactly what the policy decided (Retry-After, fixed or jittered backoff)."""
+        """Wait what the policy decided, but never past the deadline.
+
+        The decision already refused waits that cross it; this only trims what reading
+        the rest of the old body took meanwhile.
+        """
         if self._next_wait is None:
             self.sleep_for_retry(response)
             return
-        _sleeping.wait(self._next_wait, self.sleep_function)
+        wait = self._next_wait
+        if self._state is not None:
+            left = self._state.start + self.policy.max_elapsed - self._now()
+            wait = min(wait, max(left, 0.0))
+        _sleeping.wait(wait, self.sleep_function)
 
     # -- the decision ----------------------------------------------------------------
 
@@ -211,108 +213,63 @@ class SumeRetry(Retry):
                 start=self._now(), method=(method or "").upper(), url=url or ""
             )
         me = self if self._state is state else self._bind(state)
-
-        if error is not None:
-            return me._increment_error(method, url, error, _pool, _stacktrace)
         raw = _raw_response(response)
-        if raw is not None and _redirect_location(raw):
+        if error is None and raw is not None and _redirect_location(raw):
             # A redirect followed by urllib3 itself: urllib3's rules, not the policy's.
             return Retry.increment(me, method, url, raw, None, _pool, _stacktrace)
-        try:
-            decision, attempt, envelope = me._decide_response(method, raw)
-        except Exception:  # a bug here must not leak the connection or the response
-            log.exception("sume_urllib3: failed to decide on a response; not retrying")
-            decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
-            attempt = Attempt(_status(raw), None, None, None, decision)
-            envelope = ErrorEnvelope()
-        new: Optional[SumeRetry] = None
-        if decision.retry:
-            try:
-                new = Retry.increment(me, method, url, raw, None, _pool, _stacktrace)
-            except MaxRetryError:
-                decision = Decision(
-                    Verdict.STOP, reason=f"{_label(attempt)}: urllib3 retry counters exhausted"
-                )
-            if decision.retry and self.budget is not None and not self.budget.try_spend():
-                decision = Decision(Verdict.STOP, reason=f"{_label(attempt)}: retry budget exhausted")
-        attempt = Attempt(attempt.status, attempt.code, attempt.request_id, attempt.next_action, decision)
-        state.attempts.append(attempt)
-        if decision.retry and new is not None:
-            discard_body(raw)
-            return me._schedule(new, decision, method, url, attempt, envelope.code)
-        self._refuse(state, decision)
-        raise MaxRetryError(_pool, url, ResponseError(decision.reason))
 
-    def _decide_response(self, method: Optional[str], raw: Any) -> Tuple[Decision, Attempt, ErrorEnvelope]:
-        state = self._state
-        assert state is not None
-        status = _status(raw) or 0
-        headers = getattr(raw, "headers", None)
-        envelope = ErrorEnvelope()
-        if status >= 400:
-            prefix, decoded = peek_body(raw, self.policy.peek_limit)
-            envelope = parse_envelope(headers, prefix, limit=self.policy.peek_limit, decoded=decoded)
-        elif headers is not None:
-            envelope = parse_envelope(headers, None)
-        decision = self.policy.decide(
-            status,
-            envelope.code,
-            header(headers, "Retry-After"),
-            state.retries,
-            self._now() - state.start,
-            envelope,
-            rng=self.rng,
-        )
-        if decision.retry:
-            refusal = self.refusal(method, state)
-            if refusal:
-                decision = Decision(Verdict.NO_RETRY, reason=f"{_label_of(status, envelope.code)}: {refusal}")
-        attempt = Attempt(status, envelope.code, envelope.request_id, envelope.next_action, decision)
-        return decision, attempt, envelope
-
-    def _increment_error(
-        self,
-        method: Optional[str],
-        url: Optional[str],
-        error: Exception,
-        _pool: Any,
-        _stacktrace: Any,
-    ) -> SumeRetry:
-        state = self._state
-        assert state is not None
-        if self.total is False:
-            raise error.with_traceback(_stacktrace)
-        if self._is_connection_error(error):
-            kind = "connect"
-        elif self._is_read_error(error):
-            kind = "read"
+        if error is not None:
+            if self.total is False:
+                raise error.with_traceback(_stacktrace)
+            kind = me._error_kind(error)
+            decision = me.policy.decide_error(
+                kind,
+                state.retries,
+                me._now() - state.start,
+                replay_safe=refusal_for(method, state) is None,
+                rng=me.rng,
+            )
+            attempt = Attempt(None, None, None, None, decision, error=type(error).__name__)
         else:
-            kind = "other"
-        decision = self.policy.decide_error(
-            kind,
-            state.retries,
-            self._now() - state.start,
-            replay_safe=self.refusal(method, state) is None,
-            rng=self.rng,
-        )
+            kind = "response"
+            try:
+                attempt = decide_response(me.policy, state, method, raw, me._now() - state.start, me.rng)
+            except Exception:  # a bug here must not leak the connection or the response
+                log.exception("sume_urllib3: failed to decide on a response; not retrying")
+                decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
+                attempt = Attempt(_status(raw), None, None, None, decision)
+
         new: Optional[SumeRetry] = None
+        decision = attempt.decision
         if decision.retry:
             try:
-                new = Retry.increment(self, method, url, None, error, _pool, _stacktrace)
+                new = Retry.increment(me, method, url, raw, error, _pool, _stacktrace)
             except MaxRetryError:
-                decision = Decision(Verdict.STOP, reason="urllib3 retry counters exhausted")
-            if decision.retry and self.budget is not None and not self.budget.try_spend():
-                decision = Decision(Verdict.STOP, reason="connection failed: retry budget exhausted")
-        name = type(error).__name__
-        attempt = Attempt(None, None, None, None, decision, error=name)
+                decision = Decision(Verdict.STOP, reason=f"{attempt.label}: urllib3 retry counters exhausted")
+            if new is not None and self.budget is not None and not self.budget.try_spend():
+                decision = Decision(Verdict.STOP, reason=f"{attempt.label}: retry budget exhausted")
+            attempt = dataclasses.replace(attempt, decision=decision)
         state.attempts.append(attempt)
+
         if decision.retry and new is not None:
-            return self._schedule(new, decision, method, url, attempt, None)
+            if raw is not None:
+                discard_body(raw)
+            return me._schedule(new, decision, method, url, attempt)
+        if error is None:
+            self._refuse(state, decision)
+            raise MaxRetryError(_pool, url, ResponseError(decision.reason))
         if kind == "connect" and decision.verdict is Verdict.STOP:
             raise MaxRetryError(_pool, url, error) from error
         # Re-raise the transport error itself, so requests maps it to ReadTimeout /
         # ConnectionError exactly as it would without retries.
         raise error.with_traceback(_stacktrace)
+
+    def _error_kind(self, error: Exception) -> str:
+        if self._is_connection_error(error):
+            return "connect"
+        if self._is_read_error(error):
+            return "read"
+        return "other"
 
     def _schedule(
         self,
@@ -321,10 +278,8 @@ class SumeRetry(Retry):
         method: Optional[str],
         url: Optional[str],
         attempt: Attempt,
-        code: Optional[str],
     ) -> SumeRetry:
         new._next_wait = decision.wait
-        new._next_source = decision.source
         state = self._state
         assert state is not None
         if self.observers:
@@ -338,7 +293,7 @@ class SumeRetry(Retry):
                     wait=decision.wait or 0.0,
                     wait_source=decision.source or "backoff",
                     status=attempt.status,
-                    code=code,
+                    code=attempt.code,
                     request_id=attempt.request_id,
                     key_prefix=key_prefix(state.key),
                     reason=decision.reason,
@@ -356,20 +311,47 @@ class SumeRetry(Retry):
         if gave_up and self._raise_on_give_up and self._state is state:
             self.raise_on_status = True
 
-    def refusal(self, method: Optional[str], state: Optional[RequestState]) -> Optional[str]:
-        """Why this request may not be sent again, or None when it may."""
-        verb = (method or "").upper()
-        key = state.key if state is not None else None
-        if verb in KEYED_METHODS and not key:
-            return f"{verb} without an Idempotency-Key is never resent"
-        if verb not in SAFE_METHODS and verb not in KEYED_METHODS:
-            return f"{verb or 'unknown method'} is not replay-safe"
-        if state is not None and not state.replayable:
-            return "the request body cannot be replayed"
-        return None
-
     def _now(self) -> float:
         return _sleeping.now(self.clock)
+
+
+def decide_response(
+    policy: Policy,
+    state: RequestState,
+    method: Optional[str],
+    raw: Any,
+    elapsed: float,
+    rng: RandomSource = None,
+) -> Attempt:
+    """Peek at an error body, ask the policy, and refuse a retry the request cannot take."""
+    status = _status(raw) or 0
+    headers = getattr(raw, "headers", None)
+    envelope = ErrorEnvelope()
+    if status >= 400:
+        prefix, decoded = peek_body(raw, policy.peek_limit)
+        envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded)
+    decision = policy.decide(
+        status, envelope.code, header(headers, "Retry-After"), state.retries, elapsed, envelope, rng=rng
+    )
+    attempt = Attempt(status, envelope.code, envelope.request_id, envelope.next_action, decision)
+    refusal = refusal_for(method, state) if decision.retry else None
+    if refusal:
+        decision = Decision(Verdict.NO_RETRY, reason=f"{attempt.label}: {refusal}")
+        attempt = dataclasses.replace(attempt, decision=decision)
+    return attempt
+
+
+def refusal_for(method: Optional[str], state: Optional[RequestState]) -> Optional[str]:
+    """Why this request may not be sent again, or None when it may."""
+    verb = (method or "").upper()
+    key = state.key if state is not None else None
+    if verb in KEYED_METHODS and not key:
+        return f"{verb} without an Idempotency-Key is never resent"
+    if verb not in SAFE_METHODS and verb not in KEYED_METHODS:
+        return f"{verb or 'unknown method'} is not replay-safe"
+    if state is not None and not state.replayable:
+        return "the request body cannot be replayed"
+    return None
 
 
 def _raw_response(response: Any) -> Any:
@@ -390,13 +372,3 @@ def _redirect_location(raw: Any) -> Any:
 def _status(raw: Any) -> Optional[int]:
     status = getattr(raw, "status", None)
     return status if isinstance(status, int) else None
-
-
-def _label_of(status: Optional[int], code: Optional[str]) -> str:
-    if status is None:
-        return "no response"
-    return f"{status} {code}" if code else str(status)
-
-
-def _label(attempt: Attempt) -> str:
-    return _label_of(attempt.status, attempt.code)

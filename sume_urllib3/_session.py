@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import os
+import re
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
@@ -25,8 +26,7 @@ from ._version import __version__
 DEFAULT_BASE_URL = "https://api.sume.com/v1"
 AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
 Timeout = Union[float, Tuple[float, float]]
-# requests.Session.request(method, url, params, data, headers, cookies, files, auth, timeout, ...)
-_TIMEOUT_POSITION = 6
+_ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class _DefaultBudget:
@@ -74,7 +74,8 @@ class SumeSession(requests.Session):
             policy = DEFAULT_POLICY
         if not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        if retry_budget is DEFAULT_BUDGET:
+        self._default_budget = retry_budget is DEFAULT_BUDGET
+        if self._default_budget:
             retry_budget = RetryBudget()
         elif retry_budget is not None and not callable(getattr(retry_budget, "try_spend", None)):
             raise ConfigurationError("retry_budget must be a RetryBudget or None")
@@ -117,7 +118,7 @@ class SumeSession(requests.Session):
 
     def url_for(self, url: str) -> str:
         """Resolve ``url`` against the base URL unless it is absolute."""
-        if "://" in url:
+        if _ABSOLUTE.match(url):  # "/jobs?next=https://..." is still relative
             return url
         return self.base_url + "/" + url.lstrip("/")
 
@@ -127,12 +128,7 @@ class SumeSession(requests.Session):
         """Send one logical request: the deadline and the outcome span its redirects."""
         if isinstance(url, bytes):
             url = url.decode("utf-8")
-        if len(args) > _TIMEOUT_POSITION:  # given positionally, as requests allows
-            if args[_TIMEOUT_POSITION] is None:
-                args = (*args[:_TIMEOUT_POSITION], self.timeout, *args[_TIMEOUT_POSITION + 1 :])
-        elif kwargs.get("timeout") is None:
-            kwargs["timeout"] = self.timeout
-        logical = LogicalRequest(start=_sleeping_now(self.adapter.retry.clock))
+        logical = LogicalRequest(start=_sleeping_now(self.adapter.retry.clock), owner=self.adapter)
         token = current_logical.set(logical)
         try:
             return super().request(method, self.url_for(url), *args, **kwargs)
@@ -140,6 +136,12 @@ class SumeSession(requests.Session):
             current_logical.reset(token)
             if logical.record is not None:
                 dispatch_outcome(self.observers, logical.record)
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        """Send with the session's timeout when none is given (every hop comes through here)."""
+        if kwargs.get("timeout") is None:
+            kwargs["timeout"] = self.timeout
+        return super().send(request, **kwargs)
 
     def prepare_request(self, request: requests.Request) -> requests.PreparedRequest:
         """Prepare as requests does, then add exactly one auth header (checked)."""
@@ -189,8 +191,8 @@ class SumeSession(requests.Session):
             "observers": self.user_observers,
             **self._injected,
         }
-        if self.retry_budget is None:
-            config["retry_budget"] = None  # otherwise a fresh default budget: live counts restart
+        if not self._default_budget:
+            config["retry_budget"] = self.retry_budget  # None, shared() or the caller's own
         state["_sume_config"] = config
         return state
 

@@ -8,11 +8,16 @@ from typing import Callable, List, Optional
 
 
 class SleepRecorder:
-    """Collects the waits retries asked for, and lets time appear to pass by that much."""
+    """Collects the waits retries asked for, and lets time appear to pass by that much.
+
+    Time passes per thread, as real sleeps do: one thread's recorded waits never eat
+    into another thread's deadline.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waits: List[float] = []
+        self._local = threading.local()
 
     @property
     def waits(self) -> List[float]:
@@ -22,14 +27,19 @@ class SleepRecorder:
 
     @property
     def total(self) -> float:
-        """Seconds that would have been slept; retries add it to their clock."""
+        """Seconds that would have been slept, by every thread."""
         with self._lock:
             return sum(self._waits)
+
+    def slept_here(self) -> float:
+        """Seconds this thread would have slept; its retries add it to their clock."""
+        return float(getattr(self._local, "slept", 0.0))
 
     def record(self, seconds: float) -> None:
         """Note one wait instead of sleeping."""
         with self._lock:
             self._waits.append(seconds)
+        self._local.slept = self.slept_here() + seconds
 
     def clear(self) -> None:
         """Forget the recorded waits."""
@@ -65,9 +75,9 @@ def wait(seconds: float, sleep: Callable[[float], None]) -> None:
 
 
 def now(clock: Callable[[], float]) -> float:
-    """``clock()`` plus the time recorded instead of slept, so deadlines still hold."""
+    """``clock()`` plus the time this thread recorded instead of slept, so deadlines hold."""
     recorder = _recorder
-    return clock() + (recorder.total if recorder is not None else 0.0)
+    return clock() + (recorder.slept_here() if recorder is not None else 0.0)
 
 
 def default_sleep(seconds: float) -> None:

@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from ._policy import Decision, Verdict
+from ._policy import Decision, Verdict, status_label
 from ._record import SumeRecord
 
 
@@ -21,6 +21,11 @@ class Attempt:
     decision: Decision
     error: Optional[str] = None
 
+    @property
+    def label(self) -> str:
+        """ "503 queue_full", "402", or "no response" for a transport error."""
+        return "no response" if self.status is None else status_label(self.status, self.code)
+
 
 @dataclass
 class RequestState:
@@ -32,6 +37,7 @@ class RequestState:
     key: Optional[str] = None
     replayable: bool = True
     attempts: List[Attempt] = field(default_factory=list)
+    hops: int = 1  # requests sent without a retry: the first, and one per redirect
 
     @property
     def retries(self) -> int:
@@ -46,9 +52,16 @@ class RequestState:
 
 @dataclass
 class LogicalRequest:
-    """What a session knows across redirects: when the request started, its final record."""
+    """One session request across its redirects: start, attempts so far, final record.
+
+    ``owner`` is the adapter that serves it, so an unrelated adapter used meanwhile
+    (say, from a response hook) keeps its own accounting.
+    """
 
     start: float
+    owner: object = None
+    attempts: List[Attempt] = field(default_factory=list)
+    hops: int = 0
     record: Optional[SumeRecord] = None
 
 

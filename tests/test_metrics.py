@@ -148,3 +148,15 @@ def test_totals_stay_consistent_while_threads_write() -> None:
         stop.set()
         for t in writers:
             t.join()
+
+
+def test_retry_reasons_are_bounded() -> None:
+    """Codes come from the server: after MAX_REASONS distinct ones the rest count as "other"."""
+    from sume_urllib3._metrics import MAX_REASONS
+
+    metrics = SumeMetrics()
+    for n in range(MAX_REASONS + 10):
+        metrics.on_retry(event(code=f"code_{n}"))
+
+    retries = metrics.snapshot()["retries"]
+    assert (MAX_REASONS + 1, 10) == (len(retries), retries["other"])

@@ -18,6 +18,7 @@ from sume_urllib3 import (
     RetryBudget,
     SumeAdapter,
     SumeRecord,
+    SumeRetry,
     SumeRetryError,
     SumeSession,
 )
@@ -323,6 +324,35 @@ def test_default_timeout_applies_with_positional_arguments(fake: FakeSume, make_
         session.request("GET", "/slow", {"q": "1"}, None, None, None, None, None, None)
 
 
+def test_default_timeout_applies_to_send(fake: FakeSume, make_session: MakeSession) -> None:
+    """session.send(prepared) without a timeout uses the session's too."""
+    fake.script("GET", "/v1/slow", Reply(200, delay=1.0))
+    session = make_session(timeout=(2, 0.1), policy=Policy(max_retries=0))
+    prepared = session.prepare_request(requests.Request("GET", session.url_for("/slow")))
+
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        session.send(prepared)
+
+
+def test_a_query_holding_a_url_is_still_relative(fake: FakeSume, make_session: MakeSession) -> None:
+    """'/jobs?callback=https://x' joins the base URL: only a leading scheme makes a URL absolute."""
+    fake.script("GET", "/v1/jobs", 200)
+
+    make_session().get("/jobs?callback=https://example.com/x")
+
+    assert "/v1/jobs?callback=https://example.com/x" == fake.requests[0].path
+
+
+def test_a_bytes_idempotency_key_is_kept_as_text(fake: FakeSume, make_session: MakeSession) -> None:
+    """A key given as bytes is validated, sent on every attempt and recorded as str."""
+    fake.script("POST", "/v1/runs", 503, 201)
+
+    response = make_session().post("/runs", json={}, headers={"Idempotency-Key": b"order-000000042"})
+
+    assert ["order-000000042"] * 2 == [r.headers["Idempotency-Key"] for r in fake.requests]
+    assert "order-000000042" == response.sume.idempotency_key
+
+
 def test_user_agent_names_the_library(fake: FakeSume, make_session: MakeSession) -> None:
     """The User-Agent says sume-urllib3 and its version."""
     fake.script("GET", "/v1/me", 200)
@@ -348,6 +378,18 @@ def test_bad_configuration_is_refused(kwargs: Dict[str, Any], field: str) -> Non
     """Each bad setting raises ConfigurationError naming it."""
     with pytest.raises(ConfigurationError, match=field):
         SumeSession("k", **kwargs)
+
+
+def test_a_custom_budget_survives_pickling() -> None:
+    """A session's own RetryBudget (or the shared one) comes back, not a default."""
+    own = SumeSession("sk_x", retry_budget=RetryBudget(ratio=0.5, window=30.0, min_per_second=0.0))
+    shared = SumeSession("sk_x", retry_budget=RetryBudget.shared())
+
+    own_clone, shared_clone = pickle.loads(pickle.dumps(own)), pickle.loads(pickle.dumps(shared))
+
+    assert own_clone.retry_budget is not None
+    assert (0.5, 30.0) == (own_clone.retry_budget.ratio, own_clone.retry_budget.window)
+    assert RetryBudget.shared() is shared_clone.retry_budget
 
 
 def test_session_pickles(make_session: MakeSession) -> None:
@@ -446,6 +488,63 @@ def test_redirect_to_another_host_strips_the_key(
 
     second = fake.requests[1]
     assert (None, None) == (second.headers.get("x-api-key"), second.headers.get("Authorization"))
+
+
+def test_the_attempt_cap_spans_redirects(fake: FakeSume, make_session: MakeSession) -> None:
+    """Retries before and after a redirect share one cap; the record counts every request."""
+    fake.script("POST", "/v1/a", 503, Reply(307, headers={"Location": "/v1/b"}, body=b""))
+    fake.script("POST", "/v1/b", 503)
+    session = make_session(policy=Policy(max_retries=2), raise_on_give_up=False)
+
+    record = session.post("/a", json={}).sume
+
+    assert (4, 4, Outcome.GAVE_UP) == (len(fake.requests), record.attempts, record.outcome)
+    assert 1 == session.metrics.total
+
+
+def test_an_adapter_used_inside_a_session_request_keeps_its_own_accounting(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
+    """A plain session with a SumeAdapter called from a hook reports to its own observers."""
+    fake.script("GET", "/v1/a", Reply.error(400, "bad_request"))
+    fake.script("GET", "/b", 200)
+    inner_records: List[SumeRecord] = []
+
+    class Collect:
+        def on_outcome(self, record: SumeRecord) -> None:
+            inner_records.append(record)
+
+    inner = requests.Session()
+    inner.mount("http://", SumeAdapter(observers=[Collect()]))
+    session = make_session()
+    session.hooks["response"].append(lambda r, *a, **k: inner.get(fake.url + "/b"))
+
+    session.get("/a")
+
+    assert [Outcome.OK] == [r.outcome for r in inner_records]
+    assert 1 == session.metrics.snapshot()["outcomes"]["fix"]
+
+
+def test_an_adapter_with_its_own_retry_still_raises_sume_retry_error(
+    fake: FakeSume, vtime: VirtualTime
+) -> None:
+    """SumeAdapter(max_retries=SumeRetry(...)) gives up with SumeRetryError and the response."""
+    fake.script("GET", "/me", Reply.error(503, "queue_full"))
+    session = requests.Session()
+    retry = SumeRetry(Policy(max_retries=1), sleep=vtime.sleep, clock=vtime.clock)
+    session.mount("http://", SumeAdapter(max_retries=retry))
+
+    with pytest.raises(SumeRetryError) as info:
+        session.get(fake.url + "/me")
+
+    assert info.value.response is not None
+    assert "queue_full" == info.value.response.json()["error"]["code"]
+
+
+def test_an_adapter_refuses_settings_given_twice() -> None:
+    """Policy or budget both on the adapter and on its SumeRetry is a ConfigurationError."""
+    with pytest.raises(ConfigurationError, match="max_retries"):
+        SumeAdapter(Policy(), max_retries=SumeRetry())
 
 
 def test_redirects_count_as_one_outcome(fake: FakeSume, make_session: MakeSession) -> None:

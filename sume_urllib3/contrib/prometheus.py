@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Dict, NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Set
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -14,7 +14,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         "pip install 'sume-urllib3[prometheus]'"
     ) from exc
 
-from .._metrics import retry_reason
+from .._metrics import bounded_reason, retry_reason
 from .._policy import Outcome
 from .._record import RetryEvent, SumeRecord
 
@@ -26,6 +26,7 @@ class _Collectors(NamedTuple):
     requests: Counter
     retries: Counter
     attempts: Histogram
+    reasons: Set[str]  # retry reasons labelled so far (bounded, see MAX_REASONS)
 
 
 _lock = threading.Lock()
@@ -46,7 +47,11 @@ class PrometheusObserver:
 
     def on_retry(self, event: RetryEvent) -> None:
         """Count one retry under its reason (error code, else status, else error class)."""
-        self._metrics.retries.labels(reason=retry_reason(event)).inc()
+        metrics = self._metrics
+        with _lock:
+            reason = bounded_reason(retry_reason(event), metrics.reasons)
+            metrics.reasons.add(reason)
+        metrics.retries.labels(reason=reason).inc()
 
     def on_outcome(self, record: SumeRecord) -> None:
         """Count one logical request by outcome and observe its attempts."""
@@ -89,4 +94,4 @@ def _create(registry: CollectorRegistry, namespace: str) -> _Collectors:
         registry=registry,
         buckets=ATTEMPT_BUCKETS,
     )
-    return _Collectors(requests, retries, attempts)
+    return _Collectors(requests, retries, attempts, set())

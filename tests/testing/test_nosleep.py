@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import List
 
 import pytest
 
-from sume_urllib3 import Policy, SumeRetryError, SumeSession
+from sume_urllib3 import Policy, SumeRecord, SumeRetryError, SumeSession
 from sume_urllib3._sleeping import active_recorder
 from sume_urllib3.testing import FakeSume, Reply, SleepRecorder, no_sleep
 
@@ -60,3 +62,24 @@ def test_the_fixtures_come_from_the_installed_plugin(
 
     assert active_recorder() is sume_no_sleep
     assert 1 == len(sume_no_sleep.waits)
+
+
+def test_recorded_time_passes_per_thread(fake_sume: FakeSume) -> None:
+    """A request's elapsed time holds only its own recorded waits, never other threads'."""
+    fake_sume.script("POST", "/v1/runs", *([Reply.error(503, retry_after="4"), 201] * 200))
+    session = SumeSession("sk_test", base_url=fake_sume.url + "/v1", raise_on_give_up=False)
+    records: List[SumeRecord] = []
+
+    def work() -> None:
+        for _ in range(10):
+            records.append(session.post("/runs", json={}).sume)
+
+    with no_sleep():
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    assert 80 == len(records)
+    assert [] == [r for r in records if not sum(r.waits) <= r.elapsed < sum(r.waits) + 1.0]
