@@ -139,6 +139,7 @@ def main(argv: List[str]) -> int:
         plain_sume = requests.Session()
         plain_sume.mount("http://", HTTPAdapter(max_retries=SumeRetry()))
         bare = requests.Session()
+        bare.headers["x-api-key"] = "sk_bench"  # the same request on the wire as SumeSession's
         session = SumeSession("sk_bench", base_url=url)
         for s in (plain_stock, plain_sume, bare, session):
             per_request(s, url + "/warm", 20)
