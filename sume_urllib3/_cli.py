@@ -6,7 +6,7 @@ import argparse
 import math
 import random
 import sys
-from typing import List, NoReturn, Optional, Sequence, TextIO
+from typing import Callable, List, NoReturn, Optional, Sequence, TextIO
 
 from ._envelope import ErrorEnvelope
 from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict
@@ -154,24 +154,23 @@ def _parser() -> _Parser:
     return parser
 
 
-def _status(text: str) -> int:
-    try:
-        status = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an HTTP status 100..599, got {text!r}") from None
-    if not 100 <= status <= 599:
-        raise argparse.ArgumentTypeError(f"must be an HTTP status 100..599, got {status}")
-    return status
+def _int_in(low: int, high: Optional[int], what: str) -> Callable[[str], int]:
+    """An argparse type: an int in [low, high], with one clear message otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
-    return value
+_status = _int_in(100, 599, "an HTTP status 100..599")
+_count = _int_in(0, None, "an integer >= 0")
 
 
 def _elapsed(text: str) -> float:
