@@ -1,0 +1,89 @@
+"""Never run, only type-checked by mypy --strict: the public API as a user would write it."""
+
+from __future__ import annotations
+
+import random
+from typing import List, Optional
+
+import requests
+import urllib3
+
+from sume_urllib3 import (
+    ANY,
+    ConfigurationError,
+    Decision,
+    Outcome,
+    Policy,
+    RetryBudget,
+    RetryEvent,
+    Rule,
+    SumeAdapter,
+    SumeMetrics,
+    SumeRecord,
+    SumeRetry,
+    SumeRetryError,
+    SumeSession,
+    Verdict,
+    wait_seconds,
+)
+from sume_urllib3.testing import FakeSume, Reply, SleepRecorder, no_sleep
+
+
+class Collect:
+    """An observer: any object with on_retry and/or on_outcome."""
+
+    def __init__(self) -> None:
+        self.events: List[RetryEvent] = []
+
+    def on_retry(self, event: RetryEvent) -> None:
+        self.events.append(event)
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        print(record.outcome.value, record.attempts, record.request_ids)
+
+
+def policy_use() -> Optional[float]:
+    policy = Policy(rules=(Rule(429, ANY, Verdict.RETRY),), max_retries=3, jitter=(0.0, 1.0))
+    decision: Decision = policy.decide(503, "queue_full", "2", 0, 0.0, rng=random.Random(1))
+    assert decision.verdict in (Verdict.RETRY, Verdict.STOP)
+    return wait_seconds(429, None, "12", 1)
+
+
+def session_use() -> None:
+    try:
+        session = SumeSession(
+            "sk_x",
+            base_url="https://api.sume.com/v1",
+            auth_header="bearer",
+            policy=Policy(max_elapsed=30.0),
+            timeout=(3, 30),
+            observers=[Collect()],
+            retry_budget=RetryBudget.shared(),
+        )
+    except ConfigurationError as error:
+        raise SystemExit(str(error)) from error
+    try:
+        response = session.post("/avatars", json={"name": "Ada"})
+    except SumeRetryError as error:
+        record: SumeRecord = error.record
+        assert record.outcome is Outcome.GAVE_UP
+        return
+    metrics: SumeMetrics = session.metrics
+    counts: int = metrics.snapshot()["outcomes"]["ok"]
+    print(response.status_code, counts)
+
+
+def transport_use() -> None:
+    http = urllib3.PoolManager(retries=SumeRetry(Policy(max_retries=2), total=5))
+    plain = requests.Session()
+    plain.mount("https://", SumeAdapter(raise_on_give_up=False))
+    print(http, plain)
+
+
+def testing_use() -> None:
+    with FakeSume() as fake, no_sleep() as recorder:
+        fake.script("GET", "/v1/me", Reply.error(503, "queue_full", retry_after="1"), 200)
+        SumeSession("sk", base_url=fake.url + "/v1").get("/me")
+        waits: List[float] = recorder.waits
+        assert isinstance(recorder, SleepRecorder)
+        print(waits, fake.requests[0].headers["x-api-key"])
