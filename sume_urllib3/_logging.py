@@ -75,11 +75,12 @@ class LoggingObserver:
         target = _target(method, path)
         reason = _clean(record.reason)
         plural = "" if record.attempts == 1 else "s"
+        label = " ".join(filter(None, (_status(record.status), code)))
         details = ", ".join(
             filter(
                 None,
                 (
-                    " ".join(filter(None, (_status(record.status), code))),
+                    "" if reason.startswith(label) else label,  # reasons usually open with it
                     f"request id {request_id}" if request_id else "",
                     f"key {prefix}" if prefix else "",
                 ),
@@ -92,7 +93,7 @@ class LoggingObserver:
                 f"in {record.elapsed:.1f}s: {reason}{suffix}"
             )
         elif outcome is Outcome.FIX:
-            message = f"not retried, the caller must fix it: {target}{suffix}: {reason}"
+            message = f"not retried, the caller must fix it: {target}: {reason}{suffix}"
         else:
             message = (
                 f"{target} ended {outcome.value} after {record.attempts} attempt{plural} "

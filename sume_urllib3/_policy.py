@@ -210,7 +210,7 @@ class Policy:
         if attempt >= self.max_retries:
             return Decision(
                 Verdict.STOP,
-                reason=f"{label}: attempt cap reached ({self.max_retries} retries)",
+                reason=f"{label}: attempt cap reached ({_retries(self.max_retries)})",
             )
 
         asked = _seconds(retry_after, now)
@@ -256,7 +256,9 @@ class Policy:
         else:
             return Decision(Verdict.NO_RETRY, reason="transport error that a retry would not fix")
         if attempt >= self.max_retries:
-            return Decision(Verdict.STOP, reason=f"{label}: attempt cap reached ({self.max_retries} retries)")
+            return Decision(
+                Verdict.STOP, reason=f"{label}: attempt cap reached ({_retries(self.max_retries)})"
+            )
         return self.bound(label, self.backoff(attempt, rng), "backoff", elapsed)
 
     def bound(self, label: str, wait: float, source: str, elapsed: float) -> Decision:
@@ -322,6 +324,10 @@ def _uniform(rng: RandomSource, low: float, high: float) -> float:
     if isinstance(rng, random.Random):
         return rng.uniform(low, high)
     return low + (high - low) * float(rng())
+
+
+def _retries(n: int) -> str:
+    return "1 retry" if n == 1 else f"{n} retries"
 
 
 def _fmt(seconds: float) -> str:

@@ -12,6 +12,9 @@ from typing import Callable, Optional, Union
 RETRY_AFTER_CEILING = 10.0**9
 
 # ASCII only: "١٢" is two Unicode digits, but not a delta-seconds value.
+# However many digits, a delta is a (huge) wait; beyond this it is not a header value at all.
+_MAX_LENGTH = 4096
+_MAX_DATE_LENGTH = 256
 _DELTA = re.compile(r"^\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*$", re.ASCII)
 
 
@@ -33,7 +36,7 @@ def parse_retry_after(
             value = value.decode("latin-1")
         except Exception:  # pragma: no cover - latin-1 decodes every byte
             return None
-    if not isinstance(value, str) or len(value) > 256:
+    if not isinstance(value, str) or len(value) > _MAX_LENGTH:
         return None
     match = _DELTA.match(value)
     if match:
@@ -42,6 +45,8 @@ def parse_retry_after(
         if sign == "-":
             return 0.0
         return min(seconds, RETRY_AFTER_CEILING)
+    if len(value) > _MAX_DATE_LENGTH:
+        return None
     return _parse_http_date(value, now or time.time)
 
 

@@ -64,7 +64,7 @@ class SumeSession(requests.Session):
         rng: RandomSource = None,
     ) -> None:
         super().__init__()
-        if api_key is None:
+        if api_key is None or api_key == "":  # os.environ.get("SUME_API_KEY", "") means unset too
             api_key = os.environ.get("SUME_API_KEY") or None
         self._api_key = check_api_key(api_key)
         self.base_url = check_base_url(base_url or os.environ.get("SUME_API_BASE_URL") or DEFAULT_BASE_URL)
@@ -209,8 +209,15 @@ _LOGGING = LoggingObserver()
 def check_auth_header(mode: Any) -> str:
     """The auth mode, lower-cased: "x-api-key" or "bearer"."""
     if not isinstance(mode, str) or mode.lower() not in AUTH_HEADERS:
-        raise ConfigurationError(f"auth_header must be 'x-api-key' or 'bearer', got {mode!r}")
+        raise ConfigurationError(
+            f"auth_header must be 'x-api-key' or 'bearer', got {describe_unechoed(mode)}"
+        )
     return mode.lower()
+
+
+def describe_unechoed(value: Any) -> str:
+    """Name a bad value without echoing it: "Bearer sk_live_..." pasted here is the key."""
+    return f"a str of {len(value)} characters" if isinstance(value, str) else type(value).__name__
 
 
 def check_api_key(key: Any) -> Optional[str]:

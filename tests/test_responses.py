@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import version
 from typing import Iterator
 
 import pytest
@@ -46,10 +45,6 @@ def test_table_decisions_and_bodies_hold_under_responses(mocked: responses.Reque
     assert 1 == len(mocked.calls)
 
 
-@pytest.mark.skipif(
-    tuple(int(p) for p in version("responses").split(".")[:2]) < (0, 22),
-    reason="responses 0.21 passes the requests.Response to increment and raises MaxRetryError",
-)
 def test_retry_then_success_under_responses(mocked: responses.RequestsMock) -> None:
     """503 then 201: retried once (responses skips the sleep), same key on both calls."""
     mocked.add(responses.POST, BASE + "/runs", json=error("service_unavailable"), status=503)

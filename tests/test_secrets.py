@@ -203,9 +203,8 @@ def test_plain_http_error_does_not_echo_the_key(debug_logs: pytest.LogCaptureFix
         API_KEY + " ",
         API_KEY + "\r\nX-Injected: 1",
         "sk_naïve_" + API_KEY,
-        "",
     ],
-    ids=["space-newline", "trailing-space", "header-injection", "non-ascii", "empty"],
+    ids=["space-newline", "trailing-space", "header-injection", "non-ascii"],
 )
 def test_a_malformed_key_is_refused_without_echoing_it(
     bad_key: str, debug_logs: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
@@ -215,14 +214,20 @@ def test_a_malformed_key_is_refused_without_echoing_it(
         SumeSession(bad_key)
     monkeypatch.setenv("SUME_API_KEY", bad_key)
     errors: List[Any] = [direct.value]
-    if bad_key:
-        with pytest.raises(ConfigurationError, match="api_key") as from_env:
-            SumeSession()
-        errors.append(from_env.value)
+    with pytest.raises(ConfigurationError, match="api_key") as from_env:
+        SumeSession()
+    errors.append(from_env.value)
 
     texts = [t for e in errors for t in texts_of(e)]
     assert not [t for t in texts if "sk with space" in t or any(f in t for f in FRAGMENTS)]
     assert [] == leaks([], debug_logs)
+
+
+def test_an_empty_key_means_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SumeSession(os.environ.get("SUME_API_KEY", "")) with nothing set sends no key."""
+    monkeypatch.delenv("SUME_API_KEY", raising=False)
+
+    assert not SumeSession("").has_api_key
 
 
 @pytest.mark.parametrize(

@@ -584,3 +584,11 @@ def test_the_key_never_leaks(
         pickle.dumps(info.value).decode("latin-1"),
     ]
     assert not [t for t in texts if API_KEY in t]
+
+
+def test_a_key_given_as_auth_header_is_not_echoed() -> None:
+    """auth_header="Bearer sk_..." is a common slip: the error names the mistake, not the key."""
+    with pytest.raises(ConfigurationError) as info:
+        SumeSession("k", auth_header="Bearer " + API_KEY)
+
+    assert API_KEY not in str(info.value)

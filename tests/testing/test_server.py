@@ -620,3 +620,10 @@ def test_client_disconnects_are_silent(fake: FakeSume, capfd: pytest.CaptureFixt
     fake.stop()
 
     assert capfd.readouterr().err == ""
+
+
+def test_an_absurd_content_length_is_refused_without_allocating(fake: FakeSume) -> None:
+    """A claimed 100 TB body gets a 400 at once, not a MemoryError on the server thread."""
+    with socket.create_connection(address(fake), timeout=5) as sock:
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000000\r\n\r\n")
+        assert sock.recv(1024).startswith(b"HTTP/1.1 400")

@@ -13,7 +13,7 @@ import difflib
 import inspect
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -28,6 +28,7 @@ from ..._session import (
     check_auth_header,
     check_base_url,
     check_timeout,
+    describe_unechoed,
     is_loopback,
 )
 
@@ -144,17 +145,24 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
         {
             variant
             for value in (raw.get("API_KEY"), environ.get(_ENV_KEY))
-            if isinstance(value, str)
-            for variant in (value, value.strip())
+            for variant in _secret_forms(value)
             if len(variant) >= _MIN_SECRET
         },
         key=len,
         reverse=True,
     )
-    clean = tuple(
-        Problem(p.code, _redact(p.msg, secrets), _redact(p.hint, secrets)) for p in problems
-    )
+    clean = tuple(Problem(p.code, _redact(p.msg, secrets), _redact(p.hint, secrets)) for p in problems)
     return SumeSettings(kwargs, policy, retry_budget, clean)
+
+
+def _secret_forms(value: Any) -> Iterator[str]:
+    """A key as it may appear in a message: raw, stripped, and as ``!r`` escapes it."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("latin-1")
+    if isinstance(value, str):
+        for form in (value, value.strip()):
+            yield form
+            yield repr(form)[1:-1]
 
 
 def setting_name(key: Any) -> str:
@@ -220,12 +228,13 @@ def _resolve_session(
 
     # None means "not set" for the two values that have an environment fallback, as in
     # SumeSession, which reads the variables itself; they are checked here so that
-    # `manage.py check` reports what get_session() would refuse.
+    # `manage.py check` reports what get_session() would refuse. An empty API_KEY
+    # (os.environ.get("SUME_API_KEY", "")) is "not set" too.
     key_hint = (
-        f'Set {setting_name("API_KEY")} to the key string, or remove it and set the '
+        f"Set {setting_name('API_KEY')} to the key string, or remove it and set the "
         f"{_ENV_KEY} environment variable."
     )
-    if raw.get("API_KEY") is not None:
+    if raw.get("API_KEY") not in (None, ""):
         check("API_KEY", "api_key", check_api_key, key_hint)
     elif environ.get(_ENV_KEY):
         try:
@@ -253,7 +262,7 @@ def _resolve_session(
             problems.append(
                 Problem(
                     "E006",
-                    f"{setting_name('AUTH_HEADER')} must be {modes}, got {mode!r}",
+                    f"{setting_name('AUTH_HEADER')} must be {modes}, got {describe_unechoed(mode)}",
                     'Use "x-api-key" (the default: an x-api-key header) or "bearer" '
                     "(an Authorization: Bearer header).",
                 )
@@ -272,8 +281,7 @@ def _resolve_session(
             "RAISE_ON_GIVE_UP",
             "raise_on_give_up",
             lambda value: _check_bool(value, "RAISE_ON_GIVE_UP"),
-            "Use True (raise SumeRetryError when the policy gives up) or False "
-            "(return the last response).",
+            "Use True (raise SumeRetryError when the policy gives up) or False (return the last response).",
         )
     retry_budget = True
     if "RETRY_BUDGET" in raw:
@@ -288,7 +296,7 @@ def _resolve_session(
                     "or False (no retry budget).",
                 )
             )
-    if raw.get("API_KEY") is None and not environ.get(_ENV_KEY):
+    if raw.get("API_KEY") in (None, "") and not environ.get(_ENV_KEY):
         problems.append(
             Problem(
                 "W001",
