@@ -39,3 +39,14 @@ def test_readme_commands_are_present() -> None:
 
     assert text.index("python -m sume_urllib3 demo") < text.index("python -m pytest")
     assert "<!-- test-command -->" in text
+
+
+def test_readme_policy_table_is_the_cli_output() -> None:
+    """The table shown in the README is exactly what `python -m sume_urllib3 table` prints."""
+    from sume_urllib3 import Policy
+    from sume_urllib3._cli import render_table
+
+    shown = re.search(r"```text\n(status .*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+
+    assert shown is not None
+    assert render_table(Policy()).rstrip("\n") == shown.group(1).rstrip("\n")

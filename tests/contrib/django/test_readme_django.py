@@ -40,3 +40,15 @@ def test_the_readme_view_calls_sume(fake: FakeSume, dj_settings: Any) -> None:
         django_blocks()["view"](None)
 
     assert 2 == len(fake.requests_for("GET", "/v1/me"))
+
+
+def test_the_readme_lists_every_check_id() -> None:
+    """The README's check table has exactly the ids the checks can report."""
+    import pathlib
+    import re
+
+    from sume_urllib3.contrib.django.checks import CHECK_IDS
+
+    readme = (pathlib.Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+
+    assert sorted(CHECK_IDS) == sorted(set(re.findall(r"`(sume_urllib3\.[EW]\d{3})`", readme)))
