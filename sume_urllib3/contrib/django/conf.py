@@ -51,8 +51,8 @@ POLICY_KEYS: Tuple[str, ...] = tuple(field.name.upper() for field in dataclasses
 #: Every key ``SUME`` may have.
 VALID_KEYS: Tuple[str, ...] = SESSION_KEYS + POLICY_KEYS
 
-_ENV_KEY = "SUME_API_KEY"
-_ENV_BASE_URL = "SUME_API_BASE_URL"
+ENV_KEY = "SUME_API_KEY"
+ENV_BASE_URL = "SUME_API_BASE_URL"
 _SESSION_DEFAULTS = inspect.signature(SumeSession.__init__).parameters
 _POLICY_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Policy)}
 # Shorter strings are not plausible keys, and masking them would garble whole messages.
@@ -144,7 +144,7 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
     secrets = sorted(
         {
             variant
-            for value in (raw.get("API_KEY"), environ.get(_ENV_KEY))
+            for value in (raw.get("API_KEY"), environ.get(ENV_KEY))
             for variant in _secret_forms(value)
             if len(variant) >= _MIN_SECRET
         },
@@ -232,23 +232,23 @@ def _resolve_session(
     # (os.environ.get("SUME_API_KEY", "")) is "not set" too.
     key_hint = (
         f"Set {setting_name('API_KEY')} to the key string, or remove it and set the "
-        f"{_ENV_KEY} environment variable."
+        f"{ENV_KEY} environment variable."
     )
     if raw.get("API_KEY") not in (None, ""):
         check("API_KEY", "api_key", check_api_key, key_hint)
-    elif environ.get(_ENV_KEY):
+    elif environ.get(ENV_KEY):
         try:
-            check_api_key(environ[_ENV_KEY])
+            check_api_key(environ[ENV_KEY])
         except ValueError as exc:
-            problems.append(Problem("E004", f"the {_ENV_KEY} environment variable: {exc}", key_hint))
+            problems.append(Problem("E004", f"the {ENV_KEY} environment variable: {exc}", key_hint))
     if raw.get("BASE_URL") is not None:
         check("BASE_URL", "base_url", check_base_url, _BASE_URL_HINT)
         if "base_url" in kwargs:
             _check_plain_http(kwargs["base_url"], setting_name("BASE_URL"), problems)
-    elif environ.get(_ENV_BASE_URL):
-        source = f"the {_ENV_BASE_URL} environment variable"
+    elif environ.get(ENV_BASE_URL):
+        source = f"the {ENV_BASE_URL} environment variable"
         try:
-            url = check_base_url(environ[_ENV_BASE_URL])
+            url = check_base_url(environ[ENV_BASE_URL])
         except ValueError as exc:
             problems.append(Problem("E004", f"{source}: {exc}", _BASE_URL_HINT))
         else:
@@ -296,14 +296,14 @@ def _resolve_session(
                     "or False (no retry budget).",
                 )
             )
-    if raw.get("API_KEY") in (None, "") and not environ.get(_ENV_KEY):
+    if raw.get("API_KEY") in (None, "") and not environ.get(ENV_KEY):
         problems.append(
             Problem(
                 "W001",
-                f"no Sume API key: {setting_name('API_KEY')} and the {_ENV_KEY} environment "
+                f"no Sume API key: {setting_name('API_KEY')} and the {ENV_KEY} environment "
                 "variable are both unset",
                 f"Set {setting_name('API_KEY')} (e.g. from an environment variable or a secret "
-                f"store) or {_ENV_KEY}; without a key every call fails with 401.",
+                f"store) or {ENV_KEY}; without a key every call fails with 401.",
             )
         )
     return kwargs, retry_budget

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Optional, Tuple
 
@@ -24,20 +25,24 @@ def get_session() -> SumeSession:
     """The calling thread's SumeSession, configured from ``settings.SUME``.
 
     The same object is returned within a thread until the setting changes (for example
-    under ``override_settings``; the app must be in ``INSTALLED_APPS`` to hear of it),
-    then the old session is closed and a new one built.
+    under ``override_settings``; the app must be in ``INSTALLED_APPS`` to hear of it) or
+    ``SUME_API_KEY`` / ``SUME_API_BASE_URL`` change, then the old session is closed and a
+    new one built.
     Raises ``ConfigurationError`` naming the system check id when the settings are
     invalid (``manage.py check`` lists every problem).
     """
     generation = _generation
+    # The environment is part of the configuration too (SUME_API_KEY, SUME_API_BASE_URL),
+    # and changes to it send no signal: compare it on every call (two dict lookups).
+    built_from = (generation, os.environ.get(conf.ENV_KEY), os.environ.get(conf.ENV_BASE_URL))
     session: Optional[SumeSession] = getattr(_local, "session", None)
     if session is not None:
-        if _local.generation == generation:
+        if _local.built_from == built_from:
             return session
         _local.session = None
         session.close()
     session = _build(generation)
-    _local.session, _local.generation = session, generation
+    _local.session, _local.built_from = session, built_from
     return session
 
 

@@ -320,3 +320,16 @@ def test_nothing_outside_contrib_django_imports_django() -> None:
     )
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_a_changed_environment_rebuilds(dj_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SUME_API_BASE_URL changing (say, monkeypatch.setenv in a test) gives a new session."""
+    dj_settings.SUME = {"API_KEY": "sk_env"}
+    monkeypatch.setenv("SUME_API_BASE_URL", "https://one.example/v1")
+    first = get_session()
+    monkeypatch.setenv("SUME_API_BASE_URL", "https://two.example/v1")
+
+    second = get_session()
+
+    assert (first is not second, "https://two.example/v1") == (True, second.base_url)
+    assert second is get_session()
