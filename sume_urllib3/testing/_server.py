@@ -379,7 +379,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         reply, request_id = self.server.fake._dispatch(request)
         self._respond(reply, request_id)
 
-    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = _serve
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = _serve
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -493,6 +493,8 @@ class FakeSume:
         """Replace the replies for ``METHOD path`` (path without query string); returns self.
 
         Ints are shorthand: ``>= 400`` gives a Sume error envelope, 2xx gives ``{"ok": true}``.
+        The last reply repeats. A HEAD with no script of its own is answered (without a
+        body) from the GET script, taking its next reply.
         """
         if not replies:
             raise ValueError("script() needs at least one reply")
@@ -598,6 +600,10 @@ class FakeSume:
             self._request_ids += 1
             self._requests.append(request)
             script = self._scripts.get(key)
+            if script is None and request.method == "HEAD":
+                # As real servers do: HEAD answers like GET, without the body.
+                key = ("GET", path)
+                script = self._scripts.get(key)
             if script is None:
                 reply = Reply.error(404, "not_found", message=f"No script for {request.method} {path}")
             else:

@@ -627,3 +627,23 @@ def test_an_absurd_content_length_is_refused_without_allocating(fake: FakeSume) 
     with socket.create_connection(address(fake), timeout=5) as sock:
         sock.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000000\r\n\r\n")
         assert sock.recv(1024).startswith(b"HTTP/1.1 400")
+
+
+def test_head_answers_from_the_get_script_without_a_body(fake: FakeSume) -> None:
+    """A HEAD on a route scripted only for GET gets the GET reply's status and headers."""
+    fake.script("GET", "/jobs/1", Reply.error(503, "queue_full", retry_after="2"), 200)
+
+    first = requests.head(fake.url + "/jobs/1", timeout=5)
+    second = requests.get(fake.url + "/jobs/1", timeout=5)
+
+    assert (503, "2", b"") == (first.status_code, first.headers["Retry-After"], first.content)
+    assert 200 == second.status_code  # HEAD took the script's first reply
+    assert ["HEAD", "GET"] == [r.method for r in fake.requests]
+
+
+def test_trace_is_served_and_recorded(fake: FakeSume) -> None:
+    """TRACE (retryable per the policy) is scripted and recorded like any method."""
+    fake.script("TRACE", "/t", 200)
+
+    assert 200 == requests.request("TRACE", fake.url + "/t", timeout=5).status_code
+    assert ["TRACE"] == [r.method for r in fake.requests]
