@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Callable, ClassVar, Dict, List, Optional
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Type
 
 from ._errors import ConfigurationError
 
@@ -43,6 +43,8 @@ class RetryBudget:
     ) -> None:
         self._ratio = _check(ratio, "ratio", high=1000.0)
         self._window = _check(window, "window", positive=True)
+        if self._window < 1e-3:  # buckets of window/10 must stay a usable float divisor
+            raise ConfigurationError(f"window must be at least 0.001 seconds, got {window!r}")
         self._min_per_second = _check(min_per_second, "min_per_second")
         if not callable(clock):
             raise ConfigurationError(f"clock must be callable, got {clock!r}")
@@ -109,11 +111,13 @@ class RetryBudget:
     def __reduce__(self) -> Any:
         if self is RetryBudget._shared:
             return (RetryBudget.shared, ())  # still the one process-wide budget
-        return (_blank, (), self.__getstate__())
+        return (_blank, (type(self),), self.__getstate__())
 
     def __getstate__(self) -> Dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_lock"]  # a pickled budget starts over with its own lock
+        with self._lock:  # a consistent picture, with bucket lists of its own
+            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+            state["_bucket_requests"] = list(self._bucket_requests)
+            state["_bucket_retries"] = list(self._bucket_retries)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -139,14 +143,21 @@ class RetryBudget:
         if head is None:
             head = self._head = index if index is not None else 0
         elif index is not None and index > head:
-            # A clock that stalls or steps back keeps the newest bucket instead of
-            # resurrecting expired ones.
             if index - head >= _BUCKETS:
                 self._clear()
             else:
                 for absolute in range(head + 1, index + 1):
                     self._empty(absolute % _BUCKETS)
             head = self._head = index
+        elif index is not None and index < head:
+            # The clock stepped back (a wall clock, or a budget unpickled on another host):
+            # keep the counts, all in the newest bucket, so they age out within one window
+            # instead of the budget waiting for the clock to catch up.
+            requests, retries = self._requests, self._retries
+            self._clear()
+            head = self._head = index
+            self._bucket_requests[head % _BUCKETS] = self._requests = requests
+            self._bucket_retries[head % _BUCKETS] = self._retries = retries
         return head % _BUCKETS
 
     def _empty(self, slot: int) -> None:
@@ -162,8 +173,8 @@ class RetryBudget:
         self._retries = 0
 
 
-def _blank() -> RetryBudget:
-    return RetryBudget.__new__(RetryBudget)
+def _blank(cls: Type[RetryBudget]) -> RetryBudget:
+    return cls.__new__(cls)
 
 
 def _check(value: Any, name: str, *, high: float = math.inf, positive: bool = False) -> float:

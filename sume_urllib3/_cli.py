@@ -10,6 +10,7 @@ from typing import Callable, List, NoReturn, Optional, Sequence, TextIO
 
 from ._envelope import ErrorEnvelope
 from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict
+from ._retry_after import parse_retry_after
 
 PROG = "python -m sume_urllib3"
 
@@ -56,6 +57,22 @@ def run(
     except SystemExit as exc:  # --help prints and exits through argparse
         return exc.code if isinstance(exc.code, int) else 0
     out.write(render_decision(decision, policy, args.attempt))
+    if args.retry_after is not None and parse_retry_after(args.retry_after) is None:
+        out.write(
+            f"note: Retry-After {args.retry_after!r} is neither delta-seconds nor an HTTP-date; ignored\n"
+        )
+    if (
+        args.seed is None
+        and decision.verdict in (Verdict.RETRY, Verdict.STOP)
+        and decision.source != "retry_after"
+    ):
+        low, high = policy.backoff(args.attempt, lambda: 0.0), policy.backoff(args.attempt, lambda: 1.0)
+        left = policy.max_elapsed - args.elapsed
+        if low <= left < high:
+            out.write(
+                f"note: the backoff is drawn from {_seconds(low)}..{_seconds(high)} s and only "
+                f"{_seconds(max(left, 0.0))} s are left, so the verdict varies; pass --seed N to fix it\n"
+            )
     return 0
 
 
@@ -128,7 +145,10 @@ def _demo(argv: List[str], err: TextIO) -> int:
         return 2
     try:
         return int(demo_main(argv) or 0)
-    except SystemExit as exc:  # the demo's own argparse rejects an option or prints help
+    except UsageError as exc:
+        err.write(f"{exc}\n")
+        return 2
+    except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
+from ._cli import _Parser
 from ._errors import SumeRetryError
 from ._policy import Policy
 from ._record import RetryEvent, SumeRecord
@@ -93,10 +93,10 @@ def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> 
     import sys
 
     stream = out or sys.stdout
-    parser = argparse.ArgumentParser(prog="python -m sume_urllib3 demo")
+    parser = _Parser(prog="python -m sume_urllib3 demo")
     parser.add_argument("--scale", type=float, default=0.1, help="multiply every wait by this (default 0.1)")
     args = parser.parse_args(list(argv or []))
-    if not 0 <= args.scale <= 1:
+    if not 0 <= args.scale <= 1:  # also refuses nan
         parser.error("--scale must be between 0 and 1")
 
     def scaled_sleep(seconds: float) -> None:

@@ -153,6 +153,9 @@ class Policy:
 
     def replace(self, **changes: Any) -> Policy:
         """A copy with some fields changed (validated again)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigurationError(f"Policy has no field {', '.join(sorted(unknown))}")
         return dataclasses.replace(self, **changes)
 
     def match(self, status: int, code: Optional[str]) -> Optional[Rule]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import threading
 from typing import Any
 
@@ -262,3 +264,35 @@ def test_edge_values_are_accepted() -> None:
     RetryBudget(ratio=0)
     RetryBudget(ratio=1000)
     RetryBudget(min_per_second=0, window=0.001)
+
+
+def test_a_clock_stepping_back_does_not_freeze_the_budget() -> None:
+    """After the clock jumps back, spent tokens still come back within one window."""
+    clock = FakeClock()
+    clock.advance(5000.0)
+    budget = RetryBudget(clock=clock)
+    assert 100 == spend_all(budget)
+    clock.now = 1400.0  # e.g. a wall clock stepped back by NTP
+
+    assert 0.0 == budget.balance
+    clock.advance(10.0)
+    assert 100.0 == budget.balance
+
+
+class MyBudget(RetryBudget):
+    """A user's subclass (must survive copy and pickle as itself)."""
+
+
+def test_copies_and_pickles_have_state_of_their_own() -> None:
+    """A copy spending tokens never changes the original's buckets; subclasses survive."""
+    original = MyBudget(clock=FakeClock())
+    twin = copy.copy(original)
+    spend_all(twin)
+
+    assert (100.0, MyBudget) == (original.balance, type(pickle.loads(pickle.dumps(original))))
+
+
+def test_a_window_too_small_to_divide_is_refused() -> None:
+    """window=5e-324 passes 'finite and > 0' but cannot be cut into buckets."""
+    with pytest.raises(ConfigurationError, match="window"):
+        RetryBudget(window=5e-324)

@@ -308,3 +308,19 @@ def test_demo_unavailable_exits_2(
     lines = capsys.readouterr().err.splitlines()
     assert 1 == len(lines)
     assert "demo is not available" in lines[0]
+
+
+def test_explain_says_when_it_ignored_a_retry_after() -> None:
+    """A Retry-After that is not a header value is named as ignored, not silently dropped."""
+    out, err = io.StringIO(), io.StringIO()
+
+    assert 0 == run(["explain", "429", "--retry-after", "1e9"], Policy(), out, err)
+    assert "note: Retry-After '1e9' is neither delta-seconds nor an HTTP-date; ignored" in out.getvalue()
+
+
+def test_demo_argument_errors_are_one_line() -> None:
+    """`demo --scale 5` exits 2 with a single line on stderr."""
+    out, err = io.StringIO(), io.StringIO()
+
+    assert 2 == run(["demo", "--scale", "5"], Policy(), out, err)
+    assert 1 == len(err.getvalue().splitlines())

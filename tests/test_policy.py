@@ -1003,3 +1003,9 @@ def test_retry_after_jitter_is_validated(value: object) -> None:
     """retry_after_jitter must be a number in [0, 1]; the error names the field."""
     with pytest.raises(ConfigurationError, match="retry_after_jitter"):
         Policy(retry_after_jitter=value)  # type: ignore[arg-type]
+
+
+def test_replace_refuses_an_unknown_field() -> None:
+    """Policy.replace(bogus=1) is a ConfigurationError naming the field, like the constructor."""
+    with pytest.raises(ConfigurationError, match="bogus"):
+        Policy().replace(bogus=1)

@@ -127,3 +127,16 @@ def test_missing_prometheus_client_names_the_extra(monkeypatch: pytest.MonkeyPat
     monkeypatch.delitem(sys.modules, "sume_urllib3.contrib.prometheus")
     with pytest.raises(ImportError, match=r"pip install 'sume-urllib3\[prometheus\]'"):
         importlib.import_module("sume_urllib3.contrib.prometheus")
+
+
+def test_a_name_clash_leaves_the_registry_as_it_was() -> None:
+    """If one metric name is taken, none of ours is registered, and a retry later works."""
+    registry = prometheus_client.CollectorRegistry()
+    squatter = prometheus_client.Counter("sume_retries", "taken", registry=registry)
+
+    with pytest.raises(ValueError, match="Duplicated"):
+        PrometheusObserver(registry=registry)
+    registry.unregister(squatter)
+
+    PrometheusObserver(registry=registry)
+    assert registry.get_sample_value("sume_requests_total", {"outcome": "ok"}) == 0.0

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Dict, NamedTuple, Optional, Set
+from typing import Dict, List, NamedTuple, Optional, Set
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the module
     raise ImportError(
         "sume_urllib3.contrib.prometheus needs prometheus_client: "
@@ -74,7 +75,7 @@ def _create(registry: CollectorRegistry, namespace: str) -> _Collectors:
         "Logical Sume API requests by final outcome.",
         ["outcome"],
         namespace=namespace,
-        registry=registry,
+        registry=None,
     )
     # Every outcome is exported from the start, so rate() and alerts see a 0
     # rather than a missing series.
@@ -85,13 +86,23 @@ def _create(registry: CollectorRegistry, namespace: str) -> _Collectors:
         "Retries by reason: error code, else HTTP status, else transport error class.",
         ["reason"],
         namespace=namespace,
-        registry=registry,
+        registry=None,
     )
     attempts = Histogram(
         "attempts",
         "Requests sent per logical Sume API request.",
         namespace=namespace,
-        registry=registry,
+        registry=None,
         buckets=ATTEMPT_BUCKETS,
     )
+    # Register all three or none: a name clash half-way must not leave the first behind.
+    registered: List[Collector] = []
+    try:
+        for collector in (requests, retries, attempts):
+            registry.register(collector)
+            registered.append(collector)
+    except ValueError:
+        for done in registered:
+            registry.unregister(done)
+        raise
     return _Collectors(requests, retries, attempts, set())
