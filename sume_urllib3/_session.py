@@ -18,7 +18,7 @@ from ._errors import ConfigurationError
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
 from ._observers import dispatch_outcome, observer_tuple
-from ._policy import DEFAULT_POLICY, Policy, RandomSource
+from ._policy import Policy, RandomSource
 from ._sleeping import now as _sleeping_now
 from ._state import LogicalRequest, current_logical
 from ._version import __version__
@@ -70,10 +70,6 @@ class SumeSession(requests.Session):
         self.base_url = check_base_url(base_url or os.environ.get("SUME_API_BASE_URL") or DEFAULT_BASE_URL)
         self.auth_header = check_auth_header(auth_header)
         self.timeout = check_timeout(timeout)
-        if policy is None:
-            policy = DEFAULT_POLICY
-        if not isinstance(policy, Policy):
-            raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
         self._default_budget = retry_budget is DEFAULT_BUDGET
         if self._default_budget:
             retry_budget = RetryBudget()
@@ -82,12 +78,11 @@ class SumeSession(requests.Session):
         self.retry_budget: Optional[RetryBudget] = retry_budget
         self.metrics = SumeMetrics()
         self.user_observers = observer_tuple(observers)
-        self.raise_on_give_up = bool(raise_on_give_up)
         self._injected = {"sleep": sleep, "clock": clock, "rng": rng}
         self.adapter = SumeAdapter(
-            policy,
+            policy,  # validated by SumeRetry, with the same message
             raise_on_give_up=raise_on_give_up,
-            observers=self.observers,
+            observers=(self.metrics, _LOGGING, *self.user_observers),
             budget=retry_budget,
             sleep=sleep,
             clock=clock,
@@ -105,7 +100,12 @@ class SumeSession(requests.Session):
     @property
     def observers(self) -> Tuple[object, ...]:
         """Built-in observers (metrics, logging) followed by the caller's."""
-        return (self.metrics, _LOGGING, *self.user_observers)
+        return self.adapter.observers
+
+    @property
+    def raise_on_give_up(self) -> bool:
+        """Whether giving up raises SumeRetryError (else the last response is returned)."""
+        return self.adapter.raise_on_give_up
 
     @property
     def has_api_key(self) -> bool:

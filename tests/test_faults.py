@@ -20,8 +20,8 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from sume_urllib3 import Outcome, Policy, RetryEvent, SumeRecord, SumeRetry, SumeRetryError, SumeSession
-from sume_urllib3.testing import FakeSume, Reply
+from sume_urllib3 import Outcome, Policy, SumeRecord, SumeRetry, SumeRetryError, SumeSession
+from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime
 
@@ -81,18 +81,6 @@ def record_of(exc: BaseException) -> SumeRecord:
 def keys_sent(fake: FakeSume) -> List[Optional[str]]:
     return [r.headers.get("Idempotency-Key") for r in fake.requests]
 
-
-class Events:
-    """An observer that keeps every retry event."""
-
-    def __init__(self) -> None:
-        self.retries: List[RetryEvent] = []
-
-    def on_retry(self, event: RetryEvent) -> None:
-        self.retries.append(event)
-
-    def on_outcome(self, record: SumeRecord) -> None:
-        pass
 
 
 def generator_body() -> Iterator[bytes]:
@@ -707,7 +695,7 @@ def test_every_retry_after_through_the_session_is_honoured_ignored_or_refused(
 ) -> None:
     """Valid values are waited for, garbage falls back to backoff, absurd ones give up at once."""
     fake.script("GET", "/v1/me", Reply.error(503, retry_after=value), Reply(200, json={"ok": True}))
-    events = Events()
+    events = RecordingObserver()
     session = make_session(observers=[events])
 
     try:

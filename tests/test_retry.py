@@ -9,7 +9,7 @@ import pickle
 import random
 import socket
 import threading
-from typing import Any, Iterator, List
+from typing import Any, Iterator
 
 import pytest
 import requests
@@ -18,7 +18,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from sume_urllib3 import Policy, SumeRetry
-from sume_urllib3.testing import FakeSume, Reply
+from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime
 
@@ -396,17 +396,12 @@ def iter_body() -> Iterator[bytes]:
 
 def test_waits_are_recorded_by_observers(fake: FakeSume, vtime: VirtualTime) -> None:
     """Each retry reaches the observers with its attempt number, wait and source."""
-    events: List[Any] = []
-
-    class Collect:
-        def on_retry(self, event: Any) -> None:
-            events.append(event)
-
+    recorder = RecordingObserver()
     fake.script("GET", "/x", Reply.error(429, "rate_limit_exceeded", retry_after="2"), 200)
-    retry = SumeRetry(sleep=vtime.sleep, clock=vtime.clock, observers=[Collect()])
+    retry = SumeRetry(sleep=vtime.sleep, clock=vtime.clock, observers=[recorder])
 
     plain_session(retry).get(fake.url + "/x")
 
     assert [(1, 2.0, "retry_after", 429, "rate_limit_exceeded")] == [
-        (e.attempt, e.wait, e.wait_source, e.status, e.code) for e in events
+        (e.attempt, e.wait, e.wait_source, e.status, e.code) for e in recorder.retries
     ]

@@ -25,25 +25,13 @@ from sume_urllib3 import (
     SumeRetryError,
     SumeSession,
 )
-from sume_urllib3.testing import FakeSume, Reply
+from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 MakeSession = Callable[..., SumeSession]
 API_KEY = "sk_live_Q7zLEAKCHECKx9f3a91c2e5b8d046"
 #: Any of these in a text means (part of) the key escaped.
 FRAGMENTS = (API_KEY, API_KEY[8:], "LEAKCHECK")
 
-
-class Collect:
-    """An observer that keeps every retry event and outcome record."""
-
-    def __init__(self) -> None:
-        self.seen: List[Any] = []
-
-    def on_retry(self, event: RetryEvent) -> None:
-        self.seen.append(event)
-
-    def on_outcome(self, record: SumeRecord) -> None:
-        self.seen.append(record)
 
 
 def texts_of(thing: Any) -> Iterator[str]:
@@ -97,9 +85,10 @@ def session(make_session: MakeSession) -> Callable[..., SumeSession]:
     return make
 
 
-def everything(session: SumeSession, collected: Collect, *outcomes: Any) -> List[Any]:
+def everything(session: SumeSession, collected: RecordingObserver, *outcomes: Any) -> List[Any]:
     """Outcomes plus the objects every caller can repr."""
-    return [*outcomes, session, session.adapter, session.adapter.retry, session.metrics, *collected.seen]
+    seen = [*collected.retries, *collected.outcomes]
+    return [*outcomes, session, session.adapter, session.adapter.retry, session.metrics, *seen]
 
 
 def run(session: SumeSession, method: str, path: str, **kwargs: Any) -> Any:
@@ -136,7 +125,7 @@ def test_no_fault_path_leaks_the_key(
     """Drop, timeout, give-up, broken body, 401 and retry-then-success: the key shows up nowhere."""
     method, replies, seen = FAULTS[fault]
     fake.script(method, "/v1/x", *replies)
-    collected = Collect()
+    collected = RecordingObserver()
     sume = session(auth_header=auth_header, observers=[collected])
 
     outcome = run(sume, method, "/x", json={})
@@ -158,7 +147,7 @@ def test_a_redirect_to_another_host_leaks_the_key_nowhere(
     other = fake.url.replace("127.0.0.1", "localhost") + "/v1/landing"
     fake.script("GET", "/v1/x", Reply(302, headers={"Location": other}, body=b""))
     fake.script("GET", "/v1/landing", Reply.error(503, "queue_full"))
-    collected = Collect()
+    collected = RecordingObserver()
     sume = session(auth_header=auth_header, observers=[collected])
 
     outcome = run(sume, "GET", "/x")

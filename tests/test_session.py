@@ -22,7 +22,7 @@ from sume_urllib3 import (
     SumeRetryError,
     SumeSession,
 )
-from sume_urllib3.testing import FakeSume, Reply
+from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import API_KEY, VirtualTime
 
@@ -508,20 +508,15 @@ def test_an_adapter_used_inside_a_session_request_keeps_its_own_accounting(
     """A plain session with a SumeAdapter called from a hook reports to its own observers."""
     fake.script("GET", "/v1/a", Reply.error(400, "bad_request"))
     fake.script("GET", "/b", 200)
-    inner_records: List[SumeRecord] = []
-
-    class Collect:
-        def on_outcome(self, record: SumeRecord) -> None:
-            inner_records.append(record)
-
+    recorder = RecordingObserver()
     inner = requests.Session()
-    inner.mount("http://", SumeAdapter(observers=[Collect()]))
+    inner.mount("http://", SumeAdapter(observers=[recorder]))
     session = make_session()
     session.hooks["response"].append(lambda r, *a, **k: inner.get(fake.url + "/b"))
 
     session.get("/a")
 
-    assert [Outcome.OK] == [r.outcome for r in inner_records]
+    assert [Outcome.OK] == [r.outcome for r in recorder.outcomes]
     assert 1 == session.metrics.snapshot()["outcomes"]["fix"]
 
 

@@ -1,7 +1,8 @@
 """Test your Sume code without the network and without waiting.
 
 ``FakeSume`` is a scriptable fake Sume API on a real loopback socket; ``no_sleep()``
-makes retries record their waits instead of sleeping. With pytest, the fixtures
+makes retries record their waits instead of sleeping; ``RecordingObserver`` keeps every
+retry event and outcome record. With pytest, the fixtures
 ``fake_sume`` and ``sume_no_sleep`` are available automatically.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from .._sleeping import SleepRecorder
 from ._nosleep import no_sleep
+from ._recording import RecordingObserver
 from ._server import FakeSume, RecordedRequest, Reply
 
-__all__ = ["FakeSume", "RecordedRequest", "Reply", "SleepRecorder", "no_sleep"]
+__all__ = ["FakeSume", "RecordedRequest", "RecordingObserver", "Reply", "SleepRecorder", "no_sleep"]
