@@ -6,11 +6,13 @@ import argparse
 import math
 import random
 import sys
-from typing import Callable, List, NoReturn, Optional, Sequence, TextIO
+from typing import Callable, NoReturn, Optional, Sequence, TextIO
 
+from . import _demo
 from ._envelope import ErrorEnvelope
 from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict
 from ._retry_after import parse_retry_after
+from ._version import __version__
 
 PROG = "python -m sume_urllib3"
 
@@ -41,15 +43,13 @@ def run(
     """``main`` with the policy and the streams given, so tests can use their own."""
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
-    argv = list(argv)
-    # The demo owns its options: everything after "demo" goes to it untouched.
-    if argv and argv[0] == "demo":
-        return _demo(argv[1:], err)
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(list(argv))
         if args.command == "table":
             out.write(render_table(policy))
             return 0
+        if args.command == "demo":
+            return _demo.run(out, scale=args.scale)
         decision = explain_decision(args, policy)
     except UsageError as exc:
         err.write(f"{exc}\n")
@@ -137,23 +137,9 @@ def render_decision(decision: Decision, policy: Optional[Policy] = None, attempt
     return f"verdict: {decision.verdict.value}\nwait: {wait}\nreason: {decision.reason}\n"
 
 
-def _demo(argv: List[str], err: TextIO) -> int:
-    try:
-        from ._demo import main as demo_main
-    except ImportError as exc:
-        err.write(f"{PROG}: error: the demo is not available ({exc})\n")
-        return 2
-    try:
-        return int(demo_main(argv) or 0)
-    except UsageError as exc:
-        err.write(f"{exc}\n")
-        return 2
-    except SystemExit as exc:  # --help
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-
-
 def _parser() -> _Parser:
     parser = _Parser(prog=PROG, description="Inspect the Sume retry policy.")
+    parser.add_argument("--version", action="version", version=f"sume-urllib3 {__version__}")
     commands = parser.add_subparsers(dest="command")
     commands.required = True
     commands.add_parser("table", help="print the active policy table")
@@ -170,7 +156,10 @@ def _parser() -> _Parser:
     explain.add_argument("--retryable", type=_bool, metavar="true|false", help="the body's retryable field")
     explain.add_argument("--next-action", metavar="X", help="the body's next_action field")
     explain.add_argument("--seed", metavar="N", type=int, help="seed the jitter for a reproducible wait")
-    commands.add_parser("demo", help="run scripted scenarios against the embedded fake server")
+    demo = commands.add_parser("demo", help="run scripted scenarios against the embedded fake server")
+    demo.add_argument(
+        "--scale", metavar="F", type=_scale, default=0.1, help="multiply every wait by F, 0..1 (default 0.1)"
+    )
     return parser
 
 
@@ -200,6 +189,16 @@ def _elapsed(text: str) -> float:
         value = math.nan
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
+
+
+def _scale(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
     return value
 
 

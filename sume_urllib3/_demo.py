@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import time
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, TextIO, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Counter, Dict, List, Optional, TextIO, Tuple
 
-from ._cli import _Parser
 from ._errors import SumeRetryError
 from ._policy import Policy
 from ._record import RetryEvent, SumeRecord
@@ -77,10 +77,8 @@ class _Timeline:
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
-        self.events: List[RetryEvent] = []
 
     def on_retry(self, event: RetryEvent) -> None:
-        self.events.append(event)
         what = f"{event.status} {event.code or ''}".strip() if event.status else (event.error or "error")
         self.out.write(
             f"   attempt {event.attempt}  {what:<34} {event.request_id or '-':<8} "
@@ -88,78 +86,93 @@ class _Timeline:
         )
 
 
-def main(argv: Optional[Sequence[str]] = None, out: Optional[TextIO] = None) -> int:
-    """Run every scenario against a fresh embedded FakeSume and print what happened."""
-    import sys
+@dataclass
+class Demo:
+    """What every story shares: the fake server, the output, the scaled clock and the sessions."""
 
-    stream = out or sys.stdout
-    parser = _Parser(prog="python -m sume_urllib3 demo")
-    parser.add_argument("--scale", type=float, default=0.1, help="multiply every wait by this (default 0.1)")
-    args = parser.parse_args(list(argv or []))
-    if not 0 <= args.scale <= 1:  # also refuses nan
-        parser.error("--scale must be between 0 and 1")
+    fake: FakeSume
+    out: TextIO
+    scale: float
+    sessions: List[SumeSession] = field(default_factory=list)
 
-    def scaled_sleep(seconds: float) -> None:
-        time.sleep(seconds * args.scale)
+    def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` scaled down, so the demo takes seconds, not minutes."""
+        time.sleep(seconds * self.scale)
 
-    stream.write(
-        f"sume_urllib3 demo: a fake Sume API on 127.0.0.1; waits are scaled x{args.scale:g} "
-        "(the numbers shown are the real ones)\n"
+    def session(self, policy: Optional[Policy] = None, **kwargs: Any) -> SumeSession:
+        """A session on the fake server whose counters are added up at the end."""
+        kwargs.setdefault("observers", [_Timeline(self.out)])
+        session = SumeSession(
+            DEMO_KEY, base_url=self.fake.url + "/v1", policy=policy, sleep=self.sleep, **kwargs
+        )
+        self.sessions.append(session)
+        return session
+
+    def counters(self) -> Dict[str, Counter[str]]:
+        """Every session's ``metrics.snapshot()`` added up, group by group."""
+        totals: Dict[str, Counter[str]] = collections.defaultdict(collections.Counter)
+        for session in self.sessions:
+            for group, counts in session.metrics.snapshot().items():
+                totals[group].update(counts)
+        return totals
+
+
+#: Longer stories told after the scripted scenarios; each gets the shared Demo.
+STORIES: Tuple[Callable[[Demo], None], ...] = ()
+
+
+def run(out: TextIO, *, scale: float = 0.1) -> int:
+    """Tell every scenario and story against a fresh embedded FakeSume; print the counters."""
+    out.write(
+        f"sume_urllib3 demo: a fake Sume API on 127.0.0.1; waits are scaled x{scale:g} "
+        "(waits shown are the policy's, elapsed times are real)\n"
     )
     started = time.monotonic()
-    timeline = _Timeline(stream)
     with FakeSume() as fake:
-        sessions: Dict[Policy, SumeSession] = {}
+        demo = Demo(fake, out, scale)
+        by_policy: Dict[Policy, SumeSession] = {}
         for number, scenario in enumerate(SCENARIOS, 1):
-            fake.script(scenario.method, scenario.path, *scenario.replies)
             policy = scenario.policy or Policy()
-            session = sessions.get(policy)
-            if session is None:
-                session = SumeSession(
-                    DEMO_KEY,
-                    base_url=fake.url + "/v1",
-                    policy=policy,
-                    observers=[timeline],
-                    sleep=scaled_sleep,
-                )
-                sessions[policy] = session
-            stream.write(f"\n{number}. {scenario.title}\n   {scenario.method} {scenario.path}\n")
-            try:
-                response = session.request(
-                    scenario.method,
-                    scenario.path[len("/v1") :],
-                    json={} if scenario.method == "POST" else None,
-                )
-                record: SumeRecord = getattr(response, "sume")  # noqa: B009 - set by SumeAdapter
-                raised = ""
-            except SumeRetryError as error:
-                record, raised = error.record, f"      raised SumeRetryError: {error}\n"
-            final = f"{record.status} {record.code or ''}".strip()
-            stream.write(f"   attempt {record.attempts}  {final:<34} {record.request_id or '-':<8}\n")
-            keys = {
-                r.headers.get("Idempotency-Key") for r in fake.requests_for(scenario.method, scenario.path)
-            }
-            same = "n/a (GET)" if scenario.method == "GET" else ("yes" if len(keys) == 1 else "NO")
-            stream.write(
-                f"   => {record.outcome.value}: {record.reason}\n"
-                f"      attempts {record.attempts}, waited {sum(record.waits):.2f}s, "
-                f"same Idempotency-Key on every attempt: {same}\n{raised}"
-            )
-        totals = _merge([s.metrics.snapshot() for s in sessions.values()])
-        for session in sessions.values():
+            if policy not in by_policy:
+                by_policy[policy] = demo.session(policy)
+            _tell(demo, number, scenario, by_policy[policy])
+        for story in STORIES:
+            story(demo)
+        totals = demo.counters()
+        for session in demo.sessions:
             session.close()
-    stream.write("\ncounters (session.metrics.snapshot()):\n")
+    out.write("\ncounters (session.metrics.snapshot()):\n")
     for group in ("outcomes", "retries", "attempts"):
         shown = ", ".join(f"{k}={v}" for k, v in totals[group].items())
-        stream.write(f"   {group}: {shown}\n")
-    stream.write(f"\ndone in {time.monotonic() - started:.1f}s\n")
+        out.write(f"   {group}: {shown}\n")
+    out.write(f"\ndone in {time.monotonic() - started:.1f}s\n")
     return 0
 
 
-def _merge(snapshots: List[dict]) -> dict:  # type: ignore[type-arg]
-    merged: dict = {"outcomes": {}, "retries": {}, "attempts": {}}  # type: ignore[type-arg]
-    for snap in snapshots:
-        for group in merged:
-            for key, value in snap[group].items():
-                merged[group][key] = merged[group].get(key, 0) + value
-    return merged
+def _tell(demo: Demo, number: int, scenario: Scenario, session: SumeSession) -> None:
+    """Send one scripted scenario's request and print its attempts and outcome."""
+    out, fake = demo.out, demo.fake
+    fake.script(scenario.method, scenario.path, *scenario.replies)
+    out.write(f"\n{number}. {scenario.title}\n   {scenario.method} {scenario.path}\n")
+    started = time.monotonic()
+    raised = ""
+    try:
+        response = session.request(
+            scenario.method,
+            scenario.path[len("/v1") :],
+            json={} if scenario.method == "POST" else None,
+        )
+        record: SumeRecord = getattr(response, "sume")  # noqa: B009 - set by SumeAdapter
+    except SumeRetryError as error:
+        record, raised = error.record, f"      raised SumeRetryError: {error}\n"
+    took = time.monotonic() - started
+    final = f"{record.status} {record.code or ''}".strip()
+    out.write(f"   attempt {record.attempts}  {final:<34} {record.request_id or '-':<8}\n")
+    keys = {r.headers.get("Idempotency-Key") for r in fake.requests_for(scenario.method, scenario.path)}
+    same = "n/a (GET)" if scenario.method == "GET" else ("yes" if len(keys) == 1 else "NO")
+    out.write(
+        f"   => {record.outcome.value}: {record.reason}\n"
+        f"      attempts {record.attempts}, policy waits {sum(record.waits):.2f}s "
+        f"(slept {sum(record.waits) * demo.scale:.2f}s, call took {took:.2f}s), "
+        f"same Idempotency-Key on every attempt: {same}\n{raised}"
+    )

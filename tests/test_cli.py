@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import builtins
 import io
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, List, Sequence
+from typing import Any, List
 
 import pytest
 
 from sume_urllib3._cli import main, render_table, run
 from sume_urllib3._policy import ANY, IN_USE_WAIT, Policy, Rule, Verdict
+from sume_urllib3._version import __version__
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -261,53 +261,38 @@ def test_bad_arguments_exit_2_with_one_line(
 # --- demo ---------------------------------------------------------------------------------
 
 
-def test_demo_passes_its_arguments_through(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``demo ...`` hands every following argument, options included, to _demo.main."""
-    seen: List[Sequence[str]] = []
+def test_demo_options_reach_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``demo --scale 0`` calls ``_demo.run`` with that scale and the CLI's output stream."""
+    seen: List[float] = []
 
-    def fake_demo(argv: Sequence[str]) -> int:
-        seen.append(list(argv))
+    def fake_run(out: Any, *, scale: float) -> int:
+        seen.append(scale)
         return 0
 
-    monkeypatch.setattr("sume_urllib3._demo.main", fake_demo)
-    assert 0 == main(["demo", "--fast", "--scale", "0", "x"])
-    assert [["--fast", "--scale", "0", "x"]] == seen
+    monkeypatch.setattr("sume_urllib3._demo.run", fake_run)
+    assert 0 == main(["demo", "--scale", "0"])
+    assert [0.0] == seen
 
 
 def test_demo_exit_status_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The demo's own exit status, or its argparse SystemExit code, becomes main's return value."""
-
-    def failing_demo(argv: Sequence[str]) -> int:
-        return 1
-
-    def rejecting_demo(argv: Sequence[str]) -> int:
-        raise SystemExit(2)
-
-    monkeypatch.setattr("sume_urllib3._demo.main", failing_demo)
+    """The demo's own exit status becomes main's return value."""
+    monkeypatch.setattr("sume_urllib3._demo.run", lambda out, scale: 1)
     assert 1 == main(["demo"])
-    monkeypatch.setattr("sume_urllib3._demo.main", rejecting_demo)
-    assert 2 == main(["demo", "--bogus"])
 
 
-def test_demo_unavailable_exits_2(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """When _demo cannot be imported, ``demo`` prints one clear error line and returns 2."""
-    real_import = builtins.__import__
+def test_demo_refuses_unknown_options() -> None:
+    """``demo --fast`` is a usage error: exit 2 with one line on stderr."""
+    out, err = io.StringIO(), io.StringIO()
 
-    def no_demo(
-        name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
-    ) -> Any:
-        if name == "_demo" or name.endswith("._demo"):
-            raise ImportError("No module named 'sume_urllib3._demo'")
-        return real_import(name, globals, locals, fromlist, level)
+    assert 2 == run(["demo", "--fast"], Policy(), out, err)
+    assert 1 == len(err.getvalue().splitlines())
+    assert "--fast" in err.getvalue()
 
-    monkeypatch.delitem(sys.modules, "sume_urllib3._demo", raising=False)
-    monkeypatch.setattr(builtins, "__import__", no_demo)
-    assert 2 == main(["demo", "--fast"])
-    lines = capsys.readouterr().err.splitlines()
-    assert 1 == len(lines)
-    assert "demo is not available" in lines[0]
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--version`` prints "sume-urllib3 X.Y.Z" and exits 0."""
+    assert 0 == main(["--version"])
+    assert f"sume-urllib3 {__version__}" == capsys.readouterr().out.strip()
 
 
 def test_explain_says_when_it_ignored_a_retry_after() -> None:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import io
 
-from sume_urllib3._demo import SCENARIOS, main
+from sume_urllib3._demo import SCENARIOS, run
 
 
 def test_the_demo_runs_every_scenario_and_prints_the_counters() -> None:
     """Exit 0; one outcome line per scenario, the give-up names its ids, counters at the end."""
     out = io.StringIO()
 
-    code = main(["--scale", "0"], out=out)
+    code = run(out, scale=0)
 
     text = out.getvalue()
     outcomes = [line.split(":")[0].strip() for line in text.splitlines() if line.strip().startswith("=>")]
