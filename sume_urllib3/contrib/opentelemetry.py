@@ -1,0 +1,382 @@
+"""OpenTelemetry traces and metrics for Sume calls (needs the ``opentelemetry`` extra).
+
+``SumeSession(observers=[OpenTelemetryObserver()])`` gives every logical request one CLIENT
+span named by the HTTP semantic conventions (``GET``, ``POST``...), parented to the span that
+is current when the caller makes the call, covering the whole request: every attempt, every
+wait and every redirect. The span carries ``http.request.method``, ``url.full`` (scheme, host,
+port and path only: never the query, the fragment or credentials), ``server.address``,
+``server.port``, ``http.response.status_code``, ``http.request.resend_count`` (the retries,
+when there were any), ``error.type`` on failure, ``sume.outcome``, ``sume.attempts``,
+``sume.request_id`` and ``sume.idempotency_key_prefix``, and one ``retry`` event per retry,
+stamped when the retry was decided (``sume.retry.attempt``, ``.wait``, ``.source``,
+``.reason``, ``.code``, ``http.response.status_code``, ``error.type``). Headers, the API key
+and the full idempotency key never reach a span.
+
+Metrics (instrumentation scope ``sume_urllib3``): ``sume.requests`` (counter, by
+``sume.outcome``), ``sume.retries`` (counter, by ``sume.retry.reason``: error code, else
+status, else transport error class, at most 50 distinct values then ``other``),
+``sume.attempts`` (histogram, by ``sume.outcome``), and, once sessions pace requests,
+``sume.paced`` (histogram of seconds a request waited for its turn beyond the policy's own
+waits) and ``sume.fleet.fallbacks`` (counter of turns granted by local pacing because the
+shared store failed).
+
+A broken tracer or meter never breaks a request: each part is guarded, the first failure is
+logged once on logger ``sume_urllib3`` and ``observer.failures`` counts them all.
+
+How it sits with ``opentelemetry-instrumentation-requests`` (``RequestsInstrumentor``): both
+can be on, and they add different spans. That instrumentation wraps ``Session.send``, so it
+makes one CLIENT span per *hop* (the first request and each redirect), never one per attempt:
+the retries happen below it, inside urllib3, so its span shows only the last attempt's status
+and it injects ``traceparent`` once per hop (every attempt of a hop carries the same header).
+This observer adds the *logical* request: all attempts, the waits between them, the retry
+events, the outcome and the Sume ids. While sessions report requests only once they end, the
+two spans are siblings under the caller's span; when the session announces a request as it
+starts (an ``on_start`` hook, see ``OpenTelemetryObserver.on_start``) this span is current
+during the attempts and the instrumentation's hop spans, and any span made while the request
+runs, nest under it. ``opentelemetry-instrumentation-urllib3`` instruments below the retries
+and makes one CLIENT span per attempt; under ``RequestsInstrumentor`` it is suppressed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from urllib.parse import urlsplit
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+except ImportError as exc:  # pragma: no cover - exercised by a test that hides the module
+    raise ImportError(
+        "sume_urllib3.contrib.opentelemetry needs opentelemetry-api: "
+        "pip install 'sume-urllib3[opentelemetry]'"
+    ) from exc
+
+from .. import Outcome, RetryEvent, SumeRecord, __version__
+
+#: The instrumentation scope of the tracer and the meter.
+SCOPE = "sume_urllib3"
+#: Histogram boundaries for attempts per logical request (the default policy sends at most 7).
+ATTEMPT_BUCKETS: Sequence[float] = (1, 2, 3, 4, 5, 6, 7, 10)
+#: Histogram boundaries for pacing waits, in seconds.
+PACED_BUCKETS: Sequence[float] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120)
+#: Distinct retry reasons labelled before the rest go under "other" (as SumeMetrics does).
+MAX_REASONS = 50
+# Retry events kept per thread while waiting for their request's outcome: a request that
+# never reports one (an observer attached to a SumeRetry used alone) must not leak memory.
+_MAX_PENDING = 64
+# Values that come from the server are cut to this length.
+_MAX_FIELD = 200
+_KNOWN_METHODS = frozenset({"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"})
+_FAILED_OUTCOMES = frozenset({Outcome.GAVE_UP, Outcome.NO_RETRY, Outcome.FIX})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+logger = logging.getLogger("sume_urllib3")
+
+_Pending = Tuple[int, Dict[str, Any]]  # (timestamp ns, event attributes)
+_Started = Tuple[Span, object]  # (span, context token)
+
+
+class OpenTelemetryObserver:
+    """An observer that makes one CLIENT span per logical request and feeds ``sume.*`` metrics.
+
+    ``tracer_provider`` and ``meter_provider`` default to the global ones (set with
+    ``opentelemetry.trace.set_tracer_provider``), looked up when the observer is made; spans and
+    metrics go nowhere until an SDK is configured. One observer may serve every session and
+    thread of a process.
+    """
+
+    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        self._providers = (tracer_provider, meter_provider)
+        self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
+        meter = metrics.get_meter(SCOPE, __version__, meter_provider)
+        self._requests = meter.create_counter(
+            "sume.requests", unit="{request}", description="Logical Sume API requests by final outcome."
+        )
+        self._retries = meter.create_counter(
+            "sume.retries",
+            unit="{retry}",
+            description="Retries by reason: error code, else HTTP status, else transport error class.",
+        )
+        self._attempts = _histogram(
+            meter, "sume.attempts", "{attempt}", "Requests sent per logical Sume API request.", ATTEMPT_BUCKETS
+        )
+        self._paced = _histogram(
+            meter, "sume.paced", "s", "Seconds a request waited for the fleet's pace.", PACED_BUCKETS
+        )
+        self._fallbacks = meter.create_counter(
+            "sume.fleet.fallbacks",
+            unit="{grant}",
+            description="Turns granted by local pacing because the shared fleet store failed.",
+        )
+        self._lock = threading.Lock()
+        self._reasons: Set[str] = set()
+        self._local = threading.local()
+        #: Failures of the tracer or the meter so far (each one logged only the first time).
+        self.failures = 0
+
+    def __repr__(self) -> str:
+        return f"<OpenTelemetryObserver failures={self.failures}>"
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # Providers hold locks and exporters: a copy can only point at the global ones again.
+        if self._providers != (None, None):
+            raise TypeError(
+                "an OpenTelemetryObserver with its own providers cannot be pickled; "
+                "use the global providers (no arguments) in sessions that are pickled"
+            )
+        return (OpenTelemetryObserver, ())
+
+    def on_start(self, start: Any) -> None:
+        """Open the request's span now and make it current until ``on_outcome``.
+
+        ``start`` needs a ``method`` attribute. Sessions that call this hook before the first
+        attempt get a span that is current during the attempts, so spans made meanwhile (such
+        as ``RequestsInstrumentor``'s) nest under it; without the hook the span is made
+        afterwards, in ``on_outcome``, with the request's start time. The hook must be followed
+        by exactly one ``on_outcome`` on the same thread.
+        """
+        try:
+            span = self._tracer.start_span(
+                _span_name(str(getattr(start, "method", "") or "")), kind=SpanKind.CLIENT
+            )
+            token = otel_context.attach(trace.set_span_in_context(span))
+        except Exception:
+            self._failed("on_start")
+            return
+        self._stack().append((span, token))
+
+    def on_retry(self, event: RetryEvent) -> None:
+        """Note one retry as a span event, and count it under its reason."""
+        stamp = time.time_ns()
+        attributes = _retry_attributes(event)
+        stack = self._stack()
+        try:
+            if stack:
+                stack[-1][0].add_event("retry", attributes, timestamp=stamp)
+            else:
+                pending = self._pending()
+                if len(pending) >= _MAX_PENDING:
+                    del pending[0]
+                pending.append((stamp, attributes))
+        except Exception:
+            self._failed("on_retry")
+        try:
+            reason = _retry_reason(event)
+            with self._lock:
+                reason = reason if reason in self._reasons or len(self._reasons) < MAX_REASONS else "other"
+                self._reasons.add(reason)
+            self._retries.add(1, {"sume.retry.reason": reason})
+        except Exception:
+            self._failed("on_retry")
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        """End the request's span (or make it, start to end) and record the request's metrics."""
+        end = time.time_ns()
+        stack = self._stack()
+        started = stack.pop() if stack else None
+        start = end - int(max(record.elapsed, 0.0) * 1e9)
+        pending = self._pending()
+        # Events stamped before this request started belong to one that never reported.
+        events = [(stamp, attributes) for stamp, attributes in pending if stamp >= start]
+        pending.clear()
+        try:
+            self._end_span(record, started, start, end, events)
+        except Exception:
+            self._failed("on_outcome")
+        finally:
+            if started is not None:
+                _detach(started[1])
+        try:
+            self._count(record)
+        except Exception:
+            self._failed("on_outcome")
+
+    def _end_span(
+        self, record: SumeRecord, started: Optional[_Started], start: int, end: int, events: List[_Pending]
+    ) -> None:
+        attributes = span_attributes(record)
+        if started is not None:
+            span = started[0]
+            span.update_name(_span_name(record.method))
+            span.set_attributes(attributes)
+        else:
+            # The caller's span is still current on the requesting thread: it becomes the parent.
+            # A child never starts before its parent, even when an injected clock (or no_sleep's
+            # virtual waits) made the request's elapsed time longer than the real one.
+            parent_start = getattr(trace.get_current_span(), "start_time", None)
+            if isinstance(parent_start, int):
+                start = min(max(start, parent_start), end)
+            span = self._tracer.start_span(
+                _span_name(record.method), kind=SpanKind.CLIENT, attributes=attributes, start_time=start
+            )
+        for stamp, event_attributes in events:
+            span.add_event("retry", event_attributes, timestamp=stamp)
+        if "error.type" in attributes:
+            span.set_status(Status(StatusCode.ERROR, _clean(record.reason)))
+        span.end(end_time=end)
+
+    def _count(self, record: SumeRecord) -> None:
+        labels = {"sume.outcome": Outcome(record.outcome).value}
+        self._requests.add(1, labels)
+        self._attempts.record(record.attempts, labels)
+        # Present once the fleet paces requests; older records have neither field.
+        paced = getattr(record, "paced", None)
+        if paced is not None:
+            self._paced.record(float(paced))
+        fallbacks = getattr(record, "fleet_fallbacks", 0) or 0
+        if fallbacks > 0:
+            self._fallbacks.add(int(fallbacks))
+
+    def _stack(self) -> List[_Started]:
+        stack: Optional[List[_Started]] = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _pending(self) -> List[_Pending]:
+        pending: Optional[List[_Pending]] = getattr(self._local, "pending", None)
+        if pending is None:
+            pending = self._local.pending = []
+        return pending
+
+    def _failed(self, hook: str) -> None:
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+        if first:
+            logger.warning(
+                "OpenTelemetryObserver: the tracer or meter raised in %s; requests go on, and "
+                "further failures are only counted (observer.failures)",
+                hook,
+                exc_info=True,
+            )
+
+
+def span_attributes(record: SumeRecord) -> Dict[str, Any]:
+    """The span attributes of one logical request (semantic conventions plus ``sume.*``)."""
+    method = (record.method or "").upper()
+    attributes: Dict[str, Any] = {
+        "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
+        "sume.outcome": Outcome(record.outcome).value,
+        "sume.attempts": record.attempts,
+    }
+    if method not in _KNOWN_METHODS and record.method:
+        attributes["http.request.method_original"] = _clean(record.method)
+    attributes.update(url_attributes(record.url))
+    if record.status is not None:
+        attributes["http.response.status_code"] = record.status
+    retries = len(record.waits)
+    if retries > 0:
+        attributes["http.request.resend_count"] = retries
+    error = _error_type(record)
+    if error:
+        attributes["error.type"] = error
+    optional = {
+        "sume.request_id": _clean(record.request_id),
+        "sume.code": _clean(record.code),
+        "sume.idempotency_key_prefix": _key_prefix(record.idempotency_key),
+    }
+    attributes.update({name: value for name, value in optional.items() if value})
+    return attributes
+
+
+def url_attributes(url: str) -> Dict[str, Any]:
+    """``url.full`` without userinfo, query or fragment, plus ``server.address`` and ``server.port``."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        port = parts.port
+    except ValueError:
+        return {}
+    if not parts.scheme or not host:
+        return {}
+    port = port if port is not None else _DEFAULT_PORTS.get(parts.scheme.lower())
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    attributes: Dict[str, Any] = {
+        "url.full": f"{parts.scheme.lower()}://{netloc}{parts.path or '/'}",
+        "server.address": host,
+    }
+    if port is not None:
+        attributes["server.port"] = port
+    return attributes
+
+
+def _error_type(record: SumeRecord) -> Optional[str]:
+    """The status as a string for HTTP failures, else the error class or the outcome."""
+    if record.status is not None and record.status >= 400:
+        return str(record.status)
+    if record.status is None or Outcome(record.outcome) in _FAILED_OUTCOMES:
+        error = getattr(record, "error", None)  # the transport error class, once records carry it
+        return _clean(error) or Outcome(record.outcome).value
+    return None
+
+
+def _retry_attributes(event: RetryEvent) -> Dict[str, Any]:
+    attributes: Dict[str, Any] = {
+        "sume.retry.attempt": event.attempt,
+        "sume.retry.wait": float(event.wait),
+        "sume.retry.source": _clean(event.wait_source),
+        "sume.retry.reason": _clean(event.reason),
+    }
+    if event.status is not None:
+        attributes["http.response.status_code"] = event.status
+    optional = {
+        "sume.retry.code": _clean(event.code),
+        "sume.request_id": _clean(event.request_id),
+        "error.type": _clean(event.error),
+    }
+    attributes.update({name: value for name, value in optional.items() if value})
+    return attributes
+
+
+def _retry_reason(event: RetryEvent) -> str:
+    """The label a retry is counted under: error code, else status, else error class."""
+    if event.code:
+        return _clean(event.code)
+    if event.status is not None:
+        return str(event.status)
+    return _clean(event.error) or "unknown"
+
+
+def _span_name(method: str) -> str:
+    method = method.upper()
+    return method if method in _KNOWN_METHODS else "HTTP"
+
+
+def _key_prefix(key: Optional[str]) -> str:
+    # Enough of an idempotency key to find it in the server's logs, not to reuse it.
+    if not key:
+        return ""
+    return key[:8] + "…" if len(key) > 8 else key
+
+
+def _clean(value: Optional[str]) -> str:
+    """Printable characters only, bounded length: values may come from the server."""
+    if not value:
+        return ""
+    text = str(value)
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text[:_MAX_FIELD] + "…" if len(text) > _MAX_FIELD else text
+
+
+def _histogram(meter: Any, name: str, unit: str, description: str, buckets: Sequence[float]) -> Any:
+    try:
+        return meter.create_histogram(
+            name, unit=unit, description=description, explicit_bucket_boundaries_advisory=list(buckets)
+        )
+    except TypeError:  # opentelemetry-api < 1.23 has no bucket advice
+        return meter.create_histogram(name, unit=unit, description=description)
+
+
+def _detach(token: Any) -> None:
+    try:
+        otel_context.detach(token)
+    except Exception:  # pragma: no cover - detach logs its own errors and does not raise
+        logger.debug("OpenTelemetryObserver: could not detach the span's context", exc_info=True)
