@@ -1,177 +1,611 @@
-"""What SumeRetry costs compared with urllib3's stock Retry, measured in one run.
+"""What sume-urllib3 costs per request next to plain requests and other retry libraries.
 
-(a) One retry decision on a 503 with a 1 KiB JSON error body: ``SumeRetry.increment``
-    (bounded peek, envelope parse, policy decision, new object) against the stock
-    ``Retry`` doing its own work for the same response (``is_retry``, ``increment``,
-    ``get_retry_after``, ``get_backoff_time``).
-(b) The success path: GET returning 200 through requests' ``HTTPAdapter`` with a
-    ``SumeRetry`` against the same adapter with a stock ``Retry``, and a full
-    ``SumeSession`` against a plain ``requests.Session``, on one loopback server.
-    Runs are interleaved (A, B, A, B, ...) and the ratio of medians is reported, because
-    the machine is shared and noisy.
+Success path. A loopback HTTP/1.1 keep-alive server in its own process (benchmarks/
+_loopback.py, every response in one send) answers 200 with a small JSON body and an
+``x-request-id`` header. Every variant sends the same request (``x-api-key`` header,
+5/60 s timeouts) and reads the body:
 
-Run ``python benchmarks/retry_bench.py`` (``--quick`` for fewer rounds).
+- ``plain-get`` / ``plain-post``: ``requests.Session`` (the 1.000 baselines);
+- ``retry-get``: + ``HTTPAdapter(max_retries=urllib3 Retry(...))``;
+- ``sumeretry-get``: + ``HTTPAdapter(max_retries=SumeRetry())``;
+- ``tenacity-get`` / ``stamina-get`` / ``backoff-get``: a plain ``session.get`` wrapped by
+  that library's retry decorator (retrying connection errors, timeouts and 429/5xx);
+- ``sume-get`` / ``sume-post``: ``SumeSession`` with its defaults (metrics, logging observer
+  and retry budget on; POST sends a JSON body and gets an ``Idempotency-Key``);
+- ``mem-*``: the same plain and ``SumeSession`` requests with no socket at all (see
+  ``MemoryConnection``): what is left is the pure Python path of requests, urllib3 and
+  sume-urllib3, so the ratio is the package's overhead with nothing to hide behind.
+
+Method: per-request interleaving. Each round sends ONE request per variant, the order
+rotating by one each round, each request timed on its own; a run is ``--requests``
+rounds and gives each variant's ratio to its baseline (sum of its times / sum of the
+baseline's); ``--runs`` runs give the median ratio and the spread (min-max of the run
+ratios). Drift in machine load therefore hits every variant alike.
+
+503 decision: one ``increment`` on a 503 with a ~1 KiB Sume JSON error body, stock
+``Retry(status_forcelist=...)`` against ``SumeRetry()`` alone and against the
+``SumeRetry`` a ``SumeSession`` builds (observers and a budget that never runs dry),
+interleaved per decision in the same run, on a canned in-memory response and on a live
+response from the server's ``/503`` (body left unread by urllib3, as in its retry loop).
+
+Run ``python benchmarks/retry_bench.py`` (about 1-2 minutes), ``--quick`` for a smoke
+run, ``--profile sume-get`` to see where one variant's time goes.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.server
+import cProfile
+import gc
+import http.client
 import io
-import json
+import os
+import platform
+import pstats
 import statistics
+import subprocess
 import sys
-import threading
 import time
-from typing import Callable, List, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
+from urllib3._collections import HTTPHeaderDict
+from urllib3._version import __version__ as URLLIB3_VERSION
+from urllib3.connection import HTTPConnection
+from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.util.retry import Retry
 
-from sume_urllib3 import SumeRetry, SumeSession
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _loopback import ERROR_BODY, OK_BODY, LoopbackServer
 
-BODY = json.dumps(
-    {
-        "error": {"code": "service_unavailable", "message": "x" * 900, "details": {}},
-        "request_id": "req_0123456789",
+API_KEY = "sk_bench_0123456789"
+TIMEOUT = (5, 60)
+PATH = "/v1/jobs/job_0123456789"
+POST_PATH = "/v1/jobs"
+POST_JSON = {"name": "bench", "input": {"n": 1, "text": "hello"}}
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MEMORY_ORIGIN = "http://127.0.0.1:9"  # never connected to: the memory transport has no socket
+URLLIB3_2 = int(URLLIB3_VERSION.split(".")[0]) >= 2
+
+
+# -- the in-memory transport ---------------------------------------------------------------
+
+
+def _memory_headers() -> http.client.HTTPMessage:
+    message = http.client.HTTPMessage()
+    message["Content-Type"] = "application/json"
+    message["Content-Length"] = str(len(OK_BODY))
+    message["x-request-id"] = "req_000000000001"
+    return message
+
+
+_MEMORY_MESSAGE = _memory_headers()
+
+
+class _Body(io.BytesIO):
+    """A body that stands in for http.client's response as urllib3 and requests use it.
+
+    urllib3 returns the connection to its pool once ``isclosed()`` is true (without it
+    every request would build a new connection object); requests reads cookies from
+    ``msg``, as it does for every real response.
+    """
+
+    msg = _MEMORY_MESSAGE
+
+    def isclosed(self) -> bool:
+        """True once the body has been read to its end."""
+        return self.closed
+
+
+class MemoryConnection(HTTPConnection):
+    """An urllib3 connection that never opens a socket: ``getresponse`` returns a canned 200.
+
+    Everything above the socket still runs: requests' session and adapter, urllib3's
+    pool (get/put connection, timeouts, the retry loop) and ``HTTPResponse`` reading,
+    and all of sume-urllib3 (session, adapter, ``SumeRetry``, record, observers,
+    budget). Only http.client's writing and header parsing are skipped, for the plain
+    session and ``SumeSession`` alike. (The ``responses`` library was not used: it
+    replaces ``HTTPAdapter.send`` and so would skip urllib3 and ``SumeRetry``.)
+    """
+
+    def connect(self) -> None:
+        """Nothing to connect."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+    @property
+    def is_closed(self) -> bool:
+        """Never closed (urllib3 asks before reading)."""
+        return False
+
+    @property
+    def is_connected(self) -> bool:
+        """Always connected, so the pool keeps reusing it like a kept-alive socket."""
+        return True
+
+    def request(  # type: ignore[override]
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        headers: Any = None,
+        *,
+        chunked: bool = False,
+        preload_content: bool = True,
+        decode_content: bool = True,
+        enforce_content_length: bool = True,
+    ) -> None:
+        """Remember what the response needs; the body is taken as a socket would take it."""
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = b"".join(body) if not hasattr(body, "read") else body.read()
+        self._memory = (method, url, preload_content, decode_content, enforce_content_length)
+
+    def getresponse(self) -> urllib3.HTTPResponse:  # type: ignore[override]
+        """A fresh 200 with a small JSON body and an x-request-id, as the server sends."""
+        method, url, preload, decode, enforce = self._memory
+        body = _Body(OK_BODY)
+        return urllib3.HTTPResponse(
+            body=body,
+            headers=HTTPHeaderDict(_MEMORY_MESSAGE.items()),
+            status=200,
+            version=11,
+            reason="OK",
+            preload_content=preload,
+            decode_content=decode,
+            enforce_content_length=enforce,
+            original_response=body,  # type: ignore[arg-type]
+            request_method=method,
+            request_url=url,
+        )
+
+
+class MemoryPool(HTTPConnectionPool):
+    """A connection pool whose connections are ``MemoryConnection``."""
+
+    ConnectionCls = MemoryConnection
+
+
+def use_memory_transport(adapter: HTTPAdapter) -> HTTPAdapter:
+    """Make ``adapter`` (plain or Sume, the same way) send through ``MemoryPool``."""
+    adapter.poolmanager.clear()
+    adapter.poolmanager.pool_classes_by_scheme = {"http": MemoryPool, "https": MemoryPool}
+    return adapter
+
+
+# -- the variants ------------------------------------------------------------------------
+
+
+class Variant(NamedTuple):
+    """One way of sending a request; ``call`` sends one and reads its body."""
+
+    name: str
+    label: str
+    baseline: str
+    call: Callable[[], object]
+
+
+class _Retryable(Exception):
+    """Raised inside the wrapped call for a status the retry libraries should retry."""
+
+
+def _checked(send: Callable[[], requests.Response]) -> Callable[[], requests.Response]:
+    def call() -> requests.Response:
+        response = send()
+        if response.status_code in RETRY_STATUSES:
+            raise _Retryable(response.status_code)
+        return response
+
+    return call
+
+
+RETRYABLE_ERRORS = (requests.ConnectionError, requests.Timeout, _Retryable)
+
+
+def plain_session(adapter: Optional[HTTPAdapter] = None) -> requests.Session:
+    """A requests.Session sending the same headers SumeSession sends (the key)."""
+    session = requests.Session()
+    session.headers["x-api-key"] = API_KEY
+    if adapter is not None:
+        session.mount("http://", adapter)
+    return session
+
+
+def sume_session(base_url: str, **kwargs: Any) -> requests.Session:
+    """A SumeSession with its defaults (metrics, logging, retry budget)."""
+    from sume_urllib3 import SumeSession
+
+    return SumeSession(API_KEY, base_url=base_url, **kwargs)
+
+
+def _get(session: requests.Session, url: str) -> Callable[[], requests.Response]:
+    def call() -> requests.Response:
+        response = session.get(url, timeout=TIMEOUT)
+        response.content  # noqa: B018 - read like a caller would
+        return response
+
+    return call
+
+
+def _get_default_timeout(session: requests.Session, url: str) -> Callable[[], requests.Response]:
+    def call() -> requests.Response:
+        response = session.get(url)  # SumeSession applies its (5, 60) default
+        response.content  # noqa: B018
+        return response
+
+    return call
+
+
+def _post(session: requests.Session, url: str, timeout: Any = TIMEOUT) -> Callable[[], requests.Response]:
+    def call() -> requests.Response:
+        if timeout is None:
+            response = session.post(url, json=POST_JSON)
+        else:
+            response = session.post(url, json=POST_JSON, timeout=timeout)
+        response.content  # noqa: B018
+        return response
+
+    return call
+
+
+def build_variants(server_url: str, names: Optional[Sequence[str]] = None) -> List[Variant]:
+    """Every variant (or only ``names`` and their baselines), with fresh sessions."""
+    import backoff
+    import stamina
+    import tenacity
+
+    from sume_urllib3 import SumeRetry
+
+    url, post_url = server_url + PATH, server_url + POST_PATH
+    stock = Retry(total=6, backoff_factor=0.5, status_forcelist=sorted(RETRY_STATUSES))
+    makers: Dict[str, Tuple[str, str, Callable[[], Callable[[], object]]]] = {
+        "plain-get": ("requests.Session GET", "plain-get", lambda: _get(plain_session(), url)),
+        "retry-get": (
+            "+ HTTPAdapter(max_retries=urllib3 Retry)",
+            "plain-get",
+            lambda: _get(plain_session(HTTPAdapter(max_retries=stock)), url),
+        ),
+        "sumeretry-get": (
+            "+ HTTPAdapter(max_retries=SumeRetry())",
+            "plain-get",
+            lambda: _get(plain_session(HTTPAdapter(max_retries=SumeRetry())), url),
+        ),
+        "tenacity-get": (
+            "tenacity around session.get",
+            "plain-get",
+            lambda: tenacity.retry(
+                stop=tenacity.stop_after_attempt(7),
+                wait=tenacity.wait_exponential_jitter(max=30),
+                retry=tenacity.retry_if_exception_type(RETRYABLE_ERRORS),
+                reraise=True,
+            )(_checked(_get(plain_session(), url))),
+        ),
+        "stamina-get": (
+            "stamina around session.get",
+            "plain-get",
+            lambda: stamina.retry(on=RETRYABLE_ERRORS, attempts=7)(_checked(_get(plain_session(), url))),
+        ),
+        "backoff-get": (
+            "backoff around session.get",
+            "plain-get",
+            lambda: backoff.on_exception(backoff.expo, RETRYABLE_ERRORS, max_tries=7)(
+                _checked(_get(plain_session(), url))
+            ),
+        ),
+        "sume-get": (
+            "SumeSession GET (defaults)",
+            "plain-get",
+            lambda: _get_default_timeout(sume_session(server_url + "/v1"), PATH[len("/v1") :]),
+        ),
+        "plain-post": ("requests.Session POST json", "plain-post", lambda: _post(plain_session(), post_url)),
+        "sume-post": (
+            "SumeSession POST json (defaults, Idempotency-Key)",
+            "plain-post",
+            lambda: _post(sume_session(server_url + "/v1"), POST_PATH[len("/v1") :], timeout=None),
+        ),
     }
-).encode()
+    if URLLIB3_2:
+        mem_url, mem_post = MEMORY_ORIGIN + PATH, MEMORY_ORIGIN + POST_PATH
+        makers.update(
+            {
+                "mem-plain-get": (
+                    "in memory: requests.Session GET",
+                    "mem-plain-get",
+                    lambda: _get(plain_session(use_memory_transport(HTTPAdapter())), mem_url),
+                ),
+                "mem-sume-get": (
+                    "in memory: SumeSession GET",
+                    "mem-plain-get",
+                    lambda: _get_default_timeout(_memory_sume(), PATH[len("/v1") :]),
+                ),
+                "mem-plain-post": (
+                    "in memory: requests.Session POST json",
+                    "mem-plain-post",
+                    lambda: _post(plain_session(use_memory_transport(HTTPAdapter())), mem_post),
+                ),
+                "mem-sume-post": (
+                    "in memory: SumeSession POST json",
+                    "mem-plain-post",
+                    lambda: _post(_memory_sume(), POST_PATH[len("/v1") :], timeout=None),
+                ),
+            }
+        )
+    wanted = list(makers) if not names else list(names)
+    unknown = [n for n in wanted if n not in makers]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(makers)}")
+    for name in list(wanted):
+        base = makers[name][1]
+        if base not in wanted:
+            wanted.insert(0, base)
+    return [Variant(n, makers[n][0], makers[n][1], makers[n][2]()) for n in makers if n in wanted]
 
 
-def make_response() -> urllib3.HTTPResponse:
+def _memory_sume() -> requests.Session:
+    session = sume_session(MEMORY_ORIGIN + "/v1")
+    adapter = session.get_adapter(MEMORY_ORIGIN)
+    assert isinstance(adapter, HTTPAdapter)
+    use_memory_transport(adapter)
+    return session
+
+
+# -- measuring the success path ----------------------------------------------------------
+
+
+def interleaved_run(variants: Sequence[Variant], rounds: int, offset: int) -> List[float]:
+    """Seconds spent per variant over ``rounds`` rounds of one request each, order rotating."""
+    k = len(variants)
+    calls = [v.call for v in variants]
+    totals = [0.0] * k
+    clock = time.perf_counter
+    for r in range(rounds):
+        start = (r + offset) % k
+        for j in range(k):
+            i = (start + j) % k
+            call = calls[i]
+            t0 = clock()
+            call()
+            totals[i] += clock() - t0
+    return totals
+
+
+class Row(NamedTuple):
+    """One variant's result over all runs."""
+
+    variant: Variant
+    us_per_request: float  # median over runs
+    ratio: float  # median over runs of (variant time / baseline time)
+    low: float
+    high: float
+
+
+def measure_success(variants: Sequence[Variant], requests_per_run: int, runs: int, warmup: int) -> List[Row]:
+    """Median ratio to the baseline and its spread over ``runs`` interleaved runs."""
+    interleaved_run(variants, warmup, 0)
+    index = {v.name: i for i, v in enumerate(variants)}
+    per_run: List[List[float]] = []
+    for run in range(runs):
+        gc.collect()
+        per_run.append(interleaved_run(variants, requests_per_run, run))
+    rows = []
+    for i, variant in enumerate(variants):
+        b = index[variant.baseline]
+        ratios = [totals[i] / totals[b] for totals in per_run]
+        micros = [totals[i] / requests_per_run * 1e6 for totals in per_run]
+        rows.append(
+            Row(variant, statistics.median(micros), statistics.median(ratios), min(ratios), max(ratios))
+        )
+    return rows
+
+
+# -- measuring the 503 decision ----------------------------------------------------------
+
+
+def canned_503() -> urllib3.HTTPResponse:
+    """A 503 with the error envelope, body unread, as urllib3 hands it to ``increment``."""
     return urllib3.HTTPResponse(
-        body=io.BytesIO(BODY),
-        headers={"Content-Type": "application/json", "Content-Length": str(len(BODY))},
+        body=io.BytesIO(ERROR_BODY),
+        headers={"Content-Type": "application/json", "Content-Length": str(len(ERROR_BODY))},
         status=503,
         preload_content=False,
         decode_content=False,
     )
 
 
-def time_decisions(decide: Callable[[urllib3.HTTPResponse], object], n: int) -> float:
-    """Seconds per decision, over n fresh responses built outside the timed loop."""
-    responses = [make_response() for _ in range(n)]
-    start = time.perf_counter()
-    for response in responses:
-        decide(response)
-    return (time.perf_counter() - start) / n
+def measure_decisions(
+    server_url: str, decisions: int, runs: int
+) -> List[Tuple[str, Dict[str, float], Dict[str, List[float]]]]:
+    """µs per ``increment`` for stock Retry and the two SumeRetry set-ups, per response source."""
+    from sume_urllib3 import RetryBudget, SumeRetry
+
+    stock = Retry(total=6, backoff_factor=0.5, status_forcelist=sorted(RETRY_STATUSES))
+    alone = SumeRetry(sleep=lambda s: None)
+    # What SumeSession builds (metrics and logging observers, a budget); the budget's
+    # floor is set so high that thousands of decisions in a second never empty it.
+    configured = sume_session(server_url, retry_budget=RetryBudget(min_per_second=1e6))
+    adapter = configured.get_adapter(server_url)
+    assert isinstance(adapter, HTTPAdapter)
+    session_retry = adapter.max_retries
+    assert isinstance(session_retry, SumeRetry)
+    retries: List[Tuple[str, Retry]] = [("stock", stock), ("alone", alone), ("session", session_retry)]
+
+    host, port = server_url.rsplit("/", 1)[-1].split(":")
+    pool = HTTPConnectionPool(host, int(port), maxsize=1, retries=False)
+
+    def live_503() -> Any:
+        return pool.urlopen("GET", "/503", retries=False, redirect=False, preload_content=False)
+
+    def finish(response: Any) -> None:
+        response.drain_conn()
+        response.release_conn()
+
+    sources: List[Tuple[str, Callable[[], Any]]] = [
+        ("canned 503, 1 KiB JSON body", canned_503),
+        ("live 503 from the loopback server", live_503),
+    ]
+    results = []
+    clock = time.perf_counter
+    for source_name, make in sources:
+        per_run: Dict[str, List[float]] = {name: [] for name, _ in retries}
+        for run in range(runs + 1):  # run 0 warms up
+            gc.collect()
+            totals = dict.fromkeys(per_run, 0.0)
+            n = decisions if run else max(decisions // 10, 20)
+            for d in range(n):
+                for j in range(len(retries)):
+                    name, retry = retries[(d + run + j) % len(retries)]
+                    response = make()
+                    t0 = clock()
+                    retry.increment("GET", "/503", response=response)
+                    totals[name] += clock() - t0
+                    finish(response)
+            if run:
+                for name in per_run:
+                    per_run[name].append(totals[name] / n * 1e6)
+        results.append((source_name, {k: statistics.median(v) for k, v in per_run.items()}, per_run))
+    pool.close()
+    return results
 
 
-def stock_decision(retry: Retry) -> Callable[[urllib3.HTTPResponse], object]:
-    def decide(response: urllib3.HTTPResponse) -> object:
-        retry.is_retry("GET", response.status, bool(response.headers.get("Retry-After")))
-        new = retry.increment("GET", "/jobs", response=response)
-        new.get_retry_after(response)
-        return new.get_backoff_time()
-
-    return decide
+# -- reporting ---------------------------------------------------------------------------
 
 
-def sume_decision(retry: SumeRetry) -> Callable[[urllib3.HTTPResponse], object]:
-    def decide(response: urllib3.HTTPResponse) -> object:
-        retry.is_retry("GET", response.status, False)
-        new = retry.increment("GET", "/jobs", response=response)
-        return new.get_backoff_time()
-
-    return decide
-
-
-class _OK(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
-
-    def do_GET(self) -> None:
-        payload = b'{"ok":true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-def serve() -> Tuple[http.server.ThreadingHTTPServer, str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OK)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
-def per_request(session: requests.Session, url: str, n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        session.get(url, timeout=(5, 60)).content  # noqa: B018 - read like a caller would
-    return (time.perf_counter() - start) / n
-
-
-def interleaved(a: Callable[[], float], b: Callable[[], float], rounds: int) -> Tuple[float, float]:
-    """Medians of a and b, run alternately so drift in machine load hits both alike."""
-    xs: List[float] = []
-    ys: List[float] = []
-    for _ in range(rounds):
-        xs.append(a())
-        ys.append(b())
-    return statistics.median(xs), statistics.median(ys)
-
-
-def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    rounds, n_decisions, n_requests = (5, 2000, 200) if args.quick else (15, 5000, 500)
-
-    stock = Retry(total=6, backoff_factor=1, status_forcelist=(503,), raise_on_status=False)
-    sume = SumeRetry(sleep=lambda s: None)
-    stock_dec, sume_dec = interleaved(
-        lambda: time_decisions(stock_decision(stock), n_decisions),
-        lambda: time_decisions(sume_decision(sume), n_decisions),
-        rounds,
-    )
-
-    server, url = serve()
+def environment() -> str:
+    """Versions, commit and machine, for the table's caption."""
     try:
-        plain_stock = requests.Session()
-        plain_stock.mount("http://", HTTPAdapter(max_retries=stock))
-        plain_sume = requests.Session()
-        plain_sume.mount("http://", HTTPAdapter(max_retries=SumeRetry()))
-        bare = requests.Session()
-        bare.headers["x-api-key"] = "sk_bench"  # the same request on the wire as SumeSession's
-        session = SumeSession("sk_bench", base_url=url)
-        for s in (plain_stock, plain_sume, bare, session):
-            per_request(s, url + "/warm", 20)
-        adapter_stock, adapter_sume = interleaved(
-            lambda: per_request(plain_stock, url + "/me", n_requests),
-            lambda: per_request(plain_sume, url + "/me", n_requests),
-            rounds,
-        )
-        session_bare, session_sume = interleaved(
-            lambda: per_request(bare, url + "/me", n_requests),
-            lambda: per_request(session, url + "/me", n_requests),
-            rounds,
-        )
-    finally:
-        server.shutdown()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            check=False,
+        ).stdout.strip()
+    except OSError:
+        commit = "?"
+    import sume_urllib3
 
-    print(f"python {sys.version.split()[0]}, urllib3 {urllib3.__version__}, requests {requests.__version__}")
-    print()
-    print("| measurement | stock | sume | ratio | target |")
-    print("|---|---:|---:|---:|---|")
-    print(
-        f"| (a) one 503 decision, 1 KiB JSON body | {stock_dec * 1e6:.1f} µs | {sume_dec * 1e6:.1f} µs "
-        f"| {sume_dec / stock_dec:.2f}x | ≤ 50 µs absolute |"
+    return (
+        f"sume-urllib3 {sume_urllib3.__version__} (commit {commit or '?'}), "
+        f"python {platform.python_version()}, "
+        f"requests {requests.__version__}, urllib3 {URLLIB3_VERSION}, "
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.2f}"
     )
-    print(
-        f"| (b) 200 through HTTPAdapter: Retry vs SumeRetry | {adapter_stock * 1e6:.0f} µs "
-        f"| {adapter_sume * 1e6:.0f} µs | {adapter_sume / adapter_stock:.3f}x | ≤ 1.03x |"
-    )
-    print(
-        f"| (b') 200: requests.Session vs SumeSession | {session_bare * 1e6:.0f} µs "
-        f"| {session_sume * 1e6:.0f} µs | {session_sume / session_bare:.3f}x | (for reference) |"
-    )
+
+
+def success_table(rows: Sequence[Row], requests_per_run: int, runs: int) -> List[str]:
+    """The success-path table in markdown."""
+    lines = [
+        f"Success path: {requests_per_run} requests per variant per run, {runs} runs, "
+        "interleaved per request (order rotating each round).",
+        "",
+        "| variant | µs/request | ratio vs baseline (median) | spread (min-max) | baseline |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        v = row.variant
+        base = "—" if v.baseline == v.name else v.baseline
+        lines.append(
+            f"| `{v.name}` {v.label} | {row.us_per_request:.1f} | {row.ratio:.3f}x "
+            f"| {row.low:.3f}-{row.high:.3f} | {base} |"
+        )
+    return lines
+
+
+def decision_table(
+    results: Sequence[Tuple[str, Dict[str, float], Dict[str, List[float]]]], decisions: int, runs: int
+) -> List[str]:
+    """The 503 decision table in markdown."""
+    lines = [
+        f"503 decision: `increment` on a 503, {decisions} decisions per set-up per run, {runs} runs, "
+        "interleaved per decision; µs per decision (median of runs), ratio to stock in the same run.",
+        "",
+        "| response | stock `Retry` (status_forcelist) | `SumeRetry()` alone | ratio "
+        "| SumeSession's `SumeRetry` (observers, budget) | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for source, med, per_run in results:
+        ratio_alone = statistics.median([a / s for a, s in zip(per_run["alone"], per_run["stock"])])
+        ratio_session = statistics.median([a / s for a, s in zip(per_run["session"], per_run["stock"])])
+        lines.append(
+            f"| {source} | {med['stock']:.1f} | {med['alone']:.1f} | {ratio_alone:.1f}x "
+            f"| {med['session']:.1f} | {ratio_session:.1f}x |"
+        )
+    return lines
+
+
+# -- profiling ---------------------------------------------------------------------------
+
+
+def profile(server_url: str, name: str, n: int, sort: str, top: int) -> str:
+    """cProfile over ``n`` requests of one variant; the top entries by ``sort``."""
+    variant = next(v for v in build_variants(server_url, [name]) if v.name == name)
+    for _ in range(50):
+        variant.call()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(n):
+        variant.call()
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.strip_dirs().sort_stats(sort).print_stats(top)
+    return f"profile of {n} requests of `{name}` ({variant.label}), sorted by {sort}\n" + out.getvalue()
+
+
+# -- command line ------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run the benchmark and print markdown (and write it with --out)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000, help="requests per variant per run (2000)")
+    parser.add_argument("--runs", type=int, default=5, help="runs; the median and spread are over them (5)")
+    parser.add_argument("--decisions", type=int, default=2000, help="503 decisions per set-up per run (2000)")
+    parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 200 requests, 2 runs")
+    parser.add_argument("--out", help="also write the markdown to this file")
+    parser.add_argument("--profile", metavar="VARIANT", help="cProfile one variant instead of benchmarking")
+    parser.add_argument("--profile-requests", type=int, default=3000, help="requests to profile (3000)")
+    parser.add_argument("--sort", default="tottime", help="pstats sort key for --profile (tottime)")
+    parser.add_argument("--top", type=int, default=25, help="entries to print for --profile (25)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests, args.runs, args.decisions = 200, 2, 300
+    if min(args.requests, args.runs, args.decisions, args.profile_requests) < 1:
+        parser.error("--requests, --runs, --decisions and --profile-requests must be at least 1")
+
+    with LoopbackServer() as server:
+        if args.profile:
+            text = profile(server.url, args.profile, args.profile_requests, args.sort, args.top)
+            print(text)
+            if args.out:
+                with open(args.out, "w", encoding="utf-8") as f:
+                    f.write(text)
+            return 0
+        names = [n.strip() for n in args.variants.split(",") if n.strip()]
+        variants = build_variants(server.url, names or None)
+        started = time.monotonic()
+        rows = measure_success(variants, args.requests, args.runs, warmup=min(200, args.requests))
+        decisions = measure_decisions(server.url, args.decisions, args.runs)
+        took = time.monotonic() - started
+
+    lines = [
+        environment(),
+        "",
+        *success_table(rows, args.requests, args.runs),
+        "",
+        *decision_table(decisions, args.decisions, args.runs),
+        "",
+        f"Took {took:.0f} s.",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
     return 0
 
 
