@@ -472,26 +472,35 @@ def measure_decisions(
 # -- reporting ---------------------------------------------------------------------------
 
 
-def environment() -> str:
-    """Versions, commit and machine, for the table's caption."""
+def _git(args: Sequence[str], where: str) -> str:
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            cwd=os.path.dirname(os.path.abspath(__file__)),
-            check=False,
-        ).stdout.strip()
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=where, check=False)
     except OSError:
-        commit = "?"
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def package_source() -> str:
+    """Which sume_urllib3 was measured: its directory, commit and whether it had local edits."""
     import sume_urllib3
 
+    where = os.path.dirname(os.path.abspath(sume_urllib3.__file__))
+    commit = _git(["rev-parse", "--short", "HEAD"], where)
+    if not commit:
+        return f"sume-urllib3 {sume_urllib3.__version__} from {where} (not a git checkout)"
+    dirty = _git(["status", "--porcelain", "--", "."], where)
+    state = "with uncommitted changes" if dirty else "clean"
+    return f"sume-urllib3 {sume_urllib3.__version__} at commit {commit} ({state})"
+
+
+def environment() -> str:
+    """Versions, package source and machine, for the table's caption."""
     return (
-        f"sume-urllib3 {sume_urllib3.__version__} (commit {commit or '?'}), "
-        f"python {platform.python_version()}, "
+        f"{package_source()}, python {platform.python_version()}, "
         f"requests {requests.__version__}, urllib3 {URLLIB3_VERSION}, "
         f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"load {os.getloadavg()[0]:.2f}"
+        f"load {os.getloadavg()[0]:.2f}, {len(os.environ)} environment variables "
+        "(requests scans them for proxies on every request)"
     )
 
 
