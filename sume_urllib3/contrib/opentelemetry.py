@@ -24,17 +24,19 @@ A broken tracer or meter never breaks a request: each part is guarded, the first
 logged once on logger ``sume_urllib3`` and ``observer.failures`` counts them all.
 
 How it sits with ``opentelemetry-instrumentation-requests`` (``RequestsInstrumentor``): both
-can be on, and they add different spans. That instrumentation wraps ``Session.send``, so it
-makes one CLIENT span per *hop* (the first request and each redirect), never one per attempt:
-the retries happen below it, inside urllib3, so its span shows only the last attempt's status
-and it injects ``traceparent`` once per hop (every attempt of a hop carries the same header).
-This observer adds the *logical* request: all attempts, the waits between them, the retry
-events, the outcome and the Sume ids. While sessions report requests only once they end, the
-two spans are siblings under the caller's span; when the session announces a request as it
-starts (an ``on_start`` hook, see ``OpenTelemetryObserver.on_start``) this span is current
-during the attempts and the instrumentation's hop spans, and any span made while the request
-runs, nest under it. ``opentelemetry-instrumentation-urllib3`` instruments below the retries
-and makes one CLIENT span per attempt; under ``RequestsInstrumentor`` it is suppressed.
+can be on; each adds one CLIENT span per logical request, with different content, and
+neither makes a span per attempt. That instrumentation wraps ``Session.send``: its span covers
+the call including the redirects it follows (nested sends are suppressed) and the retries,
+which happen below it inside urllib3; it shows only the final status, the first URL (with
+its query string), and it injects ``traceparent`` once, so every attempt and hop carries the
+same header, naming its span. This observer adds what happened inside: the attempts, the
+waits, one event per retry, the outcome, ``http.request.resend_count`` and the Sume ids, with
+the query string stripped. While sessions report a request only when it ends, the two spans
+are siblings under the caller's span; when the session announces a request as it starts
+(the ``on_start`` hook below), this span is current during the attempts and the
+instrumentation's span, and any span made while the request runs, nest under it.
+``opentelemetry-instrumentation-urllib3`` wraps ``urlopen``, inside which urllib3 retries: it
+too makes one span per call, not per attempt, and none while ``RequestsInstrumentor``'s is open.
 """
 
 from __future__ import annotations
