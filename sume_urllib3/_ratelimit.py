@@ -1,0 +1,151 @@
+"""Read the server's pace from RateLimit headers (every published form), never raising."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+
+# A delta this large (about 31 years) is no delta: it is a Unix time, as GitHub sends.
+_EPOCH = 1e9
+_EPOCH_MS = 1e12
+_MAX_VALUE_LENGTH = 1024
+_MAX_NUMBER = 1e14
+_NUMBER = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*$", re.ASCII)
+_PREFIXES = ("ratelimit", "x-ratelimit", "x-rate-limit")
+
+
+class Reading(NamedTuple):
+    """What one response said about the quota; any field may be unknown (None).
+
+    ``limit`` requests per ``window`` seconds (the quota), ``remaining`` of them now,
+    and ``reset`` seconds until the quota is whole again.
+    """
+
+    limit: Optional[float]
+    remaining: Optional[float]
+    reset: Optional[float]
+    window: Optional[float]
+
+
+def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Optional[Reading]:
+    """The quota a response's headers describe, or None when they say nothing (or garbage).
+
+    Understands ``RateLimit-Limit/-Remaining/-Reset`` (with ``10, 10;w=1`` limits),
+    ``X-RateLimit-*`` and ``X-Rate-Limit-*`` (a Reset that is a Unix time, in seconds or
+    milliseconds, is turned into a delta with ``wall``), the IETF draft's
+    ``RateLimit: limit=10, remaining=9, reset=5`` and ``RateLimit-Policy: 10;w=60``, and
+    the later ``RateLimit: "default";r=9;t=5`` / ``RateLimit-Policy: "default";q=10;w=60``.
+    """
+    try:
+        found = _collect(headers)
+        if not found:
+            return None
+        return _read(found, wall)
+    except Exception:  # a malformed header must never break a request
+        return None
+
+
+def _collect(headers: Any) -> Dict[str, str]:
+    items = headers.items() if hasattr(headers, "items") else ()
+    found: Dict[str, str] = {}
+    for name, value in items:
+        if not isinstance(name, str):
+            continue
+        lname = name.lower()
+        if lname.startswith(_PREFIXES) and isinstance(value, str) and len(value) <= _MAX_VALUE_LENGTH:
+            found[lname] = found[lname] + ", " + value if lname in found else value
+    return found
+
+
+def _read(found: Dict[str, str], wall: Callable[[], float]) -> Optional[Reading]:
+    limit = remaining = reset = window = None
+    combined = found.get("ratelimit")
+    if combined is not None:
+        limit, remaining, reset = _combined(combined)
+    policy = found.get("ratelimit-policy")
+    if policy is not None:
+        quota, window = _policy(policy)
+        limit = limit if limit is not None else quota
+    for prefix in ("ratelimit-", "x-ratelimit-", "x-rate-limit-"):
+        if limit is None or window is None:
+            quota, w = _limit(found.get(prefix + "limit"))
+            limit = limit if limit is not None else quota
+            window = window if window is not None else w
+        if remaining is None:
+            remaining = _number(found.get(prefix + "remaining"))
+        if reset is None:
+            reset = _reset(found.get(prefix + "reset"), wall)
+    if limit is None and remaining is None and reset is None and window is None:
+        return None
+    if limit is not None and remaining is not None:
+        remaining = min(remaining, limit)
+    return Reading(limit, remaining, reset, window)
+
+
+def _combined(value: str) -> Tuple[Optional[float], Optional[float], Optional[float]]:
+    """``limit=10, remaining=9, reset=5`` (draft 07) or ``"name";r=9;t=5`` items (later drafts)."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if all("=" in item and ";" not in item for item in items):
+        params = dict(_param(item) for item in items)
+        return _number(params.get("limit")), _number(params.get("remaining")), _number(params.get("reset"))
+    # One item per policy: the most constrained one (fewest remaining) decides.
+    best: Optional[Tuple[float, Optional[float]]] = None
+    for item in items:
+        params = dict(_param(part) for part in item.split(";")[1:])
+        left, reset = _number(params.get("r")), _number(params.get("t"))
+        if left is not None and (best is None or left < best[0]):
+            best = (left, reset)
+    return (None, best[0], best[1]) if best is not None else (None, None, None)
+
+
+def _policy(value: str) -> Tuple[Optional[float], Optional[float]]:
+    """``10;w=60`` or ``"name";q=10;w=60``, possibly several: the slowest quota decides."""
+    best: Optional[Tuple[float, float]] = None
+    for item in value.split(","):
+        parts = item.strip().split(";")
+        params = dict(_param(part) for part in parts[1:])
+        quota = _number(params.get("q")) if "q" in params else _number(parts[0])
+        window = _number(params.get("w"))
+        if quota is None or window is None or quota <= 0 or window <= 0:
+            continue
+        if best is None or quota / window < best[0] / best[1]:
+            best = (quota, window)
+    return best if best is not None else (None, None)
+
+
+def _limit(value: Optional[str]) -> Tuple[Optional[float], Optional[float]]:
+    """``10`` or ``10, 10;w=1, 1000;w=3600``: the first quota and its window when given."""
+    if value is None:
+        return None, None
+    first = value.split(",")[0].split(";")
+    return _number(first[0]), _number(dict(_param(p) for p in first[1:]).get("w"))
+
+
+def _reset(value: Optional[str], wall: Callable[[], float]) -> Optional[float]:
+    seconds = _number(value)
+    if seconds is None:
+        return None
+    if seconds >= _EPOCH:
+        stamp = seconds / 1000.0 if seconds >= _EPOCH_MS else seconds
+        now = wall()
+        if not math.isfinite(now):
+            return None
+        return max(stamp - now, 0.0)
+    return seconds
+
+
+def _param(text: str) -> Tuple[str, str]:
+    name, _, value = text.partition("=")
+    return name.strip().lower(), value.strip().strip('"')
+
+
+def _number(value: Optional[str]) -> Optional[float]:
+    if value is None:
+        return None
+    match = _NUMBER.match(value)
+    if match is None:
+        return None
+    number = float(match.group(1))
+    return number if number <= _MAX_NUMBER else None
