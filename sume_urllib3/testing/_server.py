@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         from typing import Self
     else:
         from typing_extensions import Self
+    from ._jobs import ScriptedJob
 
 __all__ = ["FakeSume", "RecordedRequest", "Reply"]
 
@@ -486,6 +487,7 @@ class FakeSume:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._url: str | None = None
+        self._job_board: Any = None  # a testing._jobs.JobBoard once job() is called
         for (method, path), replies in (routes or {}).items():
             self.script(method, path, *replies)
 
@@ -506,6 +508,20 @@ class FakeSume:
             self._scripts[key] = script
             self._positions[key] = 0
         return self
+
+    def job(self, job_id: str, steps: Iterable[Any], **options: Any) -> ScriptedJob:
+        """Script a job's lifecycle at ``/v1/jobs/{id}/status|result|cancel``; see ``ScriptedJob``.
+
+        Routes that have a script of their own keep it.
+        """
+        from ._jobs import JobBoard, ScriptedJob  # late: _jobs imports this module
+
+        job = ScriptedJob(job_id, steps, **options)
+        with self._lock:
+            if self._job_board is None:
+                self._job_board = JobBoard()
+            self._job_board.add(job)
+        return job
 
     def start(self) -> Self:
         """Bind and start serving in a background thread; a no-op if already running."""
@@ -577,12 +593,13 @@ class FakeSume:
             return self._connections
 
     def reset(self) -> None:
-        """Forget scripts, recorded requests, the connection count and script positions."""
+        """Forget scripts, scripted jobs, recorded requests, the connection count and script positions."""
         with self._lock:
             self._scripts.clear()
             self._positions.clear()
             self._requests.clear()
             self._connections = 0
+            self._job_board = None
 
     def _connected(self, server: _Server, sock: socket.socket) -> int:
         with self._lock:
@@ -604,7 +621,11 @@ class FakeSume:
                 # As real servers do: HEAD answers like GET, without the body.
                 key = ("GET", path)
                 script = self._scripts.get(key)
-            if script is None:
+            board = self._job_board if script is None else None
+            answer = board.answer(request.method, path) if board is not None else None
+            if answer is not None:
+                reply = answer
+            elif script is None:
                 reply = Reply.error(404, "not_found", message=f"No script for {request.method} {path}")
             else:
                 position = self._positions[key]

@@ -1,0 +1,615 @@
+"""Jobs: read, wait for, fetch and cancel Sume jobs through the session, never resubmitting."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Set, Tuple, Union
+from urllib.parse import quote
+
+import requests
+
+from . import _sleeping
+from ._errors import ConfigurationError, SumeError, SumeRetryError
+from ._retry_after import parse_retry_after
+
+logger = logging.getLogger("sume_urllib3")
+
+#: Statuses that mean "finished, the result can be fetched" (compared lower-cased).
+DONE_STATUSES = frozenset({"complete", "completed", "success", "succeeded", "ready"})
+#: Statuses that mean "finished without a result" (compared lower-cased).
+FAILED_STATUSES = frozenset({"failed", "error", "errored", "canceled", "cancelled", "expired", "nsfw"})
+#: Where a status body may keep the status, in order of preference.
+STATUS_PATHS: Tuple[Tuple[str, ...], ...] = (
+    ("data", "status"),
+    ("data", "sume_status"),
+    ("data", "job", "status"),
+    ("status",),
+    ("sume_status",),
+    ("job", "status"),
+)
+#: Where a response body may name its job, in order of preference.
+JOB_ID_PATHS: Tuple[Tuple[str, ...], ...] = (
+    ("data", "job", "id"),
+    ("data", "id"),
+    ("job_id",),
+    ("data", "job_id"),
+    ("error", "details", "job_id"),
+    ("error", "job_id"),
+)
+#: Without a server hint, each wait is the previous one times this, up to ``max_interval``.
+GROWTH = 1.5
+#: Each unhinted wait is multiplied by U(low, high): spreads pollers, never exceeds max_interval.
+JITTER = (0.9, 1.0)
+#: The last poll starts at least this long before the deadline (it is also its time limit).
+FINAL_WINDOW = 1.0
+MAX_ID_LENGTH = 256
+
+Sleep = Callable[[float], None]
+Clock = Callable[[], float]
+RandomSource = Union[random.Random, Callable[[], float], None]
+#: What every method accepts as "the job".
+JobRef = Union[str, "Job", requests.Response]
+
+_SAFE_TOKEN = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as last seen: id, status, the job's JSON object and the request id that said so.
+
+    ``data`` is the body's ``data`` object when it has one, else the body itself; it may
+    hold signed URLs, so ``repr`` leaves it out. ``status`` is None when no readable status
+    has been seen yet.
+    """
+
+    id: str
+    status: Optional[str] = None
+    data: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
+    request_id: Optional[str] = None
+
+    @property
+    def done(self) -> bool:
+        """True when the job finished with a result (completed, succeeded, ready...)."""
+        return self.status is not None and self.status.lower() in DONE_STATUSES
+
+    @property
+    def failed(self) -> bool:
+        """True when the job ended without a result (failed, canceled, expired, nsfw...)."""
+        return self.status is not None and self.status.lower() in FAILED_STATUSES
+
+    @property
+    def finished(self) -> bool:
+        """True when the job will not change any more (done or failed)."""
+        return self.done or self.failed
+
+    @property
+    def error_code(self) -> Optional[str]:
+        """The job's own error code (``error.code``, ``error``, ``error_code``), if it is a safe token."""
+        error = self.data.get("error") if isinstance(self.data, Mapping) else None
+        for candidate in (
+            error.get("code") if isinstance(error, Mapping) else error,
+            self.data.get("error_code") if isinstance(self.data, Mapping) else None,
+        ):
+            if isinstance(candidate, str) and _SAFE_TOKEN.match(candidate):
+                return candidate
+        return None
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """What observers' ``on_job(event)`` receive: one poll, or how a wait ended."""
+
+    kind: str  # "poll" | "completed" | "failed" | "timed_out"
+    job: Job  # the job as last seen (status None before any readable status)
+    polls: int  # status reads so far in this wait (1 for a single get)
+    elapsed: float  # seconds since the wait started
+
+
+class JobError(SumeError):
+    """A job did not give what was asked; ``job`` is the job as last seen."""
+
+    def __init__(self, message: str, job: Job) -> None:
+        super().__init__(message)
+        self.job = job
+
+    def __reduce__(self) -> Any:
+        # Exceptions pickle their args only; keep the job (a Celery task may pickle this).
+        return (type(self), (str(self), self.job))
+
+
+class JobFailed(JobError):
+    """The job ended without a result (failed, canceled, expired...); names its error code."""
+
+
+class JobTimeout(JobError):
+    """The wait's deadline came first; ``job`` holds the last status seen, so a later task can resume."""
+
+
+class JobNotCompleted(JobError):
+    """The result was asked for before the job finished; ``job.status`` says where it is."""
+
+
+class Jobs:
+    """Read, wait for, fetch and cancel jobs through a session (``session.jobs``).
+
+    Every request is an ordinary call through the session, so its policy retries a 429
+    or 503 on a poll and nothing is ever resubmitted. ``sleep``, ``clock`` and ``rng``
+    default to the session's own (those it was built with), else real time and ``random``.
+    """
+
+    def __init__(
+        self,
+        session: Any,
+        *,
+        sleep: Optional[Sleep] = None,
+        clock: Optional[Clock] = None,
+        rng: RandomSource = None,
+    ) -> None:
+        if not callable(getattr(session, "get", None)) or not callable(getattr(session, "post", None)):
+            raise ConfigurationError(f"Jobs needs a SumeSession, got {type(session).__name__}")
+        self.session = session
+        self.sleep: Sleep = _pick(sleep, session, "sleep", "sleep_function", _sleeping.default_sleep)
+        self.clock: Clock = _pick(clock, session, "clock", "clock", time.monotonic)
+        self.rng: RandomSource = _pick(rng, session, "rng", "rng", None)
+        if not callable(self.sleep) or not callable(self.clock):
+            raise ConfigurationError("Jobs: sleep and clock must be callable")
+        if self.rng is not None and not isinstance(self.rng, random.Random) and not callable(self.rng):
+            raise ConfigurationError("Jobs: rng must be a random.Random or a callable returning [0, 1)")
+        self._per_call_policy = _takes_policy(session)
+
+    def __repr__(self) -> str:
+        return f"<Jobs of {self.session!r}>"
+
+    # -- one request each ------------------------------------------------------------
+
+    def get(self, job: JobRef) -> Job:
+        """Read the job's status once (``GET /jobs/{id}/status``)."""
+        job_id = job_id_of(job)
+        response = self._send("GET", job_id, "status", None)
+        seen = _seen(job_id, response)
+        if seen is None:
+            if _ok(response):
+                raise JobError(
+                    f"job {job_id}: the status response has no readable status "
+                    f"(HTTP {response.status_code}{_rid(response)})",
+                    Job(job_id, request_id=_request_id(response, None)),
+                )
+            _raise_for(response)
+        self._emit("poll", seen, 1, 0.0)
+        return seen
+
+    def result(self, job: JobRef) -> Dict[str, Any]:
+        """The finished job's result (``GET /jobs/{id}/result``): the body's ``data`` object, else the body.
+
+        Raises ``JobNotCompleted`` (naming the status) while the job is still running,
+        ``JobFailed`` when it ended without a result.
+        """
+        job_id = job_id_of(job)
+        response = self._send("GET", job_id, "result", None)
+        if not _ok(response):
+            if response.status_code == 409 and _error_code(response) == "job_not_completed":
+                seen = _not_completed(job_id, response)
+                if seen.failed:
+                    raise _failed(seen)
+                raise JobNotCompleted(
+                    f"job {job_id} has no result yet: it is {_say(seen.status)}; "
+                    "wait for it first (session.jobs.wait)",
+                    seen,
+                )
+            _raise_for(response)
+        doc = _json(response)
+        if not isinstance(doc, dict):
+            raise JobError(
+                f"job {job_id}: the result response is not a JSON object{_rid(response)}",
+                Job(job_id, request_id=_request_id(response, None)),
+            )
+        data = doc.get("data")
+        return data if isinstance(data, dict) else doc
+
+    def cancel(self, job: JobRef) -> Job:
+        """Ask the server to cancel the job (``POST /jobs/{id}/cancel``); returns what it answered."""
+        job_id = job_id_of(job)
+        response = self._send("POST", job_id, "cancel", None)
+        if not _ok(response):
+            _raise_for(response)
+        doc = _json(response)
+        status = _status_in(doc)
+        return Job(job_id, status, _data_of(doc), _request_id(response, doc))
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def wait(
+        self,
+        job: JobRef,
+        *,
+        timeout: float = 600.0,
+        interval: float = 1.0,
+        max_interval: float = 20.0,
+        on_status: Optional[Callable[[Job], Any]] = None,
+    ) -> Job:
+        """Poll until the job finishes and return it; raise ``JobFailed`` or ``JobTimeout``.
+
+        The first poll is sent at once. Then the server's hint spaces the polls
+        (``Retry-After``, else ``recommended_poll_interval_seconds``; never faster than
+        ``interval``), else ``interval`` growing x1.5 up to ``max_interval`` with a little
+        jitter. No poll is sent after ``timeout`` seconds; a poll's own time limit is the
+        time left. An unknown status, an unreadable body or an error answer that is not
+        the job's fault (429, 5xx) keeps polling. ``on_status(job)`` is called on the first
+        status seen and on each change.
+        """
+        job_id = job_id_of(job)
+        timeout = _seconds(timeout, "timeout")
+        interval = _seconds(interval, "interval")
+        max_interval = _seconds(max_interval, "max_interval")
+        if max_interval < interval:
+            raise ConfigurationError(
+                f"max_interval ({max_interval}) must be at least interval ({interval})"
+            )
+        if on_status is not None and not callable(on_status):
+            raise ConfigurationError("on_status must be callable or None")
+        last = job if isinstance(job, Job) else Job(job_id)
+        start = self._now()
+        deadline = start + timeout
+        delay = interval  # the next unhinted pause, before jitter
+        polls = 0
+        reported: Optional[str] = None
+        while True:
+            left = deadline - self._now()
+            try:
+                response = self._send("GET", job_id, "status", left)
+            except requests.exceptions.Timeout as exc:
+                if _capped(self.session, left):
+                    why = "the last poll ran out of time"
+                    raise self._timed_out(last, polls, start, timeout, why) from exc
+                raise
+            polls += 1
+            seen = _seen(job_id, response)
+            if seen is None and not _ok(response) and not _no_news(response):
+                _raise_for(response)  # 401, 404...: more polls would not fix it
+            if seen is not None:
+                last = seen
+            self._emit("poll", last, polls, self._now() - start)
+            if seen is not None and seen.status != reported:
+                reported = seen.status
+                if on_status is not None:
+                    on_status(seen)
+            if seen is not None and seen.done:
+                self._end("completed", seen, polls, start)
+                return seen
+            if seen is not None and seen.failed:
+                self._end("failed", seen, polls, start)
+                raise _failed(seen)
+            hint = _hint(response)
+            if hint is not None:
+                pause = max(hint, interval)  # the server knows best, but never a tight loop
+            else:
+                pause = delay * _uniform(self.rng, *JITTER)
+                delay = min(delay * GROWTH, max_interval)
+            room = deadline - self._now() - FINAL_WINDOW  # the last moment a poll may start
+            if pause <= room:
+                _sleeping.wait(pause, self.sleep)
+            elif hint is None and room >= interval:
+                _sleeping.wait(room, self.sleep)  # one last poll, just before the deadline
+            else:
+                why = (
+                    f"the server asked to wait {pause:.1f}s more"
+                    if hint is not None
+                    else "too little time is left for another poll"
+                )
+                raise self._timed_out(last, polls, start, timeout, why)
+
+    # -- parts -----------------------------------------------------------------------------
+
+    def _send(self, method: str, job_id: str, action: str, left: Optional[float]) -> requests.Response:
+        url = f"jobs/{quote(job_id, safe='')}/{action}"
+        kwargs: Dict[str, Any] = {}
+        if left is not None:
+            left = max(left, 0.001)
+            kwargs["timeout"] = _cap_timeout(getattr(self.session, "timeout", None), left)
+            policy = getattr(self.session, "policy", None)
+            if self._per_call_policy and policy is not None and policy.max_elapsed > left:
+                # The poll's own retries end by the wait's deadline too.
+                kwargs["policy"] = policy.replace(max_elapsed=left)
+        return self._request(method, url, kwargs)
+
+    def _request(self, method: str, url: str, kwargs: Dict[str, Any]) -> requests.Response:
+        if method == "GET":
+            response: requests.Response = self.session.get(url, **kwargs)
+        else:
+            response = self.session.post(url, **kwargs)
+        return response
+
+    def _now(self) -> float:
+        return _sleeping.now(self.clock)
+
+    def _timed_out(self, last: Job, polls: int, start: float, timeout: float, why: str) -> JobTimeout:
+        self._end("timed_out", last, polls, start)
+        plural = "" if polls == 1 else "s"
+        return JobTimeout(
+            f"job {last.id} is still {_say(last.status)} after {self._now() - start:.1f}s and "
+            f"{polls} poll{plural}: {why} before the {timeout:g}s timeout; it may still finish, "
+            f"so wait again later with its id{_rid_of(last)}",
+            last,
+        )
+
+    def _end(self, kind: str, job: Job, polls: int, start: float) -> None:
+        elapsed = self._now() - start
+        self._emit(kind, job, polls, elapsed)
+        plural = "" if polls == 1 else "s"
+        code = job.error_code
+        logger.info(
+            "job %s %s after %d poll%s in %.1fs: status %s%s",
+            job.id,
+            kind.replace("_", " "),
+            polls,
+            plural,
+            elapsed,
+            _say(job.status),
+            f", error code {code}" if kind == "failed" and code else "",
+            extra={
+                "sume_event": "job",
+                "sume_job_id": job.id,
+                "sume_job_status": _clean_status(job.status),
+                "sume_outcome": kind,
+                "sume_polls": polls,
+                "sume_elapsed": elapsed,
+                "sume_code": code,
+                "sume_request_id": job.request_id,
+            },
+        )
+
+    def _emit(self, kind: str, job: Job, polls: int, elapsed: float) -> None:
+        observers = getattr(self.session, "observers", None)
+        if observers is None:
+            observers = (getattr(self.session, "metrics", None),)
+        event = JobEvent(kind, job, polls, elapsed)
+        for observer in observers:
+            hook = getattr(observer, "on_job", None)
+            if hook is None:
+                continue
+            try:
+                hook(event)
+            except Exception:
+                if id(observer) not in _warned:
+                    _warned.add(id(observer))
+                    logger.warning(
+                        "observer %s raised in on_job; the wait goes on, and further errors "
+                        "from this observer are ignored silently",
+                        type(observer).__name__,
+                        exc_info=True,
+                    )
+
+
+_warned: Set[int] = set()  # observers already warned about (by id)
+
+
+# -- reading what the server said --------------------------------------------------------
+
+
+def job_id_of(job: Any) -> str:
+    """The job id named by ``job`` (an id, a Job or a Response), checked; nothing is sent."""
+    if isinstance(job, Job):
+        return check_job_id(job.id)
+    if isinstance(job, str):
+        return check_job_id(job)
+    if isinstance(job, requests.Response):
+        found = find_job_id(_json(job))
+        if found is None:
+            raise ConfigurationError(
+                f"this response (HTTP {job.status_code}{_rid(job)}) names no job: looked for "
+                "data.job.id, data.id, job_id, data.job_id, error.details.job_id, error.job_id "
+                "and a data.request_id starting with job_"
+            )
+        return check_job_id(found)
+    raise ConfigurationError(
+        f"job must be a job id (str), a Job or a requests.Response, got {type(job).__name__}"
+    )
+
+
+def find_job_id(doc: Any) -> Optional[str]:
+    """The first job id in a response body, in the order DESIGN lists, or None."""
+    for path in JOB_ID_PATHS:
+        value = _dig(doc, path)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, str) and value:
+            return value
+    request_id = _dig(doc, ("data", "request_id"))
+    if isinstance(request_id, str) and request_id.startswith("job_"):
+        return request_id
+    return None
+
+
+def check_job_id(job_id: Any) -> str:
+    """A job id safe to put in a path once quoted: 1-256 visible characters, not "." or ".."."""
+    if not isinstance(job_id, str):
+        raise ConfigurationError(f"job id must be a str, got {type(job_id).__name__}")
+    if not 1 <= len(job_id) <= MAX_ID_LENGTH or job_id in (".", ".."):
+        # Never echo what was refused: a key pasted in the wrong place is still a key.
+        raise ConfigurationError(
+            f"job id must be 1-{MAX_ID_LENGTH} characters and not '.' or '..', "
+            f"got a str of {len(job_id)} characters"
+        )
+    if any(ch.isspace() or not ch.isprintable() for ch in job_id):
+        raise ConfigurationError("job id must not contain spaces or control characters")
+    return job_id
+
+
+def _seen(job_id: str, response: requests.Response) -> Optional[Job]:
+    """The job a status response describes, or None when it says nothing readable."""
+    if _ok(response):
+        doc = _json(response)
+        status = _status_in(doc)
+        if status is None:
+            return None
+        return Job(job_id, status, _data_of(doc), _request_id(response, doc))
+    if response.status_code == 409 and _error_code(response) == "job_not_completed":
+        return _not_completed(job_id, response)
+    return None
+
+
+def _not_completed(job_id: str, response: requests.Response) -> Job:
+    doc = _json(response)
+    status = _clean_status(_dig(doc, ("error", "details", "status")))
+    return Job(job_id, status, _data_of(doc), _request_id(response, doc))
+
+
+def _status_in(doc: Any) -> Optional[str]:
+    for path in STATUS_PATHS:
+        status = _clean_status(_dig(doc, path))
+        if status is not None:
+            return status
+    return None
+
+
+def _clean_status(value: Any) -> Optional[str]:
+    """A status fit to compare and to print: printable, trimmed, at most 64 characters."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()[:64]
+    if not text or not text.isprintable():
+        return None
+    return text
+
+
+def _data_of(doc: Any) -> Dict[str, Any]:
+    if isinstance(doc, dict):
+        data = doc.get("data")
+        return data if isinstance(data, dict) else doc
+    return {}
+
+
+def _dig(doc: Any, path: Tuple[str, ...]) -> Any:
+    for name in path:
+        if not isinstance(doc, dict):
+            return None
+        doc = doc.get(name)
+    return doc
+
+
+def _json(response: requests.Response) -> Any:
+    try:
+        return response.json()
+    except (ValueError, RuntimeError):  # not JSON, or a consumed stream
+        return None
+
+
+def _ok(response: requests.Response) -> bool:
+    return 200 <= response.status_code < 300
+
+
+def _no_news(response: requests.Response) -> bool:
+    """An answer that says nothing about the job: try again at the next poll."""
+    return response.status_code == 429 or response.status_code >= 500
+
+
+def _error_code(response: requests.Response) -> Optional[str]:
+    code = _dig(_json(response), ("error", "code"))
+    return code if isinstance(code, str) else None
+
+
+def _request_id(response: requests.Response, doc: Any) -> Optional[str]:
+    value = _dig(doc, ("request_id",)) if doc is not None else None
+    if not isinstance(value, str):
+        value = response.headers.get("x-sume-request-id") or response.headers.get("x-request-id")
+    if isinstance(value, str) and _SAFE_TOKEN.match(value):
+        return value
+    return None
+
+
+def _rid(response: requests.Response) -> str:
+    request_id = _request_id(response, _json(response))
+    return f", request id {request_id}" if request_id else ""
+
+
+def _rid_of(job: Job) -> str:
+    return f" (request id {job.request_id})" if job.request_id else ""
+
+
+def _say(status: Optional[str]) -> str:
+    return f"{status!r}" if status is not None else "of unknown status (no readable status yet)"
+
+
+def _failed(job: Job) -> JobFailed:
+    code = job.error_code
+    what = f"error code {code}" if code else "no error code given"
+    return JobFailed(f"job {job.id} ended {_say(job.status)}: {what}{_rid_of(job)}", job)
+
+
+def _hint(response: requests.Response) -> Optional[float]:
+    """The server's poll spacing: Retry-After, else recommended_poll_interval_seconds."""
+    seconds = parse_retry_after(response.headers.get("Retry-After"))
+    if seconds is not None:
+        return seconds
+    doc = _json(response)
+    for path in (("data", "recommended_poll_interval_seconds"), ("recommended_poll_interval_seconds",)):
+        value = _dig(doc, path)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return min(max(float(value), 0.0), 10.0**9)
+    return None
+
+
+def _raise_for(response: requests.Response) -> NoReturn:
+    """Raise the library's error for an answer the caller must act on; the record names it."""
+    record = getattr(response, "sume", None)
+    if record is not None:
+        raise SumeRetryError(record, response)
+    response.raise_for_status()
+    raise SumeError(f"unexpected HTTP {response.status_code}{_rid(response)}")
+
+
+def _cap_timeout(base: Any, left: float) -> Any:
+    """The session's (connect, read) timeout, neither part longer than ``left``."""
+    if base is None:
+        return left
+    if isinstance(base, tuple):
+        return tuple(left if part is None else min(part, left) for part in base)
+    return min(base, left)
+
+
+def _capped(session: Any, left: float) -> bool:
+    """True when the time left, not the session's own timeout, limited the poll."""
+    base = getattr(session, "timeout", None)
+    parts: List[Any] = list(base) if isinstance(base, tuple) else [base]
+    return any(part is None or left < part for part in parts)
+
+
+def _seconds(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"{name} must be finite and > 0, got {value!r}")
+    return float(value)
+
+
+def _uniform(rng: RandomSource, low: float, high: float) -> float:
+    if rng is None:
+        return random.uniform(low, high)
+    if isinstance(rng, random.Random):
+        return rng.uniform(low, high)
+    return low + (high - low) * float(rng())
+
+
+def _takes_policy(session: Any) -> bool:
+    """True when ``session.request`` accepts a per-call ``policy=``."""
+    try:
+        return "policy" in inspect.signature(session.request).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _pick(given: Any, session: Any, injected: str, retry_attr: str, default: Any) -> Any:
+    """The explicit value, else what the session was built with, else the default."""
+    if given is not None:
+        return given
+    chosen = (getattr(session, "_injected", None) or {}).get(injected)
+    if chosen is None:
+        retry = getattr(getattr(session, "adapter", None), "retry", None)
+        chosen = getattr(retry, retry_attr, None)
+    return default if chosen is None else chosen
