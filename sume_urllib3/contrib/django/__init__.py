@@ -4,12 +4,13 @@ Add ``"sume_urllib3.contrib.django"`` to ``INSTALLED_APPS`` and configure one di
 
     SUME = {"API_KEY": os.environ["SUME_API_KEY"], "MAX_RETRIES": 4, "TIMEOUT": (5, 30)}
 
-then call ``get_session()`` wherever a view or task talks to the Sume API.
+then call ``get_session()`` wherever a view or task talks to the Sume API. Every thread's
+session shares one ``SumeMetrics`` (``get_session().metrics`` counts the whole process), one
+retry budget, the observers of ``SUME["OBSERVERS"]`` and the fleet of ``SUME["FLEET"]``.
 """
 
 from __future__ import annotations
 
-from .conf import SUME_SETTING, VALID_KEYS
 from .sessions import close_session, get_session
 
-__all__ = ["SUME_SETTING", "VALID_KEYS", "close_session", "get_session"]
+__all__ = ["close_session", "get_session"]

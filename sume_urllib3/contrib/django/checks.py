@@ -17,6 +17,9 @@ CHECK_IDS = {
     "RAISE_ON_GIVE_UP, RETRY_BUDGET",
     "sume_urllib3.E005": "BASE_URL (or SUME_API_BASE_URL) uses plain http to a host that is not loopback",
     "sume_urllib3.E006": "AUTH_HEADER is not 'x-api-key' or 'bearer'",
+    "sume_urllib3.E007": "an OBSERVERS entry cannot be imported or built, or is not an observer",
+    "sume_urllib3.E008": "FLEET is invalid (not a dict or None, unknown key, bad REDIS_URL, RATE, BURST, "
+    "PREFIX or TIMEOUT) or its fleet cannot be built",
     "sume_urllib3.W001": "no API key in SUME['API_KEY'] nor in the SUME_API_KEY environment variable",
     "sume_urllib3.W002": "MAX_ELAPSED <= the read timeout: an attempt that times out is never retried",
 }

@@ -20,6 +20,7 @@ from django.conf import settings
 
 from ..._errors import ConfigurationError
 from ..._policy import Policy
+from . import fleet, observers
 from ..._session import (
     AUTH_HEADERS,
     DEFAULT_BASE_URL,
@@ -37,19 +38,9 @@ SUME_SETTING = "SUME"
 #: The tag of the system checks (``manage.py check --tag sume_urllib3``).
 CHECK_TAG = "sume_urllib3"
 
-#: Keys that configure the session rather than the policy.
-SESSION_KEYS: Tuple[str, ...] = (
-    "API_KEY",
-    "BASE_URL",
-    "AUTH_HEADER",
-    "TIMEOUT",
-    "RAISE_ON_GIVE_UP",
-    "RETRY_BUDGET",
-)
 #: Keys that are ``Policy`` fields, upper-cased (derived, so a new field is a new key).
 POLICY_KEYS: Tuple[str, ...] = tuple(field.name.upper() for field in dataclasses.fields(Policy))
-#: Every key ``SUME`` may have.
-VALID_KEYS: Tuple[str, ...] = SESSION_KEYS + POLICY_KEYS
+# SESSION_KEYS and VALID_KEYS (every key SUME may have) follow SESSION_FIELDS, at the end.
 
 ENV_KEY = "SUME_API_KEY"
 ENV_BASE_URL = "SUME_API_BASE_URL"
@@ -135,7 +126,8 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
     problems: List[Problem] = []
     _check_keys(raw, problems)
     policy = _resolve_policy(raw, problems)
-    kwargs, retry_budget = _resolve_session(raw, environ, problems)
+    kwargs = _resolve_session(raw, environ, problems)
+    retry_budget = kwargs.pop("retry_budget", True)
     if policy is not None and ("TIMEOUT" not in raw or "timeout" in kwargs):
         _check_deadline(policy, kwargs, problems)
     # Validation messages echo the offending value, and a key pasted into the wrong
@@ -217,86 +209,28 @@ def _resolve_policy(raw: Mapping[Any, Any], problems: List[Problem]) -> Optional
 
 def _resolve_session(
     raw: Mapping[Any, Any], environ: Mapping[str, str], problems: List[Problem]
-) -> Tuple[Dict[str, Any], bool]:
+) -> Dict[str, Any]:
+    """Check every session key (``SESSION_FIELDS``); the keyword arguments of the keys that are set."""
     kwargs: Dict[str, Any] = {}
-
-    def check(key: str, arg: str, validate: Callable[[Any], Any], hint: str) -> None:
-        try:
-            kwargs[arg] = validate(raw[key])
-        except (TypeError, ValueError) as exc:
-            problems.append(Problem("E004", f"{setting_name(key)}: {exc}", hint))
-
-    # None means "not set" for the two values that have an environment fallback, as in
-    # SumeSession, which reads the variables itself; they are checked here so that
-    # `manage.py check` reports what get_session() would refuse. An empty API_KEY
-    # (os.environ.get("SUME_API_KEY", "")) is "not set" too.
-    key_hint = (
-        f"Set {setting_name('API_KEY')} to the key string, or remove it and set the "
-        f"{ENV_KEY} environment variable."
-    )
-    if raw.get("API_KEY") not in (None, ""):
-        check("API_KEY", "api_key", check_api_key, key_hint)
-    elif environ.get(ENV_KEY):
-        try:
-            check_api_key(environ[ENV_KEY])
-        except ValueError as exc:
-            problems.append(Problem("E004", f"the {ENV_KEY} environment variable: {exc}", key_hint))
-    if raw.get("BASE_URL") is not None:
-        check("BASE_URL", "base_url", check_base_url, _BASE_URL_HINT)
-        if "base_url" in kwargs:
-            _check_plain_http(kwargs["base_url"], setting_name("BASE_URL"), problems)
-    elif environ.get(ENV_BASE_URL):
-        source = f"the {ENV_BASE_URL} environment variable"
-        try:
-            url = check_base_url(environ[ENV_BASE_URL])
-        except ValueError as exc:
-            problems.append(Problem("E004", f"{source}: {exc}", _BASE_URL_HINT))
+    for field in SESSION_FIELDS:
+        if field.key in raw and not field.is_unset(raw[field.key]):
+            source, value, passed = setting_name(field.key), raw[field.key], True
+        elif field.env is not None and environ.get(field.env):
+            # SumeSession reads the variable itself; it is checked here so that
+            # `manage.py check` reports what get_session() would refuse.
+            source, value, passed = f"the {field.env} environment variable", environ[field.env], False
         else:
-            _check_plain_http(url, source, problems)
-    if "AUTH_HEADER" in raw:
-        mode = raw["AUTH_HEADER"]
+            continue
         try:
-            kwargs["auth_header"] = check_auth_header(mode)
-        except ValueError:
-            modes = " or ".join(repr(name) for name in AUTH_HEADERS)
-            problems.append(
-                Problem(
-                    "E006",
-                    f"{setting_name('AUTH_HEADER')} must be {modes}, got {describe_unechoed(mode)}",
-                    'Use "x-api-key" (the default: an x-api-key header) or "bearer" '
-                    "(an Authorization: Bearer header).",
-                )
-            )
-    if "TIMEOUT" in raw:
-        check(
-            "TIMEOUT",
-            "timeout",
-            # Settings are often written as lists (or loaded from JSON); requests wants a tuple.
-            lambda value: check_timeout(tuple(value) if isinstance(value, list) else value),
-            f"Use seconds > 0 or a (connect, read) pair such as "
-            f"{_SESSION_DEFAULTS['timeout'].default!r}; None disables the timeout.",
-        )
-    if "RAISE_ON_GIVE_UP" in raw:
-        check(
-            "RAISE_ON_GIVE_UP",
-            "raise_on_give_up",
-            lambda value: _check_bool(value, "RAISE_ON_GIVE_UP"),
-            "Use True (raise SumeRetryError when the policy gives up) or False (return the last response).",
-        )
-    retry_budget = True
-    if "RETRY_BUDGET" in raw:
-        try:
-            retry_budget = _check_bool(raw["RETRY_BUDGET"], "RETRY_BUDGET")
-        except ValueError as exc:
-            problems.append(
-                Problem(
-                    "E004",
-                    f"{setting_name('RETRY_BUDGET')}: {exc}",
-                    "Use True (a default retry budget shared by this process's threads) "
-                    "or False (no retry budget).",
-                )
-            )
-    if raw.get("API_KEY") in (None, "") and not environ.get(ENV_KEY):
+            checked = field.check(value)
+        except (TypeError, ValueError) as exc:
+            problems.append(Problem(field.code, f"{source}{field.joiner}{exc}", field.hint))
+            continue
+        if passed:
+            kwargs[field.arg] = checked
+        if field.then is not None:
+            field.then(checked, source, problems)
+    if _unset(raw, "API_KEY") and not environ.get(ENV_KEY):
         problems.append(
             Problem(
                 "W001",
@@ -306,7 +240,15 @@ def _resolve_session(
                 f"store) or {ENV_KEY}; without a key every call fails with 401.",
             )
         )
-    return kwargs, retry_budget
+    return kwargs
+
+
+def _unset(raw: Mapping[Any, Any], key: str) -> bool:
+    return key not in raw or _field(key).is_unset(raw[key])
+
+
+def _field(key: str) -> SessionField:
+    return next(field for field in SESSION_FIELDS if field.key == key)
 
 
 _BASE_URL_HINT = (
@@ -359,3 +301,107 @@ def _redact(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         text = text.replace(secret, "***")
     return text
+
+
+def _check_auth_header(mode: Any) -> str:
+    try:
+        return check_auth_header(mode)
+    except ValueError:
+        modes = " or ".join(repr(name) for name in AUTH_HEADERS)
+        raise ConfigurationError(f"must be {modes}, got {describe_unechoed(mode)}") from None
+
+
+def _check_timeout(value: Any) -> Any:
+    # Settings are often written as lists (or loaded from JSON); requests wants a tuple.
+    return check_timeout(tuple(value) if isinstance(value, list) else value)
+
+
+@dataclass(frozen=True)
+class SessionField:
+    """One key of ``SUME`` that configures the session: how it is checked and reported.
+
+    ``check`` returns the value to pass as ``SumeSession(arg=...)`` or raises
+    ``ConfigurationError`` (reported under ``code`` as ``{source}{joiner}{message}``).
+    A value in ``unset`` counts as absent, and then ``env`` (read by SumeSession itself)
+    is checked instead. ``then`` runs further checks on a valid value.
+    """
+
+    key: str
+    arg: str
+    check: Callable[[Any], Any]
+    hint: str
+    code: str = "E004"
+    env: Optional[str] = None
+    unset: Tuple[Any, ...] = ()
+    joiner: str = ": "
+    then: Optional[Callable[[Any, str, List[Problem]], None]] = None
+
+    def is_unset(self, value: Any) -> bool:
+        """True when ``value`` means "not set" for this key (None or "" for the API key)."""
+        return any(value is absent or (type(value) is type(absent) and value == absent) for absent in self.unset)
+
+
+#: The session keys of ``SUME``, in the order they are checked and reported.
+SESSION_FIELDS: Tuple[SessionField, ...] = (
+    SessionField(
+        "API_KEY",
+        "api_key",
+        check_api_key,
+        f"Set {setting_name('API_KEY')} to the key string, or remove it and set the "
+        f"{ENV_KEY} environment variable.",
+        env=ENV_KEY,
+        # os.environ.get("SUME_API_KEY", "") with no variable means "not set", as in SumeSession.
+        unset=(None, ""),
+    ),
+    SessionField(
+        "BASE_URL", "base_url", check_base_url, _BASE_URL_HINT, env=ENV_BASE_URL, unset=(None,),
+        then=_check_plain_http,
+    ),
+    SessionField(
+        "AUTH_HEADER",
+        "auth_header",
+        _check_auth_header,
+        'Use "x-api-key" (the default: an x-api-key header) or "bearer" (an Authorization: Bearer header).',
+        code="E006",
+        joiner=" ",
+    ),
+    SessionField(
+        "TIMEOUT",
+        "timeout",
+        _check_timeout,
+        f"Use seconds > 0 or a (connect, read) pair such as "
+        f"{_SESSION_DEFAULTS['timeout'].default!r}; None disables the timeout.",
+    ),
+    SessionField(
+        "RAISE_ON_GIVE_UP",
+        "raise_on_give_up",
+        lambda value: _check_bool(value, "RAISE_ON_GIVE_UP"),
+        "Use True (raise SumeRetryError when the policy gives up) or False (return the last response).",
+    ),
+    SessionField(
+        "RETRY_BUDGET",
+        "retry_budget",
+        lambda value: _check_bool(value, "RETRY_BUDGET"),
+        "Use True (a default retry budget shared by this process's threads) or False (no retry budget).",
+    ),
+    SessionField(
+        "OBSERVERS",
+        "observers",
+        observers.build_observers,
+        'Use a list of dotted paths such as "sume_urllib3.contrib.prometheus.PrometheusObserver", '
+        "classes (called with no arguments) or observer objects (with on_retry and/or on_outcome).",
+        code="E007",
+    ),
+    SessionField(
+        "FLEET",
+        "fleet",
+        fleet.build_fleet,
+        'Use {"RATE": "10/min"} (this process), {"REDIS_URL": "redis://...", "RATE": "10/min"} '
+        f"(every process on that Redis; keys: {', '.join(fleet.FLEET_KEYS)}), or None for no pacing.",
+        code="E008",
+    ),
+)
+#: Keys that configure the session rather than the policy.
+SESSION_KEYS: Tuple[str, ...] = tuple(field.key for field in SESSION_FIELDS)
+#: Every key ``SUME`` may have.
+VALID_KEYS: Tuple[str, ...] = SESSION_KEYS + POLICY_KEYS

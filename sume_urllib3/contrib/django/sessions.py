@@ -1,13 +1,21 @@
-"""``get_session()``: one configured SumeSession per thread, rebuilt when ``SUME`` changes."""
+"""``get_session()``: one configured SumeSession per thread, rebuilt when ``SUME`` changes.
+
+What the threads' sessions share, so that the process is one client: the retry budget (per
+setting generation), one ``SumeMetrics`` (for the life of the process: ``get_session().metrics``
+counts every thread's requests), the observers of ``SUME["OBSERVERS"]`` and the fleet of
+``SUME["FLEET"]`` (both built once per value of the setting).
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
+from ..._metrics import SumeMetrics
 from ..._session import SumeSession
 from . import conf
 
@@ -19,6 +27,13 @@ _generation = 0
 # The retry budget is shared by every thread's session of one generation, so the whole
 # process (not each thread) is held to the budget's fraction of traffic.
 _budget: Optional[Tuple[int, RetryBudget]] = None
+# Counters are cumulative for the whole process, like a Prometheus counter: a settings
+# change does not reset them. A child process made by fork starts from zero, or every
+# worker of a preloaded server would report the parent's requests again.
+_metrics = SumeMetrics()
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_metrics.reset)
+_SESSION_PARAMETERS = inspect.signature(SumeSession.__init__).parameters
 
 
 def get_session() -> SumeSession:
@@ -74,7 +89,9 @@ def _build(generation: int) -> SumeSession:
         raise ConfigurationError(f"invalid settings.{conf.SUME_SETTING}: {details}")
     budget = _shared_budget(generation) if resolved.retry_budget else None
     try:
-        return SumeSession(policy=resolved.policy, retry_budget=budget, **resolved.session_kwargs)
+        return _shared_metrics(
+            SumeSession(policy=resolved.policy, retry_budget=budget, **_session_kwargs(resolved))
+        )
     except ConfigurationError as exc:
         # The checks validate what SumeSession validates, so this means they fell behind it.
         raise ConfigurationError(
@@ -88,3 +105,30 @@ def _shared_budget(generation: int) -> RetryBudget:
         if _budget is None or _budget[0] != generation:
             _budget = (generation, RetryBudget())
         return _budget[1]
+
+
+def process_metrics() -> SumeMetrics:
+    """The counters of every session ``get_session()`` builds in this process."""
+    return _metrics
+
+
+def _session_kwargs(resolved: conf.SumeSettings) -> Dict[str, Any]:
+    kwargs = dict(resolved.session_kwargs)
+    if "fleet" in kwargs and "fleet" not in _SESSION_PARAMETERS:
+        # Sessions of this version do not pace yet: the setting is checked, then ignored.
+        del kwargs["fleet"]
+    observers = tuple(kwargs.pop("observers", ()))
+    if "metrics" in _SESSION_PARAMETERS:
+        kwargs["metrics"] = _metrics
+    else:
+        observers = (_metrics, *observers)
+    kwargs["observers"] = observers
+    return kwargs
+
+
+def _shared_metrics(session: SumeSession) -> SumeSession:
+    # Without a metrics= parameter the shared counters ride along as the first caller
+    # observer (see _session_kwargs), and session.metrics is pointed at them.
+    if "metrics" not in _SESSION_PARAMETERS:
+        session.metrics = _metrics
+    return session

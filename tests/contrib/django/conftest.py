@@ -27,7 +27,7 @@ if django is not None:
     from django.conf import settings as django_settings
     from django.test import override_settings
 
-    from sume_urllib3.contrib.django import sessions
+    from sume_urllib3.contrib.django import fleet, observers, sessions
 
     from . import settings as test_settings
 
@@ -91,6 +91,9 @@ def _isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("SUME_API_BASE_URL", raising=False)
     # Deleting a setting sends no setting_changed signal, so start each test afresh.
     sessions.reset()
+    sessions.process_metrics().reset()
+    observers.forget()
+    fleet.forget()
     yield
     sessions.close_session()
     sessions.reset()

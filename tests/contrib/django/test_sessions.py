@@ -18,13 +18,9 @@ from django.apps import apps
 from django.test import override_settings
 
 from sume_urllib3 import ConfigurationError, Policy, SumeSession
-from sume_urllib3.contrib.django import (
-    SUME_SETTING,
-    VALID_KEYS,
-    close_session,
-    get_session,
-    sessions,
-)
+import sume_urllib3.contrib.django as package
+from sume_urllib3.contrib.django import close_session, get_session, sessions
+from sume_urllib3.contrib.django.conf import SUME_SETTING, VALID_KEYS
 from sume_urllib3.contrib.django.apps import SumeConfig
 from sume_urllib3.testing import FakeSume, no_sleep
 
@@ -51,6 +47,12 @@ def test_the_app_is_installed_under_its_label() -> None:
     config = apps.get_app_config("sume_urllib3")
     assert isinstance(config, SumeConfig)
     assert config.name == "sume_urllib3.contrib.django"
+
+
+def test_the_package_exports_only_what_the_readme_documents() -> None:
+    """get_session and close_session; the settings internals stay in conf."""
+    assert ["close_session", "get_session"] == package.__all__
+    assert not hasattr(package, "VALID_KEYS")
 
 
 def test_public_names() -> None:

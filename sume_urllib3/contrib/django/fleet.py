@@ -1,0 +1,150 @@
+"""``SUME["FLEET"]``: how every session of the process paces its requests.
+
+- ``{"REDIS_URL": "redis://...", "RATE": "10/min", "BURST": 10, "PREFIX": "sume",
+  "TIMEOUT": 0.05}``: a ``RedisFleet`` shared by every process that uses the same Redis
+  (``pip install "sume-urllib3[redis]"``); only ``REDIS_URL`` is required.
+- ``{"RATE": "10/min", "BURST": 10}`` without ``REDIS_URL``: a ``LocalFleet`` with that quota,
+  shared by the threads of this process.
+- ``None``: no pacing at all.
+- no ``FLEET`` key: the session's default (the process-wide ``LocalFleet``).
+
+The fleet is built once per process (one Redis connection pool, one quota) and shared by every
+thread's session; a changed setting builds it again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import threading
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from ..._errors import ConfigurationError
+
+#: The keys ``SUME["FLEET"]`` may have.
+FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "RATE", "BURST", "PREFIX", "TIMEOUT")
+_REDIS_ONLY = ("PREFIX", "TIMEOUT")
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|min|h)\s*$")
+_LOCAL = ("sume_urllib3._fleet", "LocalFleet")
+_REDIS = ("sume_urllib3.contrib.redis", "RedisFleet")
+
+_lock = threading.Lock()
+# (the normalized setting, the fleet built from it): one slot, as for the observers.
+_built: Optional[Tuple[Tuple[Any, ...], Any]] = None
+
+
+def fleet_arguments(value: Any) -> Dict[str, Any]:
+    """The constructor arguments for ``value`` (lower-case keys, ``url`` for Redis); raises ConfigurationError.
+
+    Checked here without importing anything, so ``manage.py check`` names the key at fault.
+    """
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f'must be a dict such as {{"RATE": "10/min"}} or None (no pacing), got {type(value).__name__}'
+        )
+    unknown = [key for key in value if key not in FLEET_KEYS]
+    if unknown:
+        raise ConfigurationError(
+            f"unknown key {unknown[0]!r}; valid keys: {', '.join(FLEET_KEYS)}"
+        )
+    arguments: Dict[str, Any] = {}
+    url = value.get("REDIS_URL")
+    if url is not None:
+        arguments["url"] = _check_url(url)
+    elif any(key in value for key in _REDIS_ONLY):
+        given = next(key for key in _REDIS_ONLY if key in value)
+        raise ConfigurationError(f"{given} applies to a Redis fleet only: set REDIS_URL too, or remove {given}")
+    if value.get("RATE") is not None:
+        arguments["rate"] = _check_rate(value["RATE"])
+    if value.get("BURST") is not None:
+        arguments["burst"] = _check_burst(value["BURST"])
+    if "PREFIX" in value:
+        prefix = value["PREFIX"]
+        if not isinstance(prefix, str) or not prefix or any(ch.isspace() for ch in prefix):
+            raise ConfigurationError(f"PREFIX must be a non-empty str without spaces, got {_name(prefix)}")
+        arguments["prefix"] = prefix
+    if "TIMEOUT" in value:
+        arguments["timeout"] = _check_timeout(value["TIMEOUT"])
+    return arguments
+
+
+def build_fleet(value: Any) -> Any:
+    """The fleet for this value of the setting (``None`` for None), built once; raises ConfigurationError."""
+    global _built
+    if value is None:
+        return None
+    arguments = fleet_arguments(value)
+    key = tuple(sorted(arguments.items()))
+    with _lock:
+        if _built is not None and _built[0] == key:
+            return _built[1]
+        fleet = _construct(arguments)
+        _built = (key, fleet)
+        return fleet
+
+
+def forget() -> None:
+    """Drop the built fleet: the next call builds it again (tests)."""
+    global _built
+    with _lock:
+        _built = None
+
+
+def _construct(arguments: Dict[str, Any]) -> Any:
+    arguments = dict(arguments)
+    url = arguments.pop("url", None)
+    module_name, name = _LOCAL if url is None else _REDIS
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except ImportError as exc:
+        extra = " (pip install 'sume-urllib3[redis]')" if url is not None else ""
+        raise ConfigurationError(f"cannot import {module_name}.{name}{extra}: {exc}") from exc
+    try:
+        return cls(**arguments) if url is None else cls(url, **arguments)
+    except (TypeError, ValueError) as exc:  # ConfigurationError is a ValueError
+        raise ConfigurationError(str(exc)) from exc
+
+
+def _check_url(url: Any) -> str:
+    if not isinstance(url, str):
+        raise ConfigurationError(f"REDIS_URL must be a str, got {type(url).__name__}")
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    if scheme not in _REDIS_SCHEMES:
+        # The URL may carry a password: name only the scheme.
+        raise ConfigurationError(
+            f"REDIS_URL must start with redis://, rediss:// or unix://, got scheme {scheme!r}"
+        )
+    return url
+
+
+def _check_rate(rate: Any) -> Any:
+    if isinstance(rate, str):
+        match = _RATE.match(rate)
+        if match and float(match.group(1)) > 0:
+            return rate.strip()
+    elif isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
+        return rate
+    raise ConfigurationError(f'RATE must be "N/s", "N/min", "N/h" or requests per second > 0, got {rate!r}')
+
+
+def _check_burst(burst: Any) -> int:
+    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+        raise ConfigurationError(f"BURST must be an int >= 1, got {burst!r}")
+    return burst
+
+
+def _check_timeout(timeout: Any) -> float:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ConfigurationError(f"TIMEOUT must be seconds > 0 (how long a request may wait on Redis), got {timeout!r}")
+    return float(timeout)
+
+
+def _name(value: Any) -> str:
+    return repr(value) if isinstance(value, (str, int, float)) or value is None else type(value).__name__
