@@ -1,0 +1,146 @@
+"""SUME["FLEET"]: a LocalFleet, a RedisFleet or no pacing, built once per process, checked (E008)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, List
+
+import pytest
+
+pytest.importorskip("django")
+
+from django.core import checks  # noqa: E402
+
+from sume_urllib3 import ConfigurationError, SumeSession  # noqa: E402
+from sume_urllib3.contrib.django import conf, get_session  # noqa: E402
+from sume_urllib3.contrib.django.fleet import build_fleet, fleet_arguments  # noqa: E402
+
+from .settings import API_KEY  # noqa: E402
+
+PACES = "fleet" in inspect.signature(SumeSession.__init__).parameters
+
+
+def messages() -> List[checks.CheckMessage]:
+    """Our check messages."""
+    found: List[checks.CheckMessage] = checks.run_checks(tags=["sume_urllib3"])
+    return found
+
+
+def sume(fleet: Any) -> Dict[str, Any]:
+    """A valid SUME with this FLEET."""
+    return {"API_KEY": API_KEY, "FLEET": fleet}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"RATE": "10/min"}, {"rate": "10/min"}),
+        ({"RATE": " 20 / s ", "BURST": 5}, {"rate": "20 / s", "burst": 5}),
+        ({"RATE": 2.5}, {"rate": 2.5}),
+        ({}, {}),
+        ({"RATE": None, "BURST": None}, {}),
+        (
+            {"REDIS_URL": "redis://127.0.0.1:6379/0", "RATE": "10/h", "BURST": 10, "PREFIX": "app", "TIMEOUT": 0.1},
+            {"url": "redis://127.0.0.1:6379/0", "rate": "10/h", "burst": 10, "prefix": "app", "timeout": 0.1},
+        ),
+    ],
+)
+def test_fleet_arguments(value: Dict[str, Any], expected: Dict[str, Any]) -> None:
+    """The setting's keys become the fleet constructor's arguments."""
+    assert expected == fleet_arguments(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("redis://127.0.0.1", "must be a dict"),
+        ({"RATE": "10/minute"}, "RATE must be"),
+        ({"RATE": "0/s"}, "RATE must be"),
+        ({"RATE": -1}, "RATE must be"),
+        ({"RATE": True}, "RATE must be"),
+        ({"BURST": 0}, "BURST must be an int >= 1"),
+        ({"BURST": 2.5}, "BURST must be an int >= 1"),
+        ({"RATES": "10/s"}, "unknown key 'RATES'"),
+        ({"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL must start with redis://"),
+        ({"REDIS_URL": 6379}, "REDIS_URL must be a str"),
+        ({"REDIS_URL": "redis://127.0.0.1", "PREFIX": ""}, "PREFIX must be a non-empty str"),
+        ({"REDIS_URL": "redis://127.0.0.1", "TIMEOUT": 0}, "TIMEOUT must be seconds > 0"),
+        ({"PREFIX": "app"}, "PREFIX applies to a Redis fleet only"),
+        ({"TIMEOUT": 0.1}, "TIMEOUT applies to a Redis fleet only"),
+    ],
+)
+def test_e008_bad_values_are_named(dj_settings: Any, value: Any, expected: str) -> None:
+    """manage.py check reports E008 naming the key at fault, and get_session refuses."""
+    dj_settings.SUME = sume(value)
+
+    (message,) = messages()
+
+    assert "sume_urllib3.E008" == message.id
+    assert message.msg.startswith('SUME["FLEET"]: ')
+    assert expected in message.msg
+    assert "REDIS_URL" in (message.hint or "")
+    with pytest.raises(ConfigurationError, match="sume_urllib3.E008"):
+        get_session()
+
+
+def test_a_redis_password_is_never_echoed(dj_settings: Any) -> None:
+    """A REDIS_URL with a bad scheme is reported by scheme only: its password stays out."""
+    dj_settings.SUME = sume({"REDIS_URL": "http://:SECRETPW@127.0.0.1:6379/0"})
+
+    (message,) = messages()
+
+    assert "SECRETPW" not in message.msg + (message.hint or "")
+
+
+def test_none_means_no_pacing_and_absent_means_the_default() -> None:
+    """FLEET None is passed as fleet=None; without the key the session picks its default."""
+    assert None is conf.resolve(sume(None), {}).session_kwargs["fleet"]
+    assert "fleet" not in conf.resolve({"API_KEY": API_KEY}, {}).session_kwargs
+
+
+def test_a_rate_without_redis_is_one_local_fleet_per_process() -> None:
+    """{"RATE": ...} builds a LocalFleet once; the same setting gives the same object."""
+    fleet_module = pytest.importorskip("sume_urllib3._fleet")
+
+    first = build_fleet({"RATE": "10/min", "BURST": 2})
+    again = build_fleet({"BURST": 2, "RATE": "10/min"})
+    other = build_fleet({"RATE": "20/min"})
+
+    assert isinstance(first, fleet_module.LocalFleet)
+    assert first is again and other is not first
+
+
+def test_a_redis_url_builds_a_redis_fleet_without_connecting() -> None:
+    """REDIS_URL builds a RedisFleet; nothing is sent until a request needs a turn (port 1 is closed)."""
+    pytest.importorskip("redis")
+    redis_module = pytest.importorskip("sume_urllib3.contrib.redis")
+
+    fleet = build_fleet({"REDIS_URL": "redis://127.0.0.1:1/0", "RATE": "10/s", "PREFIX": "app"})
+
+    assert isinstance(fleet, redis_module.RedisFleet)
+    assert fleet is build_fleet({"REDIS_URL": "redis://127.0.0.1:1/0", "RATE": "10/s", "PREFIX": "app"})
+
+
+def test_the_checks_pass_for_good_fleets(dj_settings: Any) -> None:
+    """None, a local quota and (with redis-py) a Redis fleet pass manage.py check."""
+    values: List[Any] = [None, {"RATE": "10/min", "BURST": 10}]
+    try:
+        import redis  # noqa: F401
+
+        values.append({"REDIS_URL": "redis://127.0.0.1:1/0", "RATE": "10/min"})
+    except ImportError:
+        pass
+    for value in values:
+        dj_settings.SUME = sume(value)
+        assert [] == messages(), value
+
+
+@pytest.mark.skipif(not PACES, reason="this SumeSession has no fleet= parameter yet")
+def test_every_threads_session_gets_the_configured_fleet(dj_settings: Any) -> None:
+    """get_session() passes the one fleet built from the setting."""
+    dj_settings.SUME = sume({"RATE": "10/min"})
+    fleet = build_fleet({"RATE": "10/min"})
+
+    session = get_session()
+
+    assert fleet is getattr(session, "fleet", getattr(session.adapter, "fleet", None))
