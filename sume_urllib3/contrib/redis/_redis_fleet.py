@@ -1,0 +1,471 @@
+"""RedisFleet: one pace, one cooldown and one retry budget per API key across processes and hosts."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import re
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..._budget import RetryBudget
+from ..._errors import ConfigurationError
+from ..._fleet import Fleet, Grant, LocalFleet, fleet_key, parse_rate
+from ..._ratelimit import parse_ratelimit
+from ..._retry_after import parse_retry_after
+from . import _scripts
+from ._scripts import AGAIN, NO_BUDGET, REFUSED, micros
+
+log = logging.getLogger("sume_urllib3")
+
+_KEY_ID = re.compile(r"^(k[0-9a-f]{16}|anonymous)$")
+_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_DEFAULT_BUDGET = RetryBudget()
+_CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
+
+
+class _Turn(NamedTuple):
+    """Grant.token of a Redis turn: what release() needs."""
+
+    slot_us: int  # the turn on the Redis clock
+    entry: str  # the in-flight entry to free ("" when the turn holds none)
+
+
+class _Lesson(NamedTuple):
+    """What one response says, as the release script takes it (-1: not said)."""
+
+    retry_after: float
+    limit: int
+    remaining: int
+    reset: float
+    window: float
+
+
+_NOTHING = _Lesson(0.0, -1, -1, -1.0, -1.0)
+
+
+class _Local(NamedTuple):
+    """Grant.token of a turn the local fallback fleet gave."""
+
+    fleet: Fleet
+    grant: Grant
+
+
+class RedisFleet:
+    """A Fleet whose state lives in Redis, so every process and host using an API key paces together.
+
+    One round trip per attempt: an atomic Lua script (``EVALSHA``, reloaded after
+    ``SCRIPT FLUSH``) honours the key's cooldown, reserves a GCRA turn at the configured or
+    learned rate, spends the fleet-wide retry budget for ``retry="error"``, and bounds the
+    first wave of a key whose pace is unknown to ``initial_window`` attempts in flight
+    fleet-wide. A second script records what a response taught (Retry-After cooldown,
+    RateLimit headers, 429) and frees the in-flight entry. Redis ``TIME`` is the clock.
+
+    Keys are ``{prefix:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
+    ``kid`` is :func:`fleet_key`'s hash, never the key), all with TTLs.
+
+    Fails open: when Redis is down, slow (over ``timeout``), full or refuses the script,
+    the attempt is paced by a local :class:`LocalFleet` at once (``Grant.fallback``), one
+    WARNING is logged per outage, :attr:`fallbacks` counts, and Redis is tried again only
+    after a backoff (``backoff`` seconds, doubling up to ``max_backoff``).
+    """
+
+    def __init__(
+        self,
+        url_or_client: Union[str, Any],
+        *,
+        rate: Union[str, float, None] = None,
+        burst: Optional[int] = None,
+        prefix: str = "sume",
+        timeout: float = 0.05,
+        initial_window: int = 4,
+        retry_budget: Optional[RetryBudget] = _DEFAULT_BUDGET,
+        lease: float = 60.0,
+        ttl: float = 3600.0,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        rng: Union[random.Random, Callable[[], float], None] = None,
+        server_clock: Optional[Callable[[], float]] = None,
+    ) -> None:
+        self._config: Dict[str, Any] = {
+            "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
+            "initial_window": initial_window, "retry_budget": retry_budget, "lease": lease,
+            "ttl": ttl, "backoff": backoff, "max_backoff": max_backoff,
+        }
+        self._interval, self._burst = _pace(rate, burst)
+        self._prefix = _check_prefix(prefix)
+        self._timeout = _positive(timeout, "timeout", high=60.0)
+        self._initial_window = _count(initial_window, "initial_window")
+        if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
+            raise ConfigurationError(
+                f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
+            )
+        self._budget = retry_budget
+        self._lease = _positive(lease, "lease")
+        self._ttl = _positive(ttl, "ttl")
+        self._backoff = _positive(backoff, "backoff")
+        self._max_backoff = max(self._backoff, _positive(max_backoff, "max_backoff"))
+        for name, fn in (("clock", clock), ("server_clock", server_clock)):
+            if fn is not None and not callable(fn):
+                raise ConfigurationError(f"{name} must be callable, got {fn!r}")
+        self._clock = clock
+        self._server_clock = server_clock
+        if rng is not None and not isinstance(rng, random.Random) and not callable(rng):
+            raise ConfigurationError(f"rng must be a random.Random or a callable, got {type(rng).__name__}")
+        self._random: Callable[[], float] = (
+            random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
+        )
+        self._source = _client_source(url_or_client)
+        self._lock = threading.Lock()
+        self._local_fleet: Optional[LocalFleet] = None
+        try:
+            self._start_process()
+        except (ValueError, TypeError) as exc:  # redis-py's verdict on the URL; never echo the URL
+            why = type(exc).__name__
+            raise ConfigurationError(f"url_or_client is not a valid Redis URL ({why})") from None
+        _instances.add(self)
+
+    def _start_process(self) -> None:
+        """Connections, scripts and counters of this process (again in a forked child)."""
+        self._client = self._source.client(self._timeout)
+        self._acquire_script = self._client.register_script(_scripts.ACQUIRE_LUA)
+        self._release_script = self._client.register_script(_scripts.RELEASE_LUA)
+        self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._down_until = 0.0  # clock() before which Redis is not asked
+        self._delay = self._backoff  # the next backoff after a failure
+        self._outage = False
+        self._clients = 1  # processes seen sharing a key lately (for the fallback's share)
+        self._fallbacks = 0
+        self._errors = 0
+        self._local_fleet = None
+
+    # -- the Fleet protocol ---------------------------------------------------------------
+
+    def acquire(
+        self,
+        key_id: str,
+        *,
+        time_left: float,
+        retry: Optional[str] = None,
+        not_before: float = 0.0,
+    ) -> Grant:
+        """Reserve a turn for one attempt; never raises, never blocks longer than ``timeout``."""
+        kid = _safe_key_id(key_id)
+        if self._clock() < self._down_until:
+            return self._fallback(kid, time_left, retry, not_before)
+        try:
+            turn, entry = self._call_acquire(kid, time_left, retry, not_before)
+        except Exception as exc:  # any Redis trouble: fail open at once
+            self._failed(exc)
+            return self._fallback(kid, time_left, retry, not_before)
+        self._recovered()
+        self._clients = max(1, turn.clients)
+        if turn.code == REFUSED:
+            why = _refusal(turn.source, turn.wait, time_left)
+            return Grant(wait=turn.wait, refused=why, source=turn.source)
+        if turn.code == NO_BUDGET:
+            return Grant(refused="retry budget: the fleet's retries for this API key are spent")
+        if turn.code == AGAIN:
+            return Grant(wait=turn.wait, source=turn.source, again=True)
+        wait = max(turn.wait, not_before)
+        source = turn.source if wait > not_before else None
+        return Grant(wait=wait, source=source, token=_Turn(turn.slot_us, entry))
+
+    def release(
+        self,
+        key_id: str,
+        grant: Grant,
+        status: Optional[int],
+        headers: Optional[Mapping[str, str]],
+    ) -> None:
+        """Record what the attempt got and free its in-flight entry; never raises."""
+        try:
+            token = grant.token
+            if isinstance(token, _Local):
+                token.fleet.release(key_id, token.grant, status, headers)
+                return
+            if not isinstance(token, _Turn) or self._clock() < self._down_until:
+                return  # not our turn, or Redis is down: an in-flight entry expires with its lease
+            lesson = self._lesson(status, headers)
+            if not token.entry and lesson is None:
+                return  # nothing to free, nothing learned: no round trip
+            kid = _safe_key_id(key_id)
+            after = self._call_release(kid, token, status, lesson or _NOTHING)
+            if after.cooldown_started:
+                log.info(
+                    "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests "
+                    "fleet-wide", kid, status, (lesson or _NOTHING).retry_after,
+                )
+        except Exception as exc:
+            self._failed(exc)
+
+    # -- counters ---------------------------------------------------------------------------
+
+    @property
+    def fallbacks(self) -> int:
+        """Grants this process served from local pacing because Redis failed."""
+        return self._fallbacks
+
+    @property
+    def errors(self) -> int:
+        """Redis calls of this process that failed (each opens or extends an outage)."""
+        return self._errors
+
+    @property
+    def healthy(self) -> bool:
+        """False while this process paces locally and waits to try Redis again."""
+        return not self._outage
+
+    # -- Redis ------------------------------------------------------------------------------
+
+    def _now_arg(self) -> int:
+        return 0 if self._server_clock is None else micros(self._server_clock())
+
+    def _call_acquire(
+        self, kid: str, time_left: float, retry: Optional[str], not_before: float
+    ) -> Tuple[_scripts.Turn, str]:
+        budget = self._budget
+        lease = self._lease if math.isinf(time_left) else min(self._lease, max(time_left, 0.0) + 1.0)
+        args = [
+            self._now_arg(), micros(self._interval), self._burst, micros(max(time_left, 0.0)),
+            _scripts.RETRY_KINDS.get(retry, 2), micros(max(not_before, 0.0)), self._initial_window,
+            uuid.uuid4().hex[:16], micros(lease), int(self._ttl * 1000),
+            -1 if budget is None else budget.ratio,
+            micros(budget.window if budget is not None else 10.0),
+            0 if budget is None else budget.min_per_second,
+            self._client_id, micros(_CLIENT_WINDOW), self._random(),
+        ]
+        reply = self._acquire_script(keys=list(_scripts.keys(self._prefix, kid)), args=_scripts.as_args(args))
+        turn = _scripts.parse_turn(reply)
+        return turn, (str(args[7]) if turn.in_flight else "")
+
+    def _call_release(
+        self, kid: str, token: _Turn, status: Optional[int], lesson: _Lesson
+    ) -> _scripts.Lesson:
+        args = [
+            self._now_arg(), token.entry, token.slot_us, status or 0, micros(lesson.retry_after),
+            lesson.limit, lesson.remaining, _micros_or_none(lesson.reset), _micros_or_none(lesson.window),
+            micros(self._interval), self._burst, self._initial_window, int(self._ttl * 1000),
+        ]
+        keys = list(_scripts.keys(self._prefix, kid)[:2])
+        return _scripts.parse_lesson(self._release_script(keys=keys, args=_scripts.as_args(args)))
+
+    def _lesson(self, status: Optional[int], headers: Optional[Mapping[str, str]]) -> Optional[_Lesson]:
+        """What a response teaches the shared state, or None when it teaches nothing."""
+        retry_after = 0.0
+        if status in (429, 503) and headers is not None:
+            retry_after = parse_retry_after(headers.get("Retry-After")) or 0.0
+        reading = parse_ratelimit(headers) if headers is not None else None
+        if reading is None:
+            if retry_after <= 0 and status != 429 and (self._interval > 0 or status is None or status >= 400):
+                return None  # a learned pace still hears of successes: they grow its window
+            return _Lesson(retry_after, -1, -1, -1.0, -1.0)
+        limit, remaining, reset, window = reading
+        return _Lesson(
+            retry_after,
+            -1 if limit is None else int(min(limit, 1e12)),
+            -1 if remaining is None else int(min(remaining, 1e12)),
+            -1.0 if reset is None else reset,
+            -1.0 if window is None else window,
+        )
+
+    # -- failing open ---------------------------------------------------------------------
+
+    def _fallback(self, kid: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
+        fleet = self._local()
+        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
+        with self._lock:
+            self._fallbacks += 1
+        return Grant(
+            wait=grant.wait, refused=grant.refused, source=grant.source, again=grant.again,
+            fallback=True, token=_Local(fleet, grant),
+        )
+
+    def _local(self) -> LocalFleet:
+        """The local fleet of this outage; a configured rate is shared among the processes seen."""
+        fleet = self._local_fleet
+        if fleet is None:
+            with self._lock:
+                fleet = self._local_fleet
+                if fleet is None:
+                    share = max(1, self._clients)
+                    if self._interval > 0:
+                        fleet = LocalFleet(
+                            rate=1.0 / (self._interval * share), burst=max(1, self._burst // share),
+                            initial_window=self._initial_window,
+                        )
+                    else:
+                        fleet = LocalFleet(initial_window=self._initial_window)
+                    self._local_fleet = fleet
+        return fleet
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self._errors += 1
+            delay = self._delay * (0.5 + self._random())  # processes do not retry Redis in step
+            self._down_until = self._clock() + delay
+            self._delay = min(self._delay * 2, self._max_backoff)
+            first = not self._outage
+            self._outage = True
+        if first:
+            log.warning(
+                "sume_urllib3: Redis fleet unavailable (%s); pacing locally, trying Redis again in %.1fs",
+                _describe(exc), delay,
+            )
+
+    def _recovered(self) -> None:
+        if not self._outage:
+            return
+        with self._lock:
+            was_out, self._outage = self._outage, False
+            self._delay = self._backoff
+            self._local_fleet = None
+        if was_out:
+            log.info("sume_urllib3: Redis fleet available again; pacing fleet-wide")
+
+    # -- pickling and fork ------------------------------------------------------------------
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (self._source, dict(self._config)))
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._start_process()
+
+    def __repr__(self) -> str:
+        pace = "learned" if self._interval <= 0 else f"{1.0 / self._interval:g}/s burst {self._burst}"
+        return f"RedisFleet({self._source.describe()}, prefix={self._prefix!r}, pace={pace})"
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+class _Source:
+    """Where the Redis connection comes from: a URL (we own the pool) or the caller's client."""
+
+    def __init__(self, url: Optional[str], client: Any) -> None:
+        self.url = url
+        self.given = client
+
+    def client(self, timeout: float) -> Any:
+        if self.url is None:
+            return self.given
+        # No retries inside redis-py: a failed call falls back at once and Redis is retried later.
+        return redis.Redis.from_url(
+            self.url, socket_timeout=timeout, socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
+        )
+
+    def describe(self) -> str:
+        if self.url is None:
+            return type(self.given).__name__
+        return re.sub(r"//[^@/]*@", "//***@", self.url)  # never show a password
+
+    def __reduce__(self) -> Any:
+        if self.url is not None:
+            return (_Source, (self.url, None))
+        pool = getattr(self.given, "connection_pool", None)
+        if pool is None:
+            raise TypeError("a RedisFleet built from this client cannot be pickled; build it from a URL")
+        return (_source_from_pool, (pool.connection_class, dict(pool.connection_kwargs)))
+
+
+def _source_from_pool(connection_class: Any, kwargs: Dict[str, Any]) -> _Source:
+    pool = redis.ConnectionPool(connection_class=connection_class, **kwargs)
+    return _Source(None, redis.Redis(connection_pool=pool))
+
+
+def _rebuild(source: _Source, config: Dict[str, Any]) -> RedisFleet:
+    return RedisFleet(source.given if source.url is None else source.url, **config)
+
+
+def _client_source(url_or_client: Any) -> _Source:
+    if isinstance(url_or_client, str):
+        if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigurationError(
+                "url_or_client must be a redis://, rediss:// or unix:// URL or a Redis client"
+            )
+        return _Source(url_or_client, None)
+    if callable(getattr(url_or_client, "register_script", None)):
+        return _Source(None, url_or_client)
+    raise ConfigurationError(
+        f"url_or_client must be a Redis URL or a redis.Redis client, got {type(url_or_client).__name__}"
+    )
+
+
+def _pace(rate: Union[str, float, None], burst: Optional[int]) -> Tuple[float, int]:
+    """(seconds between turns, burst) of a configured rate; (0.0, 1) when the pace is learned."""
+    per_second = parse_rate(rate)
+    if per_second is None:
+        if burst is not None:
+            raise ConfigurationError("burst needs a rate: RedisFleet(url, rate='10/min', burst=5)")
+        return 0.0, 1
+    return 1.0 / per_second, 1 if burst is None else _count(burst, "burst")
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _positive(value: Any, name: str, high: float = 1e9) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+    if not (math.isfinite(value) and 0 < value <= high):
+        raise ConfigurationError(f"{name} must be > 0 and <= {high:g} seconds, got {value!r}")
+    return float(value)
+
+
+def _check_prefix(prefix: Any) -> str:
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise ConfigurationError(
+            f"prefix must be 1-64 characters of letters, digits and _.:- (no braces), got {prefix!r}"
+        )
+    return prefix
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _safe_key_id(key_id: str) -> str:
+    """The key id as given when it is a fleet_key() hash; anything else is hashed, so no key text leaks."""
+    if isinstance(key_id, str) and _KEY_ID.match(key_id):
+        return key_id
+    return fleet_key(key_id if isinstance(key_id, str) else repr(key_id))
+
+
+def _micros_or_none(seconds: float) -> int:
+    return -1 if seconds < 0 else micros(seconds)
+
+
+def _refusal(source: Optional[str], wait: float, time_left: float) -> str:
+    what = source or "pace"
+    return f"{what}: next turn in {wait:.1f}s, after the deadline ({max(time_left, 0.0):.1f}s left)"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+_instances: weakref.WeakSet[RedisFleet] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for fleet in list(_instances):
+        fleet._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
