@@ -16,8 +16,9 @@ _loopback.py, every response in one send) answers 200 with a small JSON body and
   ``MemoryConnection``): what is left is the pure Python path of requests, urllib3 and
   sume-urllib3, so the ratio is the package's overhead with nothing to hide behind.
 
-Method: per-request interleaving. Each round sends ONE request per variant, the order
-rotating by one each round, each request timed on its own; a run is ``--requests``
+Method: per-request interleaving. Each round sends ONE request per variant, in an order
+that changes every round (a seeded shuffle; ``--order rotate`` rotates by one instead),
+each request timed on its own; a run is ``--requests``
 rounds and gives each variant's ratio to its baseline (sum of its times / sum of the
 baseline's); ``--runs`` runs give the median ratio and the spread (min-max of the run
 ratios). Drift in machine load therefore hits every variant alike.
@@ -42,6 +43,7 @@ import io
 import os
 import platform
 import pstats
+import random
 import statistics
 import subprocess
 import sys
@@ -354,16 +356,33 @@ def _memory_sume() -> requests.Session:
 # -- measuring the success path ----------------------------------------------------------
 
 
-def interleaved_run(variants: Sequence[Variant], rounds: int, offset: int) -> List[float]:
-    """Seconds spent per variant over ``rounds`` rounds of one request each, order rotating."""
-    k = len(variants)
+def round_orders(k: int, rounds: int, order: str, seed: int) -> List[List[int]]:
+    """The order of the k variants in each round.
+
+    ``rotate`` starts each round one variant later (A B C, B C A, ...): every variant
+    goes first equally often, but always after the same neighbour. ``shuffle`` (the
+    default) draws a fresh seeded permutation per round, so neighbours vary too: a
+    socket request after in-memory ones finds the server process idle, and with a
+    fixed neighbour that cost fell on one variant only.
+    """
+    if order == "rotate":
+        return [[(r + seed + j) % k for j in range(k)] for r in range(rounds)]
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(rounds):
+        perm = list(range(k))
+        rng.shuffle(perm)
+        orders.append(perm)
+    return orders
+
+
+def interleaved_run(variants: Sequence[Variant], orders: Sequence[Sequence[int]]) -> List[float]:
+    """Seconds spent per variant, one request each per round in that round's order."""
     calls = [v.call for v in variants]
-    totals = [0.0] * k
+    totals = [0.0] * len(variants)
     clock = time.perf_counter
-    for r in range(rounds):
-        start = (r + offset) % k
-        for j in range(k):
-            i = (start + j) % k
+    for order in orders:
+        for i in order:
             call = calls[i]
             t0 = clock()
             call()
@@ -381,14 +400,18 @@ class Row(NamedTuple):
     high: float
 
 
-def measure_success(variants: Sequence[Variant], requests_per_run: int, runs: int, warmup: int) -> List[Row]:
+def measure_success(
+    variants: Sequence[Variant], requests_per_run: int, runs: int, warmup: int, order: str = "shuffle"
+) -> List[Row]:
     """Median ratio to the baseline and its spread over ``runs`` interleaved runs."""
-    interleaved_run(variants, warmup, 0)
+    k = len(variants)
+    interleaved_run(variants, round_orders(k, warmup, order, seed=-1))
     index = {v.name: i for i, v in enumerate(variants)}
     per_run: List[List[float]] = []
     for run in range(runs):
+        orders = round_orders(k, requests_per_run, order, seed=run)
         gc.collect()
-        per_run.append(interleaved_run(variants, requests_per_run, run))
+        per_run.append(interleaved_run(variants, orders))
     rows = []
     for i, variant in enumerate(variants):
         b = index[variant.baseline]
@@ -453,9 +476,9 @@ def measure_decisions(
             gc.collect()
             totals = dict.fromkeys(per_run, 0.0)
             n = decisions if run else max(decisions // 10, 20)
-            for d in range(n):
-                for j in range(len(retries)):
-                    name, retry = retries[(d + run + j) % len(retries)]
+            for order in round_orders(len(retries), n, "shuffle", seed=run):
+                for i in order:
+                    name, retry = retries[i]
                     response = make()
                     t0 = clock()
                     retry.increment("GET", "/503", response=response)
@@ -504,11 +527,12 @@ def environment() -> str:
     )
 
 
-def success_table(rows: Sequence[Row], requests_per_run: int, runs: int) -> List[str]:
+def success_table(rows: Sequence[Row], requests_per_run: int, runs: int, order: str) -> List[str]:
     """The success-path table in markdown."""
+    how = "shuffled (seeded)" if order == "shuffle" else "rotating by one"
     lines = [
         f"Success path: {requests_per_run} requests per variant per run, {runs} runs, "
-        "interleaved per request (order rotating each round).",
+        f"interleaved per request (one request per variant per round, order {how} each round).",
         "",
         "| variant | µs/request | ratio vs baseline (median) | spread (min-max) | baseline |",
         "|---|---:|---:|---:|---|",
@@ -574,6 +598,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs; the median and spread are over them (5)")
     parser.add_argument("--decisions", type=int, default=2000, help="503 decisions per set-up per run (2000)")
     parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    parser.add_argument(
+        "--order", choices=("shuffle", "rotate"), default="shuffle", help="order within a round (shuffle)"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 200 requests, 2 runs")
     parser.add_argument("--out", help="also write the markdown to this file")
     parser.add_argument("--profile", metavar="VARIANT", help="cProfile one variant instead of benchmarking")
@@ -597,14 +624,14 @@ def main(argv: Sequence[str]) -> int:
         names = [n.strip() for n in args.variants.split(",") if n.strip()]
         variants = build_variants(server.url, names or None)
         started = time.monotonic()
-        rows = measure_success(variants, args.requests, args.runs, warmup=min(200, args.requests))
+        rows = measure_success(variants, args.requests, args.runs, min(200, args.requests), args.order)
         decisions = measure_decisions(server.url, args.decisions, args.runs)
         took = time.monotonic() - started
 
     lines = [
         environment(),
         "",
-        *success_table(rows, args.requests, args.runs),
+        *success_table(rows, args.requests, args.runs, args.order),
         "",
         *decision_table(decisions, args.decisions, args.runs),
         "",
