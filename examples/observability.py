@@ -54,7 +54,8 @@ def avatar_view(request: Any) -> Any:
 
     with tracer.start_as_current_span("POST /avatars/new"):
         response = get_session().post("/avatars", json={"name": request.GET.get("name", "Ada")})
-        return JsonResponse({"status": response.status_code, "outcome": response.sume.outcome.value})
+        record = response.sume  # type: ignore[attr-defined]  # SumeRecord: how the call went
+        return JsonResponse({"status": response.status_code, "outcome": record.outcome.value})
 
 
 def generate_avatar(name: str) -> str:
@@ -62,7 +63,8 @@ def generate_avatar(name: str) -> str:
     from sume_urllib3.contrib.django import get_session
 
     with tracer.start_as_current_span("task generate_avatar"):
-        return str(get_session().post("/avatars", json={"name": name}).sume.outcome.value)
+        response = get_session().post("/avatars", json={"name": name})
+        return str(response.sume.outcome.value)  # type: ignore[attr-defined]
 
 
 def worker(names: List[str], results: List[str]) -> None:
@@ -86,7 +88,8 @@ def main() -> Dict[str, Any]:
 
         body = json.loads(avatar_view(RequestFactory().get("/avatars/new", {"name": "Ada"})).content)
         results: List[str] = []
-        threads = [threading.Thread(target=worker, args=([f"w{n}-{i}" for i in range(2)], results)) for n in range(2)]
+        batches = [[f"w{n}-{i}" for i in range(2)] for n in range(2)]
+        threads = [threading.Thread(target=worker, args=(batch, results)) for batch in batches]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -41,7 +41,8 @@ def test_the_observability_example_traces_a_view_and_workers() -> None:
     calls = [s for s in spans if s["name"] == "POST"]
     parents = {s["context"]["span_id"]: s["name"] for s in spans if s["name"] != "POST"}
     assert 5 == len(calls)
-    assert ["POST /avatars/new"] + ["task generate_avatar"] * 4 == sorted(parents[c["parent_id"]] for c in calls)
+    expected = ["POST /avatars/new"] + ["task generate_avatar"] * 4
+    assert expected == sorted(parents[c["parent_id"]] for c in calls)
     assert {"SpanKind.CLIENT"} == {c["kind"] for c in calls}
     (retried,) = [c for c in calls if c["attributes"]["sume.outcome"] == "retried_ok"]
     assert ["retry", "retry"] == [e["name"] for e in retried["events"]]

@@ -104,7 +104,8 @@ class OpenTelemetryObserver:
             description="Retries by reason: error code, else HTTP status, else transport error class.",
         )
         self._attempts = _histogram(
-            meter, "sume.attempts", "{attempt}", "Requests sent per logical Sume API request.", ATTEMPT_BUCKETS
+            meter, "sume.attempts", "{attempt}", "Requests sent per logical Sume API request.",
+            ATTEMPT_BUCKETS,
         )
         self._paced = _histogram(
             meter, "sume.paced", "s", "Seconds a request waited for the fleet's pace.", PACED_BUCKETS

@@ -20,7 +20,6 @@ from django.conf import settings
 
 from ..._errors import ConfigurationError
 from ..._policy import Policy
-from . import fleet, observers
 from ..._session import (
     AUTH_HEADERS,
     DEFAULT_BASE_URL,
@@ -32,6 +31,7 @@ from ..._session import (
     describe_unechoed,
     is_loopback,
 )
+from . import fleet, observers
 
 #: The name of the Django setting: one dict.
 SUME_SETTING = "SUME"
@@ -338,7 +338,9 @@ class SessionField:
 
     def is_unset(self, value: Any) -> bool:
         """True when ``value`` means "not set" for this key (None or "" for the API key)."""
-        return any(value is absent or (type(value) is type(absent) and value == absent) for absent in self.unset)
+        return any(
+            value is absent or (type(value) is type(absent) and value == absent) for absent in self.unset
+        )
 
 
 #: The session keys of ``SUME``, in the order they are checked and reported.

@@ -36,7 +36,7 @@ _built: Optional[Tuple[Tuple[Any, ...], Any]] = None
 
 
 def fleet_arguments(value: Any) -> Dict[str, Any]:
-    """The constructor arguments for ``value`` (lower-case keys, ``url`` for Redis); raises ConfigurationError.
+    """The fleet's constructor arguments (``url`` for Redis); raises ConfigurationError naming the key.
 
     Checked here without importing anything, so ``manage.py check`` names the key at fault.
     """
@@ -55,7 +55,9 @@ def fleet_arguments(value: Any) -> Dict[str, Any]:
         arguments["url"] = _check_url(url)
     elif any(key in value for key in _REDIS_ONLY):
         given = next(key for key in _REDIS_ONLY if key in value)
-        raise ConfigurationError(f"{given} applies to a Redis fleet only: set REDIS_URL too, or remove {given}")
+        raise ConfigurationError(
+            f"{given} applies to a Redis fleet only: set REDIS_URL too, or remove {given}"
+        )
     if value.get("RATE") is not None:
         arguments["rate"] = _check_rate(value["RATE"])
     if value.get("BURST") is not None:
@@ -142,7 +144,9 @@ def _check_timeout(timeout: Any) -> float:
         or not math.isfinite(timeout)
         or timeout <= 0
     ):
-        raise ConfigurationError(f"TIMEOUT must be seconds > 0 (how long a request may wait on Redis), got {timeout!r}")
+        raise ConfigurationError(
+            f"TIMEOUT must be seconds > 0 (how long a request may wait on Redis), got {timeout!r}"
+        )
     return float(timeout)
 
 

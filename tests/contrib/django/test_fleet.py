@@ -9,13 +9,13 @@ import pytest
 
 pytest.importorskip("django")
 
-from django.core import checks  # noqa: E402
+from django.core import checks
 
-from sume_urllib3 import ConfigurationError, SumeSession  # noqa: E402
-from sume_urllib3.contrib.django import conf, get_session  # noqa: E402
-from sume_urllib3.contrib.django.fleet import build_fleet, fleet_arguments  # noqa: E402
+from sume_urllib3 import ConfigurationError, SumeSession
+from sume_urllib3.contrib.django import conf, get_session
+from sume_urllib3.contrib.django.fleet import build_fleet, fleet_arguments
 
-from .settings import API_KEY  # noqa: E402
+from .settings import API_KEY
 
 PACES = "fleet" in inspect.signature(SumeSession.__init__).parameters
 
@@ -40,7 +40,10 @@ def sume(fleet: Any) -> Dict[str, Any]:
         ({}, {}),
         ({"RATE": None, "BURST": None}, {}),
         (
-            {"REDIS_URL": "redis://127.0.0.1:6379/0", "RATE": "10/h", "BURST": 10, "PREFIX": "app", "TIMEOUT": 0.1},
+            {
+                "REDIS_URL": "redis://127.0.0.1:6379/0", "RATE": "10/h", "BURST": 10,
+                "PREFIX": "app", "TIMEOUT": 0.1,
+            },
             {"url": "redis://127.0.0.1:6379/0", "rate": "10/h", "burst": 10, "prefix": "app", "timeout": 0.1},
         ),
     ],
@@ -79,7 +82,7 @@ def test_e008_bad_values_are_named(dj_settings: Any, value: Any, expected: str) 
     assert message.msg.startswith('SUME["FLEET"]: ')
     assert expected in message.msg
     assert "REDIS_URL" in (message.hint or "")
-    with pytest.raises(ConfigurationError, match="sume_urllib3.E008"):
+    with pytest.raises(ConfigurationError, match=r"sume_urllib3\.E008"):
         get_session()
 
 
@@ -107,7 +110,8 @@ def test_a_rate_without_redis_is_one_local_fleet_per_process() -> None:
     other = build_fleet({"RATE": "20/min"})
 
     assert isinstance(first, fleet_module.LocalFleet)
-    assert first is again and other is not first
+    assert first is again
+    assert other is not first
 
 
 def test_a_redis_url_builds_a_redis_fleet_without_connecting() -> None:

@@ -9,15 +9,15 @@ import pytest
 
 pytest.importorskip("django")
 
-from django.core import checks  # noqa: E402
+from django.core import checks
 
-from sume_urllib3 import ConfigurationError  # noqa: E402
-from sume_urllib3.contrib.django import get_session  # noqa: E402
-from sume_urllib3.testing import FakeSume, no_sleep  # noqa: E402
+from sume_urllib3 import ConfigurationError
+from sume_urllib3.contrib.django import get_session
+from sume_urllib3.testing import FakeSume, no_sleep
 
-from . import sample_observers  # noqa: E402
-from .sample_observers import SHARED, CountingObserver  # noqa: E402
-from .settings import API_KEY  # noqa: E402
+from . import sample_observers
+from .sample_observers import SHARED, CountingObserver
+from .settings import API_KEY
 
 PATH = "tests.contrib.django.sample_observers"
 
@@ -39,7 +39,8 @@ def test_a_dotted_class_path_is_built_and_attached(dj_settings: Any) -> None:
 
     observers = [o for o in get_session().observers if isinstance(o, CountingObserver)]
 
-    assert 1 == len(observers) and observers[0] is not SHARED
+    assert 1 == len(observers)
+    assert observers[0] is not SHARED
     assert [] == messages()
 
 
@@ -51,7 +52,8 @@ def test_paths_factories_classes_and_objects_are_all_accepted(dj_settings: Any) 
     observers = [o for o in get_session().observers if isinstance(o, CountingObserver)]
 
     assert 4 == len(observers)
-    assert SHARED is observers[0] and mine is observers[3]
+    assert SHARED is observers[0]
+    assert mine is observers[3]
     assert 4 == len({id(o) for o in observers})
 
 
@@ -72,7 +74,8 @@ def test_observers_are_built_once_and_shared_by_every_thread(dj_settings: Any) -
     dj_settings.SUME = sume([f"{PATH}.CountingObserver"], MAX_RETRIES=2)
     found.extend(o for o in get_session().observers if isinstance(o, CountingObserver))
 
-    assert 5 == len(found) and 1 == len({id(o) for o in found})
+    assert 5 == len(found)
+    assert 1 == len({id(o) for o in found})
     assert before + 1 == CountingObserver.built
 
 
@@ -83,7 +86,8 @@ def test_a_changed_setting_builds_new_observers(dj_settings: Any) -> None:
     dj_settings.SUME = sume([f"{PATH}.make_observer"])
     second = [o for o in get_session().observers if isinstance(o, CountingObserver)]
 
-    assert 1 == len(first) == len(second) and first[0] is not second[0]
+    assert 1 == len(first) == len(second)
+    assert first[0] is not second[0]
 
 
 def test_the_observers_see_every_threads_requests(fake: FakeSume, dj_settings: Any) -> None:
@@ -112,7 +116,8 @@ def test_prometheus_by_dotted_path(fake: FakeSume, dj_settings: Any) -> None:
     dj_settings.SUME = sume(
         ["sume_urllib3.contrib.prometheus.PrometheusObserver"], BASE_URL=fake.url + "/v1"
     )
-    before = prometheus_client.REGISTRY.get_sample_value("sume_requests_total", {"outcome": "retried_ok"}) or 0
+    labels = {"outcome": "retried_ok"}
+    before = prometheus_client.REGISTRY.get_sample_value("sume_requests_total", labels) or 0
 
     with no_sleep():
         get_session().get("/me")
@@ -145,7 +150,7 @@ def test_e007_a_bad_entry_is_named(dj_settings: Any, entry: Any, expected: str) 
         assert repr(entry) in message.msg
     assert expected in message.msg
     assert "dotted paths" in (message.hint or "")
-    with pytest.raises(ConfigurationError, match="sume_urllib3.E007"):
+    with pytest.raises(ConfigurationError, match=r"sume_urllib3\.E007"):
         get_session()
 
 
@@ -162,7 +167,8 @@ def test_e007_observers_must_be_a_list(dj_settings: Any, value: Any) -> None:
 
 def test_none_or_empty_means_no_extra_observers(dj_settings: Any) -> None:
     """OBSERVERS = None or [] passes the checks and adds nothing."""
-    for value in (None, [], ()):
+    values: List[Any] = [None, [], ()]
+    for value in values:
         dj_settings.SUME = sume(value)
         assert [] == messages()
         assert not [o for o in get_session().observers if isinstance(o, CountingObserver)]

@@ -17,11 +17,11 @@ pytest.importorskip("django")
 from django.apps import apps
 from django.test import override_settings
 
-from sume_urllib3 import ConfigurationError, Policy, SumeSession
 import sume_urllib3.contrib.django as package
+from sume_urllib3 import ConfigurationError, Policy, SumeSession
 from sume_urllib3.contrib.django import close_session, get_session, sessions
-from sume_urllib3.contrib.django.conf import SUME_SETTING, VALID_KEYS
 from sume_urllib3.contrib.django.apps import SumeConfig
+from sume_urllib3.contrib.django.conf import SUME_SETTING, VALID_KEYS
 from sume_urllib3.testing import FakeSume, no_sleep
 
 from .settings import API_KEY
