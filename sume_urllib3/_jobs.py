@@ -45,7 +45,7 @@ JOB_ID_PATHS: Tuple[Tuple[str, ...], ...] = (
 #: Without a server hint, each wait is the previous one times this, up to ``max_interval``.
 GROWTH = 1.5
 #: Each unhinted wait is multiplied by U(low, high): spreads pollers, never exceeds max_interval.
-JITTER = (0.9, 1.0)
+JITTER = (0.95, 1.0)
 #: The last poll starts at least this long before the deadline (it is also its time limit).
 FINAL_WINDOW = 1.0
 MAX_ID_LENGTH = 256
@@ -248,9 +248,7 @@ class Jobs:
         interval = _seconds(interval, "interval")
         max_interval = _seconds(max_interval, "max_interval")
         if max_interval < interval:
-            raise ConfigurationError(
-                f"max_interval ({max_interval}) must be at least interval ({interval})"
-            )
+            raise ConfigurationError(f"max_interval ({max_interval}) must be at least interval ({interval})")
         if on_status is not None and not callable(on_status):
             raise ConfigurationError("on_status must be callable or None")
         last = job if isinstance(job, Job) else Job(job_id)
@@ -263,6 +261,10 @@ class Jobs:
             left = deadline - self._now()
             try:
                 response = self._send("GET", job_id, "status", left)
+            except SumeRetryError as exc:
+                if exc.response is None:
+                    raise
+                response = exc.response  # the policy gave up on this poll; the next one may do better
             except requests.exceptions.Timeout as exc:
                 if _capped(self.session, left):
                     why = "the last poll ran out of time"
@@ -302,6 +304,8 @@ class Jobs:
                     if hint is not None
                     else "too little time is left for another poll"
                 )
+                if seen is None:
+                    why += f" (the last poll {_answer(response)})"
                 raise self._timed_out(last, polls, start, timeout, why)
 
     # -- parts -----------------------------------------------------------------------------
@@ -553,6 +557,15 @@ def _hint(response: requests.Response) -> Optional[float]:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return min(max(float(value), 0.0), 10.0**9)
     return None
+
+
+def _answer(response: requests.Response) -> str:
+    """What a poll that said nothing about the job got, for the timeout message."""
+    if _ok(response):
+        return f"got HTTP {response.status_code} without a readable status"
+    code = _error_code(response)
+    safe = f" {code}" if code and _SAFE_TOKEN.match(code) else ""
+    return f"got HTTP {response.status_code}{safe}"
 
 
 def _raise_for(response: requests.Response) -> NoReturn:

@@ -34,7 +34,7 @@ class ScriptedJob:
     - ``("completed", {"video_url": ...})`` or ``("failed", {"error": {"code": "nsfw"}})``:
       the status, with the fields merged into the job object from then on (status and result);
     - a :class:`Reply`: served verbatim for that poll (a 503 with Retry-After, a body that is
-      not JSON...), the status staying what it was.
+      not JSON...), the status staying what it was (before any status: the first one to come).
 
     By default the job moves one step per status poll and stays on the last step, so a test
     knows exactly what each poll sees. With ``every=seconds`` it moves with ``clock`` instead:
@@ -61,10 +61,14 @@ class ScriptedJob:
     ) -> None:
         if not isinstance(job_id, str) or not job_id:
             raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
+        self._lock = threading.Lock()
+        self._polls = 0
+        self._canceled = False
+        self._history: List[str] = []
         self.id = job_id
         self._steps: Tuple[Step, ...] = tuple(_check_step(step) for step in steps)
-        if not self._steps or isinstance(self._steps[0], Reply):
-            raise ValueError("steps must start with a status (the job's first state)")
+        if all(isinstance(step, Reply) for step in self._steps):
+            raise ValueError("steps must hold at least one status")
         if every is not None and (isinstance(every, bool) or not _finite(every) or every <= 0):
             raise ValueError(f"every must be seconds > 0 or None, got {every!r}")
         if poll_interval is not None and (not _finite(poll_interval) or poll_interval < 0):
@@ -76,11 +80,7 @@ class ScriptedJob:
         self.retry_after = None if retry_after is None else str(retry_after)
         self.poll_interval = poll_interval
         self.route = f"{prefix}/jobs/{quote(job_id, safe='')}"
-        self._lock = threading.Lock()
         self._created = clock()
-        self._polls = 0
-        self._canceled = False
-        self._history: List[str] = []
 
     def __repr__(self) -> str:
         return f"<ScriptedJob {self.id!r} status={self.status!r} polls={self.polls}>"
@@ -157,8 +157,13 @@ class ScriptedJob:
         return min(position, len(self._steps) - 1)
 
     def _state(self, index: int) -> Tuple[str, Dict[str, Any]]:
-        """Status and accumulated fields at step ``index`` (verbatim replies keep the status)."""
-        status: str = ""
+        """Status and accumulated fields at step ``index`` (verbatim replies keep the status).
+
+        Before its first status step, a job has the first status it will show.
+        """
+        status: str = next(
+            step if isinstance(step, str) else step[0] for step in self._steps if not isinstance(step, Reply)
+        )
         fields: Dict[str, Any] = {}
         for step in self._steps[: index + 1]:
             if isinstance(step, str):
