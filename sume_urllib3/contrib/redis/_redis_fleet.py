@@ -30,6 +30,7 @@ log = logging.getLogger("sume_urllib3")
 _KEY_ID = re.compile(r"^(k[0-9a-f]{16}|anonymous)$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DEFAULT_BUDGET = RetryBudget()
+_PLAIN = (str, bytes, int, float, bool)
 _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
 
 
@@ -302,10 +303,12 @@ class RedisFleet:
                     if self._interval > 0:
                         fleet = LocalFleet(
                             rate=1.0 / (self._interval * share), burst=max(1, self._burst // share),
-                            initial_window=self._initial_window,
+                            initial_window=self._initial_window, clock=self._clock, rng=self._random,
                         )
                     else:
-                        fleet = LocalFleet(initial_window=self._initial_window)
+                        fleet = LocalFleet(
+                            initial_window=self._initial_window, clock=self._clock, rng=self._random
+                        )
                     self._local_fleet = fleet
         return fleet
 
@@ -377,7 +380,10 @@ class _Source:
         pool = getattr(self.given, "connection_pool", None)
         if pool is None:
             raise TypeError("a RedisFleet built from this client cannot be pickled; build it from a URL")
-        return (_source_from_pool, (pool.connection_class, dict(pool.connection_kwargs)))
+        # Plain settings only (host, port, db, credentials, timeouts, TLS paths); redis-py's own
+        # helpers in the kwargs hold locks and are rebuilt by the new pool.
+        plain = {k: v for k, v in pool.connection_kwargs.items() if isinstance(v, _PLAIN) or v is None}
+        return (_source_from_pool, (pool.connection_class, plain))
 
 
 def _source_from_pool(connection_class: Any, kwargs: Dict[str, Any]) -> _Source:

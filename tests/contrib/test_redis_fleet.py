@@ -1,0 +1,481 @@
+"""RedisFleet: the shared pace, cooldown, slow start and retry budget on a real redis-server."""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import os
+import pickle
+import random
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+
+pytest.importorskip("redis", reason="redis-py is not installed (pip install 'sume-urllib3[redis]')")
+
+import redis
+
+from sume_urllib3 import ConfigurationError
+from sume_urllib3._fleet import GRANT_NOW, Grant, fleet_key
+from sume_urllib3.contrib.redis import RedisFleet
+from sume_urllib3.contrib.redis._redis_fleet import _Turn
+
+from .redis_server import RedisServer
+
+API_KEY = "sk_live_SECRET_0123456789abcdef"
+KID = fleet_key(API_KEY)
+US = 1_000_000
+
+
+class Clock:
+    """Virtual seconds for the fleet's backoff and (as server_clock) for the Lua scripts."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def server(redis_server: RedisServer) -> RedisServer:
+    """The running redis-server, emptied for this test."""
+    return redis_server
+
+
+def make(server: RedisServer, **kwargs: Any) -> RedisFleet:
+    """A fleet on the test server with seeded randomness."""
+    kwargs.setdefault("rng", random.Random(7))
+    return RedisFleet(server.url, **kwargs)
+
+
+def slot(grant: Grant) -> int:
+    """The turn a grant reserved, in microseconds on the Redis clock."""
+    assert isinstance(grant.token, _Turn), grant
+    return grant.token.slot_us
+
+
+# -- the Lua GCRA and cooldown against a model -----------------------------------------------
+
+
+class GcraModel:
+    """A reference of the configured pace: GCRA with a burst, cooldowns, deadlines, not_before.
+
+    Integer microseconds, so it can be compared with the script exactly.
+    """
+
+    def __init__(self, interval: int, burst: int) -> None:
+        self.interval, self.burst = interval, burst
+        self.tat = 0
+        self.cooldown_until = 0
+
+    def acquire(self, now: int, time_left: Optional[int], not_before: int) -> Tuple[int, bool, Optional[str]]:
+        start, source = now + not_before, None
+        if self.cooldown_until > start:
+            start, source = self.cooldown_until, "cooldown"
+        tat = self.tat
+        if self.cooldown_until > now:
+            tat = max(tat, self.cooldown_until + (self.burst - 1) * self.interval)
+        turn = max(start, tat - (self.burst - 1) * self.interval)
+        if turn > start:
+            source = "pace"
+        if time_left is not None and turn - now > time_left:
+            return turn - now, True, source
+        self.tat = max(tat, now) + self.interval
+        wait = max(turn - now, not_before)
+        return wait, False, source if wait > not_before else None
+
+    def release(self, now: int, retry_after: int) -> None:
+        if retry_after > 0 and now + retry_after > self.cooldown_until:
+            self.cooldown_until = now + retry_after
+            self.tat = max(self.tat, self.cooldown_until + (self.burst - 1) * self.interval)
+
+
+@pytest.mark.parametrize("burst", [1, 3, 10])
+def test_configured_pace_and_cooldown_match_the_model(server: RedisServer, burst: int) -> None:
+    """The acquire and release scripts give the model's waits, refusals and sources, to the microsecond."""
+    rng = random.Random(burst)
+    clock = Clock()
+    fleet = make(server, rate="20/s", burst=burst, server_clock=clock, clock=clock, retry_budget=None)
+    model = GcraModel(50_000, burst)
+    granted: List[Grant] = []
+    for step in range(400):
+        clock.now += rng.choice([0, 0, 0, 0.001, 0.01, 0.03, 0.2])
+        now = round(clock.now * US)
+        if granted and rng.random() < 0.3:
+            retry_after = rng.choice([0, 0, 0, 1, 2])
+            headers = {"Retry-After": str(retry_after)} if retry_after else {}
+            fleet.release(KID, granted.pop(rng.randrange(len(granted))), 429 if retry_after else 200, headers)
+            model.release(now, retry_after * US)
+            continue
+        time_left = rng.choice([None, None, 0.5, 2.0, 0.0])
+        not_before = rng.choice([0.0, 0.0, 0.0, 0.25, 1.5])
+        grant = fleet.acquire(
+            KID, time_left=math.inf if time_left is None else time_left, not_before=not_before
+        )
+        left_us = None if time_left is None else round(time_left * US)
+        want = model.acquire(now, left_us, round(not_before * US))
+        got = (round(grant.wait * US), grant.refused is not None, grant.source)
+        assert got == want, f"step {step}"
+        assert not grant.fallback
+        if grant.refused is None:
+            granted.append(grant)
+    assert fleet.fallbacks == 0
+
+
+def test_a_configured_burst_goes_at_once_then_one_turn_per_interval(server: RedisServer) -> None:
+    """rate="10/s", burst=3: three turns now, then 0.1 s apart, across fleet objects."""
+    clock = Clock()
+    one = make(server, rate="10/s", burst=3, server_clock=clock)
+    two = make(server, rate="10/s", burst=3, server_clock=clock)
+    waits = [f.acquire(KID, time_left=math.inf).wait for f in (one, two, one, two, one, two)]
+    assert [0.0, 0.0, 0.0, 0.1, 0.2, 0.3] == pytest.approx(waits, abs=1e-6)
+    assert ["pace"] * 3 == [f.acquire(KID, time_left=math.inf).source for f in (one, two, one)]
+
+
+def test_a_turn_after_the_deadline_is_refused_and_reserves_nothing(server: RedisServer) -> None:
+    """The refusal names the pace and the time left; the next caller gets the same turn."""
+    clock = Clock()
+    fleet = make(server, rate="1/s", server_clock=clock)
+    assert 0.0 == fleet.acquire(KID, time_left=10.0).wait
+    refused = fleet.acquire(KID, time_left=0.5)
+    assert "pace: next turn in 1.0s, after the deadline (0.5s left)" == refused.refused
+    assert refused.token is None
+    assert 1.0 == pytest.approx(fleet.acquire(KID, time_left=10.0).wait)
+
+
+def test_a_retry_after_holds_every_process_then_releases_one_turn_per_interval(server: RedisServer) -> None:
+    """A 429 with Retry-After seen by one fleet holds another's requests, released spread, not at once."""
+    clock = Clock()
+    seen, other = (make(server, rate="10/s", burst=5, server_clock=clock) for _ in range(2))
+    grant = seen.acquire(KID, time_left=math.inf)
+    seen.release(KID, grant, 429, {"Retry-After": "2"})
+    held = [other.acquire(KID, time_left=math.inf) for _ in range(4)]
+    assert [2.0, 2.1, 2.2, 2.3] == pytest.approx([g.wait for g in held], abs=1e-6)
+    assert ["cooldown", "pace", "pace", "pace"] == [g.source for g in held]
+    assert other.acquire(KID, time_left=1.0).refused is not None
+
+
+def test_a_retry_that_waits_anyway_is_not_charged_to_the_pace(server: RedisServer) -> None:
+    """Grant.wait is at least not_before; source stays None when the pace adds nothing."""
+    clock = Clock()
+    fleet = make(server, rate="10/s", server_clock=clock)
+    grant = fleet.acquire(KID, time_left=math.inf, retry="throttle", not_before=3.0)
+    assert (3.0, None) == (grant.wait, grant.source)
+
+
+# -- learning the pace -------------------------------------------------------------------------
+
+
+def test_the_pace_is_learned_from_ratelimit_headers_fleet_wide(server: RedisServer) -> None:
+    """RateLimit-Policy 10;w=1 seen by one fleet paces every fleet at 0.1 s from the server's Remaining."""
+    clock = Clock()
+    one, two = make(server, server_clock=clock), make(server, server_clock=clock)
+    grant = one.acquire(KID, time_left=math.inf)
+    one.release(KID, grant, 200, {"RateLimit-Policy": "10;w=1", "RateLimit-Remaining": "2"})
+    waits = [two.acquire(KID, time_left=math.inf).wait for _ in range(4)]
+    assert [0.0, 0.0, 0.1, 0.2] == pytest.approx(waits, abs=1e-6)
+
+
+def test_the_pace_is_learned_from_429s_alone(server: RedisServer) -> None:
+    """Without headers, what got through before a 429 becomes the pace (4 in 2 s: 0.5 s apart)."""
+    clock = Clock()
+    fleet = make(server, initial_window=8, server_clock=clock)
+    grants = [fleet.acquire(KID, time_left=math.inf) for _ in range(5)]
+    for grant in grants[:4]:
+        fleet.release(KID, grant, 200, {})
+    clock.now += 2.0
+    fleet.release(KID, grants[4], 429, {})
+    waits = [fleet.acquire(KID, time_left=math.inf).wait for _ in range(3)]
+    assert [0.0, 0.5, 1.0] == pytest.approx(waits, abs=1e-6)
+
+
+def test_slow_start_bounds_the_first_wave_across_processes(server: RedisServer) -> None:
+    """Unknown pace: initial_window attempts in flight across all fleets; more come back `again`."""
+    clock = Clock()
+    fleets = [make(server, initial_window=3, server_clock=clock) for _ in range(3)]
+    grants = [fleets[i % 3].acquire(KID, time_left=math.inf) for i in range(5)]
+    assert [False, False, False, True, True] == [g.again for g in grants]
+    assert [0.0, 0.0, 0.0] == [g.wait for g in grants[:3]]
+    assert {"slow_start"} == {g.source for g in grants[3:]}
+    assert all(0.0 < g.wait <= 0.075 for g in grants[3:])
+    fleets[2].release(KID, grants[0], 200, {})
+    assert not fleets[1].acquire(KID, time_left=math.inf).again  # one freed, and the window grew
+    assert not fleets[0].acquire(KID, time_left=math.inf).again
+    assert fleets[0].acquire(KID, time_left=math.inf).again
+
+
+def test_a_lone_request_is_never_delayed_and_retries_never_get_again(server: RedisServer) -> None:
+    """The first attempt of a new key goes at once; a retry past the window still gets a turn."""
+    clock = Clock()
+    fleet = make(server, initial_window=1, server_clock=clock)
+    assert (0.0, False) == (fleet.acquire(KID, time_left=math.inf).wait, False)
+    retry = fleet.acquire(KID, time_left=math.inf, retry="error", not_before=0.2)
+    assert (0.2, False, None) == (retry.wait, retry.again, retry.refused)
+
+
+def test_the_retry_budget_is_shared_and_throttle_waits_do_not_spend_it(server: RedisServer) -> None:
+    """retry="error" spends the fleet-wide budget until refused; retry="throttle" never does."""
+    from sume_urllib3 import RetryBudget
+
+    clock = Clock()
+    budget = RetryBudget(ratio=0.5, window=10.0, min_per_second=0.2)  # floor: 2 retries per window
+    one, two = (make(server, rate="1000/s", retry_budget=budget, server_clock=clock) for _ in range(2))
+    assert all(f.acquire(KID, time_left=math.inf, retry="throttle").refused is None for f in (one, two) * 5)
+    assert one.acquire(KID, time_left=math.inf, retry="error").refused is None
+    assert two.acquire(KID, time_left=math.inf, retry="error").refused is None
+    spent = one.acquire(KID, time_left=math.inf, retry="error")
+    assert "retry budget: the fleet's retries for this API key are spent" == spent.refused
+    for _ in range(8):  # eight first attempts allow 0.5 each: 4 retries, above the floor of 2
+        one.acquire(KID, time_left=math.inf)
+    assert two.acquire(KID, time_left=math.inf, retry="error").refused is None
+    assert one.acquire(KID, time_left=math.inf, retry="error").refused is None
+    assert two.acquire(KID, time_left=math.inf, retry="error").refused is not None
+
+
+# -- processes, threads, fork, pickling ---------------------------------------------------------
+
+
+def _turns_in_a_process(args: Tuple[RedisFleet, str, int]) -> List[int]:
+    fleet, kid, count = args
+    return [slot(fleet.acquire(kid, time_left=math.inf)) for _ in range(count)]
+
+
+def test_several_processes_share_one_pace(server: RedisServer) -> None:
+    """Four processes (fleets pickled to them) get distinct turns at least one interval apart."""
+    fleet = RedisFleet(server.url, rate="50/s")
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with multiprocessing.get_context(method).Pool(4) as pool:
+        per_process = pool.map(_turns_in_a_process, [(fleet, KID, 15)] * 4)
+    turns = sorted(t for chunk in per_process for t in chunk)
+    assert 60 == len(set(turns))
+    assert min(b - a for a, b in zip(turns, turns[1:])) >= 20_000
+
+
+def test_threads_share_one_pace(server: RedisServer) -> None:
+    """Eight threads on one fleet object get 80 distinct turns exactly one interval apart."""
+    clock = Clock()
+    fleet = make(server, rate="100/s", server_clock=clock)
+    turns: List[int] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        mine = [slot(fleet.acquire(KID, time_left=math.inf)) for _ in range(10)]
+        with lock:
+            turns.extend(mine)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    start = round(clock.now * US)
+    assert [start + i * 10_000 for i in range(80)] == sorted(turns)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_its_own_connections(server: RedisServer) -> None:
+    """After os.fork() the child paces through Redis on fresh connections; the parent still works."""
+    fleet = make(server, rate="1000/s")
+    assert not fleet.acquire(KID, time_left=math.inf).fallback
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            grants = [fleet.acquire(KID, time_left=math.inf) for _ in range(3)]
+            ok = all(not g.fallback for g in grants) and fleet.fallbacks == 0
+            os.write(write, b"ok" if ok else b"fallback")
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read()
+    os.waitpid(pid, 0)
+    assert b"ok" == answer
+    assert not fleet.acquire(KID, time_left=math.inf).fallback
+    assert fleet.fallbacks == 0
+
+
+def test_pickling_keeps_the_configuration_and_nothing_else(server: RedisServer) -> None:
+    """A pickled fleet is rebuilt from its URL and settings, with fresh counters and connections."""
+    fleet = make(server, rate="10/min", burst=2, prefix="app1", timeout=0.2)
+    fleet.acquire(KID, time_left=math.inf)
+    fleet.acquire(KID, time_left=math.inf)
+    copy = pickle.loads(pickle.dumps(fleet))
+    assert repr(fleet) == repr(copy)
+    assert (copy._interval, copy._burst, copy._timeout) == (6.0, 2, 0.2)
+    assert copy._client is not fleet._client
+    assert 0 == copy.fallbacks
+    assert 6.0 == pytest.approx(copy.acquire(KID, time_left=math.inf).wait, abs=0.05)
+
+
+def test_a_fleet_built_on_a_client_pickles_its_connection_settings(server: RedisServer) -> None:
+    """A fleet from a redis.Redis client pickles the pool's settings and reconnects on load."""
+    client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=1)
+    copy = pickle.loads(pickle.dumps(RedisFleet(client, rate="5/s")))
+    assert not copy.acquire(KID, time_left=math.inf).fallback
+
+
+def test_repr_never_shows_a_password() -> None:
+    """The URL's password is masked in repr."""
+    fleet = RedisFleet("redis://user:hunter2@127.0.0.1:1/0")
+    assert "hunter2" not in repr(fleet)
+    assert "redis://***@127.0.0.1:1/0" in repr(fleet)
+
+
+# -- what reaches Redis ----------------------------------------------------------------------------
+
+
+def test_redis_holds_no_key_text_and_everything_expires(server: RedisServer) -> None:
+    """redis-cli --scan and every stored value show hashes only, never the API key; all keys have TTLs."""
+    fleet = make(server)
+    for key_id in (KID, API_KEY):  # the raw key by mistake is hashed too
+        grant = fleet.acquire(key_id, time_left=math.inf)
+        fleet.release(key_id, grant, 429, {"Retry-After": "1", "RateLimit-Limit": "10"})
+    names = server.cli("--scan").split()
+    assert names
+    assert all(n.startswith("{sume:k") for n in names)
+    dump = " ".join(names + [server.cli("--no-raw", "DUMP", n) for n in names])
+    assert API_KEY not in dump
+    assert API_KEY[:12] not in dump
+    assert all(0 < int(server.cli("PTTL", n)) for n in names)
+    tags = {n.split("}")[0] for n in names}
+    assert {"{sume:" + KID, "{sume:" + fleet_key(API_KEY)} == tags  # each key in one cluster slot
+
+
+# -- failing open ------------------------------------------------------------------------------------
+
+
+def test_redis_killed_and_restarted(server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Killed: local grants at once, one WARNING, no retry of Redis during the backoff; back after it."""
+    clock = Clock()
+    fleet = make(server, rate="10/s", clock=clock, backoff=1.0)
+    assert not fleet.acquire(KID, time_left=math.inf).fallback
+    server.kill()
+    with caplog.at_level(logging.INFO, logger="sume_urllib3"):
+        grants = [fleet.acquire(KID, time_left=math.inf) for _ in range(5)]
+        assert all(g.fallback for g in grants)
+        assert (5, 1) == (fleet.fallbacks, fleet.errors)  # one failed call, then no more tries
+        for g in grants:
+            fleet.release(KID, g, 200, {})
+        server.start()
+        assert fleet.acquire(KID, time_left=math.inf).fallback  # still backing off
+        clock.now += 1.6  # the backoff is 1 s with jitter in [0.5, 1.5)
+        back = fleet.acquire(KID, time_left=math.inf)
+    assert not back.fallback
+    assert fleet.healthy
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert 1 == len(warnings)
+    assert "Redis fleet unavailable" in warnings[0].getMessage()
+    assert any("available again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_local_grant_paces_at_this_process_share_of_the_rate(server: RedisServer) -> None:
+    """When Redis fails, the configured rate is split among the processes Redis last saw."""
+    clock = Clock()
+    fleets = [make(server, rate="10/s", burst=1, clock=clock) for _ in range(2)]
+    for f in [*fleets, fleets[0]]:  # the second call of the first sees both
+        f.acquire(KID, time_left=math.inf)
+    server.kill()
+    waits = [fleets[0].acquire(KID, time_left=math.inf).wait for _ in range(3)]
+    assert [0.0, 0.2, 0.4] == pytest.approx(waits, abs=1e-6)
+
+
+def test_a_flushed_script_is_loaded_again(server: RedisServer) -> None:
+    """After SCRIPT FLUSH the next call reloads the script (NOSCRIPT) and still paces through Redis."""
+    fleet = make(server, rate="10/s")
+    fleet.acquire(KID, time_left=math.inf)
+    server.cli("SCRIPT", "FLUSH")
+    grant = fleet.acquire(KID, time_left=math.inf)
+    assert (False, 0) == (grant.fallback, fleet.errors)
+    fleet.release(KID, grant, 429, {"Retry-After": "1"})
+    server.cli("SCRIPT", "FLUSH")
+    assert "cooldown" == fleet.acquire(KID, time_left=math.inf).source
+
+
+def test_a_redis_that_refuses_scripts_falls_back(server: RedisServer) -> None:
+    """A user without scripting rights (NOPERM) gets local pacing, counted, instead of an error."""
+    server.cli("ACL", "SETUSER", "noscripts", "on", "nopass", "~*", "+@all", "-@scripting")
+    fleet = RedisFleet(f"redis://noscripts@127.0.0.1:{server.port}/0", rate="10/s")
+    grant = fleet.acquire(KID, time_left=math.inf)
+    assert grant.fallback
+    assert grant.refused is None
+    assert (1, 1) == (fleet.fallbacks, fleet.errors)
+    fleet.release(KID, grant, 200, {})
+    server.cli("ACL", "DELUSER", "noscripts")
+
+
+def test_a_full_redis_falls_back(server: RedisServer) -> None:
+    """A Redis over maxmemory (OOM on write) gets local pacing instead of an error."""
+    fleet = make(server, rate="10/s")
+    server.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    server.cli("CONFIG", "SET", "maxmemory", "1")
+    grant = fleet.acquire(KID, time_left=math.inf)
+    assert grant.fallback
+    assert not fleet.healthy
+
+
+def test_a_stalled_redis_costs_one_timeout_then_nothing(server: RedisServer) -> None:
+    """A Redis that answers nothing (SIGSTOP) fails one call after `timeout`, then is not asked again."""
+    clock = Clock()
+    fleet = make(server, rate="10/s", clock=clock, timeout=0.05)
+    fleet.acquire(KID, time_left=math.inf)
+    server.pause()
+    try:
+        grants = [fleet.acquire(KID, time_left=math.inf) for _ in range(20)]
+    finally:
+        server.resume()
+    assert all(g.fallback for g in grants)
+    assert 1 == fleet.errors  # only the first call waited for the timeout
+    assert 0.05 == fleet._client.connection_pool.connection_kwargs["socket_timeout"]
+
+
+def test_release_never_raises(server: RedisServer) -> None:
+    """Strangers' grants, missing headers and a dead Redis are all ignored by release()."""
+    fleet = make(server)
+    fleet.release(KID, GRANT_NOW, None, None)
+    grant = fleet.acquire(KID, time_left=math.inf)
+    server.kill()
+    fleet.release(KID, grant, 503, {"Retry-After": "garbage", "RateLimit-Limit": "x"})
+    assert 1 == fleet.errors
+
+
+# -- configuration ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"url_or_client": "http://localhost"}, "url_or_client"),
+        ({"url_or_client": 42}, "url_or_client"),
+        ({"rate": "fast"}, "rate"),
+        ({"rate": -1}, "rate"),
+        ({"rate": "10/s", "burst": 0}, "burst"),
+        ({"burst": 3}, "burst"),
+        ({"prefix": "a{b}"}, "prefix"),
+        ({"prefix": ""}, "prefix"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": "1"}, "timeout"),
+        ({"initial_window": 0}, "initial_window"),
+        ({"retry_budget": 0.2}, "retry_budget"),
+        ({"lease": -1.0}, "lease"),
+        ({"ttl": math.inf}, "ttl"),
+        ({"backoff": math.nan}, "backoff"),
+        ({"clock": 3}, "clock"),
+        ({"rng": "seed"}, "rng"),
+    ],
+)
+def test_bad_settings_name_the_field(kwargs: Dict[str, Any], field: str) -> None:
+    """Each bad argument raises ConfigurationError naming it, before any connection."""
+    url = kwargs.pop("url_or_client", "redis://127.0.0.1:1/0")
+    with pytest.raises(ConfigurationError, match=field):
+        RedisFleet(url, **kwargs)
+
+
+def test_a_bad_url_is_not_echoed() -> None:
+    """A URL redis-py cannot read raises ConfigurationError without repeating it (it may hold a password)."""
+    with pytest.raises(ConfigurationError) as info:
+        RedisFleet("redis://user:hunter2@127.0.0.1:notaport/0")
+    assert "hunter2" not in str(info.value)
