@@ -376,28 +376,29 @@ def round_orders(k: int, rounds: int, order: str, seed: int) -> List[List[int]]:
     return orders
 
 
-def interleaved_run(variants: Sequence[Variant], orders: Sequence[Sequence[int]]) -> List[float]:
-    """Seconds spent per variant, one request each per round in that round's order."""
+def interleaved_run(variants: Sequence[Variant], orders: Sequence[Sequence[int]]) -> List[List[float]]:
+    """Seconds per request, per variant, one request each per round in that round's order."""
     calls = [v.call for v in variants]
-    totals = [0.0] * len(variants)
+    times: List[List[float]] = [[] for _ in variants]
     clock = time.perf_counter
     for order in orders:
         for i in order:
             call = calls[i]
             t0 = clock()
             call()
-            totals[i] += clock() - t0
-    return totals
+            times[i].append(clock() - t0)
+    return times
 
 
 class Row(NamedTuple):
-    """One variant's result over all runs."""
+    """One variant's result over all runs (each figure is the median over runs)."""
 
     variant: Variant
-    us_per_request: float  # median over runs
-    ratio: float  # median over runs of (variant time / baseline time)
-    low: float
+    us_per_request: float  # mean µs per request in a run
+    ratio: float  # the variant's total time / the baseline's total time in the same run
+    low: float  # the lowest and highest run ratio
     high: float
+    median_ratio: float  # the variant's median request / the baseline's median request
 
 
 def measure_success(
@@ -407,18 +408,27 @@ def measure_success(
     k = len(variants)
     interleaved_run(variants, round_orders(k, warmup, order, seed=-1))
     index = {v.name: i for i, v in enumerate(variants)}
-    per_run: List[List[float]] = []
+    totals: List[List[float]] = []
+    medians: List[List[float]] = []
     for run in range(runs):
         orders = round_orders(k, requests_per_run, order, seed=run)
         gc.collect()
-        per_run.append(interleaved_run(variants, orders))
+        times = interleaved_run(variants, orders)
+        totals.append([sum(t) for t in times])
+        medians.append([statistics.median(t) for t in times])
     rows = []
     for i, variant in enumerate(variants):
         b = index[variant.baseline]
-        ratios = [totals[i] / totals[b] for totals in per_run]
-        micros = [totals[i] / requests_per_run * 1e6 for totals in per_run]
+        ratios = [run[i] / run[b] for run in totals]
         rows.append(
-            Row(variant, statistics.median(micros), statistics.median(ratios), min(ratios), max(ratios))
+            Row(
+                variant,
+                us_per_request=statistics.median(run[i] / requests_per_run * 1e6 for run in totals),
+                ratio=statistics.median(ratios),
+                low=min(ratios),
+                high=max(ratios),
+                median_ratio=statistics.median(run[i] / run[b] for run in medians),
+            )
         )
     return rows
 
@@ -534,16 +544,24 @@ def success_table(rows: Sequence[Row], requests_per_run: int, runs: int, order: 
         f"Success path: {requests_per_run} requests per variant per run, {runs} runs, "
         f"interleaved per request (one request per variant per round, order {how} each round).",
         "",
-        "| variant | µs/request | ratio vs baseline (median) | spread (min-max) | baseline |",
-        "|---|---:|---:|---:|---|",
+        "| variant | µs/request | ratio vs baseline (median) | spread (min-max) "
+        "| ratio of per-request medians | baseline |",
+        "|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
         v = row.variant
         base = "—" if v.baseline == v.name else v.baseline
         lines.append(
             f"| `{v.name}` {v.label} | {row.us_per_request:.1f} | {row.ratio:.3f}x "
-            f"| {row.low:.3f}-{row.high:.3f} | {base} |"
+            f"| {row.low:.3f}-{row.high:.3f} | {row.median_ratio:.3f}x | {base} |"
         )
+    lines += [
+        "",
+        "µs/request: mean per request. Ratio: the variant's total time over its baseline's in the same "
+        "run; median over runs, spread = lowest-highest run. Ratio of per-request medians: the same "
+        "with each run's median request; it shrugs off load bursts from other processes but also "
+        "hides occasional costs such as a garbage collection.",
+    ]
     return lines
 
 
@@ -635,7 +653,7 @@ def main(argv: Sequence[str]) -> int:
         "",
         *decision_table(decisions, args.decisions, args.runs),
         "",
-        f"Took {took:.0f} s.",
+        f"Took {took:.0f} s; load average at the end {os.getloadavg()[0]:.2f}.",
     ]
     text = "\n".join(lines)
     print(text)
