@@ -73,6 +73,16 @@ class Job:
     data: Mapping[str, Any] = field(default_factory=dict, hash=False, repr=False)
     request_id: Optional[str] = None
 
+    @classmethod
+    def from_response(cls, response: requests.Response) -> Job:
+        """The job a response names (a submit answer, a poll outcome's error body); nothing is sent.
+
+        Raises ``ConfigurationError`` when the body names no job.
+        """
+        job_id = job_id_of(response)
+        doc = _json(response)
+        return cls(job_id, _status_in(doc), _data_of(doc), _request_id(response, doc))
+
     @property
     def done(self) -> bool:
         """True when the job finished with a result (completed, succeeded, ready...)."""
@@ -238,10 +248,13 @@ class Jobs:
         The first poll is sent at once. Then the server's hint spaces the polls
         (``Retry-After``, else ``recommended_poll_interval_seconds``; never faster than
         ``interval``), else ``interval`` growing x1.5 up to ``max_interval`` with a little
-        jitter. No poll is sent after ``timeout`` seconds; a poll's own time limit is the
-        time left. An unknown status, an unreadable body or an error answer that is not
-        the job's fault (429, 5xx) keeps polling. ``on_status(job)`` is called on the first
-        status seen and on each change.
+        jitter. No poll is sent after ``timeout`` seconds; a poll's own time limit (and,
+        when the session supports a per-call policy, its retries) end by then too.
+
+        An unknown status, an unreadable body, or a 429/5xx the policy did not retry or
+        gave up on, is no news: the next poll comes on schedule. An answer polling cannot
+        fix (401, 403, 404...) raises ``SumeRetryError`` at once. ``on_status(job)`` is
+        called on the first status seen and on each change.
         """
         job_id = job_id_of(job)
         timeout = _seconds(timeout, "timeout")
@@ -251,7 +264,12 @@ class Jobs:
             raise ConfigurationError(f"max_interval ({max_interval}) must be at least interval ({interval})")
         if on_status is not None and not callable(on_status):
             raise ConfigurationError("on_status must be callable or None")
-        last = job if isinstance(job, Job) else Job(job_id)
+        if isinstance(job, Job):
+            last = job
+        elif isinstance(job, requests.Response):
+            last = Job.from_response(job)  # what the submit said, until a poll says more
+        else:
+            last = Job(job_id)
         start = self._now()
         deadline = start + timeout
         delay = interval  # the next unhinted pause, before jitter

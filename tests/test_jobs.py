@@ -22,6 +22,7 @@ from sume_urllib3._jobs import (
     JobNotCompleted,
     Jobs,
     JobTimeout,
+    _takes_policy,
     check_job_id,
 )
 from sume_urllib3.testing import FakeSume, Reply, no_sleep
@@ -291,6 +292,23 @@ def test_the_poll_timeout_is_capped_by_the_time_left(fake: FakeSume, make_sessio
 
     assert time.monotonic() - started < 1.5
     assert isinstance(caught.value.__cause__, requests.exceptions.Timeout)
+
+
+def test_a_polls_own_retries_end_by_the_deadline(
+    fake: FakeSume, make_session: MakeSession, vtime: VirtualTime
+) -> None:
+    """A 503 asking for 30 s near the end: the policy is not allowed to retry past the deadline."""
+    session = make_session()
+    if not _takes_policy(session):
+        pytest.skip("needs the core's per-call policy (session.get(..., policy=...))")
+    fake.job("job_1", ["processing", Reply.error(503, retry_after=30), "completed"])
+    start = vtime.now
+
+    with pytest.raises(JobTimeout, match=r"server asked to wait 30\.0s more"):
+        jobs_for(session).wait("job_1", timeout=10)
+
+    assert 2 == len(fake.requests)
+    assert vtime.now - start < 10
 
 
 # -- a poll's own errors --------------------------------------------------------------------------
@@ -564,6 +582,37 @@ def test_a_response_that_names_no_job_is_refused_before_anything_is_sent(
             getattr(jobs_for(session), method)(submitted)
 
     assert 1 == len(fake.requests)
+
+
+def test_job_from_response_reads_the_submit_answer_without_sending(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
+    """Job.from_response gives the id (a plain str for a task queue) and the submitted status."""
+    fake.script(
+        "POST", "/v1/avatar-videos", Reply(202, json={"data": {"job": {"id": "job_4", "status": "queued"}}})
+    )
+    submitted = make_session().post("/avatar-videos", json={})
+
+    job = Job.from_response(submitted)
+
+    assert ("job_4", "queued", "req_1") == (job.id, job.status, job.request_id)
+    assert 1 == len(fake.requests)
+
+
+def test_a_timeout_before_any_readable_poll_keeps_the_submitted_status(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
+    """wait(response): until a poll is readable, the last status seen is the submit's."""
+    fake.script(
+        "POST", "/v1/avatar-videos", Reply(202, json={"data": {"job": {"id": "job_4", "status": "queued"}}})
+    )
+    fake.script("GET", "/v1/jobs/job_4/status", Reply.error(500))
+    session = make_session()
+
+    with pytest.raises(JobTimeout) as caught:
+        jobs_for(session).wait(session.post("/avatar-videos", json={}), timeout=5)
+
+    assert ("job_4", "queued") == (caught.value.job.id, caught.value.job.status)
 
 
 def test_a_job_object_is_accepted(fake: FakeSume, make_session: MakeSession) -> None:
