@@ -447,9 +447,15 @@ def canned_503() -> urllib3.HTTPResponse:
     )
 
 
-def measure_decisions(
-    server_url: str, decisions: int, runs: int
-) -> List[Tuple[str, Dict[str, float], Dict[str, List[float]]]]:
+class DecisionRuns(NamedTuple):
+    """Per set-up ("stock", "alone", "session"): each run's mean and median µs per decision."""
+
+    source: str
+    means: Dict[str, List[float]]
+    medians: Dict[str, List[float]]
+
+
+def measure_decisions(server_url: str, decisions: int, runs: int) -> List[DecisionRuns]:
     """µs per ``increment`` for stock Retry and the two SumeRetry set-ups, per response source."""
     from sume_urllib3 import RetryBudget, SumeRetry
 
@@ -481,10 +487,11 @@ def measure_decisions(
     results = []
     clock = time.perf_counter
     for source_name, make in sources:
-        per_run: Dict[str, List[float]] = {name: [] for name, _ in retries}
+        means: Dict[str, List[float]] = {name: [] for name, _ in retries}
+        medians: Dict[str, List[float]] = {name: [] for name, _ in retries}
         for run in range(runs + 1):  # run 0 warms up
             gc.collect()
-            totals = dict.fromkeys(per_run, 0.0)
+            times: Dict[str, List[float]] = {name: [] for name in means}
             n = decisions if run else max(decisions // 10, 20)
             for order in round_orders(len(retries), n, "shuffle", seed=run):
                 for i in order:
@@ -492,12 +499,13 @@ def measure_decisions(
                     response = make()
                     t0 = clock()
                     retry.increment("GET", "/503", response=response)
-                    totals[name] += clock() - t0
+                    times[name].append(clock() - t0)
                     finish(response)
             if run:
-                for name in per_run:
-                    per_run[name].append(totals[name] / n * 1e6)
-        results.append((source_name, {k: statistics.median(v) for k, v in per_run.items()}, per_run))
+                for name, spent in times.items():
+                    means[name].append(statistics.mean(spent) * 1e6)
+                    medians[name].append(statistics.median(spent) * 1e6)
+        results.append(DecisionRuns(source_name, means, medians))
     pool.close()
     return results
 
@@ -565,25 +573,36 @@ def success_table(rows: Sequence[Row], requests_per_run: int, runs: int, order: 
     return lines
 
 
-def decision_table(
-    results: Sequence[Tuple[str, Dict[str, float], Dict[str, List[float]]]], decisions: int, runs: int
-) -> List[str]:
+def _ratios(runs: Dict[str, List[float]], name: str) -> List[float]:
+    return [x / stock for x, stock in zip(runs[name], runs["stock"])]
+
+
+def decision_table(results: Sequence[DecisionRuns], decisions: int, runs: int) -> List[str]:
     """The 503 decision table in markdown."""
     lines = [
         f"503 decision: `increment` on a 503, {decisions} decisions per set-up per run, {runs} runs, "
-        "interleaved per decision; µs per decision (median of runs), ratio to stock in the same run.",
+        "interleaved per decision (order shuffled each round).",
         "",
-        "| response | stock `Retry` (status_forcelist) | `SumeRetry()` alone | ratio "
-        "| SumeSession's `SumeRetry` (observers, budget) | ratio |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| response | stock `Retry` (status_forcelist) µs | `SumeRetry()` alone µs | ratio (spread) "
+        "| ratio of medians | SumeSession's `SumeRetry` (observers, budget) µs | ratio (spread) "
+        "| ratio of medians |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for source, med, per_run in results:
-        ratio_alone = statistics.median([a / s for a, s in zip(per_run["alone"], per_run["stock"])])
-        ratio_session = statistics.median([a / s for a, s in zip(per_run["session"], per_run["stock"])])
-        lines.append(
-            f"| {source} | {med['stock']:.1f} | {med['alone']:.1f} | {ratio_alone:.1f}x "
-            f"| {med['session']:.1f} | {ratio_session:.1f}x |"
-        )
+    for result in results:
+        cells = [result.source, f"{statistics.median(result.means['stock']):.1f}"]
+        for name in ("alone", "session"):
+            ratios = _ratios(result.means, name)
+            cells += [
+                f"{statistics.median(result.means[name]):.1f}",
+                f"{statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f})",
+                f"{statistics.median(_ratios(result.medians, name)):.1f}x",
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "µs: mean per decision (median over runs). Ratio: to stock's mean in the same run (median over "
+        "runs; spread = lowest-highest run). Ratio of medians: the same with each run's median decision.",
+    ]
     return lines
 
 
