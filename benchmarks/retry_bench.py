@@ -609,20 +609,97 @@ def decision_table(results: Sequence[DecisionRuns], decisions: int, runs: int) -
 # -- profiling ---------------------------------------------------------------------------
 
 
-def profile(server_url: str, name: str, n: int, sort: str, top: int) -> str:
-    """cProfile over ``n`` requests of one variant; the top entries by ``sort``."""
-    variant = next(v for v in build_variants(server_url, [name]) if v.name == name)
+def _profiled(variants: Sequence[Variant], n: int) -> List[cProfile.Profile]:
+    """One profiler per variant, over ``n`` interleaved rounds (drift hits all alike)."""
     for _ in range(50):
-        variant.call()
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(n):
-        variant.call()
-    profiler.disable()
+        for variant in variants:
+            variant.call()
+    profilers = [cProfile.Profile() for _ in variants]
+    for order in round_orders(len(variants), n, "shuffle", seed=0):
+        for i in order:
+            profilers[i].enable()
+            variants[i].call()
+            profilers[i].disable()
+    return profilers
+
+
+_Key = Tuple[str, int, str]
+
+
+def _where(key: _Key) -> str:
+    filename, line, function = key
+    return f"{os.path.basename(filename)}:{line}({function})" if line else function
+
+
+def _own_times(stats: pstats.Stats) -> Dict[_Key, Tuple[int, float]]:
+    raw: Dict[_Key, Tuple[Any, ...]] = stats.stats  # type: ignore[attr-defined]
+    return {key: (int(value[1]), float(value[2])) for key, value in raw.items()}
+
+
+def _extra_over_baseline(variant: pstats.Stats, baseline: pstats.Stats, n: int, top: int) -> List[str]:
+    """Functions whose own time (tottime) grew most from the baseline to the variant."""
+    mine, theirs = _own_times(variant), _own_times(baseline)
+    deltas: List[Tuple[float, float, _Key]] = []
+    for key in set(mine) | set(theirs):
+        count, spent = mine.get(key, (0, 0.0))
+        base_count, base_spent = theirs.get(key, (0, 0.0))
+        deltas.append(((spent - base_spent) / n * 1e6, (count - base_count) / n, key))
+    deltas.sort(reverse=True)
+    total = sum(delta for delta, _, _ in deltas)
+    called = [d for d in deltas if d[1] != 0]
+    same = [d for d in deltas if d[1] == 0]
+    lines = [
+        f"extra own time per request over the baseline, under the profiler: {total:.1f} µs in all, "
+        f"{sum(d for d, _, _ in called):.1f} µs in functions called a different number of times.",
+        "",
+        f"Functions called a different number of times per request (top {top} by extra own time):",
+        "",
+        "  µs/req  calls/req  function",
+    ]
+    lines += [f"{delta:8.2f} {calls:10.2f}  {_where(key)}" for delta, calls, key in called[:top]]
+    lines += [
+        "",
+        "Functions called as often, but slower (cache and load effects, partly noise; top 10):",
+        "",
+        "  µs/req  function",
+    ]
+    lines += [f"{delta:8.2f}  {_where(key)}" for delta, _, key in same[:10]]
+    return lines
+
+
+def _print_stats(stats: pstats.Stats, sort: str, *restrictions: Any) -> str:
     out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out)
-    stats.strip_dirs().sort_stats(sort).print_stats(top)
-    return f"profile of {n} requests of `{name}` ({variant.label}), sorted by {sort}\n" + out.getvalue()
+    stats.stream = out  # type: ignore[attr-defined]
+    stats.sort_stats(sort).print_stats(*restrictions)
+    return out.getvalue()
+
+
+def profile(server_url: str, name: str, n: int, sort: str, top: int) -> str:
+    """cProfile over ``n`` requests of one variant, interleaved with its baseline's.
+
+    Prints the variant's top entries by ``sort``, its sume_urllib3 functions, and the
+    functions whose own time grew most over the baseline's.
+    """
+    variants = {v.name: v for v in build_variants(server_url, [name])}
+    variant = variants[name]
+    baseline = variants[variant.baseline]
+    pair = [variant] if baseline is variant else [variant, baseline]
+    profilers = _profiled(pair, n)
+    stats = pstats.Stats(profilers[0], stream=io.StringIO())
+    package = _print_stats(stats, sort, r"sume_urllib3", top)
+    sections = [
+        f"profile of {n} requests of `{name}` ({variant.label}), sorted by {sort}",
+        _print_stats(stats.strip_dirs(), sort, top),
+        f"sume_urllib3 functions only, sorted by {sort}",
+        package,
+    ]
+    if len(profilers) > 1:
+        base_stats = pstats.Stats(profilers[1], stream=io.StringIO()).strip_dirs()
+        sections.append(
+            f"`{name}` against `{baseline.name}` ({baseline.label}), {n} interleaved requests each"
+        )
+        sections += _extra_over_baseline(stats, base_stats, n, top)
+    return "\n".join(sections)
 
 
 # -- command line ------------------------------------------------------------------------
