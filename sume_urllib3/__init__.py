@@ -7,8 +7,8 @@ from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
-from ._policy import ANY, IN_USE_WAIT, Decision, Outcome, Policy, Rule, Verdict, wait_seconds
-from ._record import RetryEvent, SumeObserver, SumeRecord
+from ._policy import ANY, IN_USE_WAIT, Decision, Policy, Rule, Verdict, wait_seconds
+from ._record import Outcome, RetryEvent, SumeObserver, SumeRecord, sume_record
 from ._retry import SumeRetry
 from ._session import SumeSession
 from ._version import __version__
@@ -34,5 +34,6 @@ __all__ = [
     "SumeSession",
     "Verdict",
     "__version__",
+    "sume_record",
     "wait_seconds",
 ]

@@ -2,23 +2,35 @@
 
 from __future__ import annotations
 
-import io
-import uuid
+import os
+import weakref
 from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
 
 import requests
 from requests.adapters import HTTPAdapter
 
-from ._envelope import parse_envelope
+from . import _sleeping
+from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeRetryError
-from ._observers import dispatch_outcome, observer_tuple
-from ._policy import Decision, Outcome, Policy, RandomSource, Verdict
-from ._record import SumeRecord
-from ._retry import KEYED_METHODS, SumeRetry, decide_response
-from ._sleeping import now as _sleeping_now
-from ._state import LogicalRequest, RequestState, current_logical, current_request
+from ._helpers import leaves_origin
+from ._idempotency import (
+    IDEMPOTENCY_HEADER,
+    KEYED_METHODS,
+    body_is_replayable,
+    new_key,
+    validate_idempotency_key,
+)
+from ._observers import Observers
+from ._policy import Decision, Policy, RandomSource, Verdict
+from ._record import Outcome, SumeObserver, SumeRecord
+from ._retry import SumeRetry
+from ._state import Attempt, RequestContext, current
+from ._timeouts import TimeoutSpec, capped, check_timeout
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: Auth headers that never leave the origin they were meant for.
+AUTH_HEADER_NAMES = ("x-api-key", "Authorization")
+# Transport errors of a body read after urllib3 handed the response back.
+_BODY_ERRORS = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError)
 
 
 class SumeAdapter(HTTPAdapter):
@@ -26,52 +38,70 @@ class SumeAdapter(HTTPAdapter):
 
     It adds one ``Idempotency-Key`` per logical POST/PATCH (a caller's own key is kept
     and validated), gives ``SumeRetry`` the request's start time, key and whether its
-    body can be replayed, attaches ``response.sume`` (a :class:`SumeRecord`), tells the
-    observers how each request ended, and raises :class:`SumeRetryError` on giving up
-    unless ``raise_on_give_up`` is False.
+    body can be replayed, reads the body of a non-streamed response (a body that breaks
+    mid-read is recorded, and retried when the request may be sent again), attaches
+    ``response.sume`` (a :class:`SumeRecord`), tells the observers how each request
+    ended, and raises :class:`SumeRetryError` on giving up unless ``raise_on_give_up``
+    is False. It strips ``x-api-key`` and ``Authorization`` from a redirect that leaves
+    the host.
+
+    :param policy: the :class:`Policy` (default ``Policy()``).
+    :param raise_on_give_up: raise :class:`SumeRetryError` on a give-up (default), else
+        return the last response with ``response.sume.outcome == "gave_up"``.
+    :param observers: objects with ``on_retry``/``on_outcome`` hooks.
+    :param retry_budget: a shared :class:`RetryBudget`, or None (default) for none.
+    :param timeout: the timeout of a request sent without one (requests' forms: seconds,
+        ``(connect, read)`` with None for no limit, or a urllib3 ``Timeout``); None (the
+        default here) leaves such a request without a timeout, as requests does.
+    :param sleep, clock, rng: injectable waiting, monotonic time and jitter.
+    :param max_retries: a ready :class:`SumeRetry` instead of the arguments above.
+    :param adapter_kwargs: ``HTTPAdapter`` arguments (``pool_connections``, ...).
     """
 
-    __attrs__ = [*HTTPAdapter.__attrs__, "raise_on_give_up", "observers", "budget"]  # noqa: RUF012
+    __attrs__ = [*HTTPAdapter.__attrs__, "raise_on_give_up", "observers", "timeout"]  # noqa: RUF012
 
     def __init__(
         self,
         policy: Optional[Policy] = None,
         *,
         raise_on_give_up: bool = True,
-        observers: Iterable[object] = (),
-        budget: Any = None,
+        observers: Iterable[SumeObserver] = (),
+        retry_budget: Optional[RetryBudget] = None,
+        timeout: TimeoutSpec = None,
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
         max_retries: Optional[SumeRetry] = None,
         **adapter_kwargs: Any,
     ) -> None:
-        observers = observer_tuple(observers)
+        if "budget" in adapter_kwargs:  # the older name
+            if retry_budget is not None:
+                raise ConfigurationError("give retry_budget only (budget is its older name)")
+            retry_budget = adapter_kwargs.pop("budget")
+        self.timeout = check_timeout(timeout)
         if max_retries is None:
             max_retries = SumeRetry(
                 policy,
                 sleep=sleep,
                 clock=clock,
                 rng=rng,
-                budget=budget,
+                retry_budget=retry_budget,
                 observers=observers,
                 raise_on_status=False,
             )
         elif not isinstance(max_retries, SumeRetry):
             raise ConfigurationError("max_retries must be a SumeRetry (or None for the default)")
-        elif any(v is not None for v in (policy, budget, sleep, clock, rng)) or observers:
+        elif any(v is not None for v in (policy, retry_budget, sleep, clock, rng)) or tuple(observers):
             raise ConfigurationError(
-                "give policy, budget, observers, sleep, clock and rng to the SumeRetry "
+                "give policy, retry_budget, observers, sleep, clock and rng to the SumeRetry "
                 "passed as max_retries, not to the adapter as well"
             )
         else:
             # The adapter raises SumeRetryError itself; urllib3 must hand responses back.
             max_retries = max_retries.new(raise_on_status=False)
-            observers, budget = max_retries.observers, max_retries.budget
         self.raise_on_give_up = bool(raise_on_give_up)
-        self.observers = observers
-        self.budget = budget
         super().__init__(max_retries=max_retries, **adapter_kwargs)
+        _after_fork.add(self)
 
     @property
     def retry(self) -> SumeRetry:
@@ -84,6 +114,24 @@ class SumeAdapter(HTTPAdapter):
         """The policy the retry carries out."""
         return self.retry.policy
 
+    @property
+    def observers(self) -> Observers:
+        """Who is told about retries and outcomes."""
+        return self.retry.observers
+
+    @observers.setter
+    def observers(self, value: Iterable[SumeObserver]) -> None:
+        # HTTPAdapter.__setstate__ sets every __attrs__ entry back; the retry owns them.
+        if isinstance(self.max_retries, SumeRetry) and tuple(value) != tuple(self.retry.observers):
+            self.max_retries.observers = Observers(value)
+
+    @property
+    def retry_budget(self) -> Optional[RetryBudget]:
+        """The retry budget the retry spends from, if any."""
+        return self.retry.retry_budget
+
+    budget = retry_budget  # the older name
+
     def __repr__(self) -> str:
         return f"<SumeAdapter {self.retry!r}>"
 
@@ -91,175 +139,168 @@ class SumeAdapter(HTTPAdapter):
         self,
         request: requests.PreparedRequest,
         stream: bool = False,
-        timeout: Union[float, Tuple[float, float], Tuple[float, None], None] = None,
+        timeout: Union[float, Tuple[float, float], Tuple[float, None], Any, None] = None,
         verify: Union[bool, str] = True,
         cert: Union[bytes, str, Tuple[Union[bytes, str], Union[bytes, str]], None] = None,
         proxies: Optional[Mapping[str, str]] = None,
     ) -> requests.Response:
         """Send with the policy; see the class docstring for what is added."""
+        context = current.get()
+        own = context is None or (context.adapter is not None and context.adapter is not self)
+        if own:
+            context = RequestContext(_sleeping.now(self.retry.clock))
+            token = current.set(context)
+        assert context is not None
+        try:
+            return self._send(context, request, stream, timeout, verify, cert, proxies)
+        finally:
+            if own:
+                current.reset(token)
+                if context.record is not None:
+                    self.observers.outcome(context.record)
+
+    def _send(
+        self,
+        context: RequestContext,
+        request: requests.PreparedRequest,
+        stream: bool,
+        timeout: Any,
+        verify: Union[bool, str],
+        cert: Any,
+        proxies: Optional[Mapping[str, str]],
+    ) -> requests.Response:
+        if context.hops == 0:
+            self._join(context, request)
+        else:
+            self._redirected(context, request)
+        context.hops += 1
+        policy = context.policy or self.policy
+        timeout = capped(
+            check_timeout(timeout) if timeout is not None else self.timeout,
+            context.deadline(policy),
+            self.retry.clock,
+        )
+        while True:
+            try:
+                response = super().send(
+                    request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
+                )
+            except requests.exceptions.RequestException as exc:
+                exc.sume = self._finish(context, request, None, None)  # type: ignore[attr-defined]
+                raise
+            if stream or response.status_code >= 400:
+                break
+            try:
+                response.content  # noqa: B018 - requests reads it next; read it where we can act
+                break
+            except _BODY_ERRORS as exc:
+                if not self._retry_body(context, policy, exc):
+                    record = self._finish(
+                        context, request, response.status_code, response.headers, error=type(exc).__name__
+                    )
+                    setattr(exc, "sume", record)
+                    raise
+                response.close()
+                self.retry.sleep()
+        last = context.attempts[-1] if context.attempts else None
+        if response.status_code >= 400 and (
+            last is None or last.decision.retry or last.status != response.status_code
+        ):
+            # urllib3 never showed this response to the retry (requests < 2.29 streams
+            # chunked bodies around urllib3): decide once here, but nothing was resent.
+            self._consult_late(context, response)
+        record = self._finish(context, request, response.status_code, response.headers)
+        response.sume = record  # type: ignore[attr-defined]
+        if record.outcome is Outcome.GAVE_UP and self.raise_on_give_up:
+            raise SumeRetryError(record, response)
+        return response
+
+    def _join(self, context: RequestContext, request: requests.PreparedRequest) -> None:
+        """The first hop: fix the key, the method, whether the body replays; count the request."""
+        context.adapter = self
         method = (request.method or "GET").upper()
         key = request.headers.get(IDEMPOTENCY_HEADER)
         if key is not None:
             key = validate_idempotency_key(key)
         elif method in KEYED_METHODS:
-            key = str(uuid.uuid4())
+            key = new_key()
         if key is not None:
-            # Set on the prepared request itself (as str), so redirects and resends reuse it.
+            # On the prepared request itself (as str), so redirects and resends reuse it.
             request.headers[IDEMPOTENCY_HEADER] = key
-        logical = self._logical()
-        state = RequestState(
-            start=logical.start if logical is not None else _sleeping_now(self.retry.clock),
-            method=method,
-            url=request.url or "",
-            key=key,
-            replayable=body_is_replayable(request.body),
+        context.key, context.method, context.url = key, method, request.url or ""
+        context.replayable = body_is_replayable(request.body)
+        budget = self.retry.retry_budget
+        if budget is not None:
+            budget.record_request()
+
+    def _redirected(self, context: RequestContext, request: requests.PreparedRequest) -> None:
+        """A redirect hop: keep the key only where it still means the same request."""
+        headers = request.headers
+        if (request.method or "GET").upper() not in KEYED_METHODS:
+            headers.pop(IDEMPOTENCY_HEADER, None)  # a 303 made the POST a GET: nothing to dedupe
+        if context.url and leaves_origin(context.url, request.url or ""):
+            for name in AUTH_HEADER_NAMES:  # requests strips Authorization only
+                headers.pop(name, None)
+
+    def _retry_body(self, context: RequestContext, policy: Policy, error: Exception) -> bool:
+        """A body that broke mid-read is a read failure after sending: may it be resent?"""
+        retry = self.retry
+        now = _sleeping.now(retry.clock)
+        replay_safe = retry._refusal(context.method, context.key, context.replayable) is None
+        decision = policy.decide_error(
+            "read", context.retries, now - context.start, replay_safe=replay_safe, rng=retry.rng
         )
-        if logical is not None:
-            # Redirect hops share one attempt list: the cap and the record span them.
-            logical.hops += 1
-            state.attempts, state.hops = logical.attempts, logical.hops
-        if self.budget is not None and state.hops == 1:
-            self.budget.record_request()
-        token = current_request.set(state)
-        try:
-            response = super().send(
-                request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
+        if decision.retry and retry.retry_budget is not None and not retry.retry_budget.try_spend():
+            decision = Decision(Verdict.STOP, reason="the body failed mid-read: retry budget exhausted")
+        context.add(Attempt(None, None, None, None, decision, error=type(error).__name__, at=now))
+        if decision.retry:
+            context.next_wait = decision.wait
+        return decision.retry
+
+    def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
+        seen = self.retry.consult(context, response.raw)
+        if seen.decision.retry:
+            decision = Decision(
+                Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
             )
-        except requests.exceptions.RequestException as exc:
-            record = self._record(state, None, request)
-            exc.sume = record  # type: ignore[attr-defined]
-            self._finish(record)
-            raise
-        finally:
-            current_request.reset(token)
-        record = self._record(state, response, request)
-        response.sume = record  # type: ignore[attr-defined]
-        self._finish(record)
-        if record.outcome is Outcome.GAVE_UP and self.raise_on_give_up:
-            if not stream:
-                response.content  # noqa: B018 - load the body so the error keeps it whole
-            raise SumeRetryError(record, response)
-        return response
+            seen = Attempt(seen.status, seen.code, seen.request_id, seen.next_action, decision, at=seen.at)
+        context.add(seen)
 
-    def _logical(self) -> Optional[LogicalRequest]:
-        """The session request this send belongs to, if its session mounted this adapter."""
-        logical = current_logical.get()
-        return logical if logical is not None and logical.owner is self else None
-
-    def _finish(self, record: SumeRecord) -> None:
-        logical = self._logical()
-        if logical is not None:
-            logical.record = record  # the session reports once, after redirects
-        else:
-            dispatch_outcome(self.observers, record)
-
-    def _record(
+    def _finish(
         self,
-        state: RequestState,
-        response: Optional[requests.Response],
+        context: RequestContext,
         request: requests.PreparedRequest,
+        status: Optional[int],
+        headers: Optional[Mapping[str, str]],
+        *,
+        error: Optional[str] = None,
     ) -> SumeRecord:
-        retries = state.retries
-        attempts = list(state.attempts)
-        status = response.status_code if response is not None else None
-        last = attempts[-1] if attempts else None
-        if last is not None and last.decision.retry:
-            last = None  # the final response was not consulted (e.g. a success)
-        if response is not None and last is not None and last.status != status:
-            last = None
-        code = last.code if last else None
-        request_id = last.request_id if last else None
-        next_action = last.next_action if last else None
-        if response is not None and status is not None and status < 400:
-            request_id = parse_envelope(response.headers, None).request_id
-            outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
-            reason = (
-                "succeeded"
-                if retries == 0
-                else f"succeeded after {retries} retr{'y' if retries == 1 else 'ies'}"
-            )
-        elif last is not None:
-            outcome = _outcome(last.decision.verdict, retries)
-            reason = last.decision.reason
-        elif response is not None and status is not None:
-            # The retry never saw this response (requests < 2.29 sends streamed bodies
-            # around urllib3; some mocks skip it): decide here, but nothing was resent.
-            seen = decide_response(self.policy, state, state.method, response.raw, 0.0)
-            decision = seen.decision
-            if decision.retry:
-                decision = Decision(
-                    Verdict.NO_RETRY,
-                    reason=f"{seen.label}: not retried: the transport did not consult the retry",
-                )
-            outcome = _outcome(decision.verdict, retries)
-            code, request_id, next_action = seen.code, seen.request_id, seen.next_action
-            reason = decision.reason
-        else:
-            outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
-            reason = "transport error before any response"
-        if status == 401 and _has_both_auth(request.headers):
-            reason += "; the request carried both x-api-key and Authorization: send only one"
-        ids = tuple(a.request_id for a in attempts if a.request_id)
-        if request_id and (not ids or ids[-1] != request_id):
-            ids += (request_id,)
-        return SumeRecord(
-            idempotency_key=state.key,
-            attempts=retries + state.hops,
-            outcome=outcome,
-            status=status,
-            code=code,
-            request_id=request_id,
-            request_ids=ids,
-            waits=state.waits,
-            elapsed=max(_sleeping_now(self.retry.clock) - state.start, 0.0),
-            reason=reason,
-            next_action=next_action,
-            method=state.method,
-            url=state.url,
+        record = context.finish(
+            status,
+            headers,
+            _sleeping.now(self.retry.clock),
+            error=error,
+            auth_conflict=status == 401 and _has_both_auth(request.headers),
         )
+        context.record = record
+        return record
 
 
-def _outcome(verdict: Verdict, retries: int) -> Outcome:
-    if verdict is Verdict.FIX:
-        return Outcome.FIX
-    if verdict is Verdict.POLL:
-        return Outcome.POLL
-    if verdict is Verdict.NO_RETRY and retries == 0:
-        return Outcome.NO_RETRY
-    return Outcome.GAVE_UP
+def _has_both_auth(headers: Optional[Mapping[str, Any]]) -> bool:
+    return headers is not None and "x-api-key" in headers and "Authorization" in headers
 
 
-def _has_both_auth(headers: Mapping[str, Any]) -> bool:
-    return "x-api-key" in headers and "Authorization" in headers
+# Adapters made in this process: after os.fork() the child must not reuse the parent's
+# pooled sockets (both would read each other's responses), so it drops them.
+_after_fork: weakref.WeakSet[SumeAdapter] = weakref.WeakSet()
 
 
-def validate_idempotency_key(key: Any) -> str:
-    """The key as str; refuses keys the server cannot store: 1-255 visible ASCII characters."""
-    if isinstance(key, bytes):
-        try:
-            key = key.decode("ascii")
-        except UnicodeDecodeError:
-            raise ConfigurationError("Idempotency-Key must be visible ASCII") from None
-    if not isinstance(key, str):
-        raise ConfigurationError(f"Idempotency-Key must be a str, got {type(key).__name__}")
-    if not 1 <= len(key) <= 255:
-        raise ConfigurationError(f"Idempotency-Key must be 1-255 characters, got {len(key)}")
-    if not all("!" <= ch <= "~" for ch in key):
-        raise ConfigurationError("Idempotency-Key must be visible ASCII (no spaces or control characters)")
-    return key
+def _drop_inherited_pools() -> None:
+    for adapter in list(_after_fork):
+        adapter.poolmanager.clear()
+        for proxy_manager in adapter.proxy_manager.values():
+            proxy_manager.clear()
 
 
-def body_is_replayable(body: Any) -> bool:
-    """True when urllib3 can send this body again: bytes, text, or a seekable file."""
-    if body is None or isinstance(body, (bytes, bytearray, str)):
-        return True
-    if isinstance(body, io.IOBase) or hasattr(body, "read"):
-        try:
-            return (
-                bool(body.seekable())
-                if hasattr(body, "seekable")
-                else hasattr(body, "tell") and hasattr(body, "seek")
-            )
-        except Exception:
-            return False
-    return False  # generators and other iterables are consumed by the first attempt
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_inherited_pools)

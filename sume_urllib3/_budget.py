@@ -55,8 +55,9 @@ class RetryBudget:
         self._bucket_requests: List[int] = [0] * _BUCKETS
         self._bucket_retries: List[int] = [0] * _BUCKETS
         self._head: Optional[int] = None  # absolute index of the newest bucket
-        self._requests = 0  # totals over the live buckets
-        self._retries = 0
+        # The newest bucket's time span: a deposit inside it needs no lock and no advance.
+        self._head_start = math.inf
+        self._head_end = -math.inf
 
     @classmethod
     def shared(cls) -> RetryBudget:
@@ -92,11 +93,19 @@ class RetryBudget:
             return self._balance()
 
     def record_request(self) -> None:
-        """Deposit ``ratio`` tokens for one logical request (not for its retries)."""
+        """Deposit ``ratio`` tokens for one logical request (not for its retries).
+
+        Every request makes one deposit, so the common case takes no lock: two threads
+        depositing at the same instant may count one request instead of two, which only
+        makes the budget a little stricter; buckets are still advanced under the lock.
+        """
+        now = self._clock()
+        if self._head_start <= now < self._head_end:
+            self._bucket_requests[self._head % _BUCKETS] += 1  # type: ignore[operator]
+            return
         with self._lock:
             slot = self._advance()
             self._bucket_requests[slot] += 1
-            self._requests += 1
 
     def try_spend(self) -> bool:
         """Withdraw one token for a retry; False (and nothing withdrawn) when too few are left."""
@@ -105,7 +114,6 @@ class RetryBudget:
             if self._balance() < 1.0 - _EPSILON:
                 return False
             self._bucket_retries[slot] += 1
-            self._retries += 1
             return True
 
     def __reduce__(self) -> Any:
@@ -133,7 +141,7 @@ class RetryBudget:
     def _balance(self) -> float:
         # The floor is a minimum allowance, not a bonus: at busy times only the ratio counts,
         # so a total outage amplifies traffic by 1 + ratio, not 1 + ratio + floor/rate.
-        return max(self._reserve, self._ratio * self._requests) - self._retries
+        return max(self._reserve, self._ratio * sum(self._bucket_requests)) - sum(self._bucket_retries)
 
     def _advance(self) -> int:
         """Expire buckets older than the window; return the slot of the current bucket."""
@@ -141,36 +149,35 @@ class RetryBudget:
         index = math.floor(now / self._width) if math.isfinite(now) else None
         head = self._head
         if head is None:
-            head = self._head = index if index is not None else 0
+            head = index if index is not None else 0
         elif index is not None and index > head:
             if index - head >= _BUCKETS:
                 self._clear()
             else:
                 for absolute in range(head + 1, index + 1):
-                    self._empty(absolute % _BUCKETS)
-            head = self._head = index
+                    self._bucket_requests[absolute % _BUCKETS] = 0
+                    self._bucket_retries[absolute % _BUCKETS] = 0
+            head = index
         elif index is not None and index < head:
             # The clock stepped back (a wall clock, or a budget unpickled on another host):
             # keep the counts, all in the newest bucket, so they age out within one window
             # instead of the budget waiting for the clock to catch up.
-            requests, retries = self._requests, self._retries
+            requests, retries = sum(self._bucket_requests), sum(self._bucket_retries)
             self._clear()
-            head = self._head = index
-            self._bucket_requests[head % _BUCKETS] = self._requests = requests
-            self._bucket_retries[head % _BUCKETS] = self._retries = retries
+            head = index
+            self._bucket_requests[head % _BUCKETS] = requests
+            self._bucket_retries[head % _BUCKETS] = retries
+        self._set_head(head)
         return head % _BUCKETS
 
-    def _empty(self, slot: int) -> None:
-        self._requests -= self._bucket_requests[slot]
-        self._retries -= self._bucket_retries[slot]
-        self._bucket_requests[slot] = 0
-        self._bucket_retries[slot] = 0
+    def _set_head(self, head: int) -> None:
+        self._head = head
+        # Publish the span last: the lock-free deposit reads it before the head.
+        self._head_start, self._head_end = head * self._width, (head + 1) * self._width
 
     def _clear(self) -> None:
         self._bucket_requests = [0] * _BUCKETS
         self._bucket_retries = [0] * _BUCKETS
-        self._requests = 0
-        self._retries = 0
 
 
 def _blank(cls: Type[RetryBudget]) -> RetryBudget:

@@ -7,6 +7,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
+from ._helpers import printable
+
 #: Response headers that may carry the request id, in order of preference.
 REQUEST_ID_HEADERS = ("x-sume-request-id", "x-request-id")
 
@@ -99,22 +101,22 @@ def parse_envelope(
         value = error.get(name)
         return top.get(name) if value is None else value
 
-    code = _text(error.get("code")) or _text(top.get("code"))
+    code = short_text(error.get("code")) or short_text(top.get("code"))
     if code is None and isinstance(top.get("error"), str):
-        code = _text(top.get("error"))  # {"error": "rate_limit_exceeded"}
-    request_id = _text(top.get("request_id")) or _text(error.get("request_id"))
+        code = short_text(top.get("error"))  # {"error": "rate_limit_exceeded"}
+    request_id = short_text(top.get("request_id")) or short_text(error.get("request_id"))
     if request_id is None:
         for name in REQUEST_ID_HEADERS:
-            request_id = _text(header(headers, name))
+            request_id = short_text(header(headers, name))
             if request_id:
                 break
     retryable = pick("retryable")
     return ErrorEnvelope(
         code=code,
-        message=_text(pick("message"), 500),
+        message=short_text(pick("message"), 500),
         request_id=request_id,
         retryable=retryable if isinstance(retryable, bool) else None,
-        next_action=_text(pick("next_action")),
+        next_action=short_text(pick("next_action")),
     )
 
 
@@ -137,13 +139,8 @@ def _no_constant(name: str) -> Any:
     return None  # NaN / Infinity are not JSON; treat them as unknown
 
 
-def _text(value: Any, max_len: int = 200) -> Optional[str]:
+def short_text(value: Any, max_len: int = 200) -> Optional[str]:
     """A short, printable string or None: ids and codes must be safe to log."""
     if not isinstance(value, str):
         return None
-    text = value.strip()[:max_len]
-    if not text:
-        return None
-    if text.isprintable():  # the usual case, without a per-character loop
-        return text
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
+    return printable(value.strip()[:max_len], max_len) or None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import requests
 
-if TYPE_CHECKING:
-    from ._record import SumeRecord
+from ._helpers import plural
+from ._record import SumeRecord, status_label
 
 
 class SumeError(Exception):
@@ -19,7 +19,14 @@ class ConfigurationError(SumeError, ValueError):
 
 
 class SumeRetryError(SumeError, requests.exceptions.RetryError):
-    """The policy gave up: carries the record and the last response, body intact."""
+    """The policy gave up: carries the record and the last response, body intact.
+
+    ``retry_in`` is how many seconds until trying again could succeed (what is left of
+    the server's Retry-After, else the next backoff), and ``idempotency_key`` the key to
+    send again, so a task queue can retry later as the same logical request.
+    """
+
+    response: requests.Response  # always set when a session raises it
 
     def __init__(
         self,
@@ -29,10 +36,25 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
     ) -> None:
         self.record = record
         super().__init__(
-            _describe(record),
+            describe(record),
             response=response,
             request=request if request is not None else getattr(response, "request", None),
         )
+
+    @property
+    def sume(self) -> SumeRecord:
+        """The record, under the same name as ``response.sume``."""
+        return self.record
+
+    @property
+    def retry_in(self) -> Optional[float]:
+        """Seconds until trying again could succeed; None when retrying cannot help."""
+        return self.record.retry_in
+
+    @property
+    def idempotency_key(self) -> Optional[str]:
+        """The key every attempt carried: send it again to resume the same logical request."""
+        return self.record.idempotency_key
 
     def __reduce__(self) -> Any:
         # RetryError pickles its args only; keep the record and drop the live response.
@@ -43,15 +65,13 @@ def _rebuild_retry_error(record: SumeRecord) -> SumeRetryError:
     return SumeRetryError(record)
 
 
-def _describe(record: SumeRecord) -> str:
+def describe(record: SumeRecord) -> str:
     """One message that says what was tried, what the server said and why we stopped."""
-    from ._policy import status_label  # _policy needs ConfigurationError from here first
-    what = "no response" if record.status is None else status_label(record.status, record.code)
+    what = status_label(record.status, record.code)
     # Reasons from the policy already open with the status and code; do not say it twice.
     why = record.reason if record.reason.startswith(what) else f"{what}: {record.reason}"
     ids = ", ".join(record.request_ids) if record.request_ids else "none"
-    plural = "" if record.attempts == 1 else "s"
     return (
-        f"gave up after {record.attempts} attempt{plural} in {record.elapsed:.2f}s: {why} "
+        f"gave up after {plural(record.attempts, 'attempt', 'attempts')} in {record.elapsed:.2f}s: {why} "
         f"(request id{'s' if len(record.request_ids) > 1 else ''}: {ids})"
     )

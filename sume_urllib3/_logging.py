@@ -6,12 +6,10 @@ import logging
 from typing import Any, Dict, Optional
 from urllib.parse import urlsplit
 
-from ._policy import Outcome
-from ._record import RetryEvent, SumeRecord, key_prefix
+from ._helpers import plural, printable
+from ._record import Outcome, RetryEvent, SumeRecord, key_prefix
 
-# Values that come from the server (codes, request ids) are cut to this length
-# so a hostile or broken response cannot flood the log.
-_MAX_FIELD = 200
+_LOUD = frozenset({Outcome.GAVE_UP, Outcome.FIX})
 
 
 class LoggingObserver:
@@ -29,29 +27,20 @@ class LoggingObserver:
         """Log one INFO line before a retry's wait."""
         if not self.logger.isEnabledFor(logging.INFO):
             return
-        method, path = _clean(event.method), _path(event.url)
-        code, request_id = _clean(event.code), _clean(event.request_id)
+        fields = _Fields(event.method, event.url, event.status, event.code, event.request_id)
         prefix = key_prefix(_clean(event.key_prefix))
-        if event.status is not None:
-            cause = " ".join(filter(None, (str(event.status), code)))
-        else:
-            cause = _clean(event.error) or "an error"
-        message = f"retrying {_target(method, path)} after {cause}"
-        if request_id:
-            message += f" (request id {request_id})"
+        cause = fields.label or _clean(event.error) or "an error"
+        message = f"retrying {fields.target} after {cause}"
+        if fields.request_id:
+            message += f" (request id {fields.request_id})"
         message += (
             f", attempt {event.attempt}/{event.max_retries}, "
             f"waiting {event.wait:.1f}s ({_clean(event.wait_source) or 'unknown'})"
         )
         if prefix:
             message += f", key {prefix}"
-        extra = _fields(
+        extra = fields.extra(
             event="retry",
-            method=method,
-            path=path,
-            status=event.status,
-            code=code,
-            request_id=request_id,
             attempt=event.attempt,
             max_retries=event.max_retries,
             wait=event.wait,
@@ -65,47 +54,14 @@ class LoggingObserver:
 
     def on_outcome(self, record: SumeRecord) -> None:
         """Log a give-up or a caller error at INFO, any other outcome at DEBUG."""
-        outcome = Outcome(record.outcome)
-        level = logging.INFO if outcome in (Outcome.GAVE_UP, Outcome.FIX) else logging.DEBUG
+        level = logging.INFO if record.outcome in _LOUD else logging.DEBUG
         if not self.logger.isEnabledFor(level):
             return
-        method, path = _clean(record.method), _path(record.url)
-        code, request_id = _clean(record.code), _clean(record.request_id)
+        outcome = Outcome(record.outcome)
+        fields = _Fields(record.method, record.url, record.status, record.code, record.request_id)
         prefix = key_prefix(record.idempotency_key)
-        target = _target(method, path)
-        reason = _clean(record.reason)
-        plural = "" if record.attempts == 1 else "s"
-        label = " ".join(filter(None, (_status(record.status), code)))
-        details = ", ".join(
-            filter(
-                None,
-                (
-                    "" if reason.startswith(label) else label,  # reasons usually open with it
-                    f"request id {request_id}" if request_id else "",
-                    f"key {prefix}" if prefix else "",
-                ),
-            )
-        )
-        suffix = f" ({details})" if details else ""
-        if outcome is Outcome.GAVE_UP:
-            message = (
-                f"gave up on {target} after {record.attempts} attempt{plural} "
-                f"in {record.elapsed:.1f}s: {reason}{suffix}"
-            )
-        elif outcome is Outcome.FIX:
-            message = f"not retried, the caller must fix it: {target}: {reason}{suffix}"
-        else:
-            message = (
-                f"{target} ended {outcome.value} after {record.attempts} attempt{plural} "
-                f"in {record.elapsed:.1f}s{suffix}"
-            )
-        extra = _fields(
+        extra = fields.extra(
             event="outcome",
-            method=method,
-            path=path,
-            status=record.status,
-            code=code,
-            request_id=request_id,
             attempt=record.attempts,
             max_retries=None,
             wait=None,
@@ -115,7 +71,55 @@ class LoggingObserver:
             error=None,
             elapsed=record.elapsed,
         )
-        self.logger.log(level, message, extra=extra)
+        self.logger.log(level, _outcome_message(record, fields, prefix), extra=extra)
+
+
+class _Fields:
+    """The cleaned values every line carries: method, path, status, code, request id."""
+
+    def __init__(
+        self, method: str, url: str, status: Optional[int], code: Optional[str], request_id: Optional[str]
+    ) -> None:
+        self.method, self.path = _clean(method), _path(url)
+        self.status, self.code, self.request_id = status, _clean(code), _clean(request_id)
+        self.target = " ".join(filter(None, (self.method, self.path))) or "request"
+        self.label = " ".join(filter(None, (None if status is None else str(status), self.code)))
+
+    def extra(self, **values: Any) -> Dict[str, Any]:
+        """The ``sume_*`` attributes of the log record."""
+        return _fields(
+            method=self.method,
+            path=self.path,
+            status=self.status,
+            code=self.code,
+            request_id=self.request_id,
+            **values,
+        )
+
+
+def _outcome_message(record: SumeRecord, fields: _Fields, prefix: Optional[str]) -> str:
+    reason = _clean(record.reason)
+    label = (
+        fields.label if record.status is not None else " ".join(filter(None, ("no response", fields.code)))
+    )
+    details = ", ".join(
+        filter(
+            None,
+            (
+                "" if reason.startswith(label) else label,  # reasons usually open with it
+                f"request id {fields.request_id}" if fields.request_id else "",
+                f"key {prefix}" if prefix else "",
+            ),
+        )
+    )
+    suffix = f" ({details})" if details else ""
+    attempts = plural(record.attempts, "attempt", "attempts")
+    outcome = Outcome(record.outcome)
+    if outcome is Outcome.GAVE_UP:
+        return f"gave up on {fields.target} after {attempts} in {record.elapsed:.1f}s: {reason}{suffix}"
+    if outcome is Outcome.FIX:
+        return f"not retried, the caller must fix it: {fields.target}: {reason}{suffix}"
+    return f"{fields.target} ended {outcome.value} after {attempts} in {record.elapsed:.1f}s{suffix}"
 
 
 def _fields(**values: Any) -> Dict[str, Any]:
@@ -135,21 +139,6 @@ def _path(url: str) -> str:
     return _clean(path) or "/"
 
 
-def _target(method: str, path: str) -> str:
-    return " ".join(filter(None, (method, path))) or "request"
-
-
-def _status(status: Optional[int]) -> str:
-    return "no response" if status is None else str(status)
-
-
 def _clean(value: Optional[str]) -> str:
     """Printable characters only (no forged log lines), bounded length."""
-    if not value:
-        return ""
-    text = str(value)
-    if not text.isprintable():
-        text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    if len(text) > _MAX_FIELD:
-        text = text[:_MAX_FIELD] + "…"
-    return text
+    return printable(value) or ""

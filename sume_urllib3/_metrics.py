@@ -1,16 +1,20 @@
-"""Thread-safe counters of outcomes, retry reasons and attempts."""
+"""Thread-safe counters of outcomes, retry reasons, attempts, pacing and jobs."""
 
 from __future__ import annotations
 
+import collections
 import threading
-from typing import Any, Collection, Dict
+from typing import Any, Collection, Counter, Dict
 
-from ._policy import Outcome
-from ._record import RetryEvent, SumeRecord
+from ._helpers import LockFreePickle
+from ._record import Outcome, RetryEvent, SumeRecord
 
 #: Distinct retry reasons counted before the rest go under "other": codes come from the
 #: server, and a label set that grows without bound is a memory leak in a metrics store.
 MAX_REASONS = 50
+#: What ``on_job`` counts: polls, and how waited-for jobs ended.
+JOB_EVENTS = ("polls", "completed", "failed", "timed_out")
+_OUTCOMES = tuple(outcome.value for outcome in Outcome)
 
 
 def bounded_reason(reason: str, seen: Collection[str]) -> str:
@@ -29,28 +33,56 @@ def retry_reason(event: RetryEvent) -> str:
     return "unknown"
 
 
-class SumeMetrics:
-    """An observer that counts outcomes, retries by reason and attempts per request."""
+class SumeMetrics(LockFreePickle):
+    """An observer that counts outcomes, retries by reason, attempts, pacing and jobs.
+
+    One object may serve many sessions (Django shares one per process); every method is
+    thread-safe. ``snapshot()`` gives plain dicts with string keys.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._outcomes: Dict[str, int] = _zero_outcomes()
-        self._retries: Dict[str, int] = {}
-        self._attempts: Dict[int, int] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._outcomes: Counter[str] = collections.Counter(dict.fromkeys(_OUTCOMES, 0))
+        self._retries: Counter[str] = collections.Counter()
+        self._attempts: Counter[int] = collections.Counter()
+        self._held = 0
+        self._paced = 0.0
+        self._refused = 0
+        self._fallbacks = 0
+        self._jobs: Counter[str] = collections.Counter(dict.fromkeys(JOB_EVENTS, 0))
 
     def on_retry(self, event: RetryEvent) -> None:
         """Count one retry under its reason."""
         reason = retry_reason(event)
         with self._lock:
-            reason = bounded_reason(reason, self._retries)
-            self._retries[reason] = self._retries.get(reason, 0) + 1
+            self._retries[bounded_reason(reason, self._retries)] += 1
 
     def on_outcome(self, record: SumeRecord) -> None:
-        """Count one logical request: its outcome and how many attempts it took."""
-        outcome = Outcome(record.outcome).value
+        """Count one logical request: its outcome, attempts and the time the fleet held it."""
+        outcome = record.outcome
+        key = outcome.value if isinstance(outcome, Outcome) else str(outcome)
         with self._lock:
-            self._outcomes[outcome] += 1
-            self._attempts[record.attempts] = self._attempts.get(record.attempts, 0) + 1
+            self._outcomes[key] += 1
+            self._attempts[record.attempts] += 1
+            if record.paced:
+                self._held += 1
+                self._paced += record.paced
+            if record.fleet_refused:
+                self._refused += 1
+            if record.fleet_fallbacks:
+                self._fallbacks += record.fleet_fallbacks
+
+    def on_job(self, event: Any) -> None:
+        """Count one job event (a ``JobEvent``): a poll, or a wait that completed, failed or timed out."""
+        kind = getattr(event, "kind", None)
+        key = "polls" if kind == "poll" else kind
+        if not isinstance(key, str) or key not in self._jobs:
+            return  # a kind this version does not know: nothing to count it under
+        with self._lock:
+            self._jobs[key] += 1
 
     @property
     def total(self) -> int:
@@ -58,35 +90,27 @@ class SumeMetrics:
         with self._lock:
             return sum(self._outcomes.values())
 
-    def snapshot(self) -> Dict[str, Dict[str, int]]:
-        """A consistent copy: ``{"outcomes": ..., "retries": ..., "attempts": ...}``, string keys."""
+    def snapshot(self) -> Dict[str, Dict[str, Any]]:
+        """A consistent copy: outcomes, retries, attempts, pacing and jobs, string keys."""
         with self._lock:
             return {
                 "outcomes": dict(self._outcomes),
                 "retries": dict(sorted(self._retries.items())),
                 "attempts": {str(n): self._attempts[n] for n in sorted(self._attempts)},
+                "pacing": {
+                    "held": self._held,
+                    "wait_seconds": round(self._paced, 6),
+                    "refused": self._refused,
+                    "fleet_fallbacks": self._fallbacks,
+                },
+                "jobs": dict(self._jobs),
             }
 
     def reset(self) -> None:
         """Set every counter back to zero."""
         with self._lock:
-            self._outcomes = _zero_outcomes()
-            self._retries = {}
-            self._attempts = {}
-
-    def __getstate__(self) -> Dict[str, Any]:
-        with self._lock:
-            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+            self._reset()
 
     def __repr__(self) -> str:
         snap = self.snapshot()
         return f"SumeMetrics(total={sum(snap['outcomes'].values())}, outcomes={snap['outcomes']!r})"
-
-
-def _zero_outcomes() -> Dict[str, int]:
-    return {outcome.value: 0 for outcome in Outcome}

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any, Dict, Iterable, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Tuple
 
 from ._errors import ConfigurationError
-from ._record import RetryEvent, SumeRecord
+from ._record import RetryEvent, SumeObserver, SumeRecord
 
 logger = logging.getLogger("sume_urllib3")
 
+_HOOKS = ("on_start", "on_retry", "on_outcome", "on_job")
 _lock = threading.Lock()
 # id(observer) -> a weak reference (dropped when the observer dies, so a new
 # object reusing the id is warned about again) or, for objects that cannot be
@@ -19,38 +20,87 @@ _lock = threading.Lock()
 _warned: Dict[int, Any] = {}
 
 
-def observer_tuple(observers: object) -> Tuple[object, ...]:
-    """Observers as a tuple; a str or a non-iterable is a configuration mistake."""
+class Observers:
+    """An immutable set of observers with their hooks looked up once, not per request."""
+
+    __slots__ = ("_all", "_outcome", "_retry")
+
+    def __init__(self, observers: Iterable[SumeObserver] = ()) -> None:
+        self._all: Tuple[SumeObserver, ...] = observer_tuple(observers)
+        self._retry = _bound(self._all, "on_retry")
+        self._outcome = _bound(self._all, "on_outcome")
+
+    def __iter__(self) -> Iterator[SumeObserver]:
+        return iter(self._all)
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __bool__(self) -> bool:
+        return bool(self._all)
+
+    def __add__(self, other: Iterable[SumeObserver]) -> Observers:
+        return Observers((*self._all, *other))
+
+    def __repr__(self) -> str:
+        return f"Observers({', '.join(type(o).__name__ for o in self._all)})"
+
+    def retry(self, event: RetryEvent) -> None:
+        """Tell every observer with ``on_retry`` about a retry that is about to happen."""
+        for observer, hook in self._retry:
+            _call(observer, hook, "on_retry", event)
+
+    def outcome(self, record: SumeRecord) -> None:
+        """Tell every observer with ``on_outcome`` how a logical request ended."""
+        for observer, hook in self._outcome:
+            _call(observer, hook, "on_outcome", record)
+
+
+def observer_tuple(observers: object) -> Tuple[SumeObserver, ...]:
+    """Observers as a tuple; a str, a non-iterable or an object with no hook is a mistake."""
+    if isinstance(observers, Observers):
+        return tuple(observers)
     if isinstance(observers, (str, bytes)) or not isinstance(observers, Iterable):
         raise ConfigurationError("observers must be a sequence of observer objects")
-    return tuple(observers)
+    found = tuple(observers)
+    for observer in found:
+        if not any(hasattr(observer, hook) for hook in _HOOKS):
+            raise ConfigurationError(
+                f"observers: {type(observer).__name__} has none of the hooks {', '.join(_HOOKS)}"
+            )
+    return found
 
 
 def dispatch_retry(observers: Iterable[object], event: RetryEvent) -> None:
     """Tell every observer that has ``on_retry`` about a retry that is about to happen."""
-    _dispatch(observers, "on_retry", event)
+    for observer in observers:
+        _call(observer, getattr(observer, "on_retry", None), "on_retry", event)
 
 
 def dispatch_outcome(observers: Iterable[object], record: SumeRecord) -> None:
     """Tell every observer that has ``on_outcome`` how a logical request ended."""
-    _dispatch(observers, "on_outcome", record)
-
-
-def _dispatch(observers: Iterable[object], hook: str, argument: object) -> None:
     for observer in observers:
-        try:
-            method = getattr(observer, hook, None)
-            if method is not None:
-                method(argument)
-        except Exception:
-            if _first_failure(observer):
-                logger.warning(
-                    "observer %s raised in %s; the request goes on, and further errors "
-                    "from this observer are ignored silently",
-                    type(observer).__name__,
-                    hook,
-                    exc_info=True,
-                )
+        _call(observer, getattr(observer, "on_outcome", None), "on_outcome", record)
+
+
+def _bound(observers: Tuple[SumeObserver, ...], hook: str) -> Tuple[Tuple[object, Any], ...]:
+    return tuple((o, getattr(o, hook)) for o in observers if getattr(o, hook, None) is not None)
+
+
+def _call(observer: object, method: Callable[[Any], None] | None, hook: str, argument: object) -> None:
+    if method is None:
+        return
+    try:
+        method(argument)
+    except Exception:
+        if _first_failure(observer):
+            logger.warning(
+                "observer %s raised in %s; the request goes on, and further errors "
+                "from this observer are ignored silently",
+                type(observer).__name__,
+                hook,
+                exc_info=True,
+            )
 
 
 def _first_failure(observer: object) -> bool:

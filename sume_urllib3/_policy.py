@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import random
 from dataclasses import dataclass
@@ -11,6 +10,8 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from ._envelope import ErrorEnvelope
 from ._errors import ConfigurationError
+from ._helpers import StrEnum, plural, seconds
+from ._record import status_label
 from ._retry_after import RETRY_AFTER_CEILING, parse_retry_after
 
 #: A rule's ``code`` that matches any error code (or none).
@@ -21,7 +22,7 @@ IN_USE_WAIT = "in_use_wait"
 RandomSource = Union[random.Random, Callable[[], float], None]
 
 
-class Verdict(str, enum.Enum):
+class Verdict(StrEnum):
     """What to do with one failed attempt."""
 
     RETRY = "retry"
@@ -29,23 +30,6 @@ class Verdict(str, enum.Enum):
     NO_RETRY = "no_retry"
     STOP = "stop"
     POLL = "poll"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Outcome(str, enum.Enum):
-    """How a whole logical request ended."""
-
-    OK = "ok"
-    RETRIED_OK = "retried_ok"
-    GAVE_UP = "gave_up"
-    FIX = "fix"
-    NO_RETRY = "no_retry"
-    POLL = "poll"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -213,7 +197,7 @@ class Policy:
         if attempt >= self.max_retries:
             return Decision(
                 Verdict.STOP,
-                reason=f"{label}: attempt cap reached ({_retries(self.max_retries)})",
+                reason=f"{label}: attempt cap reached ({plural(self.max_retries, 'retry', 'retries')})",
             )
 
         asked = _seconds(retry_after, now)
@@ -260,7 +244,8 @@ class Policy:
             return Decision(Verdict.NO_RETRY, reason="transport error that a retry would not fix")
         if attempt >= self.max_retries:
             return Decision(
-                Verdict.STOP, reason=f"{label}: attempt cap reached ({_retries(self.max_retries)})"
+                Verdict.STOP,
+                reason=f"{label}: attempt cap reached ({plural(self.max_retries, 'retry', 'retries')})",
             )
         return self.bound(label, self.backoff(attempt, rng), "backoff", elapsed)
 
@@ -272,15 +257,15 @@ class Policy:
             return Decision(
                 Verdict.STOP,
                 reason=(
-                    f"{label}: {asked} {_fmt(wait)} ({source}) but only "
-                    f"{_fmt(max(left, 0.0))} of the {_fmt(self.max_elapsed)} budget is left"
+                    f"{label}: {asked} {seconds(wait)} ({source}) but only "
+                    f"{seconds(max(left, 0.0))} of the {seconds(self.max_elapsed)} budget is left"
                 ),
             )
         return Decision(
             Verdict.RETRY,
             wait=wait,
             source=source,
-            reason=f"{label}: retry in {_fmt(wait)} ({source})",
+            reason=f"{label}: retry in {seconds(wait)} ({source})",
         )
 
 
@@ -291,11 +276,6 @@ _ROW_REASONS = {
     Verdict.STOP: "{label}: stop",
     Verdict.POLL: "{label}: poll, do not resubmit",
 }
-
-
-def status_label(status: int, code: Optional[str]) -> str:
-    """How reasons and messages name a response: "503 queue_full", or "503"."""
-    return f"{status} {code}" if code else str(status)
 
 
 def wait_seconds(
@@ -327,14 +307,6 @@ def _uniform(rng: RandomSource, low: float, high: float) -> float:
     if isinstance(rng, random.Random):
         return rng.uniform(low, high)
     return low + (high - low) * float(rng())
-
-
-def _retries(n: int) -> str:
-    return "1 retry" if n == 1 else f"{n} retries"
-
-
-def _fmt(seconds: float) -> str:
-    return f"{seconds:.1f}s" if seconds < 1e6 else f"{seconds:.3g}s"
 
 
 def _check_rules(rules: Any) -> Tuple[Rule, ...]:

@@ -1,20 +1,48 @@
-"""What happened to one logical request: the record, the retry event, the observer protocol."""
+"""What happened to one logical request: outcomes, the record, the retry event, observers."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, Tuple
+from typing import Any, Optional, Protocol, Tuple
 
-from ._policy import Outcome
+from ._helpers import StrEnum
+
+
+class Outcome(StrEnum):
+    """How a whole logical request ended."""
+
+    OK = "ok"
+    RETRIED_OK = "retried_ok"
+    GAVE_UP = "gave_up"
+    FIX = "fix"
+    NO_RETRY = "no_retry"
+    POLL = "poll"
+
+
+def status_label(status: Optional[int], code: Optional[str] = None) -> str:
+    """How reasons and messages name a response: "503 queue_full", "503", or "no response"."""
+    if status is None:
+        return "no response"
+    return f"{status} {code}" if code else str(status)
+
+
+def key_prefix(key: Optional[str]) -> Optional[str]:
+    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
+    if not key:
+        return None
+    return key[:8] + "…" if len(key) > 8 else key
 
 
 @dataclass(frozen=True)
 class SumeRecord:
     """The outcome of one logical request, attached to responses as ``response.sume``.
 
-    ``attempts`` counts requests sent; ``waits`` are the seconds slept between them;
-    ``request_ids`` are the server's ids, one per attempt that got one. It never holds
-    a secret: only the first characters of the idempotency key are shown by ``repr``.
+    ``attempts`` counts requests sent; ``waits`` are the seconds slept between them by
+    the policy; ``paced`` the seconds the fleet held the request on top (pace, cooldown);
+    ``request_ids`` are the server's ids, one per attempt that got one; ``fleet_refused``
+    says the fleet refused a turn (the pace would have crossed the deadline); ``retry_in``
+    (on a give-up) how many seconds until trying again could succeed. It never holds a
+    secret: only the first characters of the idempotency key are shown by ``repr``.
     """
 
     idempotency_key: Optional[str]
@@ -30,6 +58,10 @@ class SumeRecord:
     next_action: Optional[str] = None
     method: str = ""
     url: str = ""
+    paced: float = 0.0
+    fleet_fallbacks: int = 0
+    fleet_refused: bool = False
+    retry_in: Optional[float] = None
 
     def __repr__(self) -> str:
         key = key_prefix(self.idempotency_key)
@@ -68,8 +100,13 @@ class SumeObserver(Protocol):
         """Called once per logical request, with its final record."""
 
 
-def key_prefix(key: Optional[str]) -> Optional[str]:
-    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
-    if not key:
-        return None
-    return key[:8] + "…" if len(key) > 8 else key
+def sume_record(response_or_error: Any) -> Optional[SumeRecord]:
+    """The :class:`SumeRecord` of a response or an exception, typed; None when there is none.
+
+    ``response.sume`` and ``exc.sume`` are set at run time, so type checkers cannot see
+    them; this reads either, and the ``record`` of a :class:`SumeRetryError`.
+    """
+    record = getattr(response_or_error, "sume", None)
+    if record is None:
+        record = getattr(response_or_error, "record", None)
+    return record if isinstance(record, SumeRecord) else None

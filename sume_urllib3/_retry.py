@@ -2,52 +2,69 @@
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import inspect
 import logging
 import time
-from typing import Any, Callable, Dict, Iterable, Optional
+import warnings
+from typing import Any, Callable, Collection, Dict, Iterable, Optional
 
 from urllib3.exceptions import MaxRetryError, ResponseError
 from urllib3.util.retry import Retry
 
 from . import _sleeping
+from ._budget import RetryBudget
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
-from ._observers import dispatch_retry, observer_tuple
+from ._idempotency import KEYED_METHODS, SAFE_METHODS, refusal_for
+from ._observers import Observers
 from ._peek import discard_body, peek_body
-from ._policy import DEFAULT_POLICY, Decision, Policy, RandomSource, Verdict
-from ._record import RetryEvent, key_prefix
+from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, RandomSource, Rule, Verdict
+from ._record import RetryEvent, key_prefix, status_label
 from ._retry_after import parse_retry_after
-from ._state import Attempt, RequestState, current_request
+from ._state import Attempt, RequestContext, current
 
 log = logging.getLogger("sume_urllib3")
-
-#: Methods that may be sent twice without harm.
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
-#: Methods that may be sent twice only with the same Idempotency-Key.
-KEYED_METHODS = frozenset({"POST", "PATCH"})
 
 # Retry arguments that only some urllib3 versions accept; kept as attributes elsewhere.
 _BASE_PARAMS = frozenset(inspect.signature(Retry.__init__).parameters)
 _PORTABLE_EXTRAS = ("backoff_max", "backoff_jitter", "retry_after_max")
-_OWN = ("policy", "sleep", "clock", "rng", "budget", "observers", "_state")
+# urllib3 arguments the Policy replaces: name -> (urllib3's default, the Policy field to use).
+_REPLACED = {
+    "backoff_factor": (0, "backoff_base"),
+    "backoff_max": (getattr(Retry, "DEFAULT_BACKOFF_MAX", 120), "backoff_max"),
+    "backoff_jitter": (0.0, "jitter"),
+}
+_HEADERS_TO_STRIP = frozenset({"x-api-key"})
 
 
 class SumeRetry(Retry):
     """A urllib3 ``Retry`` whose every decision comes from a :class:`Policy`.
 
-    Use it through ``SumeAdapter``/``SumeSession`` (which give it per-request state:
-    start time, idempotency key, body replayability), or alone on any ``HTTPAdapter`` or
-    ``PoolManager``, where POST and PATCH are never resent and the deadline counts
-    from the first failure. Error responses that are not retried are returned, not
-    raised; giving up after retries raises ``MaxRetryError`` when ``raise_on_status``
-    (the default, as in urllib3).
+    Use it through ``SumeAdapter``/``SumeSession`` (which give it the request's start
+    time, idempotency key and whether its body can be replayed), or alone on any
+    ``HTTPAdapter`` or ``PoolManager``, where POST and PATCH are never resent and the
+    deadline counts from the first failure. Error responses that are not retried are
+    returned, not raised; giving up raises ``MaxRetryError`` when ``raise_on_status``
+    (the default, as in urllib3) after at least one retry; a first response the policy
+    refuses to retry is returned.
 
-    ``sleep``, ``clock`` (monotonic) and ``rng`` (a ``random.Random`` or a callable
-    returning [0, 1)) are injectable so schedules can be asserted without sleeping.
-    ``budget`` is an optional shared retry budget; ``observers`` receive each retry.
+    :param policy: the :class:`Policy` to carry out (default: ``Policy()``).
+    :param sleep: how to wait, ``time.sleep`` by default; tests pass their own.
+    :param clock: a monotonic clock in seconds, ``time.monotonic`` by default.
+    :param rng: the jitter source, a ``random.Random`` or a callable returning [0, 1).
+    :param retry_budget: a :class:`RetryBudget` shared by the requests that use this
+        retry, or None (the default here) for no budget.
+    :param observers: objects with ``on_retry(RetryEvent)``, told before each wait.
+    :param retry_kwargs: urllib3 ``Retry`` arguments. The counters (``total``,
+        ``connect``, ``read``, ``status``, ``other``, ``redirect``) cap retries as in
+        urllib3, on top of ``Policy.max_retries``. ``status_forcelist`` adds a retry row
+        (Retry-After, else backoff) for each status the policy has no row for;
+        ``allowed_methods`` narrows the methods that may be resent (POST and PATCH
+        still need an Idempotency-Key); ``respect_retry_after_header=False`` ignores
+        Retry-After; ``remove_headers_on_redirect`` always also strips ``x-api-key``.
+        ``backoff_factor``, ``backoff_max`` and ``backoff_jitter`` are refused with the
+        ``Policy`` field to use instead, and ``allowed_methods=None`` (resend every
+        method, POST without a key included) is refused.
     """
 
     def __init__(
@@ -57,11 +74,12 @@ class SumeRetry(Retry):
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
-        budget: Any = None,
-        observers: Iterable[object] = (),
-        _state: Optional[RequestState] = None,
+        retry_budget: Optional[RetryBudget] = None,
+        observers: Iterable[Any] = (),
         **retry_kwargs: Any,
     ) -> None:
+        if "budget" in retry_kwargs:
+            retry_budget = _renamed_budget(retry_kwargs.pop("budget"), retry_budget)
         if policy is None:
             policy = DEFAULT_POLICY
         if not isinstance(policy, Policy):
@@ -70,50 +88,62 @@ class SumeRetry(Retry):
             raise ConfigurationError("sleep must be callable")
         if clock is not None and not callable(clock):
             raise ConfigurationError("clock must be callable")
-        self._raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
+        if retry_budget is not None and not callable(getattr(retry_budget, "try_spend", None)):
+            raise ConfigurationError("retry_budget must be a RetryBudget or None")
+        policy = _absorb_urllib3_arguments(policy, retry_kwargs)
+        raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
         extras = {k: retry_kwargs.pop(k) for k in _PORTABLE_EXTRAS if k in retry_kwargs}
-        # urllib3 reads raise_on_status on the object whose increment refused, so it must
-        # be False for refusals to come back as responses; giving up flips it per request.
-        super().__init__(raise_on_status=False, **retry_kwargs)
+        super().__init__(raise_on_status=raise_on_give_up, **retry_kwargs)
         for name, value in extras.items():
             setattr(self, name, value)
+        self.remove_headers_on_redirect = frozenset(
+            {h.lower() for h in self.remove_headers_on_redirect} | _HEADERS_TO_STRIP
+        )
         self.policy = policy
         self.sleep_function = sleep or _sleeping.default_sleep
         self.clock = clock or time.monotonic
         self.rng = rng
-        self.budget = budget
-        # new() hands the checked tuple on: validate only what a caller passed.
-        self.observers = observers if type(observers) is tuple else observer_tuple(observers)
-        self._state = _state
-        self._next_wait: Optional[float] = None
+        self.retry_budget = retry_budget
+        self.observers = observers if isinstance(observers, Observers) else Observers(observers)
 
     # -- construction --------------------------------------------------------------
 
+    @property
+    def raise_on_status(self) -> bool:
+        """Whether giving up raises ``MaxRetryError`` (else the last response is returned).
+
+        urllib3 reads this on the object whose ``increment`` refused, which for the first
+        response is the shared template: so it answers for the request on this thread.
+        """
+        context = current.get()
+        return self._raise_on_give_up and context is not None and context.raise_now
+
+    @raise_on_status.setter
+    def raise_on_status(self, value: bool) -> None:
+        self._raise_on_give_up = bool(value)
+
+    @property
+    def budget(self) -> Optional[RetryBudget]:
+        """The retry budget (older name of ``retry_budget``)."""
+        return self.retry_budget
+
     def new(self, **kw: Any) -> SumeRetry:
-        """A copy carrying the policy, injected parts and per-request state."""
+        """A copy carrying the policy and the injected parts (urllib3 calls it per retry)."""
         kw.setdefault("raise_on_status", self._raise_on_give_up)
-        for name in _PORTABLE_EXTRAS:
-            if name not in _BASE_PARAMS and hasattr(self, name):
-                kw.setdefault(name, getattr(self, name))
         kw.setdefault("policy", self.policy)
         kw.setdefault("sleep", self.sleep_function)
         kw.setdefault("clock", self.clock)
         kw.setdefault("rng", self.rng)
-        kw.setdefault("budget", self.budget)
+        kw.setdefault("retry_budget", self.retry_budget)
         kw.setdefault("observers", self.observers)
-        kw.setdefault("_state", self._state)
+        for name in _PORTABLE_EXTRAS:
+            if name not in _BASE_PARAMS and hasattr(self, name):
+                kw.setdefault(name, getattr(self, name))
         new = super().new(**kw)
         assert isinstance(new, SumeRetry)
         return new
-
-    def _bind(self, state: RequestState) -> SumeRetry:
-        """A copy of this (shared) template that belongs to one logical request."""
-        me = copy.copy(self)  # every field is immutable or replaced, so shallow is enough
-        me._state = state
-        me._next_wait = None
-        return me
 
     @classmethod
     def from_int(
@@ -129,15 +159,6 @@ class SumeRetry(Retry):
             return retries
         return cls(total=retries, redirect=bool(redirect) and None)
 
-    def __getstate__(self) -> Dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_next_wait", None)  # a pending wait belongs to one live request
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._next_wait = None
-
     def __repr__(self) -> str:
         p = self.policy
         parts = [
@@ -150,9 +171,6 @@ class SumeRetry(Retry):
             f"status={self.status}",
             f"other={self.other}",
         ]
-        if self._state is not None:
-            parts.append(f"retries={self._state.retries}")
-            parts.append(f"key={key_prefix(self._state.key)!r}")
         return f"{type(self).__name__}({', '.join(parts)})"
 
     # -- what urllib3 asks -----------------------------------------------------------
@@ -162,11 +180,16 @@ class SumeRetry(Retry):
         return self.total is not False and status_code >= 400
 
     def _is_method_retryable(self, method: str) -> bool:
-        return refusal_for(method, self._state) is None
+        context = current.get()
+        key = context.key if context is not None else None
+        replayable = context.replayable if context is not None else True
+        return self._refusal(method, key, replayable) is None
 
     def get_backoff_time(self) -> float:
         """The wait decided for the retry this object was made for."""
-        return self._next_wait if self._next_wait is not None else 0.0
+        context = current.get()
+        wait = context.next_wait if context is not None else None
+        return wait if wait is not None else 0.0
 
     def get_retry_after(self, response: Any) -> Optional[float]:
         """Retry-After in seconds, or None; never raises on garbage (urllib3 does)."""
@@ -174,26 +197,24 @@ class SumeRetry(Retry):
 
     def sleep_for_retry(self, response: Any = None) -> bool:
         """Honour Retry-After on the redirect path without ever raising."""
-        seconds = self.get_retry_after(response)
+        seconds = self.get_retry_after(response) if self.respect_retry_after_header else None
         if seconds:
             _sleeping.wait(seconds, self.sleep_function)
             return True
         return False
 
     def sleep(self, response: Any = None) -> None:
-        """Wait what the policy decided, but never past the deadline.
-
-        The decision already refused waits that cross it; this only trims what reading
-        the rest of the old body took meanwhile.
-        """
-        if self._next_wait is None:
+        """Wait what the policy (and the fleet) decided, but never past the deadline."""
+        context = current.get()
+        wait = context.next_wait if context is not None else None
+        if context is None or wait is None:
             self.sleep_for_retry(response)
             return
-        wait = self._next_wait
-        if self._state is not None:
-            left = self._state.start + self.policy.max_elapsed - self._now()
-            wait = min(wait, max(left, 0.0))
-        _sleeping.wait(wait, self.sleep_function)
+        context.next_wait = None
+        # The decision refused waits that cross the deadline; this only trims what
+        # reading the rest of the old body took meanwhile.
+        left = context.deadline(context.policy or self.policy) - self._now()
+        _sleeping.wait(min(wait, max(left, 0.0)), self.sleep_function)
 
     # -- the decision ----------------------------------------------------------------
 
@@ -207,151 +228,258 @@ class SumeRetry(Retry):
         _stacktrace: Any = None,
     ) -> SumeRetry:
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``."""
-        state = self._state
-        if state is None:
-            state = current_request.get() or RequestState(
-                start=self._now(), method=(method or "").upper(), url=url or ""
-            )
-        me = self if self._state is state else self._bind(state)
         raw = _raw_response(response)
         if error is None and raw is not None and _redirect_location(raw):
             # A redirect followed by urllib3 itself: urllib3's rules, not the policy's.
-            return Retry.increment(me, method, url, raw, None, _pool, _stacktrace)
-
+            return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
+        if error is not None and self.total is False:
+            raise error.with_traceback(_stacktrace)
+        context = self._context(method, url)
+        policy = context.policy or self.policy
         if error is not None:
-            if self.total is False:
-                raise error.with_traceback(_stacktrace)
-            kind = me._error_kind(error)
-            decision = me.policy.decide_error(
-                kind,
-                state.retries,
-                me._now() - state.start,
-                replay_safe=refusal_for(method, state) is None,
-                rng=me.rng,
-            )
-            attempt = Attempt(None, None, None, None, decision, error=type(error).__name__)
+            attempt = self._decide_error(context, policy, method, error)
         else:
-            kind = "response"
             try:
-                attempt = decide_response(me.policy, state, method, raw, me._now() - state.start, me.rng)
+                attempt = self.consult(context, raw, method, policy)
             except Exception:  # a bug here must not leak the connection or the response
                 log.exception("sume_urllib3: failed to decide on a response; not retrying")
                 decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
-                attempt = Attempt(_status(raw), None, None, None, decision)
-
+                attempt = Attempt(_status(raw), None, None, None, decision, at=self._now())
         new: Optional[SumeRetry] = None
-        decision = attempt.decision
-        if decision.retry:
-            try:
-                new = Retry.increment(me, method, url, raw, error, _pool, _stacktrace)
-            except MaxRetryError:
-                decision = Decision(Verdict.STOP, reason=f"{attempt.label}: urllib3 retry counters exhausted")
-            if new is not None and self.budget is not None and not self.budget.try_spend():
-                decision = Decision(Verdict.STOP, reason=f"{attempt.label}: retry budget exhausted")
-            attempt = dataclasses.replace(attempt, decision=decision)
-        state.attempts.append(attempt)
+        if attempt.decision.retry:
+            new, attempt = self._count(attempt, method, url, raw, error, _pool, _stacktrace)
+        context.add(attempt)
 
+        decision = attempt.decision
         if decision.retry and new is not None:
             if raw is not None:
                 discard_body(raw)
-            return me._schedule(new, decision, method, url, attempt)
+            context.next_wait = decision.wait
+            if context.adapter is None:
+                context.expect = new  # a lone retry: its next increment continues this request
+            self._announce(context, policy, attempt, method, url)
+            return new
         if error is None:
-            self._refuse(state, decision)
+            # A refusal of the first response is the answer itself; a give-up after
+            # retries follows raise_on_status, as urllib3's own Retry does.
+            context.raise_now = context.retries > 0 and decision.verdict in _GIVE_UP
             raise MaxRetryError(_pool, url, ResponseError(decision.reason))
-        if kind == "connect" and decision.verdict is Verdict.STOP:
+        if self._is_connection_error(error) and decision.verdict is Verdict.STOP:
             raise MaxRetryError(_pool, url, error) from error
         # Re-raise the transport error itself, so requests maps it to ReadTimeout /
         # ConnectionError exactly as it would without retries.
         raise error.with_traceback(_stacktrace)
 
-    def _error_kind(self, error: Exception) -> str:
-        if self._is_connection_error(error):
-            return "connect"
-        if self._is_read_error(error):
-            return "read"
-        return "other"
-
-    def _schedule(
+    def consult(
         self,
-        new: SumeRetry,
-        decision: Decision,
+        context: RequestContext,
+        raw: Any,
+        method: Optional[str] = None,
+        policy: Optional[Policy] = None,
+    ) -> Attempt:
+        """Peek at an error body and ask the policy what to do about this attempt.
+
+        A retry the request cannot take (a POST without a key, a body that cannot be
+        replayed) becomes NO_RETRY here. The adapter calls this too, for a response
+        that urllib3 never showed the retry (old requests streaming around urllib3).
+        """
+        policy = policy or context.policy or self.policy
+        status = _status(raw) or 0
+        headers = getattr(raw, "headers", None)
+        envelope = _NO_HINTS
+        if status >= 400:
+            prefix, decoded = peek_body(raw, policy.peek_limit)
+            envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded)
+        # Measured after the peek: reading a slow body is part of the elapsed time.
+        now = self._now()
+        retry_after = header(headers, "Retry-After") if self.respect_retry_after_header else None
+        decision = policy.decide(
+            status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
+        )
+        if decision.retry:
+            refusal = self._refusal(method or context.method, context.key, context.replayable)
+            if refusal:
+                decision = Decision(
+                    Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
+                )
+        retry_in = None
+        if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
+            retry_in = _retry_in(policy, retry_after, context.retries, self.rng)
+        return Attempt(
+            status,
+            envelope.code,
+            envelope.request_id,
+            envelope.next_action,
+            decision,
+            at=now,
+            retry_in=retry_in,
+        )
+
+    def _decide_error(
+        self, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
+    ) -> Attempt:
+        if self._is_connection_error(error):
+            kind = "connect"
+        elif self._is_read_error(error):
+            kind = "read"
+        else:
+            kind = "other"
+        now = self._now()
+        replay_safe = self._refusal(method or context.method, context.key, context.replayable) is None
+        decision = policy.decide_error(
+            kind, context.retries, now - context.start, replay_safe=replay_safe, rng=self.rng
+        )
+        retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
+        return Attempt(
+            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
+        )
+
+    def _count(
+        self,
+        attempt: Attempt,
         method: Optional[str],
         url: Optional[str],
+        raw: Any,
+        error: Optional[Exception],
+        _pool: Any,
+        _stacktrace: Any,
+    ) -> Any:
+        """Let urllib3's counters and the retry budget confirm a retry, or turn it into STOP."""
+        try:
+            new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
+        except MaxRetryError:
+            return None, _stop(attempt, "urllib3 retry counters exhausted")
+        budget = self.retry_budget
+        if budget is not None and not budget.try_spend():
+            return None, _stop(attempt, "retry budget exhausted")
+        return new, attempt
+
+    def _announce(
+        self,
+        context: RequestContext,
+        policy: Policy,
         attempt: Attempt,
-    ) -> SumeRetry:
-        new._next_wait = decision.wait
-        state = self._state
-        assert state is not None
+        method: Optional[str],
+        url: Optional[str],
+    ) -> None:
+        decision = attempt.decision
         if self.observers:
-            dispatch_retry(
-                self.observers,
+            self.observers.retry(
                 RetryEvent(
-                    method=(method or state.method or "").upper(),
-                    url=state.url or url or "",
-                    attempt=state.retries,
-                    max_retries=self.policy.max_retries,
+                    method=(method or context.method or "").upper(),
+                    url=context.url or url or "",
+                    attempt=context.retries,
+                    max_retries=policy.max_retries,
                     wait=decision.wait or 0.0,
                     wait_source=decision.source or "backoff",
                     status=attempt.status,
                     code=attempt.code,
                     request_id=attempt.request_id,
-                    key_prefix=key_prefix(state.key),
+                    key_prefix=key_prefix(context.key),
                     reason=decision.reason,
                     error=attempt.error,
-                ),
+                )
             )
         log.debug("sume_urllib3: %s", decision.reason)
-        return new
 
-    def _refuse(self, state: RequestState, decision: Decision) -> None:
-        gave_up = decision.verdict is Verdict.STOP or (
-            decision.verdict is Verdict.NO_RETRY and state.retries > 0
+    def _context(self, method: Optional[str], url: Optional[str]) -> RequestContext:
+        """The request this increment belongs to: the adapter's, or a lone retry's own."""
+        context = current.get()
+        if context is not None and (context.adapter is not None or context.expect is self):
+            return context
+        # Used alone (PoolManager, a plain HTTPAdapter): this is the first failure of a
+        # new request, so the deadline counts from now.
+        context = RequestContext(self._now(), method=(method or "").upper(), url=url or "")
+        current.set(context)
+        return context
+
+    def _refusal(self, method: Optional[str], key: Optional[str], replayable: bool) -> Optional[str]:
+        refusal = refusal_for(method, key, replayable)
+        allowed = self.allowed_methods
+        if refusal is None and self._narrowed and allowed and (method or "").upper() not in allowed:
+            return f"{(method or '').upper()} is not in allowed_methods"
+        return refusal
+
+    @property
+    def _narrowed(self) -> bool:
+        allowed = self.allowed_methods
+        return allowed is not Retry.DEFAULT_ALLOWED_METHODS and isinstance(
+            allowed, (frozenset, set, list, tuple)
         )
-        # Only an object made for this request may be changed; the template is shared.
-        if gave_up and self._raise_on_give_up and self._state is state:
-            self.raise_on_status = True
 
     def _now(self) -> float:
         return _sleeping.now(self.clock)
 
 
-def decide_response(
-    policy: Policy,
-    state: RequestState,
-    method: Optional[str],
-    raw: Any,
-    elapsed: float,
-    rng: RandomSource = None,
-) -> Attempt:
-    """Peek at an error body, ask the policy, and refuse a retry the request cannot take."""
-    status = _status(raw) or 0
-    headers = getattr(raw, "headers", None)
-    envelope = ErrorEnvelope()
-    if status >= 400:
-        prefix, decoded = peek_body(raw, policy.peek_limit)
-        envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded)
-    decision = policy.decide(
-        status, envelope.code, header(headers, "Retry-After"), state.retries, elapsed, envelope, rng=rng
+_NO_HINTS = ErrorEnvelope()
+_GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
+
+
+def _stop(attempt: Attempt, why: str) -> Attempt:
+    decision = Decision(Verdict.STOP, reason=f"{attempt.label}: {why}")
+    return Attempt(
+        attempt.status,
+        attempt.code,
+        attempt.request_id,
+        attempt.next_action,
+        decision,
+        error=attempt.error,
+        at=attempt.at,
+        retry_in=attempt.decision.wait,
     )
-    attempt = Attempt(status, envelope.code, envelope.request_id, envelope.next_action, decision)
-    refusal = refusal_for(method, state) if decision.retry else None
-    if refusal:
-        decision = Decision(Verdict.NO_RETRY, reason=f"{attempt.label}: {refusal}")
-        attempt = dataclasses.replace(attempt, decision=decision)
-    return attempt
 
 
-def refusal_for(method: Optional[str], state: Optional[RequestState]) -> Optional[str]:
-    """Why this request may not be sent again, or None when it may."""
-    verb = (method or "").upper()
-    key = state.key if state is not None else None
-    if verb in KEYED_METHODS and not key:
-        return f"{verb} without an Idempotency-Key is never resent"
-    if verb not in SAFE_METHODS and verb not in KEYED_METHODS:
-        return f"{verb or 'unknown method'} is not replay-safe"
-    if state is not None and not state.replayable:
-        return "the request body cannot be replayed"
-    return None
+def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:
+    """Seconds until trying again could succeed: the server's Retry-After, else the next backoff."""
+    asked = parse_retry_after(retry_after)
+    return asked if asked is not None else policy.backoff(retries, rng)
+
+
+def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
+    """Honour the urllib3 arguments that mean something here; refuse the rest by name."""
+    for name, (default, field) in _REPLACED.items():
+        if name in kwargs and kwargs[name] not in (default, None):
+            raise ConfigurationError(
+                f"SumeRetry({name}=...) is not used: the Policy sets the backoff; use Policy({field}=...)"
+            )
+        if name in kwargs and name not in _PORTABLE_EXTRAS:
+            kwargs.pop(name)
+    if "allowed_methods" in kwargs and kwargs["allowed_methods"] is None:
+        raise ConfigurationError(
+            "SumeRetry(allowed_methods=None) would resend every method: POST and PATCH are resent "
+            "only with an Idempotency-Key (use SumeSession or SumeAdapter to add one)"
+        )
+    if "allowed_methods" in kwargs and kwargs["allowed_methods"] is not Retry.DEFAULT_ALLOWED_METHODS:
+        kwargs["allowed_methods"] = frozenset(str(m).upper() for m in kwargs["allowed_methods"])
+        unknown = kwargs["allowed_methods"] - SAFE_METHODS - KEYED_METHODS
+        if unknown:
+            raise ConfigurationError(f"allowed_methods: {', '.join(sorted(unknown))} may never be resent")
+    forcelist = kwargs.pop("status_forcelist", None)
+    if forcelist:
+        policy = _with_forced_statuses(policy, forcelist)
+    return policy
+
+
+def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
+    """Add a RETRY row (Retry-After, else backoff) for each forced status without a row."""
+    added = []
+    for status in sorted({int(s) for s in statuses}):
+        rule = policy.match(status, None)
+        if rule is None:
+            added.append(Rule(status, ANY, Verdict.RETRY))
+        elif rule.verdict is not Verdict.RETRY:
+            raise ConfigurationError(
+                f"status_forcelist: the policy's row for {status} says {rule.verdict.value}; "
+                "change Policy(rules=...) to decide differently"
+            )
+    return policy.replace(rules=(*policy.rules, *added)) if added else policy
+
+
+def _renamed_budget(budget: Any, retry_budget: Any) -> Any:
+    if retry_budget is not None:
+        raise ConfigurationError("give retry_budget only (budget is its older name)")
+    warnings.warn("SumeRetry(budget=...) is now retry_budget=...", DeprecationWarning, stacklevel=3)
+    return budget
 
 
 def _raw_response(response: Any) -> Any:

@@ -2,31 +2,42 @@
 
 from __future__ import annotations
 
-import ipaddress
-import math
 import os
-import re
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Union
 from urllib.parse import urlsplit
 
 import requests
 from requests.utils import default_user_agent
 
-from ._adapter import SumeAdapter
+from . import _sleeping
+from ._adapter import AUTH_HEADER_NAMES, SumeAdapter
 from ._budget import RetryBudget
 from ._errors import ConfigurationError
+from ._helpers import is_loopback, is_visible_ascii, origin, plain_http_refusal
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
-from ._observers import dispatch_outcome, observer_tuple
+from ._observers import Observers
 from ._policy import Policy, RandomSource
-from ._sleeping import now as _sleeping_now
-from ._state import LogicalRequest, current_logical
+from ._record import SumeObserver
+from ._state import RequestContext, current
+from ._timeouts import TimeoutSpec, check_timeout
 from ._version import __version__
+
+__all__ = [  # names the Django integration builds on
+    "AUTH_HEADERS",
+    "DEFAULT_BASE_URL",
+    "SumeSession",
+    "check_api_key",
+    "check_auth_header",
+    "check_base_url",
+    "check_timeout",
+    "describe_unechoed",
+    "is_loopback",
+]
 
 DEFAULT_BASE_URL = "https://api.sume.com/v1"
 AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
-Timeout = Union[float, Tuple[float, float]]
-_ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_SCHEMES = ("https://", "http://")
 
 
 class _DefaultBudget:
@@ -39,13 +50,44 @@ class _DefaultBudget:
 DEFAULT_BUDGET: Any = _DefaultBudget()
 
 
+class _NoAuth(requests.auth.AuthBase):
+    """Stands in for netrc on the API's own origin: the session sends the key itself."""
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        return request
+
+
+_NO_AUTH = _NoAuth()
+
+
 class SumeSession(requests.Session):
     """A ``requests.Session`` whose every call follows the Sume retry policy.
 
-    ``api_key`` and ``base_url`` default to ``SUME_API_KEY`` and ``SUME_API_BASE_URL``.
     A URL without a scheme is appended to the base URL (``"/jobs"`` becomes
-    ``https://api.sume.com/v1/jobs``); absolute URLs pass through. Every response
-    carries ``response.sume``; ``session.metrics`` counts outcomes.
+    ``https://api.sume.com/v1/jobs``); absolute URLs pass through, and the API key goes
+    only to the base URL's origin. Every response carries ``response.sume`` (read it
+    typed with :func:`sume_record`); ``session.metrics`` counts outcomes. Any request
+    method takes ``policy=`` to use another :class:`Policy` for that call alone
+    (``session.post("/jobs", json=..., policy=session.policy.replace(max_elapsed=10))``).
+
+    :param api_key: the Sume API key; default ``SUME_API_KEY``. Never logged or shown.
+    :param base_url: default ``SUME_API_BASE_URL``, else ``https://api.sume.com/v1``.
+    :param auth_header: ``"x-api-key"`` (default) or ``"bearer"`` (``Authorization``).
+    :param policy: the :class:`Policy` every request follows (default ``Policy()``).
+    :param timeout: the timeout of a call that gives none, in any form requests takes:
+        seconds, ``(connect, read)`` (None in a place means no limit there), or a
+        urllib3 ``Timeout``; default ``(5, 60)``. Each attempt's timeouts are also capped
+        by what is left of ``policy.max_elapsed``. A call's own ``timeout=None`` means
+        this default (requests cannot tell it from no argument); pass ``(5, None)`` for
+        a read without limit.
+    :param raise_on_give_up: raise :class:`SumeRetryError` when the policy gives up
+        (default), else return the last response.
+    :param observers: objects with ``on_retry``/``on_outcome`` hooks, after the
+        built-in metrics and logging.
+    :param retry_budget: a :class:`RetryBudget` shared by this session's threads
+        (default: a new one per session), or None for no budget.
+    :param sleep: how to wait (default ``time.sleep``); :param clock: a monotonic clock;
+        :param rng: the jitter source. All three are for tests.
     """
 
     def __init__(
@@ -55,10 +97,10 @@ class SumeSession(requests.Session):
         base_url: Optional[str] = None,
         auth_header: str = "x-api-key",
         policy: Optional[Policy] = None,
-        timeout: Optional[Timeout] = (5, 60),
+        timeout: TimeoutSpec = (5, 60),
         raise_on_give_up: bool = True,
-        observers: Iterable[object] = (),
-        retry_budget: Any = DEFAULT_BUDGET,
+        observers: Iterable[SumeObserver] = (),
+        retry_budget: Optional[RetryBudget] = DEFAULT_BUDGET,
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
@@ -68,22 +110,29 @@ class SumeSession(requests.Session):
             api_key = os.environ.get("SUME_API_KEY") or None
         self._api_key = check_api_key(api_key)
         self.base_url = check_base_url(base_url or os.environ.get("SUME_API_BASE_URL") or DEFAULT_BASE_URL)
+        self._prefix = self.base_url + "/"
+        self._origin = origin(self.base_url)
         self.auth_header = check_auth_header(auth_header)
-        self.timeout = check_timeout(timeout)
+        self._auth_name = AUTH_HEADERS[self.auth_header]
+        self._auth_value = (
+            None
+            if self._api_key is None
+            else "Bearer " + self._api_key
+            if self.auth_header == "bearer"
+            else self._api_key
+        )
         self._default_budget = retry_budget is DEFAULT_BUDGET
         if self._default_budget:
             retry_budget = RetryBudget()
-        elif retry_budget is not None and not callable(getattr(retry_budget, "try_spend", None)):
-            raise ConfigurationError("retry_budget must be a RetryBudget or None")
-        self.retry_budget: Optional[RetryBudget] = retry_budget
         self.metrics = SumeMetrics()
-        self.user_observers = observer_tuple(observers)
+        self.user_observers = Observers(observers)
         self._injected = {"sleep": sleep, "clock": clock, "rng": rng}
         self.adapter = SumeAdapter(
             policy,  # validated by SumeRetry, with the same message
             raise_on_give_up=raise_on_give_up,
             observers=(self.metrics, _LOGGING, *self.user_observers),
-            budget=retry_budget,
+            retry_budget=retry_budget,
+            timeout=check_timeout(timeout),
             sleep=sleep,
             clock=clock,
             rng=rng,
@@ -98,7 +147,7 @@ class SumeSession(requests.Session):
         return self.adapter.policy
 
     @property
-    def observers(self) -> Tuple[object, ...]:
+    def observers(self) -> Observers:
         """Built-in observers (metrics, logging) followed by the caller's."""
         return self.adapter.observers
 
@@ -106,6 +155,16 @@ class SumeSession(requests.Session):
     def raise_on_give_up(self) -> bool:
         """Whether giving up raises SumeRetryError (else the last response is returned)."""
         return self.adapter.raise_on_give_up
+
+    @property
+    def retry_budget(self) -> Optional[RetryBudget]:
+        """The retry budget this session's retries spend from, if any."""
+        return self.adapter.retry_budget
+
+    @property
+    def timeout(self) -> TimeoutSpec:
+        """The timeout of a call that gives none."""
+        return self.adapter.timeout
 
     @property
     def has_api_key(self) -> bool:
@@ -118,55 +177,89 @@ class SumeSession(requests.Session):
 
     def url_for(self, url: str) -> str:
         """Resolve ``url`` against the base URL unless it is absolute."""
-        if _ABSOLUTE.match(url):  # "/jobs?next=https://..." is still relative
+        if url.startswith(_SCHEMES) or _has_scheme(url):  # "/jobs?next=https://..." stays relative
             return url
-        return self.base_url + "/" + url.lstrip("/")
+        return self._prefix + url.lstrip("/")
 
     def request(
-        self, method: Union[str, bytes], url: Union[str, bytes], *args: Any, **kwargs: Any
+        self,
+        method: Union[str, bytes],
+        url: Union[str, bytes],
+        *args: Any,
+        policy: Optional[Policy] = None,
+        **kwargs: Any,
     ) -> requests.Response:
-        """Send one logical request: the deadline and the outcome span its redirects."""
-        if isinstance(url, bytes):
-            url = url.decode("utf-8")
-        logical = LogicalRequest(start=_sleeping_now(self.adapter.retry.clock), owner=self.adapter)
-        token = current_logical.set(logical)
-        try:
-            return super().request(method, self.url_for(url), *args, **kwargs)
-        finally:
-            current_logical.reset(token)
-            if logical.record is not None:
-                dispatch_outcome(self.observers, logical.record)
+        """Send one logical request: the deadline and the outcome span its redirects.
 
-    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
-        """Send with the session's timeout when none is given (every hop comes through here)."""
-        if kwargs.get("timeout") is None:
-            kwargs["timeout"] = self.timeout
-        return super().send(request, **kwargs)
+        ``policy`` replaces the session's policy for this call alone.
+        """
+        if policy is not None and not isinstance(policy, Policy):
+            raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
+        context = RequestContext(_sleeping.now(self.adapter.retry.clock), policy=policy, owned=True)
+        token = current.set(context)
+        try:
+            return super().request(method, url, *args, **kwargs)
+        finally:
+            current.reset(token)
+            if context.record is not None:
+                self._report(context)
+
+    def _report(self, context: RequestContext) -> None:
+        """Tell the observers once; an extra SumeAdapter mounted here adds its own."""
+        assert context.record is not None
+        self.observers.outcome(context.record)
+        adapter = context.adapter
+        if adapter is not None and adapter is not self.adapter:
+            mine = set(map(id, self.observers))
+            for observer in adapter.observers:
+                if id(observer) not in mine:
+                    Observers((observer,)).outcome(context.record)
 
     def prepare_request(self, request: requests.Request) -> requests.PreparedRequest:
-        """Prepare as requests does, then add exactly one auth header (checked)."""
+        """Resolve the URL against the base, prepare as requests does, then add the key.
+
+        The key goes only to the base URL's origin, in exactly one auth header (checked).
+        """
+        if isinstance(request.url, bytes):
+            request.url = request.url.decode("utf-8")
+        if isinstance(request.url, str):
+            request.url = self.url_for(request.url)
+        ours = self._is_ours(request.url if isinstance(request.url, str) else "")
+        if ours and self._api_key is not None and request.auth is None and self.auth is None:
+            request.auth = _NO_AUTH  # the key is ours to send: no ~/.netrc credentials here
         prepared = super().prepare_request(request)
         headers = prepared.headers
         has_key, has_auth = "x-api-key" in headers, "Authorization" in headers
-        if has_key and has_auth:
+        if not ours:
+            self._strip_key(headers)
+        elif has_key and has_auth:
             raise ConfigurationError(
                 "both x-api-key and Authorization are set on this request: send only one"
             )
-        if self._api_key is not None and not (has_key or has_auth):
-            if self.auth_header == "bearer":
-                headers["Authorization"] = "Bearer " + self._api_key
-            else:
-                headers["x-api-key"] = self._api_key
-        elif self._api_key is not None:
-            mine = AUTH_HEADERS[self.auth_header]
-            if mine not in headers:
+        elif self._auth_value is not None:
+            if not (has_key or has_auth):
+                headers[self._auth_name] = self._auth_value
+            elif self._auth_name not in headers:
                 raise ConfigurationError(
                     f"this request sets its own {'Authorization' if has_auth else 'x-api-key'} "
-                    f"header and the session sends {mine}: send only one"
+                    f"header and the session sends {self._auth_name}: send only one"
                 )
-        if "x-api-key" in headers or "Authorization" in headers:
-            _refuse_plain_http(prepared.url or "")
+        url = prepared.url or ""
+        if url.startswith("http:") and ("x-api-key" in headers or "Authorization" in headers):
+            refusal = plain_http_refusal(url)
+            if refusal:
+                raise ConfigurationError(refusal)
         return prepared
+
+    def _is_ours(self, url: str) -> bool:
+        """True when ``url`` is on the base URL's origin (the only one the key goes to)."""
+        return url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
+
+    def _strip_key(self, headers: Any) -> None:
+        """Remove the API key from a request to another origin (a presigned upload, say)."""
+        headers.pop("x-api-key", None)
+        if self._api_key is not None and headers.get("Authorization") == "Bearer " + self._api_key:
+            del headers["Authorization"]
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
         """Strip the key header too (requests strips only Authorization) when leaving the host."""
@@ -176,11 +269,20 @@ class SumeSession(requests.Session):
         )
         super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call]
         if leaving:
-            prepared_request.headers.pop("x-api-key", None)
-            prepared_request.headers.pop("Authorization", None)
+            for name in AUTH_HEADER_NAMES:
+                prepared_request.headers.pop(name, None)
+
+    def close(self) -> None:
+        """Close every mounted adapter once (the default one is mounted twice)."""
+        seen = set()
+        for adapter in self.adapters.values():
+            if id(adapter) not in seen:
+                seen.add(id(adapter))
+                adapter.close()
 
     def __getstate__(self) -> Dict[str, Any]:
         state = {attr: getattr(self, attr, None) for attr in self.__attrs__ if attr != "adapters"}
+        state["_sume_mounts"] = [(p, a) for p, a in self.adapters.items() if a is not self.adapter]
         config: Dict[str, Any] = {
             "api_key": self._api_key,
             "base_url": self.base_url,
@@ -188,7 +290,7 @@ class SumeSession(requests.Session):
             "policy": self.policy,
             "timeout": self.timeout,
             "raise_on_give_up": self.raise_on_give_up,
-            "observers": self.user_observers,
+            "observers": tuple(self.user_observers),
             **self._injected,
         }
         if not self._default_budget:
@@ -198,12 +300,20 @@ class SumeSession(requests.Session):
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         config = state.pop("_sume_config")
+        mounts = state.pop("_sume_mounts", [])
         self.__init__(**config)  # type: ignore[misc]
         for attr, value in state.items():
             setattr(self, attr, value)
+        for prefix, adapter in mounts:  # as requests.Session keeps its mounts
+            self.mount(prefix, adapter)
 
 
 _LOGGING = LoggingObserver()
+
+
+def _has_scheme(url: str) -> bool:
+    head, sep, _ = url.partition("://")
+    return bool(sep) and head[:1].isalpha() and all(ch.isalnum() or ch in "+.-" for ch in head)
 
 
 def check_auth_header(mode: Any) -> str:
@@ -226,7 +336,7 @@ def check_api_key(key: Any) -> Optional[str]:
         return None
     if not isinstance(key, str):
         raise ConfigurationError(f"api_key must be a str, got {type(key).__name__}")
-    if not key or not all("!" <= ch <= "~" for ch in key):
+    if not key or not is_visible_ascii(key):
         # The message must not echo the key: it is a secret even when malformed.
         raise ConfigurationError("api_key must be non-empty visible ASCII (no spaces or newlines)")
     return key
@@ -246,34 +356,3 @@ def check_base_url(url: Any) -> str:
     if parts.query or parts.fragment or parts.username or parts.password:
         raise ConfigurationError("base_url must not carry credentials, a query or a fragment")
     return url.rstrip("/")
-
-
-def check_timeout(timeout: Any) -> Optional[Timeout]:
-    """Seconds > 0, or a (connect, read) pair of them, as requests accepts."""
-    if timeout is None:
-        return None
-    values = timeout if isinstance(timeout, tuple) else (timeout,)
-    if (isinstance(timeout, tuple) and len(values) != 2) or not all(
-        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in values
-    ):
-        raise ConfigurationError(f"timeout must be seconds > 0 or a (connect, read) pair, got {timeout!r}")
-    return timeout  # type: ignore[no-any-return]
-
-
-def is_loopback(host: str) -> bool:
-    """True for localhost and loopback addresses (where plain http is acceptable)."""
-    host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _refuse_plain_http(url: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
-        raise ConfigurationError(
-            f"refusing to send the API key over plain http to {parts.hostname}: use https"
-        )

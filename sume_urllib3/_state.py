@@ -1,71 +1,221 @@
-"""Per-logical-request state, handed from the session and adapter to the retry."""
+"""One logical request's state, from the session's call to the record it ends with.
+
+Life of a request
+-----------------
+1. ``SumeSession.request`` makes a :class:`RequestContext` (start time, per-call policy,
+   the session's fleet key) and makes it current in ``current``, a ContextVar: requests
+   offers no other way to hand data from ``Session.request`` to ``HTTPAdapter.send``.
+2. ``SumeAdapter.send`` joins that context (or makes its own when used without a
+   SumeSession) and counts the hop (one per redirect). On the first hop it fixes the
+   Idempotency-Key and whether the body can be replayed; before every hop it asks the
+   fleet for a turn and caps the attempt's timeouts by the time left; then it calls
+   ``HTTPAdapter.send``, which calls urllib3's ``urlopen``.
+3. urllib3 sends. On an error status or a transport error it calls
+   ``SumeRetry.increment``, which finds the same context through ``current`` (a
+   ``SumeRetry`` used alone, on a ``PoolManager``, makes one on its first increment).
+4. ``SumeRetry`` peeks at the error body, asks the pure ``Policy`` (``decide`` or
+   ``decide_error``), asks the fleet for the retry's turn, and appends one
+   :class:`Attempt` to the context. A retry leaves its wait in ``next_wait``, which
+   ``SumeRetry.sleep`` sleeps; any other verdict ends urllib3's loop and the response
+   (or the transport error) goes back to the adapter.
+5. The adapter reads the body when the caller did not ask to stream, then calls
+   :meth:`RequestContext.finish`, the one place attempts become a ``SumeRecord`` and an
+   ``Outcome`` (pure: no sockets). It sets ``response.sume`` (or ``exc.sume``) and
+   raises ``SumeRetryError`` on a give-up.
+6. ``SumeSession.request`` tells the observers once, after any redirects; an adapter
+   that made its own context tells them itself.
+"""
 
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional
 
-from ._policy import Decision, Verdict, status_label
-from ._record import SumeRecord
+from ._envelope import REQUEST_ID_HEADERS, short_text
+from ._helpers import plural
+from ._policy import Decision, Policy, Verdict
+from ._record import Outcome, SumeRecord, status_label
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One consulted attempt: what came back and what the policy said about it."""
+    """One consulted attempt: what came back, what the policy said, and when."""
 
     status: Optional[int]
     code: Optional[str]
     request_id: Optional[str]
     next_action: Optional[str]
     decision: Decision
-    error: Optional[str] = None
+    error: Optional[str] = None  # transport error class name when there was no response
+    at: float = 0.0  # clock time of the decision
+    retry_in: Optional[float] = None  # on a give-up: seconds until trying again could succeed
 
     @property
     def label(self) -> str:
         """ "503 queue_full", "402", or "no response" for a transport error."""
-        return "no response" if self.status is None else status_label(self.status, self.code)
+        return status_label(self.status, self.code)
 
 
-@dataclass
-class RequestState:
+class RequestContext:
     """Mutable state of one logical request; owned by the thread that sends it."""
 
-    start: float
-    method: str = ""
-    url: str = ""
-    key: Optional[str] = None
-    replayable: bool = True
-    attempts: List[Attempt] = field(default_factory=list)
-    hops: int = 1  # requests sent without a retry: the first, and one per redirect
+    __slots__ = (
+        "adapter",
+        "attempts",
+        "expect",
+        "fallbacks",
+        "fleet_refused",
+        "grant",
+        "hops",
+        "key",
+        "key_id",
+        "method",
+        "next_wait",
+        "owned",
+        "paced",
+        "policy",
+        "raise_now",
+        "record",
+        "replayable",
+        "retries",
+        "start",
+        "url",
+    )
+
+    def __init__(
+        self,
+        start: float,
+        *,
+        policy: Optional[Policy] = None,
+        owned: bool = False,
+        key_id: Optional[str] = None,
+        method: str = "",
+        url: str = "",
+    ) -> None:
+        self.start = start
+        #: A per-call policy (``session.post(..., policy=...)``), else None for the retry's own.
+        self.policy = policy
+        #: True when a SumeSession made it: the session reports the outcome, not the adapter.
+        self.owned = owned
+        #: The fleet's name for the API key (a hash, never the key).
+        self.key_id = key_id
+        self.method = method
+        self.url = url
+        self.key: Optional[str] = None
+        self.replayable = True
+        self.attempts: List[Attempt] = []
+        self.retries = 0
+        self.hops = 0  # requests sent without a retry: the first, and one per redirect
+        self.adapter: Any = None  # the SumeAdapter that joined first
+        self.record: Optional[SumeRecord] = None
+        self.next_wait: Optional[float] = None  # decided by SumeRetry.increment, slept by sleep
+        self.raise_now = False  # a lone SumeRetry gave up: urllib3 must raise, not return
+        self.expect: Any = None  # a lone SumeRetry: the Retry object its next increment runs on
+        self.grant: Any = None  # the fleet's grant for the attempt in flight, until released
+        self.paced = 0.0  # seconds the fleet held this request beyond the policy's waits
+        self.fallbacks = 0  # grants that came from local pacing because the shared store failed
+        self.fleet_refused = False  # the fleet refused a turn: the pace would cross the deadline
 
     @property
-    def retries(self) -> int:
-        """Retries decided so far (each one sends one more request)."""
-        return sum(1 for a in self.attempts if a.decision.verdict is Verdict.RETRY)
-
-    @property
-    def waits(self) -> Tuple[float, ...]:
+    def waits(self) -> List[float]:
         """The waits decided so far, in order."""
-        return tuple(a.decision.wait or 0.0 for a in self.attempts if a.decision.retry)
+        return [a.decision.wait or 0.0 for a in self.attempts if a.decision.verdict is Verdict.RETRY]
+
+    def deadline(self, policy: Policy) -> float:
+        """Clock time after which no attempt may start."""
+        return self.start + policy.max_elapsed
+
+    def add(self, attempt: Attempt) -> None:
+        """Note one consulted attempt (a retry when its verdict is RETRY)."""
+        self.attempts.append(attempt)
+        if attempt.decision.verdict is Verdict.RETRY:
+            self.retries += 1
+
+    def finish(
+        self,
+        status: Optional[int],
+        headers: Optional[Mapping[str, str]],
+        now: float,
+        *,
+        error: Optional[str] = None,
+        auth_conflict: bool = False,
+    ) -> SumeRecord:
+        """The record of this request, ending with ``status`` (None: no response).
+
+        ``error`` names a failure after the last decision (a body that broke mid-read);
+        ``auth_conflict`` adds the "send only one auth header" hint to a 401.
+        """
+        retries = self.retries
+        last = self.attempts[-1] if self.attempts else None
+        if last is not None and (last.decision.verdict is Verdict.RETRY or last.status != status):
+            last = None  # the final response was not consulted (e.g. a success)
+        code = request_id = next_action = None
+        retry_in: Optional[float] = None
+        if error is not None:
+            outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
+            reason = f"{status_label(status)}: the body failed mid-read ({error})"
+            if last is not None:
+                code, request_id, next_action = last.code, last.request_id, last.next_action
+        elif status is not None and status < 400:
+            request_id = _request_id(headers)
+            outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
+            reason = "succeeded" if retries == 0 else f"succeeded after {plural(retries, 'retry', 'retries')}"
+        elif last is not None:
+            code, request_id, next_action = last.code, last.request_id, last.next_action
+            outcome = _outcome(last.decision.verdict, retries)
+            reason = last.decision.reason
+            if outcome is Outcome.GAVE_UP and last.retry_in is not None:
+                retry_in = max(last.retry_in - (now - last.at), 0.0)
+        else:
+            outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
+            reason = "transport error before any response" if status is None else status_label(status)
+            request_id = _request_id(headers)
+        if auth_conflict and status == 401:
+            reason += "; the request carried both x-api-key and Authorization: send only one"
+        ids = tuple(a.request_id for a in self.attempts if a.request_id)
+        if request_id and (not ids or ids[-1] != request_id):
+            ids += (request_id,)
+        return SumeRecord(
+            idempotency_key=self.key,
+            attempts=retries + max(self.hops, 1),
+            outcome=outcome,
+            status=status,
+            code=code,
+            request_id=request_id,
+            request_ids=ids,
+            waits=tuple(self.waits) if retries else (),
+            elapsed=max(now - self.start, 0.0),
+            reason=reason,
+            next_action=next_action,
+            method=self.method,
+            url=self.url,
+            paced=self.paced,
+            fleet_fallbacks=self.fallbacks,
+            fleet_refused=self.fleet_refused,
+            retry_in=retry_in,
+        )
 
 
-@dataclass
-class LogicalRequest:
-    """One session request across its redirects: start, attempts so far, final record.
-
-    ``owner`` is the adapter that serves it, so an unrelated adapter used meanwhile
-    (say, from a response hook) keeps its own accounting.
-    """
-
-    start: float
-    owner: object = None
-    attempts: List[Attempt] = field(default_factory=list)
-    hops: int = 0
-    record: Optional[SumeRecord] = None
+def _outcome(verdict: Verdict, retries: int) -> Outcome:
+    if verdict is Verdict.FIX:
+        return Outcome.FIX
+    if verdict is Verdict.POLL:
+        return Outcome.POLL
+    if verdict is Verdict.NO_RETRY and retries == 0:
+        return Outcome.NO_RETRY
+    return Outcome.GAVE_UP
 
 
-#: Set by SumeAdapter.send for the duration of one send; read by SumeRetry.increment.
-current_request: ContextVar[Optional[RequestState]] = ContextVar("sume_request", default=None)
-#: Set by SumeSession.request so the deadline and the outcome span redirects.
-current_logical: ContextVar[Optional[LogicalRequest]] = ContextVar("sume_logical", default=None)
+def _request_id(headers: Optional[Mapping[str, str]]) -> Optional[str]:
+    if headers is None:
+        return None
+    for name in REQUEST_ID_HEADERS:
+        value = short_text(headers.get(name))
+        if value:
+            return value
+    return None
+
+
+#: The context of the logical request this thread is sending, if any.
+current: ContextVar[Optional[RequestContext]] = ContextVar("sume_request", default=None)

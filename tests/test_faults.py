@@ -82,7 +82,6 @@ def keys_sent(fake: FakeSume) -> List[Optional[str]]:
     return [r.headers.get("Idempotency-Key") for r in fake.requests]
 
 
-
 def generator_body() -> Iterator[bytes]:
     """A request body that can be sent only once."""
     yield b'{"prompt": '
@@ -236,16 +235,50 @@ def test_a_body_cut_short_reads_exactly_as_without_sume(
     assert 0 == pool_slots_missing(session)
 
 
-def test_a_cut_success_body_raises_chunked_encoding_error(fake: FakeSume, make_session: MakeSession) -> None:
-    """A 200 whose chunked body breaks off raises ChunkedEncodingError when read; never resent."""
-    fake.script("GET", "/v1/doc", Reply(200, json={"a": "x" * 500}, chunked=True, truncate=40))
+def test_a_cut_success_body_of_a_get_is_read_again(fake: FakeSume, make_session: MakeSession) -> None:
+    """A 200 whose chunked body breaks off is a read failure after sending: a GET is resent."""
+    fake.script(
+        "GET",
+        "/v1/doc",
+        Reply(200, json={"a": "x" * 500}, chunked=True, truncate=40),
+        Reply(200, json={"a": "b"}),
+    )
     session = make_session()
 
-    with pytest.raises(requests.exceptions.ChunkedEncodingError):
+    response = session.get("/doc")
+
+    assert ({"a": "b"}, Outcome.RETRIED_OK, 2) == (response.json(), response.sume.outcome, len(fake.requests))
+    assert 0 == pool_slots_missing(session)
+
+
+def test_a_cut_success_body_on_every_attempt_raises_with_the_record(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
+    """A body cut on every attempt ends in ChunkedEncodingError carrying a gave_up record."""
+    fake.script("GET", "/v1/doc", Reply(200, json={"a": "x" * 500}, chunked=True, truncate=40))
+    session = make_session(policy=Policy(max_retries=2))
+
+    with pytest.raises(requests.exceptions.ChunkedEncodingError) as info:
         session.get("/doc")
 
-    assert 1 == len(fake.requests)
+    record = record_of(info.value)
+    assert (Outcome.GAVE_UP, 3, 3) == (record.outcome, record.attempts, len(fake.requests))
+    assert "mid-read" in record.reason
+    assert 1 == session.metrics.snapshot()["outcomes"]["gave_up"]
     assert 0 == pool_slots_missing(session)
+
+
+def test_a_cut_success_body_of_a_keyless_post_is_never_resent(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
+    """A POST sent without an Idempotency-Key whose answer breaks off is not resent; the record says so."""
+    fake.script("POST", "/v1/doc", Reply(200, json={"a": "x" * 500}, chunked=True, truncate=40))
+    session = make_session()
+
+    with pytest.raises(requests.exceptions.ChunkedEncodingError) as info:
+        session.post("/doc", data=generator_body())
+
+    assert (Outcome.NO_RETRY, 1) == (record_of(info.value).outcome, len(fake.requests))
 
 
 # -- slow servers and the deadline --------------------------------------------------------------

@@ -6,8 +6,7 @@ import threading
 from typing import Optional
 
 from sume_urllib3._metrics import SumeMetrics, retry_reason
-from sume_urllib3._policy import Outcome
-from sume_urllib3._record import RetryEvent, SumeRecord
+from sume_urllib3._record import Outcome, RetryEvent, SumeRecord
 
 ALL_OUTCOMES = {"ok", "retried_ok", "gave_up", "fix", "no_retry", "poll"}
 
@@ -30,10 +29,19 @@ def event(
     )
 
 
+FRESH = {
+    "outcomes": {k: 0 for k in ALL_OUTCOMES},
+    "retries": {},
+    "attempts": {},
+    "pacing": {"held": 0, "wait_seconds": 0.0, "refused": 0, "fleet_fallbacks": 0},
+    "jobs": {"polls": 0, "completed": 0, "failed": 0, "timed_out": 0},
+}
+
+
 def test_new_metrics_snapshot_has_all_outcomes_at_zero() -> None:
-    """A fresh snapshot lists all six outcomes at 0 and empty retries and attempts."""
+    """A fresh snapshot lists all six outcomes at 0, empty retries and attempts, zero pacing and jobs."""
     snap = SumeMetrics().snapshot()
-    assert snap == {"outcomes": {k: 0 for k in ALL_OUTCOMES}, "retries": {}, "attempts": {}}
+    assert snap == FRESH
     assert SumeMetrics().total == 0
 
 
@@ -88,7 +96,7 @@ def test_reset_zeroes_everything() -> None:
     m.on_outcome(record(Outcome.FIX, 1))
     m.on_retry(event(503))
     m.reset()
-    assert m.snapshot() == {"outcomes": {k: 0 for k in ALL_OUTCOMES}, "retries": {}, "attempts": {}}
+    assert m.snapshot() == FRESH
     assert m.total == 0
 
 

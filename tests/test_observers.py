@@ -9,8 +9,7 @@ from typing import List
 import pytest
 
 from sume_urllib3._observers import dispatch_outcome, dispatch_retry
-from sume_urllib3._policy import Outcome
-from sume_urllib3._record import RetryEvent, SumeRecord
+from sume_urllib3._record import Outcome, RetryEvent, SumeRecord
 
 
 def make_event() -> RetryEvent:

@@ -20,12 +20,12 @@ from sume_urllib3._policy import (
     DEFAULT_RULES,
     IN_USE_WAIT,
     Decision,
-    Outcome,
     Policy,
     Rule,
     Verdict,
     wait_seconds,
 )
+from sume_urllib3._record import Outcome
 from sume_urllib3._retry_after import RETRY_AFTER_CEILING
 
 #: 2015-10-21 07:28:00 UTC, the wall clock for every HTTP-date test.

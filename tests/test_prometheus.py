@@ -10,8 +10,11 @@ import pytest
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
-from sume_urllib3._policy import Outcome  # noqa: E402
-from sume_urllib3._record import RetryEvent, SumeRecord  # noqa: E402
+from sume_urllib3._record import (  # noqa: E402
+    Outcome,
+    RetryEvent,
+    SumeRecord,
+)
 from sume_urllib3.contrib.prometheus import PrometheusObserver  # noqa: E402
 
 if TYPE_CHECKING:

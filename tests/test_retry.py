@@ -17,7 +17,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from sume_urllib3 import Policy, SumeRetry
+from sume_urllib3 import ConfigurationError, Policy, SumeRetry
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime
@@ -52,12 +52,14 @@ def test_policy_must_be_a_policy() -> None:
         SumeRetry(policy={"max_retries": 3})  # type: ignore[arg-type]
 
 
-def test_backoff_max_is_accepted_on_every_urllib3_line() -> None:
-    """backoff_max / backoff_jitter are kept as attributes even where Retry lacks them."""
-    retry = SumeRetry(backoff_max=7, backoff_jitter=0.5)
-
-    assert (7, 0.5) == (retry.backoff_max, retry.backoff_jitter)
-    assert 7 == retry.new().backoff_max
+@pytest.mark.parametrize(
+    ("argument", "field"),
+    [("backoff_factor", "backoff_base"), ("backoff_max", "backoff_max"), ("backoff_jitter", "jitter")],
+)
+def test_urllib3_backoff_arguments_name_the_policy_field_instead(argument: str, field: str) -> None:
+    """urllib3's backoff arguments would be ignored, so they are refused with the Policy field to use."""
+    with pytest.raises(ConfigurationError, match=rf"Policy\({field}="):
+        SumeRetry(**{argument: 7})
 
 
 def test_from_int_keeps_urllib3_meaning() -> None:

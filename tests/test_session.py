@@ -458,21 +458,38 @@ def test_401_with_both_headers_says_send_only_one(fake: FakeSume, vtime: Virtual
 # -- redirects ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [302, 303, 307])
+@pytest.mark.parametrize("status", [307, 308])
 def test_redirect_on_the_same_host_keeps_key_and_auth(
     fake: FakeSume, make_session: MakeSession, status: int
 ) -> None:
-    """Same-host redirects keep the API key and the idempotency key."""
+    """Same-host redirects that keep the POST keep the API key and the idempotency key."""
     fake.script("POST", "/v1/old", Reply(status, headers={"Location": "/v1/new"}, body=b""))
     fake.script("POST", "/v1/new", 201)
+
+    response = make_session().post("/old", json={})
+
+    first, second = fake.requests
+    assert (201, "POST") == (response.status_code, second.method)
+    assert API_KEY == second.headers["x-api-key"]
+    assert first.headers["Idempotency-Key"] == second.headers["Idempotency-Key"]
+
+
+@pytest.mark.parametrize("status", [302, 303])
+def test_a_redirect_that_turns_the_post_into_a_get_drops_the_idempotency_key(
+    fake: FakeSume, make_session: MakeSession, status: int
+) -> None:
+    """After a 302/303 the GET that follows keeps the API key but carries no Idempotency-Key."""
+    fake.script("POST", "/v1/old", Reply(status, headers={"Location": "/v1/new"}, body=b""))
     fake.script("GET", "/v1/new", 200)
 
     response = make_session().post("/old", json={})
 
     first, second = fake.requests
-    assert response.status_code in (200, 201)
+    assert (200, "GET") == (response.status_code, second.method)
     assert API_KEY == second.headers["x-api-key"]
-    assert first.headers["Idempotency-Key"] == second.headers["Idempotency-Key"]
+    assert "Idempotency-Key" in first.headers
+    assert "Idempotency-Key" not in second.headers
+    assert first.headers["Idempotency-Key"] == response.sume.idempotency_key
 
 
 @pytest.mark.parametrize("auth_header", ["x-api-key", "bearer"])

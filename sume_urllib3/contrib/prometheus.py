@@ -16,8 +16,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .._metrics import bounded_reason, retry_reason
-from .._policy import Outcome
-from .._record import RetryEvent, SumeRecord
+from .._record import Outcome, RetryEvent, SumeRecord
 
 #: Histogram buckets for attempts per logical request (the default policy sends at most 7).
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 10)

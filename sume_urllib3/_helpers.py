@@ -1,0 +1,105 @@
+"""Small helpers shared by several modules: text, enums, hosts and pickling."""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import threading
+from typing import Any, Dict, Optional, Tuple
+from urllib.parse import urlsplit
+
+#: Values that come from the server (codes, request ids) are cut to this length so a
+#: hostile or broken response cannot flood a log line or an exception message.
+MAX_FIELD = 200
+
+
+class StrEnum(str, enum.Enum):
+    """A str enum whose ``str()`` is its value (``enum.StrEnum`` arrived only in 3.11)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def seconds(value: float) -> str:
+    """Seconds as people read them in reasons: "1.5s", or "1e+09s" when absurdly large."""
+    return f"{value:.1f}s" if value < 1e6 else f"{value:.3g}s"
+
+
+def plural(count: int, one: str, many: str) -> str:
+    """ "1 retry" or "3 retries": the count and the word that fits it."""
+    return f"{count} {one if count == 1 else many}"
+
+
+def printable(value: Any, max_len: int = MAX_FIELD) -> Optional[str]:
+    """``value`` as printable text, bounded, or None: no forged log lines, no floods."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > max_len:
+        text = text[:max_len] + "…"
+    if text.isprintable():  # the usual case, without a per-character loop
+        return text
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def is_visible_ascii(text: str) -> bool:
+    """True when every character is visible ASCII ("!" to "~"): safe in a header value."""
+    return all("!" <= ch <= "~" for ch in text)
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (where plain http is acceptable)."""
+    host = host.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def plain_http_refusal(url: str) -> Optional[str]:
+    """Why a secret must not be sent to ``url`` (plain http off loopback), or None."""
+    parts = urlsplit(url)
+    if parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+        return f"refusing to send the API key over plain http to {parts.hostname}: use https"
+    return None
+
+
+def origin(url: str) -> Tuple[str, str, Optional[int]]:
+    """(scheme, host, port) of a URL, lower-cased, with the scheme's default port filled in."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = _DEFAULT_PORTS.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def leaves_origin(previous: str, url: str) -> bool:
+    """True when going from ``previous`` to ``url`` leaves its origin (an https upgrade stays)."""
+    old, new = origin(previous), origin(url)
+    if old == new:
+        return False
+    upgrade = old == ("http", new[1], 80) and new[0] == "https" and new[2] == 443
+    return not upgrade
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class LockFreePickle:
+    """Pickles an object without its ``_lock`` and gives the copy a fresh one."""
+
+    _lock: Any
+
+    def __getstate__(self) -> Dict[str, Any]:
+        with self._lock:
+            return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()

@@ -1,0 +1,85 @@
+"""Per-attempt timeouts: every form requests accepts, each capped by the time left."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Optional, Tuple, Union
+
+from urllib3.util.timeout import Timeout
+
+from . import _sleeping
+from ._errors import ConfigurationError
+
+#: What ``timeout=`` may be: seconds, a (connect, read) pair whose members may be None
+#: (wait forever), or a urllib3 ``Timeout``, exactly as ``requests`` accepts per call.
+TimeoutSpec = Union[float, Tuple[Optional[float], Optional[float]], Timeout, None]
+
+#: The shortest timeout an attempt is given when little time is left: an attempt that
+#: may start at all gets a chance to connect, and the overshoot stays under a tenth of a second.
+MIN_ATTEMPT_TIMEOUT = 0.1
+
+
+def check_timeout(timeout: Any, name: str = "timeout") -> TimeoutSpec:
+    """``timeout`` unchanged when requests would accept it; else a ConfigurationError."""
+    if timeout is None or isinstance(timeout, Timeout):
+        return timeout
+    if isinstance(timeout, tuple):
+        if len(timeout) != 2 or not all(v is None or _seconds(v) for v in timeout):
+            raise ConfigurationError(
+                f"{name} must be seconds > 0, a (connect, read) pair of them (None: no limit) "
+                f"or a urllib3 Timeout, got {timeout!r}"
+            )
+        return timeout
+    if not _seconds(timeout):
+        raise ConfigurationError(
+            f"{name} must be seconds > 0, a (connect, read) pair or a urllib3 Timeout, got {timeout!r}"
+        )
+    return timeout  # type: ignore[no-any-return]
+
+
+def _seconds(value: Any) -> bool:
+    return (
+        not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    )
+
+
+class DeadlineTimeout(Timeout):
+    """A urllib3 ``Timeout`` whose every attempt is capped by the time left to a deadline.
+
+    urllib3 calls ``clone()`` at the start of every attempt of one ``urlopen``, retries
+    included, so the cap follows the clock: no attempt's connect or read may outlive the
+    logical request's ``max_elapsed``.
+    """
+
+    def __init__(
+        self,
+        timeout: TimeoutSpec,
+        deadline: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(timeout, Timeout):
+            super().__init__(total=timeout.total, connect=timeout._connect, read=timeout._read)
+        elif isinstance(timeout, tuple):
+            super().__init__(connect=timeout[0], read=timeout[1])
+        else:
+            super().__init__(connect=timeout, read=timeout)
+        self.deadline = deadline
+        self.clock = clock
+
+    def clone(self) -> Timeout:
+        """A plain Timeout for one attempt, its total capped by the time left."""
+        left = max(self.deadline - _sleeping.now(self.clock), MIN_ATTEMPT_TIMEOUT)
+        total = min(self.total, left) if isinstance(self.total, (int, float)) else left
+        return Timeout(connect=self._connect, read=self._read, total=total)
+
+
+def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) -> TimeoutSpec:
+    """``timeout`` capped by the deadline, when the clock is real time.
+
+    An injected clock or a test's no-sleep mode measures time that did not really
+    pass, so socket timeouts are left as they are there.
+    """
+    if clock is not time.monotonic or _sleeping.active_recorder() is not None:
+        return timeout
+    return DeadlineTimeout(timeout, deadline, clock)
