@@ -1,0 +1,446 @@
+"""A herd of processes against one quota, with and without a RedisFleet, on real sockets.
+
+A quota server of our own runs in another process: GCRA at 10 requests/s with a burst of
+10; over the quota it answers 429 with ``Retry-After`` (whole seconds) and, on every
+response, ``RateLimit-Limit/-Remaining/-Reset`` and ``RateLimit-Policy: 10;w=1``; each
+response leaves in one ``sendall``. 6 worker processes x 10 threads post one request each
+at the same instant; each request has 30 s and at most 7 attempts, and honours
+Retry-After (plus a random spread) before retrying a 429.
+
+Scenarios (one table): no fleet; a LocalFleet per process (learned, and configured at the
+quota); a RedisFleet shared by all (configured ``rate="10/s", burst=10``, and learned); the
+same RedisFleets with redis-server SIGKILLed 1 s into the herd. Then the overhead of one
+``acquire`` on loopback (p50/p99 over 5000 calls) and 30 sequential requests with Redis
+down (port closed, and a stalled server) against no fleet.
+
+Run: ``python benchmarks/fleet_redis.py [--out benchmarks/RESULTS-fleet-redis.md]``
+(needs redis-server on PATH and redis-py; about two minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import random
+import socket
+import statistics
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from sume_urllib3._fleet import Grant, LocalFleet, fleet_key  # noqa: E402
+from sume_urllib3.contrib.redis import RedisFleet  # noqa: E402
+from tests.contrib.redis_server import RedisServer  # noqa: E402
+
+PROCESSES, THREADS = 6, 10
+RATE, BURST = 10.0, 10
+DEADLINE = 30.0
+MAX_ATTEMPTS = 7
+API_KEY = "sk_bench_0123456789"
+KID = fleet_key(API_KEY)
+
+# -- the quota server ---------------------------------------------------------------------------
+
+
+class Quota:
+    """GCRA at RATE per second with BURST turns at once; counts every call per request id."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.tat = 0.0
+            self.calls: Dict[str, int] = {}
+            self.oks: Dict[str, int] = {}
+            self.throttled = 0
+
+    def take(self, rid: str) -> Tuple[int, Dict[str, str]]:
+        step = 1.0 / RATE
+        with self.lock:
+            now = time.monotonic()
+            self.calls[rid] = self.calls.get(rid, 0) + 1
+            allow_at = self.tat - (BURST - 1) * step
+            if now >= allow_at:
+                self.tat = max(self.tat, now) + step
+                self.oks[rid] = self.oks.get(rid, 0) + 1
+                status, retry = 200, None
+            else:
+                self.throttled += 1
+                status, retry = 429, allow_at - now
+            left = max(0, min(BURST, int((now - (self.tat - BURST * step)) / step + 1e-9)))
+            headers = {
+                "RateLimit-Limit": str(BURST),
+                "RateLimit-Remaining": str(left),
+                "RateLimit-Reset": str(math.ceil(max(0.0, self.tat - now))),
+                "RateLimit-Policy": f"{BURST};w={BURST / RATE:g}",
+            }
+            if retry is not None:
+                headers["Retry-After"] = str(max(1, math.ceil(retry)))
+            return status, headers
+
+
+def _serve(conn: socket.socket, quota: Quota) -> None:
+    buffer = b""
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        while True:
+            while b"\r\n\r\n" not in buffer:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                buffer += chunk
+            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            fields = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+            length = int(fields.get("content-length", "0") or 0)
+            while len(buffer) < length:
+                buffer += conn.recv(65536)
+            buffer = buffer[length:]
+            path = lines[0].split(" ")[1]
+            headers: Dict[str, str] = {}
+            if path == "/stats":
+                with quota.lock:
+                    body = json.dumps({"calls": quota.calls, "oks": quota.oks, "throttled": quota.throttled})
+                status, headers = 200, {}
+            elif path == "/reset":
+                quota.reset()
+                status, headers, body = 200, {}, "{}"
+            elif path == "/plain":
+                status, headers, body = 200, {}, '{"ok":true}'
+            else:
+                status, headers = quota.take(fields.get("x-request-id", "?"))
+                body = '{"ok":true}' if status == 200 else '{"error":{"code":"rate_limited"}}'
+            data = body.encode()
+            reason = "OK" if status == 200 else "Too Many Requests"
+            out = f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+            out += f"Content-Length: {len(data)}\r\n"
+            out += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            conn.sendall(out.encode() + b"\r\n" + data)  # one send per response
+
+
+def quota_server(port_pipe: Any, stop_after: float) -> None:
+    """Serve the quota on a free loopback port; a daemon process, and never longer than stop_after."""
+    quota = Quota()
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(256)
+    port_pipe.send(listener.getsockname()[1])
+    threading.Timer(stop_after, lambda: os._exit(0)).start()
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=_serve, args=(conn, quota), daemon=True).start()
+
+
+# -- one client request --------------------------------------------------------------------------
+
+
+def one_request(
+    session: requests.Session, url: str, rid: str, fleet: Any, start: float, rng: random.Random
+) -> Dict[str, Any]:
+    """Acquire -> sleep -> send -> release until a 200, a give-up or MAX_ATTEMPTS; the record of it."""
+    deadline = start + DEADLINE
+    attempts, fallbacks, paced = 0, 0, 0.0
+    retry: Optional[str] = None
+    not_before = 0.0
+    reason = ""
+    while True:
+        if fleet is not None:
+            grant: Grant = fleet.acquire(KID, time_left=deadline - time.monotonic(), retry=retry,
+                                         not_before=not_before)
+            fallbacks += grant.fallback
+            if grant.refused:
+                reason = grant.refused
+                break
+            paced += max(0.0, grant.wait - not_before)
+            time.sleep(grant.wait)
+            if grant.again:
+                continue
+        else:
+            grant = Grant()
+            if not_before > deadline - time.monotonic():
+                reason = "deadline"
+                break
+            time.sleep(not_before)
+        attempts += 1
+        try:
+            resp = session.post(url, data=b'{"prompt":"x"}', headers={"X-Request-Id": rid}, timeout=10)
+            status, headers = resp.status_code, resp.headers
+        except requests.RequestException:
+            status, headers = None, None
+        if fleet is not None:
+            fleet.release(KID, grant, status, headers)
+        if status == 200:
+            return {"ok": True, "attempts": attempts, "end": time.monotonic() - start,
+                    "fallbacks": fallbacks, "paced": paced, "reason": ""}
+        if attempts >= MAX_ATTEMPTS:
+            reason = f"{attempts} attempts"
+            break
+        ra = float(headers.get("Retry-After", "1")) if headers is not None else 0.5
+        # The policy's own wait: Retry-After as a floor plus a spread that grows with the attempt.
+        not_before = ra + rng.uniform(0.0, 0.5 * 2 ** (attempts - 1))
+        retry = "throttle" if status == 429 else "error"
+    return {"ok": False, "attempts": attempts, "end": time.monotonic() - start,
+            "fallbacks": fallbacks, "paced": paced, "reason": reason}
+
+
+def make_fleet(kind: str, redis_url: str, prefix: str) -> Any:
+    if kind == "none":
+        return None
+    if kind == "local":
+        return LocalFleet()
+    if kind == "local-configured":
+        return LocalFleet(rate=RATE, burst=BURST)
+    if kind == "redis-configured":
+        return RedisFleet(redis_url, rate=RATE, burst=BURST, prefix=prefix)
+    if kind == "redis":
+        return RedisFleet(redis_url, prefix=prefix)
+    raise ValueError(kind)
+
+
+def worker(index: int, kind: str, url: str, redis_url: str, prefix: str, go: Any, start_at: Any,
+           results: Any) -> None:
+    """One process: its own fleet object, THREADS threads posting once each when `go` is set."""
+    fleet = make_fleet(kind, redis_url, prefix)
+    if isinstance(fleet, RedisFleet):
+        # A long-running worker has its connections open: open one per thread before the herd.
+        warm_key = fleet_key("warm-up")
+        warm = [threading.Thread(target=fleet.acquire, args=(warm_key,), kwargs={"time_left": 1.0})
+                for _ in range(THREADS)]
+        for th in warm:
+            th.start()
+        for th in warm:
+            th.join()
+    out: List[Dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def run(t: int) -> None:
+        session = requests.Session()
+        rng = random.Random(index * 100 + t)
+        go.wait()
+        record = one_request(session, url, f"p{index}t{t}", fleet, start_at.value, rng)
+        with lock:
+            out.append(record)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    errors = fleet.errors if isinstance(fleet, RedisFleet) else 0
+    for record in out:
+        record["redis_errors"] = errors / len(out)
+    results.put(out)
+
+
+def herd(kind: str, base: str, redis: RedisServer, kill_at: Optional[float] = None) -> Dict[str, Any]:
+    """Run one scenario; the server's counts and the clients' records."""
+    requests.post(base + "/reset", timeout=5)
+    ctx = multiprocessing.get_context("fork")
+    go, start_at, results = ctx.Event(), ctx.Value("d", 0.0), ctx.Queue()
+    prefix = f"bench{random.randrange(10**9)}"
+    procs = [ctx.Process(target=worker, args=(i, kind, base + "/v1/generate", redis.url, prefix, go, start_at,
+                                              results)) for i in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    time.sleep(1.5)  # every process connected and its threads waiting
+    start_at.value = time.monotonic()
+    go.set()
+    if kill_at is not None:
+        time.sleep(kill_at)
+        redis.kill()
+    records = [r for _ in procs for r in results.get(timeout=DEADLINE + 30)]
+    for p in procs:
+        p.join(timeout=10)
+    stats = requests.get(base + "/stats", timeout=5).json()
+    if kill_at is not None:
+        redis.start()
+    return {"records": records, "stats": stats}
+
+
+def summarize(name: str, run: Dict[str, Any]) -> Dict[str, Any]:
+    records, stats = run["records"], run["stats"]
+    n = PROCESSES * THREADS
+    oks = [r for r in records if r["ok"]]
+    calls = sum(stats["calls"].values())
+    twice = sum(1 for v in stats["oks"].values() if v > 1)
+    reasons = sorted({r["reason"] for r in records if not r["ok"]})
+    return {
+        "scenario": name,
+        "success": f"{len(oks)}/{n}",
+        "calls_per_request": calls / n,
+        "429s": stats["throttled"],
+        "last_success": max((r["end"] for r in oks), default=float("nan")),
+        "fallbacks": sum(r["fallbacks"] for r in records),
+        "executed_twice": twice,
+        "redis_errors": round(sum(r["redis_errors"] for r in records)),
+        "gave_up": "; ".join(reasons)[:80] or "-",
+    }
+
+
+# -- overhead ----------------------------------------------------------------------------------------
+
+
+def overhead(redis: RedisServer) -> Dict[str, float]:
+    """acquire() and release() wall time on loopback, p50 and p99 over 5000 calls each."""
+    fleet = RedisFleet(redis.url, rate=1e6, burst=1_000_000, prefix="overhead")
+    learned = RedisFleet(redis.url, prefix="overhead-learned")
+    headers = {
+        "RateLimit-Limit": "1000000", "RateLimit-Remaining": "999999", "RateLimit-Policy": "1000000;w=1",
+    }
+    acq: List[float] = []
+    rel: List[float] = []
+    for i in range(5500):
+        t0 = time.perf_counter()
+        grant = fleet.acquire(KID, time_left=30.0)
+        t1 = time.perf_counter()
+        g2 = learned.acquire(KID, time_left=30.0)
+        t2 = time.perf_counter()
+        learned.release(KID, g2, 200, headers)
+        t3 = time.perf_counter()
+        if grant.fallback or g2.fallback:
+            raise RuntimeError("Redis failed during the overhead measurement")
+        if i >= 500:  # warm
+            acq.append(t1 - t0)
+            rel.append(t3 - t2)
+    q = statistics.quantiles
+    return {
+        "acquire_p50_ms": statistics.median(acq) * 1e3, "acquire_p99_ms": q(acq, n=100)[98] * 1e3,
+        "release_p50_ms": statistics.median(rel) * 1e3, "release_p99_ms": q(rel, n=100)[98] * 1e3,
+    }
+
+
+def sequential(base: str, fleet: Any) -> float:
+    """Seconds for 30 sequential requests to a plain 200 endpoint through `fleet`."""
+    session = requests.Session()
+    session.post(base + "/plain", timeout=5)
+    t0 = time.perf_counter()
+    for _ in range(30):
+        grant = fleet.acquire(KID, time_left=30.0) if fleet is not None else Grant()
+        time.sleep(grant.wait)
+        resp = session.post(base + "/plain", timeout=5)
+        if fleet is not None:
+            fleet.release(KID, grant, resp.status_code, resp.headers)
+    return time.perf_counter() - t0
+
+
+def redis_down(base: str, redis: RedisServer) -> Dict[str, float]:
+    """30 sequential requests: no fleet, RedisFleet on a closed port, RedisFleet on a stalled Redis."""
+    from tests.contrib.redis_server import free_port
+
+    out = {"no_fleet_s": min(sequential(base, None) for _ in range(3))}
+    closed = RedisFleet(f"redis://127.0.0.1:{free_port()}/0", rate=1000.0, burst=1000)
+    out["closed_port_s"] = sequential(base, closed)
+    out["closed_port_fallbacks"] = closed.fallbacks
+    stalled = RedisFleet(redis.url, rate=1000.0, burst=1000, prefix="stalled")
+    stalled.acquire(KID, time_left=1.0)
+    redis.pause()
+    try:
+        out["stalled_s"] = sequential(base, stalled)
+    finally:
+        redis.resume()
+    out["stalled_fallbacks"] = stalled.fallbacks
+    out["stalled_redis_calls_failed"] = stalled.errors
+    return out
+
+
+# -- main ----------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="also write the results (markdown) here")
+    parser.add_argument("--only", default=None, help="comma-separated scenario names")
+    args = parser.parse_args()
+    redis = RedisServer.find()
+    if redis is None:
+        sys.exit("redis-server not found (apt-get install redis-server)")
+    reader, writer = multiprocessing.Pipe()
+    ctx = multiprocessing.get_context("fork")
+    server = ctx.Process(target=quota_server, args=(writer, 900.0), daemon=True)
+    server.start()
+    base = f"http://127.0.0.1:{reader.recv()}"
+    scenarios = [
+        ("no fleet", "none", None),
+        ("LocalFleet per process (learned)", "local", None),
+        ("LocalFleet per process (10/s burst 10)", "local-configured", None),
+        ("RedisFleet configured (10/s burst 10)", "redis-configured", None),
+        ("RedisFleet learned", "redis", None),
+        ("RedisFleet configured, Redis killed at 1 s", "redis-configured", 1.0),
+        ("RedisFleet learned, Redis killed at 1 s", "redis", 1.0),
+        ("RedisFleet learned, Redis killed at 0.1 s (mid slow start)", "redis", 0.1),
+    ]
+    if args.only:
+        wanted = set(args.only.split(","))
+        scenarios = [s for s in scenarios if s[1] in wanted or s[0] in wanted]
+    rows = []
+    with redis:
+        for name, kind, kill in scenarios:
+            row = summarize(name, herd(kind, base, redis, kill))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        over = overhead(redis)
+        print(json.dumps(over), flush=True)
+        down = redis_down(base, redis)
+        print(json.dumps(down), flush=True)
+    report = render(rows, over, down)
+    print(report)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(report)
+    server.terminate()
+
+
+def render(rows: List[Dict[str, Any]], over: Dict[str, float], down: Dict[str, float]) -> str:
+    lines = [
+        "# RedisFleet: 6 processes x 10 threads against one quota (10 req/s, burst 10)",
+        "",
+        f"`python benchmarks/fleet_redis.py` on {os.cpu_count()} CPUs; quota server in its own process;",
+        "each request: 30 s, at most 7 attempts, Retry-After + random spread before a retry.",
+        "",
+        "| scenario | success | calls/request | 429s | last success (s) | fallbacks | failed Redis calls "
+        "| executed twice | gave up |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['scenario']} | {r['success']} | {r['calls_per_request']:.2f} | {r['429s']} | "
+            f"{r['last_success']:.2f} | {r['fallbacks']} | {r['redis_errors']} | {r['executed_twice']} "
+            f"| {r['gave_up']} |"
+        )
+    lines += [
+        "",
+        "Overhead per call on loopback (5000 calls, after 500 warm-up):",
+        "",
+        f"- acquire (one EVALSHA): p50 {over['acquire_p50_ms']:.3f} ms, p99 {over['acquire_p99_ms']:.3f} ms",
+        f"- release with RateLimit headers (one EVALSHA): p50 {over['release_p50_ms']:.3f} ms, "
+        f"p99 {over['release_p99_ms']:.3f} ms",
+        "",
+        "30 sequential requests with Redis down:",
+        "",
+        f"- no fleet: {down['no_fleet_s']:.3f} s",
+        f"- RedisFleet, Redis port closed: {down['closed_port_s']:.3f} s "
+        f"(+{down['closed_port_s'] - down['no_fleet_s']:.3f} s; "
+        f"{down['closed_port_fallbacks']:.0f} fallbacks)",
+        f"- RedisFleet, Redis stalled (SIGSTOP): {down['stalled_s']:.3f} s "
+        f"(+{down['stalled_s'] - down['no_fleet_s']:.3f} s; "
+        f"{down['stalled_redis_calls_failed']:.0f} Redis calls timed out, "
+        f"{down['stalled_fallbacks']:.0f} fallbacks)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
