@@ -11,9 +11,8 @@ import time
 from typing import List, Optional
 
 HOW_TO_GET = (
-    "redis-server is not installed: the Redis fleet tests need it "
-    "(Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis), "
-    "and redis-py (pip install 'sume-urllib3[redis]')"
+    "redis-server is not on PATH: the Redis fleet tests start a real one "
+    "(Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
 )
 
 
