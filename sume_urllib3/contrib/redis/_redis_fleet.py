@@ -339,7 +339,11 @@ class RedisFleet:
     # -- pickling and fork ------------------------------------------------------------------
 
     def __reduce__(self) -> Any:
-        return (_rebuild, (self._source, dict(self._config)))
+        config = dict(self._config)
+        budget = self._budget
+        if budget is not None:  # its settings, not its counts: the fleet's budget lives in Redis
+            config["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
+        return (_rebuild, (self._source, config))
 
     def _after_fork(self) -> None:
         self._lock = threading.Lock()
