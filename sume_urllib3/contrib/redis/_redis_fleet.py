@@ -77,7 +77,15 @@ class RedisFleet:
     Fails open: when Redis is down, slow (over ``timeout``), full or refuses the script,
     the attempt is paced by a local :class:`LocalFleet` at once (``Grant.fallback``), one
     WARNING is logged per outage, :attr:`fallbacks` counts, and Redis is tried again only
-    after a backoff (``backoff`` seconds, doubling up to ``max_backoff``).
+    after a backoff (``backoff`` seconds, doubling up to ``max_backoff``). While Redis is
+    down a configured rate is split among the processes Redis last saw using the key.
+
+    ``rate`` and ``burst`` as for :class:`LocalFleet` (``burst`` defaults to 1);
+    ``retry_budget``'s ratio, window and floor set the fleet-wide budget (None: none);
+    ``lease`` is how long a slow-start in-flight entry outlives a process that died holding
+    it; ``ttl`` how long an idle key's state is kept. ``clock`` and ``rng`` drive the backoff
+    and spreads; ``server_clock`` replaces Redis ``TIME`` (for tests). Thread-safe; a forked
+    child opens its own connections; pickling keeps the configuration only.
     """
 
     def __init__(
