@@ -5,10 +5,12 @@ from __future__ import annotations
 from ._adapter import SumeAdapter
 from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeError, SumeRetryError
+from ._fleet import Fleet, Grant, LocalFleet
+from ._jobs import Job, JobError, JobEvent, JobFailed, JobNotCompleted, Jobs, JobTimeout
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
 from ._policy import ANY, IN_USE_WAIT, Decision, Policy, Rule, Verdict, wait_seconds
-from ._record import Outcome, RetryEvent, SumeObserver, SumeRecord, sume_record
+from ._record import Outcome, RequestStart, RetryEvent, SumeObserver, SumeRecord, sume_record
 from ._retry import SumeRetry
 from ._session import SumeSession
 from ._version import __version__
@@ -18,9 +20,20 @@ __all__ = [
     "IN_USE_WAIT",
     "ConfigurationError",
     "Decision",
+    "Fleet",
+    "Grant",
+    "Job",
+    "JobError",
+    "JobEvent",
+    "JobFailed",
+    "JobNotCompleted",
+    "JobTimeout",
+    "Jobs",
+    "LocalFleet",
     "LoggingObserver",
     "Outcome",
     "Policy",
+    "RequestStart",
     "RetryBudget",
     "RetryEvent",
     "Rule",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
 
@@ -12,6 +13,7 @@ from requests.adapters import HTTPAdapter
 from . import _sleeping
 from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeRetryError
+from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, LocalFleet, fleet_key
 from ._helpers import leaves_origin
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
@@ -22,10 +24,35 @@ from ._idempotency import (
 )
 from ._observers import Observers
 from ._policy import Decision, Policy, RandomSource, Verdict
-from ._record import Outcome, SumeObserver, SumeRecord
+from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
 from ._retry import SumeRetry
 from ._state import Attempt, RequestContext, current
 from ._timeouts import TimeoutSpec, capped, check_timeout
+
+
+class _DefaultFleet:
+    """Marker for "the process-wide LocalFleet"."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+#: The ``fleet=`` default: ``LocalFleet.default()``, shared by the whole process.
+DEFAULT_FLEET: Any = _DefaultFleet()
+
+
+def check_fleet(fleet: Any) -> Optional[Fleet]:
+    """The fleet to use: the process-wide one for the default, None for no pacing."""
+    if fleet is DEFAULT_FLEET:
+        return LocalFleet.default()
+    if fleet is not None and not (
+        callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None))
+    ):
+        raise ConfigurationError(
+            f"fleet must be a Fleet (LocalFleet, RedisFleet) or None, got {type(fleet).__name__}"
+        )
+    return fleet  # type: ignore[no-any-return]
+
 
 #: Auth headers that never leave the origin they were meant for.
 AUTH_HEADER_NAMES = ("x-api-key", "Authorization")
@@ -53,12 +80,17 @@ class SumeAdapter(HTTPAdapter):
     :param timeout: the timeout of a request sent without one (requests' forms: seconds,
         ``(connect, read)`` with None for no limit, or a urllib3 ``Timeout``); None (the
         default here) leaves such a request without a timeout, as requests does.
+    :param fleet: the :class:`Fleet` asked for a turn before every attempt; by default
+        the process-wide ``LocalFleet.default()`` (keyed by a hash of the request's auth
+        header); None for no pacing.
     :param sleep, clock, rng: injectable waiting, monotonic time and jitter.
     :param max_retries: a ready :class:`SumeRetry` instead of the arguments above.
     :param adapter_kwargs: ``HTTPAdapter`` arguments (``pool_connections``, ...).
     """
 
-    __attrs__ = [*HTTPAdapter.__attrs__, "raise_on_give_up", "observers", "timeout"]  # noqa: RUF012
+    __attrs__ = [*HTTPAdapter.__attrs__, "raise_on_give_up", "observers", "timeout", "fleet"]  # noqa: RUF012
+    # The last auth header seen and its fleet key: hashing it once per key, not per request.
+    _last_key: Tuple[Optional[str], str] = (None, ANONYMOUS)
 
     def __init__(
         self,
@@ -68,6 +100,7 @@ class SumeAdapter(HTTPAdapter):
         observers: Iterable[SumeObserver] = (),
         retry_budget: Optional[RetryBudget] = None,
         timeout: TimeoutSpec = None,
+        fleet: Optional[Fleet] = DEFAULT_FLEET,
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
@@ -79,6 +112,7 @@ class SumeAdapter(HTTPAdapter):
                 raise ConfigurationError("give retry_budget only (budget is its older name)")
             retry_budget = adapter_kwargs.pop("budget")
         self.timeout = check_timeout(timeout)
+        self.fleet = check_fleet(fleet)
         if max_retries is None:
             max_retries = SumeRetry(
                 policy,
@@ -153,7 +187,16 @@ class SumeAdapter(HTTPAdapter):
         assert context is not None
         try:
             return self._send(context, request, stream, timeout, verify, cert, proxies)
+        except BaseException as exc:
+            if context.record is None and context.adapter is self:
+                # Something other than the transport broke: the record still ends the request.
+                context.record = context.finish(
+                    None, None, _sleeping.now(self.retry.clock), error=type(exc).__name__
+                )
+            raise
         finally:
+            if context.grant is not None:
+                self._release(context, None, None)
             if own:
                 current.reset(token)
                 if context.record is not None:
@@ -173,8 +216,10 @@ class SumeAdapter(HTTPAdapter):
             self._join(context, request)
         else:
             self._redirected(context, request)
-        context.hops += 1
         policy = context.policy or self.policy
+        if context.fleet is not None:
+            self._take_turn(context, policy, request)
+        context.hops += 1
         timeout = capped(
             check_timeout(timeout) if timeout is not None else self.timeout,
             context.deadline(policy),
@@ -188,6 +233,8 @@ class SumeAdapter(HTTPAdapter):
             except requests.exceptions.RequestException as exc:
                 exc.sume = self._finish(context, request, None, None)  # type: ignore[attr-defined]
                 raise
+            if context.grant is not None:
+                self._release(context, response.status_code, response.headers)
             if stream or response.status_code >= 400:
                 break
             try:
@@ -215,6 +262,53 @@ class SumeAdapter(HTTPAdapter):
             raise SumeRetryError(record, response)
         return response
 
+    def _take_turn(self, context: RequestContext, policy: Policy, request: requests.PreparedRequest) -> None:
+        """Wait for the fleet's turn before sending; a turn past the deadline sends nothing."""
+        fleet, clock = context.fleet, self.retry.clock
+        key_id = context.key_id or self._key_id(request)
+        deadline = context.deadline(policy)
+        while True:  # slow start may ask a first attempt to come back (grant.again)
+            grant = fleet.acquire(key_id, time_left=deadline - _sleeping.now(clock))
+            if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
+                context.grant, context.key_id = grant, key_id
+                return
+            if grant.fallback:
+                context.fallbacks += 1
+            if grant.refused:
+                context.fleet_refused = True
+                reason = f"not sent: {grant.refused}"
+                context.add(
+                    Attempt(
+                        None, None, None, None, Decision(Verdict.STOP, reason=reason), at=_sleeping.now(clock)
+                    )
+                )
+                record = self._finish(context, request, None, None)
+                raise SumeRetryError(record)
+            if grant.wait > 0:
+                context.paced += grant.wait
+                if grant.source == "slow_start":
+                    # Waiting for responses in flight, which arrive in real time even when
+                    # a test's sleep and clock are virtual: this pause must really pass.
+                    time.sleep(grant.wait)
+                else:
+                    _sleeping.wait(grant.wait, self.retry.sleep_function)
+            if not grant.again:
+                context.grant, context.key_id = grant, key_id
+                return
+
+    def _release(self, context: RequestContext, status: Optional[int], headers: Any) -> None:
+        grant, context.grant = context.grant, None
+        context.fleet.release(context.key_id, grant, status, headers)
+
+    def _key_id(self, request: requests.PreparedRequest) -> str:
+        """The fleet's name for the key this request carries (used without a SumeSession)."""
+        headers = request.headers
+        secret = headers.get("x-api-key") or headers.get("Authorization")
+        cached = self._last_key
+        if cached[0] != secret:
+            cached = self._last_key = (secret, fleet_key(secret))
+        return cached[1]
+
     def _join(self, context: RequestContext, request: requests.PreparedRequest) -> None:
         """The first hop: fix the key, the method, whether the body replays; count the request."""
         context.adapter = self
@@ -229,9 +323,13 @@ class SumeAdapter(HTTPAdapter):
             request.headers[IDEMPOTENCY_HEADER] = key
         context.key, context.method, context.url = key, method, request.url or ""
         context.replayable = body_is_replayable(request.body)
+        if not context.owned:
+            context.fleet = self.fleet
         budget = self.retry.retry_budget
         if budget is not None:
             budget.record_request()
+        if self.observers.starts:
+            self.observers.start(RequestStart(method, context.url, key))
 
     def _redirected(self, context: RequestContext, request: requests.PreparedRequest) -> None:
         """A redirect hop: keep the key only where it still means the same request."""

@@ -8,7 +8,7 @@ import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, Tuple
 
 from ._errors import ConfigurationError
-from ._record import RetryEvent, SumeObserver, SumeRecord
+from ._record import RequestStart, RetryEvent, SumeObserver, SumeRecord
 
 logger = logging.getLogger("sume_urllib3")
 
@@ -23,10 +23,11 @@ _warned: Dict[int, Any] = {}
 class Observers:
     """An immutable set of observers with their hooks looked up once, not per request."""
 
-    __slots__ = ("_all", "_outcome", "_retry")
+    __slots__ = ("_all", "_outcome", "_retry", "_start")
 
     def __init__(self, observers: Iterable[SumeObserver] = ()) -> None:
         self._all: Tuple[SumeObserver, ...] = observer_tuple(observers)
+        self._start = _bound(self._all, "on_start")
         self._retry = _bound(self._all, "on_retry")
         self._outcome = _bound(self._all, "on_outcome")
 
@@ -44,6 +45,16 @@ class Observers:
 
     def __repr__(self) -> str:
         return f"Observers({', '.join(type(o).__name__ for o in self._all)})"
+
+    @property
+    def starts(self) -> bool:
+        """Whether any observer wants ``on_start`` (so the start event is worth building)."""
+        return bool(self._start)
+
+    def start(self, event: RequestStart) -> None:
+        """Tell every observer with ``on_start`` that a logical request begins."""
+        for observer, hook in self._start:
+            _call(observer, hook, "on_start", event)
 
     def retry(self, event: RetryEvent) -> None:
         """Tell every observer with ``on_retry`` about a retry that is about to happen."""

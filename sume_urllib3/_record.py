@@ -43,6 +43,7 @@ class SumeRecord:
     says the fleet refused a turn (the pace would have crossed the deadline); ``retry_in``
     (on a give-up) how many seconds until trying again could succeed. It never holds a
     secret: only the first characters of the idempotency key are shown by ``repr``.
+    ``error`` names the last transport error (its class), when there was one.
     """
 
     idempotency_key: Optional[str]
@@ -62,6 +63,7 @@ class SumeRecord:
     fleet_fallbacks: int = 0
     fleet_refused: bool = False
     retry_in: Optional[float] = None
+    error: Optional[str] = None
 
     def __repr__(self) -> str:
         key = key_prefix(self.idempotency_key)
@@ -90,8 +92,22 @@ class RetryEvent:
     error: Optional[str] = None  # transport error class name when there was no response
 
 
+@dataclass(frozen=True)
+class RequestStart:
+    """A logical request about to send its first attempt (before any pacing wait)."""
+
+    method: str
+    url: str
+    idempotency_key: Optional[str] = None
+
+
 class SumeObserver(Protocol):
-    """Receives every retry and every final outcome, on the requesting thread."""
+    """Receives every retry and every final outcome, on the requesting thread.
+
+    An observer may also have ``on_start(RequestStart)`` (called once before the first
+    attempt, always followed by exactly one ``on_outcome`` on the same thread) and
+    ``on_job(JobEvent)`` (job polls and endings); neither is required.
+    """
 
     def on_retry(self, event: RetryEvent) -> None:
         """Called before each wait."""

@@ -15,6 +15,7 @@ from . import _sleeping
 from ._budget import RetryBudget
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
+from ._fleet import ANONYMOUS
 from ._idempotency import KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._observers import Observers
 from ._peek import discard_body, peek_body
@@ -235,6 +236,9 @@ class SumeRetry(Retry):
         if error is not None and self.total is False:
             raise error.with_traceback(_stacktrace)
         context = self._context(method, url)
+        if context.grant is not None:  # the attempt that just ended: tell the fleet what it got
+            grant, context.grant = context.grant, None
+            context.fleet.release(context.key_id, grant, _status(raw), getattr(raw, "headers", None))
         policy = context.policy or self.policy
         if error is not None:
             attempt = self._decide_error(context, policy, method, error)
@@ -247,14 +251,13 @@ class SumeRetry(Retry):
                 attempt = Attempt(_status(raw), None, None, None, decision, at=self._now())
         new: Optional[SumeRetry] = None
         if attempt.decision.retry:
-            new, attempt = self._count(attempt, method, url, raw, error, _pool, _stacktrace)
+            new, attempt = self._count(context, attempt, method, url, raw, error, _pool, _stacktrace)
         context.add(attempt)
 
         decision = attempt.decision
         if decision.retry and new is not None:
             if raw is not None:
                 discard_body(raw)
-            context.next_wait = decision.wait
             if context.adapter is None:
                 context.expect = new  # a lone retry: its next increment continues this request
             self._announce(context, policy, attempt, method, url)
@@ -336,6 +339,7 @@ class SumeRetry(Retry):
 
     def _count(
         self,
+        context: RequestContext,
         attempt: Attempt,
         method: Optional[str],
         url: Optional[str],
@@ -344,14 +348,42 @@ class SumeRetry(Retry):
         _pool: Any,
         _stacktrace: Any,
     ) -> Any:
-        """Let urllib3's counters and the retry budget confirm a retry, or turn it into STOP."""
+        """Let urllib3's counters, the fleet's pace and the retry budget confirm a retry.
+
+        Any of them can turn it into STOP. A retry the server paced (a 429, or a 503 with
+        Retry-After) waits its turn without spending the budget; others spend it here, at
+        the moment the retry is committed to, with the fleet already having spread it.
+        """
         try:
             new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
         except MaxRetryError:
             return None, _stop(attempt, "urllib3 retry counters exhausted")
+        decision = attempt.decision
+        wait = decision.wait or 0.0
+        throttled = attempt.status == 429 or decision.source == "retry_after"
+        fleet = context.fleet
+        if fleet is not None:
+            policy = context.policy or self.policy
+            left = context.deadline(policy) - self._now()
+            grant = fleet.acquire(
+                context.key_id or ANONYMOUS,
+                time_left=left,
+                retry="throttle" if throttled else "error",
+                not_before=wait,
+            )
+            if grant.fallback:
+                context.fallbacks += 1
+            if grant.refused:
+                context.fleet_refused = True
+                return None, _stop(attempt, grant.refused)
+            context.grant = grant
+            if grant.wait > wait + _HELD:
+                context.paced += grant.wait - wait
+                wait = grant.wait
         budget = self.retry_budget
-        if budget is not None and not budget.try_spend():
+        if budget is not None and not throttled and not budget.try_spend():
             return None, _stop(attempt, "retry budget exhausted")
+        context.next_wait = wait
         return new, attempt
 
     def _announce(
@@ -370,8 +402,8 @@ class SumeRetry(Retry):
                     url=context.url or url or "",
                     attempt=context.retries,
                     max_retries=policy.max_retries,
-                    wait=decision.wait or 0.0,
-                    wait_source=decision.source or "backoff",
+                    wait=context.next_wait or 0.0,
+                    wait_source=_source(decision, context.next_wait),
                     status=attempt.status,
                     code=attempt.code,
                     request_id=attempt.request_id,
@@ -390,6 +422,7 @@ class SumeRetry(Retry):
         # Used alone (PoolManager, a plain HTTPAdapter): this is the first failure of a
         # new request, so the deadline counts from now.
         context = RequestContext(self._now(), method=(method or "").upper(), url=url or "")
+        context.hops = 1
         current.set(context)
         return context
 
@@ -413,6 +446,15 @@ class SumeRetry(Retry):
 
 _NO_HINTS = ErrorEnvelope()
 _GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
+# A fleet's wait longer than the policy's by less than this is the same wait (float noise).
+_HELD = 1e-6
+
+
+def _source(decision: Decision, wait: Optional[float]) -> str:
+    """Where the wait came from: the policy's source, or "pace" when the fleet made it longer."""
+    if wait is not None and decision.wait is not None and wait > decision.wait + _HELD:
+        return "pace"
+    return decision.source or "backoff"
 
 
 def _stop(attempt: Attempt, why: str) -> Attempt:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Callable, Dict, Iterable, Optional, Union
 from urllib.parse import urlsplit
@@ -10,10 +11,12 @@ import requests
 from requests.utils import default_user_agent
 
 from . import _sleeping
-from ._adapter import AUTH_HEADER_NAMES, SumeAdapter
+from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
 from ._budget import RetryBudget
 from ._errors import ConfigurationError
+from ._fleet import Fleet, LocalFleet, fleet_key
 from ._helpers import is_loopback, is_visible_ascii, origin, plain_http_refusal
+from ._jobs import Jobs
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
 from ._observers import Observers
@@ -86,6 +89,14 @@ class SumeSession(requests.Session):
         built-in metrics and logging.
     :param retry_budget: a :class:`RetryBudget` shared by this session's threads
         (default: a new one per session), or None for no budget.
+    :param fleet: the :class:`Fleet` that paces every attempt (cooldowns after a
+        Retry-After, the server's pace, a configured ``rate``): by default the
+        process-wide ``LocalFleet.default()`` shared by every session of this API key
+        (a session with an injected ``clock`` gets one of its own on that clock);
+        ``LocalFleet(rate="10/min")`` or ``contrib.redis.RedisFleet(...)`` to configure
+        or share it across processes; None for no pacing.
+    :param metrics: the :class:`SumeMetrics` to count into (default: a new one), so
+        several sessions can share one.
     :param sleep: how to wait (default ``time.sleep``); :param clock: a monotonic clock;
         :param rng: the jitter source. All three are for tests.
     """
@@ -101,6 +112,8 @@ class SumeSession(requests.Session):
         raise_on_give_up: bool = True,
         observers: Iterable[SumeObserver] = (),
         retry_budget: Optional[RetryBudget] = DEFAULT_BUDGET,
+        fleet: Optional[Fleet] = DEFAULT_FLEET,
+        metrics: Optional[SumeMetrics] = None,
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
@@ -124,7 +137,15 @@ class SumeSession(requests.Session):
         self._default_budget = retry_budget is DEFAULT_BUDGET
         if self._default_budget:
             retry_budget = RetryBudget()
-        self.metrics = SumeMetrics()
+        self._default_fleet = fleet is DEFAULT_FLEET
+        if self._default_fleet and clock is not None:
+            # Paced on the session's own clock: a fleet on real time would hold requests
+            # that a test's virtual clock has long let through.
+            fleet = LocalFleet(clock=clock, rng=rng)
+        self._key_id = fleet_key(self._api_key)
+        if metrics is not None and not isinstance(metrics, SumeMetrics):
+            raise ConfigurationError(f"metrics must be a SumeMetrics, got {type(metrics).__name__}")
+        self.metrics = metrics if metrics is not None else SumeMetrics()
         self.user_observers = Observers(observers)
         self._injected = {"sleep": sleep, "clock": clock, "rng": rng}
         self.adapter = SumeAdapter(
@@ -133,6 +154,7 @@ class SumeSession(requests.Session):
             observers=(self.metrics, _LOGGING, *self.user_observers),
             retry_budget=retry_budget,
             timeout=check_timeout(timeout),
+            fleet=fleet,
             sleep=sleep,
             clock=clock,
             rng=rng,
@@ -160,6 +182,16 @@ class SumeSession(requests.Session):
     def retry_budget(self) -> Optional[RetryBudget]:
         """The retry budget this session's retries spend from, if any."""
         return self.adapter.retry_budget
+
+    @property
+    def fleet(self) -> Optional[Fleet]:
+        """The fleet that paces this session's requests (None: no pacing)."""
+        return self.adapter.fleet
+
+    @functools.cached_property
+    def jobs(self) -> Jobs:
+        """Poll jobs for the caller: ``get``, ``wait``, ``result``, ``cancel``."""
+        return Jobs(self)
 
     @property
     def timeout(self) -> TimeoutSpec:
@@ -195,7 +227,10 @@ class SumeSession(requests.Session):
         """
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        context = RequestContext(_sleeping.now(self.adapter.retry.clock), policy=policy, owned=True)
+        context = RequestContext(
+            _sleeping.now(self.adapter.retry.clock), policy=policy, owned=True, key_id=self._key_id
+        )
+        context.fleet = self.adapter.fleet
         token = current.set(context)
         try:
             return super().request(method, url, *args, **kwargs)
@@ -295,6 +330,8 @@ class SumeSession(requests.Session):
         }
         if not self._default_budget:
             config["retry_budget"] = self.retry_budget  # None, shared() or the caller's own
+        if not self._default_fleet:
+            config["fleet"] = self.fleet
         state["_sume_config"] = config
         return state
 

@@ -80,6 +80,11 @@ def now(clock: Callable[[], float]) -> float:
     return clock() + (recorder.slept_here() if recorder is not None else 0.0)
 
 
+def monotonic() -> float:
+    """``time.monotonic()`` plus the time this thread recorded instead of slept."""
+    return now(time.monotonic)
+
+
 def default_sleep(seconds: float) -> None:
     """time.sleep looked up at call time, so monkeypatching time.sleep still works."""
     time.sleep(seconds)

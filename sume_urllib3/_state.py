@@ -65,6 +65,7 @@ class RequestContext:
         "attempts",
         "expect",
         "fallbacks",
+        "fleet",
         "fleet_refused",
         "grant",
         "hops",
@@ -116,6 +117,7 @@ class RequestContext:
         self.paced = 0.0  # seconds the fleet held this request beyond the policy's waits
         self.fallbacks = 0  # grants that came from local pacing because the shared store failed
         self.fleet_refused = False  # the fleet refused a turn: the pace would cross the deadline
+        self.fleet: Any = None  # the Fleet consulted before every attempt, or None for no pacing
 
     @property
     def waits(self) -> List[float]:
@@ -178,7 +180,7 @@ class RequestContext:
             ids += (request_id,)
         return SumeRecord(
             idempotency_key=self.key,
-            attempts=retries + max(self.hops, 1),
+            attempts=retries + self.hops,
             outcome=outcome,
             status=status,
             code=code,
@@ -194,6 +196,7 @@ class RequestContext:
             fleet_fallbacks=self.fallbacks,
             fleet_refused=self.fleet_refused,
             retry_in=retry_in,
+            error=error or next((a.error for a in reversed(self.attempts) if a.error), None),
         )
 
 

@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterator, List
 
 import pytest
 
-from sume_urllib3 import Policy, SumeSession
+from sume_urllib3 import LocalFleet, Policy, SumeSession
 from sume_urllib3.testing import FakeSume
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
@@ -59,3 +59,11 @@ def make_session(fake: FakeSume, vtime: VirtualTime) -> Iterator[Callable[..., S
     yield make
     for session in sessions:
         session.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_default_fleet() -> Iterator[None]:
+    """Every test starts with a process-wide fleet that knows nothing (no cooldown from the last one)."""
+    LocalFleet.default()._reset()
+    yield
+    LocalFleet.default()._reset()

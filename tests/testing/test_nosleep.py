@@ -67,7 +67,9 @@ def test_the_fixtures_come_from_the_installed_plugin(
 def test_recorded_time_passes_per_thread(fake_sume: FakeSume) -> None:
     """A request's elapsed time holds only its own recorded waits, never other threads'."""
     fake_sume.script("POST", "/v1/runs", *([Reply.error(503, retry_after="4"), 201] * 200))
-    session = SumeSession("sk_test", base_url=fake_sume.url + "/v1", raise_on_give_up=False)
+    # fleet=None: a shared fleet's cooldown holds every thread on one timeline, while here
+    # each thread's own recorded time is what is checked.
+    session = SumeSession("sk_test", base_url=fake_sume.url + "/v1", raise_on_give_up=False, fleet=None)
     records: List[SumeRecord] = []
 
     def work() -> None:
