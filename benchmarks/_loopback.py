@@ -6,6 +6,7 @@ server's own Python work runs on another interpreter rather than between the
 client's timed lines. Paths:
 
 - ``/503...`` answers 503 with a ~1 KiB Sume JSON error envelope (``service_unavailable``);
+- ``/flaky/<anything>`` answers that 503 the first time a path is asked for, 200 after;
 - anything else answers 200 with a small JSON body and an ``x-request-id`` header.
 
 Request bodies are read by ``Content-Length`` and dropped. The server stops when the
@@ -21,7 +22,7 @@ import os
 import socket
 import threading
 from multiprocessing.connection import Connection
-from typing import Any, Optional
+from typing import Any, Optional, Set
 
 ERROR_BODY = json.dumps(
     {
@@ -51,7 +52,7 @@ def _content_length(head: bytes) -> int:
     return 0
 
 
-def _serve_connection(conn: socket.socket, counter: Any) -> None:
+def _serve_connection(conn: socket.socket, counter: Any, seen: Set[bytes]) -> None:
     """Answer requests on one kept-alive connection until the client closes it."""
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     buffer = b""
@@ -72,7 +73,10 @@ def _serve_connection(conn: socket.socket, counter: Any) -> None:
             buffer = buffer[need:]
             path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b"/"
             request_id = b"req_%012d" % next(counter)
-            if path.startswith(b"/503"):
+            flaky_first = path.startswith(b"/flaky/") and path not in seen
+            if flaky_first:
+                seen.add(path)  # one set operation: atomic under the GIL
+            if flaky_first or path.startswith(b"/503"):
                 conn.sendall(_response(b"503 Service Unavailable", ERROR_BODY, request_id))
             else:
                 conn.sendall(_response(b"200 OK", OK_BODY, request_id))
@@ -101,9 +105,10 @@ def _run(parent: Connection, max_seconds: float) -> None:
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     threading.Timer(max_seconds, os._exit, args=(0,)).start()
     counter = itertools.count(1)
+    seen: Set[bytes] = set()
     while True:
         conn, _ = listener.accept()
-        threading.Thread(target=_serve_connection, args=(conn, counter), daemon=True).start()
+        threading.Thread(target=_serve_connection, args=(conn, counter, seen), daemon=True).start()
 
 
 class LoopbackServer:
