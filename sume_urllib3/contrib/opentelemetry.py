@@ -15,28 +15,36 @@ and the full idempotency key never reach a span.
 Metrics (instrumentation scope ``sume_urllib3``): ``sume.requests`` (counter, by
 ``sume.outcome``), ``sume.retries`` (counter, by ``sume.retry.reason``: error code, else
 status, else transport error class, at most 50 distinct values then ``other``),
-``sume.attempts`` (histogram, by ``sume.outcome``), and, once sessions pace requests,
-``sume.paced`` (histogram of seconds a request waited for its turn beyond the policy's own
-waits) and ``sume.fleet.fallbacks`` (counter of turns granted by local pacing because the
-shared store failed).
+``sume.attempts`` (histogram, by ``sume.outcome``), ``sume.paced`` (histogram of the seconds
+a request the fleet held waited for its turn, beyond the policy's own waits; requests sent at
+once are not recorded, so its count is the requests held), ``sume.fleet.refused`` (counter of
+requests not sent because their turn would have come after the deadline),
+``sume.fleet.fallbacks`` (counter of turns granted by local pacing because the shared store
+failed) and ``sume.job.events`` (counter of job polls and job endings, by ``sume.job.event``:
+``poll``, ``completed``, ``failed``, ``timed_out``). A span of a request the fleet held also
+has ``sume.paced`` (seconds) and one it refused ``sume.fleet.refused``.
 
 A broken tracer or meter never breaks a request: each part is guarded, the first failure is
 logged once on logger ``sume_urllib3`` and ``observer.failures`` counts them all.
 
+The span starts when the session announces the request (``on_start``, before the first
+attempt and any pacing wait) and is current until the request's outcome: spans made
+meanwhile, on the requesting thread (another observer's, a response hook's, a nested call's),
+nest under it. An observer used where nothing calls ``on_start`` (a ``SumeRetry`` used alone,
+an older adapter) makes the same span when the request ends, back-dated to its start.
+
 How it sits with ``opentelemetry-instrumentation-requests`` (``RequestsInstrumentor``): both
-can be on; each adds one CLIENT span per logical request, with different content, and
-neither makes a span per attempt. That instrumentation wraps ``Session.send``: its span covers
-the call including the redirects it follows (nested sends are suppressed) and the retries,
-which happen below it inside urllib3; it shows only the final status, the first URL (with
-its query string), and it injects ``traceparent`` once, so every attempt and hop carries the
-same header, naming its span. This observer adds what happened inside: the attempts, the
-waits, one event per retry, the outcome, ``http.request.resend_count`` and the Sume ids, with
-the query string stripped. While sessions report a request only when it ends, the two spans
-are siblings under the caller's span; when the session announces a request as it starts
-(the ``on_start`` hook below), this span is current during the attempts and the
-instrumentation's span, and any span made while the request runs, nest under it.
-``opentelemetry-instrumentation-urllib3`` wraps ``urlopen``, inside which urllib3 retries: it
-too makes one span per call, not per attempt, and none while ``RequestsInstrumentor``'s is open.
+can be on, and neither makes a span per attempt. That instrumentation wraps ``Session.send``,
+which calls the adapter, so its span is the parent of ours: it covers the call including the
+redirects it follows (nested sends are suppressed) and the retries, which happen below it
+inside urllib3; it shows only the final status, the first URL (with its query string), and it
+injects ``traceparent`` once, before the first attempt, so every attempt and hop carries the
+same header, naming its span. Ours adds what happened inside: the attempts, the waits, one
+event per retry, the outcome, ``http.request.resend_count`` and the Sume ids, with the query
+string stripped; on a ``SumeSession`` it ends a moment after the instrumentation's, when the
+session reports the outcome. ``opentelemetry-instrumentation-urllib3`` wraps ``urlopen``,
+inside which urllib3 retries: it too makes one span per call, not per attempt (nested under
+ours), and none while ``RequestsInstrumentor``'s is open.
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         "pip install 'sume-urllib3[opentelemetry]'"
     ) from exc
 
-from .. import Outcome, RetryEvent, SumeRecord, __version__
+from .. import Outcome, RequestStart, RetryEvent, SumeRecord, __version__
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"
@@ -78,8 +86,13 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 logger = logging.getLogger("sume_urllib3")
 
+#: The job event kinds counted by ``sume.job.events`` (others are ignored).
+JOB_EVENTS: Tuple[str, ...] = ("poll", "completed", "failed", "timed_out")
+
 _Pending = Tuple[int, Dict[str, Any]]  # (timestamp ns, event attributes)
-_Started = Tuple[Span, object]  # (span, context token)
+_Identity = Tuple[str, str, Optional[str]]  # (method, url, idempotency key) of one request
+# (span or None when the tracer failed, context token or None, the request it belongs to)
+_Started = Tuple[Optional[Span], object, _Identity]
 
 
 class OpenTelemetryObserver:
@@ -110,10 +123,20 @@ class OpenTelemetryObserver:
         self._paced = _histogram(
             meter, "sume.paced", "s", "Seconds a request waited for the fleet's pace.", PACED_BUCKETS
         )
+        self._refused = meter.create_counter(
+            "sume.fleet.refused",
+            unit="{request}",
+            description="Requests not sent: the fleet's turn would have come after the deadline.",
+        )
         self._fallbacks = meter.create_counter(
             "sume.fleet.fallbacks",
             unit="{grant}",
             description="Turns granted by local pacing because the shared fleet store failed.",
+        )
+        self._jobs = meter.create_counter(
+            "sume.job.events",
+            unit="{event}",
+            description="Job status polls and job waits ended, by sume.job.event.",
         )
         self._lock = threading.Lock()
         self._reasons: Set[str] = set()
@@ -133,33 +156,35 @@ class OpenTelemetryObserver:
             )
         return (OpenTelemetryObserver, ())
 
-    def on_start(self, start: Any) -> None:
-        """Open the request's span now and make it current until ``on_outcome``.
+    def on_start(self, start: RequestStart) -> None:
+        """Open the request's span now and make it current until the request's ``on_outcome``.
 
-        ``start`` needs a ``method`` attribute. Sessions that call this hook before the first
-        attempt get a span that is current during the attempts, so spans made meanwhile (such
-        as ``RequestsInstrumentor``'s) nest under it; without the hook the span is made
-        afterwards, in ``on_outcome``, with the request's start time. The hook must be followed
-        by exactly one ``on_outcome`` on the same thread.
+        Sessions call this before the first attempt (and before any pacing wait), then
+        exactly one ``on_outcome`` on the same thread; spans made in between nest under ours.
         """
+        identity = (start.method, start.url, start.idempotency_key)
+        span: Optional[Span] = None
+        token: object = None
         try:
+            attributes = {"http.request.method": _method(start.method), **url_attributes(start.url)}
             span = self._tracer.start_span(
-                _span_name(str(getattr(start, "method", "") or "")), kind=SpanKind.CLIENT
+                _span_name(start.method), kind=SpanKind.CLIENT, attributes=attributes
             )
             token = otel_context.attach(trace.set_span_in_context(span))
         except Exception:
             self._failed("on_start")
-            return
-        self._stack().append((span, token))
+        # Pushed even when the tracer failed, so that nested requests still pop their own entry.
+        self._stack().append((span, token, identity))
 
     def on_retry(self, event: RetryEvent) -> None:
         """Note one retry as a span event, and count it under its reason."""
         stamp = time.time_ns()
         attributes = _retry_attributes(event)
         stack = self._stack()
+        span = stack[-1][0] if stack else None
         try:
-            if stack:
-                stack[-1][0].add_event("retry", attributes, timestamp=stamp)
+            if span is not None:
+                span.add_event("retry", attributes, timestamp=stamp)
             else:
                 pending = self._pending()
                 if len(pending) >= _MAX_PENDING:
@@ -179,31 +204,51 @@ class OpenTelemetryObserver:
     def on_outcome(self, record: SumeRecord) -> None:
         """End the request's span (or make it, start to end) and record the request's metrics."""
         end = time.time_ns()
-        stack = self._stack()
-        started = stack.pop() if stack else None
+        started = self._announced(record)
         start = end - int(max(record.elapsed, 0.0) * 1e9)
         pending = self._pending()
         # Events stamped before this request started belong to one that never reported.
         events = [(stamp, attributes) for stamp, attributes in pending if stamp >= start]
         pending.clear()
+        span, token = (started[0], started[1]) if started is not None else (None, None)
         try:
-            self._end_span(record, started, start, end, events)
+            self._end_span(record, span, start, end, events)
         except Exception:
             self._failed("on_outcome")
         finally:
-            if started is not None:
-                _detach(started[1])
+            if span is not None:
+                _restore(span, token)
         try:
             self._count(record)
         except Exception:
             self._failed("on_outcome")
 
+    def on_job(self, event: Any) -> None:
+        """Count one job event (a ``JobEvent``) under its kind: a poll, or how a wait ended."""
+        kind = getattr(event, "kind", None)
+        if kind not in JOB_EVENTS:
+            return  # a kind this version does not know
+        try:
+            self._jobs.add(1, {"sume.job.event": kind})
+        except Exception:
+            self._failed("on_job")
+
+    def _announced(self, record: SumeRecord) -> Optional[_Started]:
+        """The ``on_start`` entry of this record's request, taken off the stack; None if unannounced."""
+        stack = self._stack()
+        identity = (record.method, record.url, record.idempotency_key)
+        # Nested requests end in reverse order, so the match is on top; a request whose start
+        # was not announced to this observer (no on_start hook upstream) leaves the stack alone.
+        for index in range(len(stack) - 1, -1, -1):
+            if stack[index][2] == identity:
+                return stack.pop(index)
+        return None
+
     def _end_span(
-        self, record: SumeRecord, started: Optional[_Started], start: int, end: int, events: List[_Pending]
+        self, record: SumeRecord, span: Optional[Span], start: int, end: int, events: List[_Pending]
     ) -> None:
         attributes = span_attributes(record)
-        if started is not None:
-            span = started[0]
+        if span is not None:
             span.update_name(_span_name(record.method))
             span.set_attributes(attributes)
         else:
@@ -226,13 +271,12 @@ class OpenTelemetryObserver:
         labels = {"sume.outcome": Outcome(record.outcome).value}
         self._requests.add(1, labels)
         self._attempts.record(record.attempts, labels)
-        # Present once the fleet paces requests; older records have neither field.
-        paced = getattr(record, "paced", None)
-        if paced is not None:
-            self._paced.record(float(paced))
-        fallbacks = getattr(record, "fleet_fallbacks", 0) or 0
-        if fallbacks > 0:
-            self._fallbacks.add(int(fallbacks))
+        if record.paced > 0:
+            self._paced.record(float(record.paced))
+        if record.fleet_refused:
+            self._refused.add(1)
+        if record.fleet_fallbacks > 0:
+            self._fallbacks.add(int(record.fleet_fallbacks))
 
     def _stack(self) -> List[_Started]:
         stack: Optional[List[_Started]] = getattr(self._local, "stack", None)
@@ -263,7 +307,7 @@ def span_attributes(record: SumeRecord) -> Dict[str, Any]:
     """The span attributes of one logical request (semantic conventions plus ``sume.*``)."""
     method = (record.method or "").upper()
     attributes: Dict[str, Any] = {
-        "http.request.method": method if method in _KNOWN_METHODS else "_OTHER",
+        "http.request.method": _method(method),
         "sume.outcome": Outcome(record.outcome).value,
         "sume.attempts": record.attempts,
     }
@@ -284,6 +328,10 @@ def span_attributes(record: SumeRecord) -> Dict[str, Any]:
         "sume.idempotency_key_prefix": _key_prefix(record.idempotency_key),
     }
     attributes.update({name: value for name, value in optional.items() if value})
+    if record.paced > 0:
+        attributes["sume.paced"] = float(record.paced)
+    if record.fleet_refused:
+        attributes["sume.fleet.refused"] = True
     return attributes
 
 
@@ -315,8 +363,7 @@ def _error_type(record: SumeRecord) -> Optional[str]:
     if record.status is not None and record.status >= 400:
         return str(record.status)
     if record.status is None or Outcome(record.outcome) in _FAILED_OUTCOMES:
-        error = getattr(record, "error", None)  # the transport error class, once records carry it
-        return _clean(error) or Outcome(record.outcome).value
+        return _clean(record.error) or Outcome(record.outcome).value
     return None
 
 
@@ -352,6 +399,11 @@ def _span_name(method: str) -> str:
     return method if method in _KNOWN_METHODS else "HTTP"
 
 
+def _method(method: str) -> str:
+    method = method.upper()
+    return method if method in _KNOWN_METHODS else "_OTHER"
+
+
 def _key_prefix(key: Optional[str]) -> str:
     # Enough of an idempotency key to find it in the server's logs, not to reuse it.
     if not key:
@@ -378,7 +430,16 @@ def _histogram(meter: Any, name: str, unit: str, description: str, buckets: Sequ
         return meter.create_histogram(name, unit=unit, description=description)
 
 
-def _detach(token: Any) -> None:
+def _restore(span: Span, token: Any) -> None:
+    """Make current again what was current before ``on_start``, if nobody has done it yet.
+
+    Contexts are restored by resetting to what was current when each was attached: a wrapper
+    around ``Session.send`` (``RequestsInstrumentor``) attached before us and restores its own
+    before the session reports the outcome, which already dropped ours. Resetting ours then
+    would bring back the wrapper's ended span (and its suppression of HTTP instrumentation).
+    """
+    if token is None or trace.get_current_span() is not span:
+        return
     try:
         otel_context.detach(token)
     except Exception:  # pragma: no cover - detach logs its own errors and does not raise

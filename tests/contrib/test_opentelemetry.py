@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 import logging
 import pickle
+import random
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
@@ -23,9 +23,20 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from sume_urllib3 import Outcome, Policy, RetryEvent, SumeRecord, SumeRetryError, SumeSession
+from sume_urllib3 import (
+    JobFailed,
+    LocalFleet,
+    Outcome,
+    Policy,
+    RetryEvent,
+    SumeRecord,
+    SumeRetryError,
+    SumeSession,
+)
 from sume_urllib3.contrib.opentelemetry import OpenTelemetryObserver, url_attributes
 from sume_urllib3.testing import FakeSume, Reply, no_sleep
+
+from ..conftest import VirtualTime
 
 KEY = "sk_test_otel_SECRET_0123456789"
 
@@ -92,12 +103,14 @@ def event(code: Optional[str] = None, status: Optional[int] = 503, error: Option
     )
 
 
-@dataclass(frozen=True)
-class PacedRecord(SumeRecord):
-    """A record with the fleet's fields, as SumeRecord carries them once pacing exists."""
-
-    paced: float = 0.0
-    fleet_fallbacks: int = 0
+def paced_session(
+    fake: FakeSume, otel: Telemetry, vtime: VirtualTime, rate: str, **kwargs: Any
+) -> SumeSession:
+    """A session on virtual time whose fleet allows one request per ``rate`` period, burst 1."""
+    return session(
+        fake, otel, fleet=LocalFleet(rate=rate, burst=1, clock=vtime.clock), sleep=vtime.sleep,
+        clock=vtime.clock, rng=random.Random(1), **kwargs,
+    )
 
 
 def test_a_retried_post_is_one_client_span_with_the_semantic_attributes(
@@ -249,11 +262,11 @@ def test_a_transport_error_has_no_status_and_names_the_error(fake: FakeSume, ote
     assert "http.response.status_code" not in attributes
     assert StatusCode.ERROR == span.status.status_code
     record = raised.value.sume  # type: ignore[attr-defined]
-    # The transport error's class once records carry it, else the outcome.
-    assert (getattr(record, "error", None) or record.outcome.value) == attributes["error.type"]
+    assert "ProtocolError" == record.error
+    assert record.error == attributes["error.type"]
+    assert record.reason in str(span.status.description)
     errors = [dict(e.attributes or {}).get("error.type") for e in span.events]
-    assert 2 == len(errors)
-    assert all(errors)
+    assert ["ProtocolError", "ProtocolError"] == errors
 
 
 def test_metrics_count_outcomes_retries_by_reason_and_attempts(fake: FakeSume, otel: Telemetry) -> None:
@@ -299,9 +312,49 @@ def test_retry_reason_labels_are_bounded(otel: Telemetry) -> None:
     assert 2 == retries["code_3"]
 
 
-def test_pacing_waits_and_fleet_fallbacks_are_recorded(otel: Telemetry) -> None:
-    """A record's paced seconds feed sume.paced, its fallback grants sume.fleet.fallbacks."""
-    record = PacedRecord(
+def test_a_request_the_fleet_held_is_paced_in_its_span_and_in_sume_paced(
+    fake: FakeSume, otel: Telemetry, vtime: VirtualTime
+) -> None:
+    """At 1/min the second call waits 60 s for its turn: the span says so and sume.paced counts only it."""
+    fake.script("GET", "/v1/me", 200)
+    client = paced_session(fake, otel, vtime, "1/min")
+
+    client.get("/me")
+    client.get("/me")
+
+    first, second = (dict(span.attributes or {}) for span in otel.finished("GET"))
+    assert "sume.paced" not in first
+    assert 60.0 == second["sume.paced"]
+    assert [60.0] == vtime.sleeps
+    paced = list(otel.points("sume.paced").values())
+    assert [(1, 60.0)] == [(p.count, p.sum) for p in paced]
+    assert {} == otel.points("sume.fleet.refused")
+
+
+def test_a_request_the_fleet_refused_is_an_error_span_and_counted(
+    fake: FakeSume, otel: Telemetry, vtime: VirtualTime
+) -> None:
+    """A turn after the deadline sends nothing: an error span marked sume.fleet.refused, counted once."""
+    fake.script("GET", "/v1/me", 200)
+    client = paced_session(fake, otel, vtime, "1/min", policy=Policy(max_elapsed=10))
+    client.get("/me")
+
+    with pytest.raises(SumeRetryError) as raised:
+        client.get("/me")
+
+    assert raised.value.record.fleet_refused
+    assert 1 == len(fake.requests)
+    attributes = dict(otel.finished("GET")[1].attributes or {})
+    assert True is attributes["sume.fleet.refused"]
+    assert 0 == attributes["sume.attempts"]
+    assert "gave_up" == attributes["error.type"]
+    assert [1] == [p.value for p in otel.points("sume.fleet.refused").values()]
+    assert {} == otel.points("sume.paced")
+
+
+def test_fleet_fallbacks_are_counted(otel: Telemetry) -> None:
+    """Turns granted by local pacing because the shared store failed feed sume.fleet.fallbacks."""
+    record = SumeRecord(
         idempotency_key=None, attempts=1, outcome=Outcome.OK, status=200, code=None, request_id=None,
         request_ids=(), waits=(), elapsed=0.0, reason="", method="GET",
         url="https://api.sume.com/v1/me", paced=2.5, fleet_fallbacks=2,
@@ -309,9 +362,25 @@ def test_pacing_waits_and_fleet_fallbacks_are_recorded(otel: Telemetry) -> None:
 
     otel.observer.on_outcome(record)
 
-    paced = list(otel.points("sume.paced").values())
-    assert [(1, 2.5)] == [(p.count, p.sum) for p in paced]
     assert [2] == [p.value for p in otel.points("sume.fleet.fallbacks").values()]
+    assert [(1, 2.5)] == [(p.count, p.sum) for p in otel.points("sume.paced").values()]
+
+
+def test_job_polls_and_endings_are_counted_by_kind(
+    fake: FakeSume, otel: Telemetry, vtime: VirtualTime
+) -> None:
+    """session.jobs.wait feeds sume.job.events: one poll per status read, then completed or failed."""
+    fake.job("job_1", ["queued", "processing", "completed"])
+    fake.job("job_2", ["processing", ("failed", {"error": {"code": "bad_input"}})])
+    client = session(fake, otel, sleep=vtime.sleep, clock=vtime.clock, rng=random.Random(1))
+
+    client.jobs.wait("job_1")
+    with pytest.raises(JobFailed):
+        client.jobs.wait("job_2")
+
+    points = otel.points("sume.job.events").items()
+    events = {dict(key)["sume.job.event"]: point.value for key, point in points}
+    assert {"poll": 5, "completed": 1, "failed": 1} == events
 
 
 class _BrokenTracer:
@@ -368,43 +437,126 @@ def test_a_failing_tracer_or_meter_never_breaks_a_request(
     assert [200, 200, 200] == statuses
     warnings = [r for r in caplog.records if "OpenTelemetryObserver" in r.getMessage()]
     assert 1 == len(warnings)
-    # 1 retry (event kept + counter fails) and 3 outcomes (span fails, counters fail).
-    assert 1 + 3 * 2 == observer.failures
+    # The retry's counter fails (its event waits for the outcome); each of the 3 requests fails
+    # three times: its span at the start, its span again at the end, its counters.
+    assert 1 + 3 * 3 == observer.failures
 
 
-def test_with_the_start_hook_the_span_is_current_during_the_attempts(fake: FakeSume, otel: Telemetry) -> None:
-    """on_start opens the span and makes it current: spans made meanwhile nest under it."""
+class FlakyTracerProvider(TracerProvider):
+    """An SDK tracer provider whose tracers fail to start their first span only."""
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        real = super().get_tracer(*args, **kwargs)
+        failures = [RuntimeError("exporter hiccup")]
+
+        class Flaky:
+            def start_span(self, *a: Any, **k: Any) -> Any:
+                if failures:
+                    raise failures.pop()
+                return real.start_span(*a, **k)
+
+        return Flaky()
+
+
+def test_a_failed_start_keeps_nested_requests_apart(fake: FakeSume, otel: Telemetry) -> None:
+    """When the outer span cannot start, the inner call still gets its own span, the outer one at the end."""
+    fake.script("GET", "/v1/outer", 200)
+    fake.script("GET", "/v1/inner", 200)
+    provider = FlakyTracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(otel.spans))
+    observer = OpenTelemetryObserver(provider, otel.meter_provider)
+    client = SumeSession(KEY, base_url=fake.url + "/v1", observers=[observer])
+
+    client.get("/outer", hooks={"response": lambda response, **kwargs: client.get("/inner")})
+
+    by_path = {str(dict(s.attributes or {})["url.full"]).rsplit("/", 1)[1]: s for s in otel.finished("GET")}
+    assert {"outer", "inner"} == set(by_path)
+    assert by_path["inner"].parent is None  # the outer span did not exist yet
+    assert by_path["outer"].parent is None
+    assert by_path["inner"].end_time <= by_path["outer"].end_time  # type: ignore[operator]
+    assert 1 == observer.failures
+    assert trace.INVALID_SPAN is trace.get_current_span()
+    provider.shutdown()
+
+
+class SpanOnRetry:
+    """Another observer that makes a span of its own for every retry."""
+
+    def __init__(self, otel: Telemetry) -> None:
+        self.tracer = otel.tracer
+
+    def on_retry(self, event: RetryEvent) -> None:
+        with self.tracer.start_as_current_span("on_retry"):
+            pass
+
+
+def test_the_span_is_current_while_the_request_runs(fake: FakeSume, otel: Telemetry) -> None:
+    """The session announces the request: spans made during its attempts and in its hooks nest under ours."""
     fake.script("GET", "/v1/me", 503, 200)
-    seen: List[Any] = []
 
     def hook(response: Any, *args: Any, **kwargs: Any) -> None:
-        with otel.tracer.start_as_current_span("inside") as inner:
-            seen.append(inner)
+        with otel.tracer.start_as_current_span("hook"):
+            pass
 
-    @dataclass
-    class Start:
-        method: str
-
-    client = session(fake, otel)
+    observers: List[Any] = [otel.observer, SpanOnRetry(otel)]
+    client = SumeSession(KEY, base_url=fake.url + "/v1", observers=observers)
     with no_sleep(), otel.tracer.start_as_current_span("view") as view:
-        otel.observer.on_start(Start("GET"))
         client.get("/me", hooks={"response": hook})
         current = trace.get_current_span()
 
-    span, inside = otel.only("GET"), otel.only("inside")
+    span, on_retry, hook_span = otel.only("GET"), otel.only("on_retry"), otel.only("hook")
     assert span.parent is not None
-    assert inside.parent is not None
     assert view.get_span_context().span_id == span.parent.span_id
-    assert span.context.span_id == inside.parent.span_id
+    assert [span.context.span_id] * 2 == [s.parent.span_id for s in (on_retry, hook_span) if s.parent]
+    assert span.start_time is not None
+    assert span.end_time is not None
+    assert span.start_time <= on_retry.start_time <= hook_span.end_time <= span.end_time  # type: ignore[operator]
     assert 1 == len(span.events)
     assert 1 == dict(span.attributes or {})["http.request.resend_count"]
     assert view is current  # the caller's span is current again after the request
 
 
-def test_requests_instrumentation_adds_its_own_span_per_call_not_per_attempt(
-    fake: FakeSume, otel: Telemetry
-) -> None:
-    """With RequestsInstrumentor on, it adds one CLIENT span per call next to ours, none per attempt."""
+def test_a_request_made_during_another_is_its_child(fake: FakeSume, otel: Telemetry) -> None:
+    """A call made from a response hook of another call is a span under the outer call's span."""
+    fake.script("GET", "/v1/outer", 200)
+    fake.script("GET", "/v1/inner", 503, 200)
+    client = session(fake, otel)
+
+    with no_sleep():
+        client.get("/outer", hooks={"response": lambda response, **kwargs: client.get("/inner")})
+
+    by_path = {str(dict(s.attributes or {})["url.full"]).rsplit("/", 1)[1]: s for s in otel.finished("GET")}
+    outer, inner = by_path["outer"], by_path["inner"]
+    assert inner.parent is not None
+    assert outer.context.span_id == inner.parent.span_id
+    assert (0, 1) == (len(outer.events), len(inner.events))
+    assert trace.INVALID_SPAN is trace.get_current_span()
+
+
+def test_without_the_start_hook_the_span_is_made_at_the_end(otel: Telemetry) -> None:
+    """Where nothing announces requests (an older adapter), retry and outcome make one back-dated span."""
+    record = SumeRecord(
+        idempotency_key=None, attempts=2, outcome=Outcome.RETRIED_OK, status=200, code=None,
+        request_id="req_1", request_ids=("req_1",), waits=(1.0,), elapsed=1.5,
+        reason="succeeded after 1 retry", method="GET", url="https://api.sume.com/v1/jobs",
+    )
+
+    with otel.tracer.start_as_current_span("view") as view:
+        otel.observer.on_retry(event())
+        otel.observer.on_outcome(record)
+
+    span = otel.only("GET")
+    assert span.parent is not None
+    assert view.get_span_context().span_id == span.parent.span_id
+    assert ["retry"] == [e.name for e in span.events]
+    assert 1 == dict(span.attributes or {})["http.request.resend_count"]
+    assert span.start_time is not None
+    assert span.end_time is not None
+    assert span.start_time <= span.events[0].timestamp <= span.end_time
+
+
+def test_requests_instrumentation_wraps_our_span_once_per_call(fake: FakeSume, otel: Telemetry) -> None:
+    """RequestsInstrumentor's span (around Session.send) is our parent: one per call, not per attempt."""
     instrumentation = pytest.importorskip("opentelemetry.instrumentation.requests")
     instrumentor = instrumentation.RequestsInstrumentor()
     fake.script("GET", "/v1/a", 503, Reply(302, headers={"Location": "/v1/b"}))
@@ -413,22 +565,48 @@ def test_requests_instrumentation_adds_its_own_span_per_call_not_per_attempt(
     try:
         with no_sleep(), otel.tracer.start_as_current_span("view") as view:
             session(fake, otel).get("/a")
+            current = trace.get_current_span()
     finally:
         instrumentor.uninstrument()
 
     spans = otel.finished("GET")
     assert 2 == len(spans)
-    ours = [s for s in spans if "sume.outcome" in (s.attributes or {})]
-    theirs = [s for s in spans if "sume.outcome" not in (s.attributes or {})]
-    assert 1 == len(ours)
-    assert 1 == len(theirs)
+    (ours,) = [s for s in spans if "sume.outcome" in (s.attributes or {})]
+    (theirs,) = [s for s in spans if "sume.outcome" not in (s.attributes or {})]
     assert {SpanKind.CLIENT} == {s.kind for s in spans}
-    assert {view.get_span_context().span_id} == {s.parent.span_id for s in spans if s.parent}
-    assert 4 == dict(ours[0].attributes or {})["sume.attempts"]
+    assert theirs.parent is not None
+    assert ours.parent is not None
+    assert view.get_span_context().span_id == theirs.parent.span_id
+    assert theirs.context.span_id == ours.parent.span_id
+    assert 4 == dict(ours.attributes or {})["sume.attempts"]
     # Every attempt and hop carries the same traceparent: the instrumentation's span.
     parents = {r.headers.get("traceparent") for r in fake.requests}
     assert 1 == len(parents)
-    assert f"{theirs[0].context.span_id:016x}" in str(parents.pop())
+    assert f"{theirs.context.span_id:016x}" in str(parents.pop())
+    assert view is current
+
+
+def test_with_requests_instrumentation_the_callers_context_comes_back_whole(
+    fake: FakeSume, otel: Telemetry
+) -> None:
+    """The instrumentation restores its context before ours ends: ours must not bring its ended span back."""
+    instrumentation = pytest.importorskip("opentelemetry.instrumentation.requests")
+    utils = pytest.importorskip("opentelemetry.instrumentation.utils")
+    instrumentor = instrumentation.RequestsInstrumentor()
+    fake.script("GET", "/v1/me", 200)
+    instrumentor.instrument(tracer_provider=otel.tracer_provider)
+    try:
+        with otel.tracer.start_as_current_span("view") as view:
+            client = session(fake, otel)
+            client.get("/me")
+            after_first = (trace.get_current_span(), utils.is_http_instrumentation_enabled())
+            client.get("/me")
+    finally:
+        instrumentor.uninstrument()
+
+    assert (view, True) == after_first
+    theirs = [s for s in otel.finished("GET") if "sume.outcome" not in (s.attributes or {})]
+    assert [view.get_span_context().span_id] * 2 == [s.parent.span_id for s in theirs if s.parent]
 
 
 def test_threads_get_their_own_spans_and_events(fake: FakeSume, otel: Telemetry) -> None:
