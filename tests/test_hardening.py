@@ -22,7 +22,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 import pytest
 import requests
@@ -69,7 +69,9 @@ class Seen:
 Handler = Callable[[Seen, int], Iterable[Step]]
 
 
-def reply(status: int, body: bytes = b"", headers: Optional[Dict[str, str]] = None, length: Any = None) -> bytes:
+def reply(
+    status: int, body: bytes = b"", headers: Optional[Dict[str, str]] = None, length: Any = None
+) -> bytes:
     """One whole HTTP/1.1 response, head and body in one piece (one send, no Nagle delay)."""
     lines = [f"HTTP/1.1 {status} X"]
     fields = {"Content-Length": str(len(body) if length is None else length)}
@@ -323,7 +325,10 @@ def unanswered_port() -> Iterator[int]:
 def test_2c_connect_timeouts_and_their_retry_end_by_the_deadline(unanswered_port: int) -> None:
     """Connect timeout 1.5 s, max_elapsed=2: the retried connect is cut, the call ends by 2.5 s."""
     session = SumeSession(
-        KEY, base_url=f"http://127.0.0.1:{unanswered_port}/v1", policy=QUICK.replace(max_elapsed=2.0), fleet=None
+        KEY,
+        base_url=f"http://127.0.0.1:{unanswered_port}/v1",
+        policy=QUICK.replace(max_elapsed=2.0),
+        fleet=None,
     )
 
     started = time.monotonic()
@@ -416,7 +421,7 @@ def test_3_a_give_up_503_whose_body_stalls_is_recorded_not_counted_ok(server: An
 
 
 def test_3_a_give_up_503_whose_body_stalls_raises_the_retry_error(server: Any) -> None:
-    """With the default raise_on_give_up the stalled 503 still ends in SumeRetryError, within the read timeout."""
+    """By default the stalled 503 still ends in SumeRetryError, within the read timeout."""
     api = server(_stalling_503)
     session = session_on(api, policy=QUICK.replace(max_retries=0))
 
@@ -465,7 +470,9 @@ def test_4_pool_manager_keeps_the_key_on_a_same_host_redirect(server: Any) -> No
     assert {"x-api-key": KEY} == auth_headers(api.requests[1])
 
 
-def test_4_plain_requests_session_with_sume_adapter_strips_the_key_on_a_cross_host_redirect(server: Any) -> None:
+def test_4_plain_requests_session_with_sume_adapter_strips_the_key_on_a_cross_host_redirect(
+    server: Any,
+) -> None:
     """A requests.Session with SumeAdapter mounted: the redirect to another port gets neither auth header."""
     other = server()
     api = server(_redirect_to(other.url + "/landing"))
@@ -474,7 +481,7 @@ def test_4_plain_requests_session_with_sume_adapter_strips_the_key_on_a_cross_ho
 
     response = session.get(api.url + "/start", headers={"x-api-key": KEY, "Authorization": BEARER})
 
-    assert b"landed" == response.content
+    assert b"/landing" == response.content
     assert {} == auth_headers(other.requests[0])
 
 
@@ -545,15 +552,16 @@ def test_5_respect_retry_after_header_false_waits_the_backoff_instead(server: An
 )
 def test_5_backoff_arguments_are_refused_naming_the_policy_field(argument: str, field: str) -> None:
     """SumeRetry(backoff_factor=0.5) raises ConfigurationError naming Policy.backoff_base."""
+    kwargs: Dict[str, Any] = {argument: 7.5}
     with pytest.raises(ConfigurationError, match=f"Policy\\({field}="):
-        SumeRetry(**{argument: 7.5})
+        SumeRetry(**kwargs)
 
 
 def test_5_a_lone_sume_retry_leaves_no_request_state_behind_on_its_thread(server: Any) -> None:
     """After a PoolManager retry, a SumeAdapter POST on the same thread is its own request (key, attempts)."""
-    api = server(_status_then_ok(503))
+    api = server(_fork_server)  # /v1/warm: 503 then 200; everything else 200
     http = urllib3.PoolManager(retries=SumeRetry(QUICK, sleep=lambda s: None))
-    http.request("GET", api.url + "/v1/warm")
+    assert 200 == http.request("GET", api.url + "/v1/warm").status
     session = requests.Session()
     session.mount("http://", SumeAdapter(QUICK, fleet=None))
 
@@ -584,7 +592,8 @@ def test_6_a_forked_child_gets_its_own_connections_and_fresh_counters(server: An
     session = session_on(api, retry_budget=RetryBudget())
     session.get("/warm")  # a retry, then a pooled keep-alive connection
     fresh_balance = RetryBudget().balance
-    assert session.retry_budget is not None and session.retry_budget.balance < fresh_balance
+    assert session.retry_budget is not None
+    assert session.retry_budget.balance < fresh_balance
     read_end, write_end = os.pipe()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12 warns on fork with threads
@@ -624,8 +633,11 @@ def test_6_a_forked_child_gets_its_own_connections_and_fresh_counters(server: An
 # -- 7. pickle and copy keep mounts; a second SumeAdapter counts in session.metrics ----
 
 
-@pytest.mark.parametrize("clone", [lambda s: pickle.loads(pickle.dumps(s)), copy.copy, copy.deepcopy],
-                         ids=["pickle", "copy", "deepcopy"])
+@pytest.mark.parametrize(
+    "clone",
+    [lambda s: pickle.loads(pickle.dumps(s)), copy.copy, copy.deepcopy],
+    ids=["pickle", "copy", "deepcopy"],
+)
 def test_7_pickle_and_copy_keep_a_custom_mount(server: Any, clone: Callable[[Any], Any]) -> None:
     """A SumeAdapter mounted on a prefix is still mounted there, and still used, on the copy."""
     api, other = server(), server()
@@ -703,7 +715,12 @@ def test_9_the_readme_example_is_in_the_typing_tests() -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "tests", "typing", "readme_example.py"), encoding="utf-8") as f:
         typed = f.read()
-    for call in ("SumeSession()", 'session.post("/avatars"', "except SumeRetryError as error", "sume_record("):
+    for call in (
+        "SumeSession()",
+        'session.post("/avatars"',
+        "except SumeRetryError as error",
+        "sume_record(",
+    ):
         assert call in typed
 
 
@@ -732,7 +749,7 @@ def test_10_every_timeout_form_requests_accepts_works_in_the_constructor_and_per
 
     assert timeout is session.timeout
     assert b"/v1/a" == session.get("/a").content
-    assert b"/v1/b" == session.get("/b", timeout=timeout).content
+    assert b"/v1/b" == session.request("GET", "/b", timeout=timeout).content
 
 
 @pytest.mark.parametrize("bad", [0, -1, (1, 2, 3), "5", (0, 5), float("nan"), True])
@@ -745,10 +762,12 @@ def test_10_a_timeout_requests_would_refuse_is_a_configuration_error(bad: Any) -
 def test_10_a_urllib3_timeout_in_the_constructor_is_applied(server: Any) -> None:
     """SumeSession(timeout=Timeout(read=0.3)): a 2 s answer times out in well under 2 s."""
     api = server(_slow(2.0))
-    session = session_on(api, timeout=urllib3.Timeout(connect=1, read=0.3), policy=QUICK.replace(max_retries=0))
+    session = session_on(
+        api, timeout=urllib3.Timeout(connect=1, read=0.3), policy=QUICK.replace(max_retries=0)
+    )
 
     started = time.monotonic()
-    with pytest.raises(requests.ConnectionError):
+    with pytest.raises(requests.Timeout):
         session.get("/slow")
     assert time.monotonic() - started < 1.5
 
@@ -759,7 +778,7 @@ def test_10_an_explicit_timeout_none_per_call_means_the_session_default(server: 
     session = session_on(api, timeout=(1, 0.3), policy=QUICK.replace(max_retries=0))
 
     started = time.monotonic()
-    with pytest.raises(requests.ConnectionError):
+    with pytest.raises(requests.Timeout):
         session.get("/slow", timeout=None)
     assert time.monotonic() - started < 1.5
 
@@ -788,13 +807,14 @@ def _always(status: int, body: bytes = b"", headers: Optional[Dict[str, str]] = 
 
 
 def test_11_a_per_call_policy_gives_that_call_a_shorter_deadline(server: Any) -> None:
-    """session.post(..., policy=session.policy.replace(max_elapsed=2.5)): 503s with Retry-After 1 stop at 3 attempts."""
+    """A per-call policy with max_elapsed=2.5: 503s with Retry-After 1 stop at 3 attempts."""
     api = server(_always(503, b"", {"Retry-After": "1"}))
     vt = VirtualTime()
     session = session_on(api, sleep=vt.sleep, clock=vt.clock)
 
     with pytest.raises(SumeRetryError) as caught:
-        session.post("/jobs", json={}, policy=session.policy.replace(max_elapsed=2.5))
+        # The issue's own spelling; mypy needs typed get/post overrides to accept policy= there.
+        session.post("/jobs", json={}, policy=session.policy.replace(max_elapsed=2.5))  # type: ignore[call-arg]
 
     assert 3 == caught.value.record.attempts
     assert 3 == len(api.requests)
@@ -807,12 +827,12 @@ def test_11_a_per_call_policy_must_be_a_policy(server: Any) -> None:
     session = session_on(api)
 
     with pytest.raises(ConfigurationError, match="policy"):
-        session.get("/jobs", policy={"max_elapsed": 10})  # type: ignore[arg-type]
+        session.request("GET", "/jobs", policy={"max_elapsed": 10})  # type: ignore[arg-type]
     assert [] == api.requests
 
 
 def test_11_retry_in_is_the_server_retry_after_left_and_the_key_is_the_one_sent(server: Any) -> None:
-    """A give-up on 503 Retry-After 1 (virtual time): retry_in is 1.0 and idempotency_key is the header sent."""
+    """Give-up on 503 Retry-After 1 (virtual time): retry_in is 1.0, idempotency_key is the header sent."""
     api = server(_always(503, b"", {"Retry-After": "1"}))
     vt = VirtualTime()
     session = session_on(api, sleep=vt.sleep, clock=vt.clock, policy=QUICK.replace(max_elapsed=1.5))
@@ -840,7 +860,10 @@ def test_11_retry_in_is_the_next_backoff_without_retry_after(server: Any) -> Non
 
 @pytest.mark.parametrize(
     ("status", "body"),
-    [(400, b'{"error":{"code":"bad_request"}}'), (409, b'{"error":{"code":"x","next_action":"poll the job"}}')],
+    [
+        (400, b'{"error":{"code":"bad_request"}}'),
+        (409, b'{"error":{"code":"x","next_action":"poll the job"}}'),
+    ],
     ids=["fix", "poll"],
 )
 def test_11_retry_in_is_none_when_retrying_cannot_help(server: Any, status: int, body: bytes) -> None:
@@ -913,7 +936,7 @@ def test_12_a_303_that_turns_a_post_into_a_get_drops_the_idempotency_key(server:
 def test_12_an_observer_with_no_hook_is_refused() -> None:
     """observers=[object()] is a ConfigurationError naming the hooks."""
     with pytest.raises(ConfigurationError, match="on_outcome"):
-        SumeSession(KEY, observers=[object()])
+        SumeSession(KEY, observers=[object()])  # type: ignore[list-item]
 
 
 def test_12_the_cli_prints_its_version() -> None:
@@ -927,15 +950,16 @@ def test_12_the_cli_prints_its_version() -> None:
 
 
 def test_12_the_demo_prints_policy_waits_beside_the_scaled_sleep_and_the_real_time() -> None:
-    """Each scenario line says the policy's waits, what was slept at the demo's scale, and how long the call took."""
+    """Each scenario line gives the policy's waits, what was slept at the demo's scale, and the real time."""
     out = io.StringIO()
 
     run_demo(out, scale=0.01)
 
-    lines = re.findall(r"policy waits (\d+\.\d\d)s \(slept (\d+\.\d\d)s, call took (\d+\.\d\d)s\)", out.getvalue())
+    lines = re.findall(
+        r"policy waits (\d+\.\d\d)s \(slept (\d+\.\d\d)s, call took (\d+\.\d\d)s\)", out.getvalue()
+    )
     assert lines
     assert any(float(policy) > 0 for policy, _, _ in lines)
     for policy, slept, took in lines:
         assert float(slept) == pytest.approx(float(policy) * 0.01, abs=0.011)
         assert float(took) + 0.011 >= float(slept)
-

@@ -1,0 +1,54 @@
+"""Never run, only type-checked by mypy --strict: the README's "Use it" example as a user writes it."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import urllib3
+
+from sume_urllib3 import Outcome, SumeRecord, SumeRetryError, SumeSession, sume_record
+
+
+def use_it() -> None:
+    """The README's "Use it" block, unchanged but for the typed record accessor."""
+    session = SumeSession()  # API key and base URL from SUME_API_KEY / SUME_API_BASE_URL
+    try:
+        response = session.post("/avatars", json={"type": "prompt", "name": "Ada", "prompt": "a presenter"})
+    except SumeRetryError as error:  # gave up: status, code, request ids, attempts, elapsed, why
+        body: Any = error.response.json()  # SumeRetryError.response is a Response, not Optional
+        print("gave up:", error, body)
+    else:
+        record = sume_record(response)  # outcome, attempts, waits, request_id(s), idempotency_key, reason
+        if record is not None:
+            print(response.status_code, record.outcome, record.attempts, record.idempotency_key)
+
+
+def background_task(key: Optional[str] = None) -> Optional[float]:
+    """A task queue's call: its own deadline, and what to retry later with (seconds, key)."""
+    session = SumeSession(timeout=(5, None))
+    headers = {"Idempotency-Key": key} if key else {}
+    try:
+        shorter = session.policy.replace(max_elapsed=10)
+        session.request("POST", "/jobs", json={"avatar": "av_1"}, headers=headers, policy=shorter)
+        # Issue 12 item 11's own spelling. SumeSession does not yet declare policy= on
+        # get/post/..., so mypy refuses it; once it does, warn_unused_ignores flags this line.
+        session.post("/jobs", json={"avatar": "av_1"}, headers=headers, policy=shorter)  # type: ignore[call-arg]
+    except SumeRetryError as error:
+        record: SumeRecord = error.record
+        retry_in: Optional[float] = error.retry_in
+        again: Optional[str] = error.idempotency_key
+        print(record.outcome is Outcome.GAVE_UP, again)
+        return retry_in
+    except Exception as exc:  # a transport error carries the record too
+        failed: Optional[SumeRecord] = sume_record(exc)
+        print(failed.reason if failed is not None else "no record")
+    return None
+
+
+def timeouts() -> None:
+    """Every timeout form requests accepts, in the constructor and per call."""
+    session = SumeSession(timeout=urllib3.Timeout(connect=2.0, read=30.0))
+    session.get("/jobs", timeout=(5, None))
+    # requests takes a urllib3 Timeout per call at run time, but its stubs do not say so;
+    # typed get/post overrides on SumeSession would (warn_unused_ignores flags this then).
+    session.get("/jobs", timeout=urllib3.Timeout(total=10.0))  # type: ignore[arg-type]
