@@ -1,26 +1,39 @@
-"""Fleet simulation in virtual time: what each retry strategy costs the server.
+"""Fleet simulation in virtual time: what each retry and pacing strategy costs the server.
 
 A discrete-event simulation (a heap of timed events, no sleeping) of many logical
 requests against a model server. The sume strategies call the real
-``Policy.decide`` and the real ``RetryBudget`` (with the simulation's clock
-injected); the urllib3 strategy drives a real ``urllib3.util.Retry`` object
-(``is_retry``, ``increment``, ``sleep`` with its own ``get_backoff_time`` and
-``parse_retry_after``), only recording its sleeps instead of sleeping.
+``Policy.decide``, the real ``RetryBudget`` and the real ``LocalFleet`` (with the
+simulation's clock and a seeded rng injected); the urllib3 strategy drives a real
+``urllib3.util.Retry`` object (``is_retry``, ``increment``, ``sleep`` with its own
+``get_backoff_time`` and ``parse_retry_after``), only recording its sleeps instead
+of sleeping.
 
 Modelling choices:
 
-* Server calls take no time and each client sends one request at a time, so
-  server calls per logical request is exactly the retry amplification.
-* The fleet shares one ``RetryBudget``: the clients are the worker threads of
-  one process using one ``SumeSession`` (a web app's worker pool, a batch job's
-  thread pool), which is how the budget is meant to be deployed. A fleet of N
-  processes behaves like N such simulations at 1/N of the load each: the
-  ratio part scales with load, but each process keeps its own floor of 10
-  retries/s, so once a process's traffic is under 50 requests/s the floor, not
-  the ratio, sets its allowance. (At one logical request per process the floor
-  alone allows 100 retries, and the budget never binds.)
+* Each client sends one request at a time, so server calls per logical request is
+  exactly the retry amplification. In the original scenarios server calls take no
+  time; the scenarios marked "50 ms" answer each call 50 ms after it is sent (the
+  server decides when the call arrives), which is what slow start needs to show.
+* The fleet shares one ``RetryBudget`` (and, in the "fleet" rows, one
+  ``LocalFleet``): the clients are the worker threads of one process using one
+  ``SumeSession`` (a web app's worker pool, a batch job's thread pool), which is how
+  the budget is meant to be deployed. A fleet of N processes behaves like N such
+  simulations at 1/N of the load each: the ratio part scales with load, but each
+  process keeps its own floor of 10 retries/s, so once a process's traffic is under
+  50 requests/s the floor, not the ratio, sets its allowance. (At one logical
+  request per process the floor alone allows 100 retries, and the budget never binds.)
+  The "alone" rows are that extreme: every client has its own budget and its own
+  ``LocalFleet``, nothing shared (one process per request).
+* The fleet rows follow the wiring of ``FLEET_API.md``: ``acquire`` before the first
+  attempt (sleep ``wait``; ``again`` means acquire again; ``refused`` means give up with
+  nothing sent), ``release`` with every response, and before each retry ``acquire``
+  with ``not_before`` = the policy's wait. A retry the server paced (429, or 503 with
+  Retry-After) does not spend the retry budget; any other retry does.
 * The budget is consulted after the policy says RETRY; a refusal gives up.
 * All requests are idempotent (GET-like), so urllib3 retries them too.
+* "Retry-After spread" rows model a proposed ``Policy`` change for lone clients: a
+  wait that came from Retry-After becomes ``Retry-After + U(0, min(backoff_max,
+  spread * 2**retries))`` (still bounded by ``max_elapsed``).
 
 Run ``python benchmarks/fleet.py`` (``--quick`` for a smaller run, ``--write``
 to regenerate ``benchmarks/RESULTS-fleet.md``); it also draws
@@ -35,6 +48,7 @@ import math
 import os
 import random
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -45,31 +59,61 @@ from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
 from sume_urllib3._budget import RetryBudget
-from sume_urllib3._policy import Policy
+from sume_urllib3._fleet import Grant, LocalFleet
+from sume_urllib3._policy import Decision, Policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 20240611
+KEY = "k0123456789abcdef"  # one API key's fleet id; the simulation never sees a key
 Clock = Callable[[], float]
+Headers = Dict[str, str]
+Answer = Tuple[int, Headers]
 
 # --------------------------------------------------------------------------- servers
 
 
 class TokenBucketServer:
-    """Admits ``rate`` calls per second (burst ``burst``); otherwise 429 with Retry-After."""
+    """Admits ``rate`` calls per second (burst ``burst``); otherwise 429 with Retry-After.
 
-    def __init__(self, rate: float = 20.0, burst: float = 20.0, retry_after: str = "1") -> None:
+    ``ratelimit`` adds ``RateLimit-Limit`` (the burst), ``-Remaining`` and ``-Reset``
+    (whole seconds until the bucket is full, as the IETF draft's delta-seconds) to every
+    reply; ``policy`` also adds ``RateLimit-Policy: <burst>;w=<burst/rate>``. Without
+    ``retry_after`` the 429 says how long until the next token (whole seconds, >= 1).
+    """
+
+    def __init__(
+        self,
+        rate: float = 20.0,
+        burst: float = 20.0,
+        retry_after: Optional[str] = "1",
+        ratelimit: bool = False,
+        policy: bool = False,
+    ) -> None:
         self.rate, self.burst, self.retry_after = rate, burst, retry_after
+        self.ratelimit, self.policy = ratelimit, policy
         self.tokens, self.last = burst, 0.0
 
-    def call(self, now: float) -> Tuple[int, Optional[str]]:
+    def call(self, now: float) -> Answer:
         """Answer one call at virtual time ``now``."""
         self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
         self.last = now
         # Exact refills (20/s for 1.0 s) must admit the 20th call despite rounding.
-        if self.tokens >= 1.0 - 1e-9:
+        ok = self.tokens >= 1.0 - 1e-9
+        if ok:
             self.tokens -= 1.0
-            return 200, None
-        return 429, self.retry_after
+        headers: Headers = {}
+        if self.ratelimit:
+            left = max(self.tokens, 0.0)
+            headers["RateLimit-Limit"] = f"{self.burst:g}"
+            headers["RateLimit-Remaining"] = str(int(left + 1e-9))
+            headers["RateLimit-Reset"] = str(math.ceil((self.burst - left) / self.rate - 1e-9))
+        if self.policy:
+            headers["RateLimit-Policy"] = f"{self.burst:g};w={self.burst / self.rate:g}"
+        if ok:
+            return 200, headers
+        wait = self.retry_after or str(max(1, math.ceil((1.0 - self.tokens) / self.rate)))
+        headers["Retry-After"] = wait
+        return 429, headers
 
 
 class OutageServer:
@@ -78,9 +122,9 @@ class OutageServer:
     def __init__(self, until: float = math.inf) -> None:
         self.until = until
 
-    def call(self, now: float) -> Tuple[int, Optional[str]]:
+    def call(self, now: float) -> Answer:
         """Answer one call at virtual time ``now``."""
-        return (503, None) if now < self.until else (200, None)
+        return (503, {}) if now < self.until else (200, {})
 
 
 class FlakyServer:
@@ -89,16 +133,31 @@ class FlakyServer:
     def __init__(self, p: float, rng: random.Random) -> None:
         self.p, self.rng = p, rng
 
-    def call(self, now: float) -> Tuple[int, Optional[str]]:
+    def call(self, now: float) -> Answer:
         """Answer one call at virtual time ``now``."""
-        return (503, None) if self.rng.random() < self.p else (200, None)
+        return (503, {}) if self.rng.random() < self.p else (200, {})
 
 
 # ------------------------------------------------------------------------ strategies
 
 
 class Client:
-    """One logical request's retry state: ``on_failure`` returns the wait, or None to give up."""
+    """One logical request's retry state.
+
+    ``first`` says what to do before the first attempt: ("send", delay), ("again",
+    delay) or ("refused", 0). ``on_response`` returns the wait before the next attempt,
+    or None when the request is over (success or giving up).
+    """
+
+    refused_reason: Optional[str] = None
+
+    def first(self, now: float) -> Tuple[str, float]:
+        return "send", 0.0
+
+    def on_response(self, status: int, headers: Headers, now: float) -> Optional[float]:
+        if status < 400:
+            return None
+        return self.on_failure(status, headers.get("Retry-After"), now)
 
     def on_failure(self, status: int, retry_after: Optional[str], now: float) -> Optional[float]:
         raise NotImplementedError
@@ -123,6 +182,69 @@ class SumeClient(Client):
             return None
         self.retries += 1
         return decision.wait
+
+
+def spread_decision(
+    policy: Policy, decision: Decision, spread: float, retries: int, elapsed: float, rng: random.Random
+) -> Decision:
+    """The proposed lone-client rule: a Retry-After wait gains ``U(0, min(cap, spread * 2**retries))``."""
+    if not spread or not decision.retry or decision.source != "retry_after" or decision.wait is None:
+        return decision
+    extra = rng.uniform(0.0, min(policy.backoff_max, spread * 2.0**retries))
+    return policy.bound("429", decision.wait + extra, "retry_after", elapsed)
+
+
+class FleetClient(Client):
+    """The wiring of FLEET_API.md: the fleet before every attempt, told of every response."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        budget: Optional[RetryBudget],
+        fleet: LocalFleet,
+        rng: random.Random,
+        start: float,
+        spread: float = 0.0,
+    ) -> None:
+        self.policy, self.budget, self.fleet, self.rng, self.start = policy, budget, fleet, rng, start
+        self.spread = spread
+        self.retries = 0
+        self.grant: Grant = Grant()
+        if budget is not None:
+            budget.record_request()
+
+    def first(self, now: float) -> Tuple[str, float]:
+        grant = self.fleet.acquire(KEY, time_left=self.policy.max_elapsed - (now - self.start))
+        if grant.refused:
+            self.refused_reason = grant.refused
+            return "refused", 0.0
+        self.grant = grant
+        return ("again" if grant.again else "send"), grant.wait
+
+    def on_response(self, status: int, headers: Headers, now: float) -> Optional[float]:
+        self.fleet.release(KEY, self.grant, status, headers)
+        if status < 400:
+            return None
+        retry_after = headers.get("Retry-After")
+        elapsed = now - self.start
+        decision = self.policy.decide(status, None, retry_after, self.retries, elapsed, rng=self.rng)
+        decision = spread_decision(self.policy, decision, self.spread, self.retries, elapsed, self.rng)
+        if not decision.retry or decision.wait is None:
+            return None
+        throttle = status == 429 or (status == 503 and retry_after is not None)
+        if not throttle and self.budget is not None and not self.budget.try_spend():
+            return None
+        grant = self.fleet.acquire(
+            KEY,
+            time_left=self.policy.max_elapsed - elapsed,
+            retry="throttle" if throttle else "error",
+            not_before=decision.wait,
+        )
+        if grant.refused:
+            return None
+        self.retries += 1
+        self.grant = grant
+        return grant.wait
 
 
 class _RecordingRetry(Retry):
@@ -193,21 +315,57 @@ class NaiveClient(Client):
         return 1.0
 
 
+Build = Callable[[Clock, random.Random, "Scenario"], Optional[Callable[[float], Client]]]
+
+
 @dataclass(frozen=True)
 class Strategy:
-    """A named way to build one client per logical request, sharing state per run."""
+    """A named way to build one client per logical request, sharing state per run.
+
+    ``build`` returns None when the strategy does not apply to a scenario (a configured
+    quota where the server has none).
+    """
 
     name: str
-    build: Callable[[Clock, random.Random], Callable[[float], Client]]
+    build: Build
 
 
-def _sume(policy: Policy, budget: bool) -> Callable[[Clock, random.Random], Callable[[float], Client]]:
-    def build(clock: Clock, rng: random.Random) -> Callable[[float], Client]:
+def _sume(policy: Policy, budget: bool) -> Build:
+    def build(clock: Clock, rng: random.Random, scenario: Scenario) -> Callable[[float], Client]:
         shared = RetryBudget(clock=clock) if budget else None
         return lambda start: SumeClient(policy, shared, rng, start)
 
     return build
 
+
+def _fleet(configured: bool = False) -> Build:
+    """One LocalFleet and one budget shared by every client (threads of one process)."""
+
+    def build(clock: Clock, rng: random.Random, scenario: Scenario) -> Optional[Callable[[float], Client]]:
+        if configured and scenario.quota is None:
+            return None
+        fleet = LocalFleet(scenario.quota if configured else None, clock=clock, rng=rng)
+        budget = RetryBudget(clock=clock)
+        return lambda start: FleetClient(Policy(), budget, fleet, rng, start)
+
+    return build
+
+
+def _alone(spread: float = 0.0) -> Build:
+    """Every client with a LocalFleet and a budget of its own: nothing shared."""
+
+    def build(clock: Clock, rng: random.Random, scenario: Scenario) -> Callable[[float], Client]:
+        def make(start: float) -> Client:
+            fleet = LocalFleet(clock=clock, rng=rng)
+            return FleetClient(Policy(), RetryBudget(clock=clock), fleet, rng, start, spread)
+
+        return make
+
+    return build
+
+
+#: The proposed default for lone clients (see ``spread_decision``).
+SPREAD = 4.0
 
 STRATEGIES: Tuple[Strategy, ...] = (
     Strategy("sume default (budget)", _sume(Policy(), budget=True)),
@@ -219,22 +377,35 @@ STRATEGIES: Tuple[Strategy, ...] = (
     ),
     Strategy(
         "urllib3 Retry(total=6, backoff_factor=1)",
-        lambda clock, rng: lambda start: Urllib3Client(),
+        lambda clock, rng, scenario: lambda start: Urllib3Client(),
     ),
-    Strategy("naive fixed 1 s x6", lambda clock, rng: lambda start: NaiveClient()),
+    Strategy("naive fixed 1 s x6", lambda clock, rng, scenario: lambda start: NaiveClient()),
+    Strategy("fleet: shared LocalFleet, pace learned", _fleet()),
+    Strategy("fleet: shared LocalFleet(rate=quota)", _fleet(configured=True)),
+    Strategy("alone: own LocalFleet + budget each", _alone()),
+    Strategy(f"alone + Retry-After spread {SPREAD:g} s*2^k (proposed)", _alone(SPREAD)),
 )
+LEARNED, CONFIGURED, ALONE, SPREAD_ROW = (s.name for s in STRATEGIES[6:10])
 
 # ------------------------------------------------------------------------- scenarios
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """Arrival times of logical requests and the server they meet."""
+    """Arrival times of logical requests, the server they meet, and how they arrive.
+
+    ``latency`` is seconds from sending a call to reading its answer; ``workers`` turns
+    the arrivals into a queue of jobs taken by that many workers, each starting its
+    next job when the last one ends; ``quota`` is what a user would configure.
+    """
 
     key: str
     title: str
     arrivals: Sequence[float]
     server: Callable[[random.Random], Any]
+    latency: float = 0.0
+    workers: Optional[int] = None
+    quota: Optional[str] = None
 
 
 def steady(rate: float, seconds: float) -> List[float]:
@@ -246,13 +417,31 @@ def scenarios(quick: bool) -> List[Scenario]:
     """The scenarios, smaller with ``quick``."""
     herd = 100 if quick else 500
     secs = 20.0 if quick else 60.0
+    jobs = 100
+    ideal = f"ideal: 1 call each, done by {(herd - 20) / 20:g} s with the burst, {herd / 20:g} s without"
     return [
         Scenario(
             "a",
-            f"herd: {herd} clients at t=0, server admits 20/s (burst 20), else 429 Retry-After: 1"
-            f" (ideal: 1 call each, done by {(herd - 20) / 20:g} s)",
+            f"herd: {herd} clients at t=0, server admits 20/s (burst 20), else 429 Retry-After: 1; "
+            f"replies carry RateLimit-Limit/Remaining/Reset ({ideal})",
+            [0.0] * herd,
+            lambda rng: TokenBucketServer(ratelimit=True),
+            quota="20/s",
+        ),
+        Scenario(
+            "a0",
+            "herd as (a), the server sends no RateLimit headers (429 + Retry-After: 1 only)",
             [0.0] * herd,
             lambda rng: TokenBucketServer(),
+            quota="20/s",
+        ),
+        Scenario(
+            "a50",
+            "herd as (a), 50 ms between sending a call and reading its answer",
+            [0.0] * herd,
+            lambda rng: TokenBucketServer(ratelimit=True),
+            latency=0.05,
+            quota="20/s",
         ),
         Scenario(
             "b",
@@ -278,6 +467,16 @@ def scenarios(quick: bool) -> List[Scenario]:
             steady(50, 2 * secs),
             lambda rng: OutageServer(until=secs),
         ),
+        Scenario(
+            "e",
+            f"10/min quota (GCRA, burst 10; 429 + Retry-After to the next token, RateLimit headers "
+            f"with RateLimit-Policy: 10;w=60) shared by 40 workers submitting {jobs} jobs, 50 ms",
+            [0.0] * jobs,
+            lambda rng: TokenBucketServer(10 / 60, 10, retry_after=None, ratelimit=True, policy=True),
+            latency=0.05,
+            workers=40,
+            quota="10/min",
+        ),
     ]
 
 
@@ -296,6 +495,9 @@ class Result:
     completion: float
     peak_100ms: int
     per_second: Dict[int, int] = field(default_factory=dict)
+    throttled: int = 0
+    refused: int = 0
+    last_success: float = 0.0
 
     @property
     def amplification(self) -> float:
@@ -307,46 +509,92 @@ class Result:
         """Fraction of logical requests that succeeded."""
         return self.successes / self.logical
 
+    @property
+    def gave_up_after_sending(self) -> int:
+        """Logical requests that ended without success after at least one call."""
+        return self.logical - self.successes - self.refused
 
-def simulate(scenario: Scenario, strategy: Strategy, seed: int = SEED) -> Result:
-    """Run one scenario with one strategy in virtual time."""
+
+_ACQUIRE, _SEND, _ANSWER = 0, 1, 2
+
+
+def simulate(scenario: Scenario, strategy: Strategy, seed: int = SEED) -> Optional[Result]:
+    """Run one scenario with one strategy in virtual time (None when it does not apply)."""
     now = 0.0
 
     def clock() -> float:
         return now
 
-    make_client = strategy.build(clock, random.Random(seed))
+    make_client = strategy.build(clock, random.Random(seed), scenario)
+    if make_client is None:
+        return None
     server = scenario.server(random.Random(seed + 1))
-    # (time, sequence, client index or -1 for a new arrival); the sequence keeps
+    arrivals = list(scenario.arrivals)
+    first = arrivals if scenario.workers is None else arrivals[: scenario.workers]
+    queued = arrivals[len(first) :]
+    # (time, sequence, client index or -1 for a new arrival, phase); the sequence keeps
     # simultaneous events first-come first-served and the run deterministic.
-    heap: List[Tuple[float, int, int]] = [(t, i, -1) for i, t in enumerate(scenario.arrivals)]
+    heap: List[Tuple[float, int, int, int]] = [(t, i, -1, _ACQUIRE) for i, t in enumerate(first)]
     heapq.heapify(heap)
     seq = len(heap)
     clients: List[Client] = []
-    calls = successes = 0
-    completion = 0.0
+    answers: Dict[int, Answer] = {}
+    calls = successes = throttled = refused = 0
+    completion = last_success = 0.0
     windows: Dict[int, int] = {}
     per_second: Dict[int, int] = {}
+
+    def push(at: float, index: int, phase: int) -> None:
+        nonlocal seq
+        heapq.heappush(heap, (at, seq, index, phase))
+        seq += 1
+
+    def finish() -> None:
+        nonlocal completion
+        completion = max(completion, now)
+        if queued:
+            queued.pop(0)
+            push(now, -1, _ACQUIRE)
+
     while heap:
-        now, _, index = heapq.heappop(heap)
+        now, _, index, phase = heapq.heappop(heap)
         if index < 0:
             clients.append(make_client(now))
             index = len(clients) - 1
-        calls += 1
-        window = math.floor(now * 10 + 1e-9)
-        windows[window] = windows.get(window, 0) + 1
-        per_second[window // 10] = per_second.get(window // 10, 0) + 1
-        status, retry_after = server.call(now)
-        wait = None
+        client = clients[index]
+        if phase == _ACQUIRE:
+            what, delay = client.first(now)
+            if what == "refused":
+                refused += 1
+                finish()
+                continue
+            if what == "again" or delay > 0:
+                push(now + delay, index, _ACQUIRE if what == "again" else _SEND)
+                continue
+            phase = _SEND
+        if phase == _SEND:
+            calls += 1
+            window = math.floor(now * 10 + 1e-9)
+            windows[window] = windows.get(window, 0) + 1
+            per_second[window // 10] = per_second.get(window // 10, 0) + 1
+            answer = server.call(now)
+            if answer[0] == 429:
+                throttled += 1
+            if scenario.latency > 0:
+                answers[index] = answer
+                push(now + scenario.latency, index, _ANSWER)
+                continue
+        else:
+            answer = answers.pop(index)
+        status, headers = answer
         if status < 400:
             successes += 1
-        else:
-            wait = clients[index].on_failure(status, retry_after, now)
+            last_success = max(last_success, now)
+        wait = client.on_response(status, headers, now)
         if wait is None:
-            completion = max(completion, now)
+            finish()
         else:
-            heapq.heappush(heap, (now + wait, seq, index))
-            seq += 1
+            push(now + wait, index, _SEND)
     return Result(
         scenario.key,
         strategy.name,
@@ -354,8 +602,11 @@ def simulate(scenario: Scenario, strategy: Strategy, seed: int = SEED) -> Result
         calls,
         successes,
         completion,
-        max(windows.values()),
+        max(windows.values()) if windows else 0,
         per_second,
+        throttled,
+        refused,
+        last_success,
     )
 
 
@@ -374,14 +625,19 @@ def table(results: Iterable[Result], titles: Dict[str, str]) -> str:
             lines += [
                 f"**({r.scenario}) {titles[r.scenario]}** ({r.logical} logical requests)",
                 "",
-                "| strategy | server calls / request | success | completion (s) | peak calls / 100 ms |",
-                "|---|---:|---:|---:|---:|",
+                "| strategy | server calls / request | success | 429s | refused unsent | last success (s) "
+                "| completion (s) | peak calls / 100 ms |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|",
             ]
         lines.append(
-            f"| {r.strategy} | {r.amplification:.2f} | {100 * r.success_rate:.1f}% | "
-            f"{r.completion:.1f} | {r.peak_100ms} |"
+            f"| {r.strategy} | {r.amplification:.2f} | {100 * r.success_rate:.1f}% | {r.throttled} | "
+            f"{r.refused} | {r.last_success:.1f} | {r.completion:.1f} | {r.peak_100ms} |"
         )
     return "\n".join(lines)
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
 
 
 def checks(results: List[Result]) -> List[str]:
@@ -392,18 +648,69 @@ def checks(results: List[Result]) -> List[str]:
     for key, rate in (("b", 50), ("b200", 200)):
         with_budget, without = by[(key, default)], by[(key, nobudget)]
         bound = 1 + max(0.2, 10.0 / rate)
-        verdict = "PASS" if with_budget.amplification <= 1.3 else "FAIL"
         out.append(
-            f"- {verdict}: total outage at {rate} req/s, amplification with the budget "
-            f"{with_budget.amplification:.2f}x (target <= 1.3x; steady-state bound "
+            f"- {_verdict(with_budget.amplification <= 1.3)}: total outage at {rate} req/s, amplification "
+            f"with the budget {with_budget.amplification:.2f}x (target <= 1.3x; steady-state bound "
             f"1 + max(0.2, 10/{rate}) = {bound:.2f}x), without {without.amplification:.2f}x (expected ~7x)"
         )
     flaky_budget, flaky_free = by[("c", default)], by[("c", nobudget)]
-    verdict = "PASS" if flaky_budget.successes >= flaky_free.successes else "FAIL"
     out.append(
-        f"- {verdict}: 5% errors, success with the budget {100 * flaky_budget.success_rate:.2f}% "
-        f"vs without {100 * flaky_free.success_rate:.2f}% (target: no loss)"
+        f"- {_verdict(flaky_budget.successes >= flaky_free.successes)}: 5% errors, success with the budget "
+        f"{100 * flaky_budget.success_rate:.2f}% vs without {100 * flaky_free.success_rate:.2f}% "
+        "(target: no loss)"
     )
+    for key in ("a", "a50"):
+        r = by[(key, LEARNED)]
+        ok = r.success_rate >= 0.99 and r.amplification <= 1.3
+        out.append(
+            f"- {_verdict(ok)}: ({key}) herd, shared fleet, pace learned from headers: "
+            f"{100 * r.success_rate:.1f}% success, {r.amplification:.2f} calls/request, last success "
+            f"{r.last_success:.1f} s (target >= 99%, <= 1.3)"
+        )
+    for key in ("a", "a50"):
+        r = by[(key, CONFIGURED)]
+        ok = r.success_rate >= 0.995 and r.amplification <= 1.05 and r.last_success <= 26.0
+        out.append(
+            f"- {_verdict(ok)}: ({key}) herd, shared fleet, rate='20/s' configured: "
+            f"{100 * r.success_rate:.1f}% success, {r.amplification:.2f} calls/request, last success "
+            f"{r.last_success:.1f} s (target >= 99.5%, <= 1.05, <= 26 s)"
+        )
+    for key in ("a0", "a"):
+        for name in (ALONE, SPREAD_ROW):
+            r = by[(key, name)]
+            ok = r.success_rate >= 0.95 and r.amplification <= 3.5
+            out.append(
+                f"- {_verdict(ok)}: ({key}) herd, every client alone ({name}): "
+                f"{100 * r.success_rate:.1f}% success, {r.amplification:.2f} calls/request "
+                f"(target >= 95%, <= 3.5)"
+            )
+    for key, rate in (("b", 50), ("b200", 200)):
+        r = by[(key, LEARNED)]
+        out.append(
+            f"- {_verdict(round(r.amplification, 2) <= 1.2)}: total outage at {rate} req/s, {LEARNED}: "
+            f"{r.amplification:.3f}x (target <= 1.2x at two decimals; the budget alone: "
+            f"{by[(key, default)].amplification:.3f}x)"
+        )
+        alone = by[(key, ALONE)]
+        out.append(
+            f"- (info) total outage at {rate} req/s, every client alone: {alone.amplification:.2f}x "
+            f"(one process per request: each has a budget of its own whose floor allows all 6 retries)"
+        )
+    for name in (LEARNED, ALONE, SPREAD_ROW):
+        r = by[("c", name)]
+        out.append(
+            f"- {_verdict(r.success_rate == 1.0)}: 5% random 503s, {name}: {100 * r.success_rate:.2f}% "
+            f"success (target 100%)"
+        )
+    for name in (CONFIGURED, LEARNED):
+        r = by[("e", name)]
+        ok = r.gave_up_after_sending == 0 and (name != CONFIGURED or r.throttled == 0)
+        out.append(
+            f"- {_verdict(ok)}: (e) 10/min quota, 40 workers, 100 jobs, {name}: {r.successes} succeeded, "
+            f"{r.refused} refused up front (turn after the 120 s deadline, nothing sent), "
+            f"{r.gave_up_after_sending} gave up after sending, {r.throttled} 429s "
+            f"(target: every job succeeds or is refused unsent; 0 429s when configured)"
+        )
     return out
 
 
@@ -427,7 +734,7 @@ def plot(results: List[Result], titles: Dict[str, str], path: str) -> bool:
                 where="post",
                 label=f"{r.strategy} ({r.amplification:.2f}x)",
             )
-        ax.set_title(f"({key}) {titles[key]}", fontsize=9)
+        ax.set_title("\n".join(textwrap.wrap(f"({key}) {titles[key]}", 130)), fontsize=9)
         ax.set_ylabel("server calls / s")
         ax.legend(fontsize=7, loc="upper right")
     axes[-1].set_xlabel("virtual time (s)")
@@ -449,7 +756,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = time.perf_counter()
     scens = scenarios(args.quick)
     titles = {s.key: s.title for s in scens}
-    results = [simulate(s, strategy, args.seed) for s in scens for strategy in STRATEGIES]
+    runs = (simulate(s, strategy, args.seed) for s in scens for strategy in STRATEGIES)
+    results = [r for r in runs if r is not None]
     took = time.perf_counter() - started
 
     report = table(results, titles)
@@ -478,12 +786,18 @@ def _results_page(report: str, targets: str, args: argparse.Namespace) -> str:
 
 Generated by `{command}` (virtual time, seed {args.seed}; do not edit by hand).
 Each scenario runs every strategy against the same model server. The sume rows call
-the real `Policy.decide` and `RetryBudget`; the urllib3 row drives a real
+the real `Policy.decide` and `RetryBudget`, the fleet and alone rows the real
+`LocalFleet` as well; the urllib3 row drives a real
 `urllib3.util.Retry(total=6, backoff_factor=1, status_forcelist=(429, 503))`
 (waits 0, 2, 4, 8, 16, 32 s; Retry-After honoured). The whole fleet shares one
-retry budget, as the threads of one process sharing one session do (see the module
-docstring of `benchmarks/fleet.py`). Server calls take no time; completion is when
-the last logical request ends (success or give-up).
+retry budget (and in the "fleet" rows one `LocalFleet`), as the threads of one process
+sharing one session do; the "alone" rows share nothing, as one process per request
+(see the module docstring of `benchmarks/fleet.py`). Server calls take no time except in
+the scenarios marked 50 ms; completion is when the last logical request ends (success,
+give-up or refusal); "refused unsent" counts requests the fleet refused before sending
+anything because their turn came after their deadline. The "Retry-After spread" row models
+a proposed `Policy` field (see `spread_decision`). A configured quota applies only where
+the server has one.
 
 {report}
 

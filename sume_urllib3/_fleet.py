@@ -17,11 +17,11 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Protocol, Union
+from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Protocol, Set, Union
 
 from . import _sleeping
 from ._errors import ConfigurationError
-from ._ratelimit import Reading, parse_ratelimit
+from ._ratelimit import Reading, may_carry_ratelimit, parse_ratelimit
 from ._retry_after import parse_retry_after
 
 log = logging.getLogger("sume_urllib3")
@@ -38,6 +38,7 @@ _MAX_RATE = 1e6
 _MAX_BURST = 1_000_000
 _PROBE = 0.01  # a pace learned from 429s alone creeps up 1% per success, to find a raised quota
 _FIRST_RTT = 0.05  # seconds; how long slow start guesses a response takes before measuring one
+_STALE = 60.0  # seconds after which an unreleased slow-start ticket no longer holds a slot
 _EPS = 1e-9
 _UNITS = {
     "s": 1.0,
@@ -126,13 +127,13 @@ class _Key:
         "cooldown_until",
         "cooldowns",
         "cwnd",
+        "distrust",
+        "flight",
         "held",
-        "inflight",
         "lock",
         "ok_since",
         "oks",
         "open",
-        "precision",
         "rate",
         "refused",
         "source",
@@ -148,12 +149,12 @@ class _Key:
         self.rate = rate  # requests per second, or None while unknown
         self.burst = burst
         self.source: Optional[str] = "configured" if rate is not None else None
-        self.precision = 0.0  # how many requests the header reading behind ``rate`` spanned
         self.tat = -math.inf  # GCRA's theoretical arrival time
         self.cooldown_until = -math.inf
         self.cooldown_len = 0.0
         self.cwnd = window
-        self.inflight = 0
+        self.flight: Set[_Ticket] = set()  # first attempts sent during slow start, not yet answered
+        self.distrust = False  # a 429 came at a pace read from headers: take the next reading as is
         self.srtt: Optional[float] = None
         self.oks = 0  # successes since the last 429, and when the first of them came
         self.ok_since = 0.0
@@ -288,6 +289,8 @@ class LocalFleet:
             state = self._keys.get(key_id)
             if state is None:
                 return  # a grant from before a fork (or a stranger's key): nothing to account
+            if state.open and status != 429 and status != 503 and not may_carry_ratelimit(headers):
+                return  # the success path: an open key, nothing to learn
             reading = parse_ratelimit(headers, self._wall) if headers is not None else None
             if state.open and reading is None and status != 429 and status != 503:
                 return
@@ -379,17 +382,29 @@ class LocalFleet:
                 state.again += 1
                 state.waited["cooldown"] += wait
                 return Grant(wait=wait, source="cooldown", again=True)
-            if retry is None and state.inflight >= state.cwnd:
+            if retry is not None:
+                # Slow start counts first attempts only: a retry is already bounded by the
+                # policy and the budget, and may sleep a long backoff holding no slot.
+                return self._granted(state, wait, floor, source, None)
+            if len(state.flight) >= state.cwnd and not self._purge(state, now):
                 pause = min(max(state.srtt if state.srtt is not None else _FIRST_RTT, 0.001), 1.0)
                 pause *= 0.5 + self._random()
                 if pause < left:  # a request about to miss its deadline goes rather than waits
                     state.again += 1
                     state.waited["slow_start"] += pause
                     return Grant(wait=pause, source="slow_start", again=True)
-            state.inflight += 1
+            ticket = _Ticket(now + wait, state)
+            state.flight.add(ticket)
             if state.cooldown_until <= now and state.cwnd >= self._window * _OPEN_FACTOR:
                 state.open = True
-            return self._granted(state, wait, floor, source, _Ticket(now + wait, state))
+            return self._granted(state, wait, floor, source, ticket)
+
+    def _purge(self, state: _Key, now: float) -> bool:
+        """Forget in-flight tickets never released (a caller that died mid-request)."""
+        stale = now - max(_STALE, 10.0 * (state.srtt or 0.0))
+        lost = [ticket for ticket in state.flight if ticket.sent < stale]
+        state.flight.difference_update(lost)
+        return bool(lost) and len(state.flight) < state.cwnd
 
     def _granted(self, state: _Key, wait: float, floor: float, source: Optional[str], token: object) -> Grant:
         wait = max(wait, floor)
@@ -431,8 +446,8 @@ class LocalFleet:
         now = self._clock()
         with state.lock:
             ticket = grant.token
-            if isinstance(ticket, _Ticket) and ticket.state is state:
-                state.inflight = max(state.inflight - 1, 0)
+            if isinstance(ticket, _Ticket) and ticket in state.flight:
+                state.flight.discard(ticket)
                 rtt = now - ticket.sent
                 if rtt >= 0.0:
                     state.srtt = rtt if state.srtt is None else 0.8 * state.srtt + 0.2 * rtt
@@ -453,40 +468,55 @@ class LocalFleet:
 
     def _learn(self, state: _Key, reading: Reading, now: float) -> None:
         limit, remaining, reset, window = reading
-        rate: Optional[float] = None
-        precision = 0.0
-        if limit is not None and limit >= 1.0:
-            if window is not None and window > 0.0:
-                rate, precision = limit / window, math.inf
-            elif remaining is not None and reset is not None and reset > 0.0 and remaining < limit:
-                # A token bucket refills limit - remaining turns in `reset` seconds; for a fixed
-                # window this overstates the pace, but the Remaining sync below still holds it.
-                rate, precision = (limit - remaining) / reset, limit - remaining
-        if rate is not None and (state.source != "headers" or precision >= state.precision):
-            capped = self._cap(rate)
-            if state.rate is None:
-                state.tat = now + state.inflight / capped  # the in-flight turns are already spent
-            state.rate, state.precision = capped, precision
-            state.burst = max(1, min(int(limit or 1), _MAX_BURST))
-            state.source = "headers"
-            if self._rate is not None:
-                state.burst = min(state.burst, self._burst)
-                if capped >= self._rate:
-                    state.source = "configured"
-            state.open = False
-        if remaining is not None and state.rate is not None:
+        if limit is None or limit < 1.0:
+            pass
+        elif window is not None and window > 0.0:
+            self._set_rate(state, limit / window, limit, "headers")
+        elif remaining is not None and reset is not None and reset > 0.0 and remaining < limit:
+            # A token bucket refills limit - remaining turns within `reset` (rounded up to whole
+            # seconds): a lower bound on its rate. Commit only to a reading that spans half the
+            # burst, then only raise it (or take the next one as is after a 429).
+            bound = (limit - remaining) / reset
+            if state.source in (None, "429s"):
+                if 2.0 * (limit - remaining) >= limit:
+                    self._set_rate(state, bound, limit, "headers~")
+            elif state.source == "headers~" and (bound > (state.rate or 0.0) or state.distrust):
+                self._set_rate(state, bound, limit, "headers~")
+        if remaining is None:
+            return
+        if state.rate is not None:
             step = 1.0 / state.rate
-            state.tat = max(state.tat, now + (state.burst - remaining + state.inflight) * step)
-        elif remaining is not None and remaining < 1.0 and reset is not None and reset > 0.0:
+            state.tat = max(state.tat, now + (state.burst - remaining + len(state.flight)) * step)
+            if remaining < 1.0 and reset is not None and state.source in ("headers~", "429s"):
+                # Empty, at a pace only estimated: nothing before the quota is back (one turn
+                # then, the rest one step apart), which holds for a fixed window too.
+                state.tat = max(state.tat, now + reset + (state.burst - 1) * step)
+        elif remaining < 1.0 and reset is not None and reset > 0.0:
             # Nothing left and no pace to space the rest: hold the key until the quota resets.
             state.cooldown_until = max(state.cooldown_until, now + reset)
             state.cooldown_len = max(state.cooldown_len, reset)
             state.open = False
 
+    def _set_rate(self, state: _Key, rate: float, limit: float, source: str) -> None:
+        capped = self._cap(rate)
+        if self._rate is not None and source == "headers~":
+            capped = self._rate  # a lower bound never undercuts what the user configured
+        if state.rate is None:
+            state.tat = max(state.tat, self._clock() + len(state.flight) / capped)
+        state.rate, state.source, state.distrust = capped, source, False
+        state.burst = max(1, min(int(limit), _MAX_BURST))
+        if self._rate is not None:
+            state.burst = min(state.burst, self._burst)
+            if capped >= self._rate:
+                state.source = "configured"
+        state.open = False
+
     def _throttled(self, state: _Key, now: float, retry_after: Optional[float]) -> None:
         state.throttled += 1
         state.open = False
-        if state.source in (None, "429s"):
+        if state.source == "headers~":
+            state.distrust = True
+        elif state.source in (None, "429s"):
             if state.oks > 0:
                 # What got through since the last 429 is what the server admits.
                 span = max(now - state.ok_since, retry_after or 1.0)
