@@ -391,7 +391,8 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         "observers",
         observers.build_observers,
         'Use a list of dotted paths such as "sume_urllib3.contrib.prometheus.PrometheusObserver", '
-        "classes (called with no arguments) or observer objects (with on_retry and/or on_outcome).",
+        "classes (called with no arguments) or observer objects (with on_retry, on_outcome, on_start "
+        "and/or on_job).",
         code="E007",
     ),
     SessionField(

@@ -2,7 +2,8 @@
 
 Each entry is a dotted path such as ``"sume_urllib3.contrib.prometheus.PrometheusObserver"``,
 a class or other callable, or an observer object. A path is imported; a class or factory is
-called with no arguments; what results must have ``on_retry`` and/or ``on_outcome``. The
+called with no arguments; what results must have at least one of the observer hooks
+(``on_start``, ``on_retry``, ``on_outcome``, ``on_job``), as ``SumeSession`` requires. The
 observers are built once per process and shared by every thread's session; a changed
 setting builds them again.
 """
@@ -15,7 +16,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 from ..._errors import ConfigurationError
 
-_HOOKS = ("on_retry", "on_outcome")
+# The hooks SumeSession calls; an observer needs at least one.
+_HOOKS = ("on_start", "on_retry", "on_outcome", "on_job")
 
 _lock = threading.Lock()
 # (the setting's value, the observers built from it): one slot, so an unchanged setting
@@ -61,7 +63,7 @@ def _build(entry: Any, index: int) -> object:
     if not callable(entry):
         raise ConfigurationError(
             f"{where} is a {type(entry).__name__}: expected a dotted path, a class or an object "
-            "with on_retry and/or on_outcome"
+            f"with at least one of {', '.join(_HOOKS)}"
         )
     try:
         observer = entry()
@@ -69,7 +71,7 @@ def _build(entry: Any, index: int) -> object:
         raise ConfigurationError(f"{where}: calling it with no arguments failed: {_describe(exc)}") from exc
     if not _is_observer(observer):
         raise ConfigurationError(
-            f"{where} made a {type(observer).__name__}, which has neither on_retry nor on_outcome"
+            f"{where} made a {type(observer).__name__}, which has none of {', '.join(_HOOKS)}"
         )
     return observer
 

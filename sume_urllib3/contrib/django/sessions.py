@@ -4,14 +4,16 @@ What the threads' sessions share, so that the process is one client: the retry b
 setting generation), one ``SumeMetrics`` (for the life of the process: ``get_session().metrics``
 counts every thread's requests), the observers of ``SUME["OBSERVERS"]`` and the fleet of
 ``SUME["FLEET"]`` (both built once per value of the setting).
+
+A process made by ``os.fork`` (a preforking server's worker) starts afresh: zero counts, a
+full retry budget, and new sessions on the next ``get_session()`` in every thread.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
@@ -31,9 +33,18 @@ _budget: Optional[Tuple[int, RetryBudget]] = None
 # change does not reset them. A child process made by fork starts from zero, or every
 # worker of a preloaded server would report the parent's requests again.
 _metrics = SumeMetrics()
-if hasattr(os, "register_at_fork"):  # not on Windows
-    os.register_at_fork(after_in_child=_metrics.reset)
-_SESSION_PARAMETERS = inspect.signature(SumeSession.__init__).parameters
+
+
+def _after_fork_in_child() -> None:
+    """A forked child spends its own retry budget and counts only its own requests."""
+    global _budget, _generation, _lock
+    # Only this thread survives a fork: a lock another thread held would stay held forever.
+    _lock = threading.Lock()
+    # The parent's budget would let each of N workers spend what the parent had left and
+    # refuse retries the parent used up; the sessions holding it are rebuilt on next use.
+    _budget = None
+    _generation += 1
+    _metrics.reset()
 
 
 def get_session() -> SumeSession:
@@ -82,6 +93,10 @@ def reset() -> None:
         _generation += 1
 
 
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _build(generation: int) -> SumeSession:
     resolved = conf.read()
     if resolved.errors:
@@ -89,8 +104,10 @@ def _build(generation: int) -> SumeSession:
         raise ConfigurationError(f"invalid settings.{conf.SUME_SETTING}: {details}")
     budget = _shared_budget(generation) if resolved.retry_budget else None
     try:
-        return _shared_metrics(
-            SumeSession(policy=resolved.policy, retry_budget=budget, **_session_kwargs(resolved))
+        # resolved.session_kwargs has fleet= only when SUME["FLEET"] is set: without it the
+        # session keeps its default, the process-wide LocalFleet.
+        return SumeSession(
+            policy=resolved.policy, retry_budget=budget, metrics=_metrics, **resolved.session_kwargs
         )
     except ConfigurationError as exc:
         # The checks validate what SumeSession validates, so this means they fell behind it.
@@ -111,24 +128,3 @@ def process_metrics() -> SumeMetrics:
     """The counters of every session ``get_session()`` builds in this process."""
     return _metrics
 
-
-def _session_kwargs(resolved: conf.SumeSettings) -> Dict[str, Any]:
-    kwargs = dict(resolved.session_kwargs)
-    if "fleet" in kwargs and "fleet" not in _SESSION_PARAMETERS:
-        # Sessions of this version do not pace yet: the setting is checked, then ignored.
-        del kwargs["fleet"]
-    observers = tuple(kwargs.pop("observers", ()))
-    if "metrics" in _SESSION_PARAMETERS:
-        kwargs["metrics"] = _metrics
-    else:
-        observers = (_metrics, *observers)
-    kwargs["observers"] = observers
-    return kwargs
-
-
-def _shared_metrics(session: SumeSession) -> SumeSession:
-    # Without a metrics= parameter the shared counters ride along as the first caller
-    # observer (see _session_kwargs), and session.metrics is pointed at them.
-    if "metrics" not in _SESSION_PARAMETERS:
-        session.metrics = _metrics
-    return session

@@ -32,7 +32,18 @@ def make_observer() -> CountingObserver:
 
 
 class NotAnObserver:
-    """Has neither on_retry nor on_outcome."""
+    """Has none of the observer hooks."""
+
+
+class JobCounter:
+    """Has on_job only: counts job events by kind."""
+
+    def __init__(self) -> None:
+        self.kinds: List[str] = []
+
+    def on_job(self, event: Any) -> None:
+        """Keep the event's kind."""
+        self.kinds.append(event.kind)
 
 
 class NeedsArguments:

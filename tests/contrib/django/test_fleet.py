@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import inspect
+import threading
 from typing import Any, Dict, List
 
 import pytest
@@ -11,13 +11,12 @@ pytest.importorskip("django")
 
 from django.core import checks
 
-from sume_urllib3 import ConfigurationError, SumeSession
-from sume_urllib3.contrib.django import conf, get_session
+from sume_urllib3 import ConfigurationError, LocalFleet
+from sume_urllib3.contrib.django import conf, get_session, sessions
 from sume_urllib3.contrib.django.fleet import build_fleet, fleet_arguments
+from sume_urllib3.testing import FakeSume, no_sleep
 
 from .settings import API_KEY
-
-PACES = "fleet" in inspect.signature(SumeSession.__init__).parameters
 
 
 def messages() -> List[checks.CheckMessage]:
@@ -139,12 +138,43 @@ def test_the_checks_pass_for_good_fleets(dj_settings: Any) -> None:
         assert [] == messages(), value
 
 
-@pytest.mark.skipif(not PACES, reason="this SumeSession has no fleet= parameter yet")
 def test_every_threads_session_gets_the_configured_fleet(dj_settings: Any) -> None:
-    """get_session() passes the one fleet built from the setting."""
+    """get_session() passes the one fleet built from the setting, in every thread."""
     dj_settings.SUME = sume({"RATE": "10/min"})
     fleet = build_fleet({"RATE": "10/min"})
+    seen: List[Any] = []
 
-    session = get_session()
+    thread = threading.Thread(target=lambda: seen.append(get_session().fleet))
+    thread.start()
+    thread.join()
 
-    assert fleet is getattr(session, "fleet", getattr(session.adapter, "fleet", None))
+    assert [fleet] == seen
+    assert fleet is get_session().fleet
+
+
+def test_none_turns_pacing_off_and_no_key_keeps_the_process_wide_fleet(dj_settings: Any) -> None:
+    """FLEET None gives sessions no fleet; without FLEET they share LocalFleet.default()."""
+    dj_settings.SUME = sume(None)
+    assert None is get_session().fleet
+
+    dj_settings.SUME = {"API_KEY": API_KEY}
+    assert LocalFleet.default() is get_session().fleet
+
+
+def test_the_configured_rate_paces_requests_and_the_shared_metrics_count_it(
+    fake: FakeSume, dj_settings: Any
+) -> None:
+    """At RATE 1/s, BURST 1 the second call waits its turn; the record and process metrics say so."""
+    fake.script("GET", "/v1/me", 200)
+    dj_settings.SUME = {**sume({"RATE": "1/s", "BURST": 1}), "BASE_URL": fake.url + "/v1"}
+
+    with no_sleep() as waits:
+        first = get_session().get("/me")
+        second = get_session().get("/me")
+
+    assert 0.0 == first.sume.paced  # type: ignore[attr-defined]
+    paced = second.sume.paced  # type: ignore[attr-defined]
+    assert 0.5 < paced <= 1.0
+    assert [paced] == waits.waits
+    pacing = sessions.process_metrics().snapshot()["pacing"]
+    assert (1, round(paced, 6)) == (pacing["held"], pacing["wait_seconds"])

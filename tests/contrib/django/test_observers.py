@@ -57,6 +57,19 @@ def test_paths_factories_classes_and_objects_are_all_accepted(dj_settings: Any) 
     assert 4 == len({id(o) for o in observers})
 
 
+def test_an_observer_with_only_on_job_hears_the_jobs(fake: FakeSume, dj_settings: Any) -> None:
+    """Any observer hook is enough: a class with on_job only is accepted and hears every poll and ending."""
+    fake.job("job_1", ["processing", "completed"])
+    dj_settings.SUME = sume([f"{PATH}.JobCounter"], BASE_URL=fake.url + "/v1")
+
+    with no_sleep():
+        get_session().jobs.wait("job_1")
+
+    (counter,) = [o for o in get_session().observers if isinstance(o, sample_observers.JobCounter)]
+    assert ["poll", "poll", "completed"] == counter.kinds
+    assert [] == messages()
+
+
 def test_observers_are_built_once_and_shared_by_every_thread(dj_settings: Any) -> None:
     """Threads' sessions and sessions rebuilt for an unrelated change share the same observer."""
     dj_settings.SUME = sume([f"{PATH}.CountingObserver"])
@@ -132,7 +145,7 @@ def test_prometheus_by_dotted_path(fake: FakeSume, dj_settings: Any) -> None:
         ("tests.contrib.django.no_such_module.Observer", "cannot import tests.contrib.django.no_such_module"),
         (f"{PATH}.Missing", "has no attribute 'Missing'"),
         ("CountingObserver", "is not a dotted path"),
-        (f"{PATH}.NotAnObserver", "which has neither on_retry nor on_outcome"),
+        (f"{PATH}.NotAnObserver", "which has none of on_start, on_retry, on_outcome, on_job"),
         (f"{PATH}.NeedsArguments", "calling it with no arguments failed: TypeError"),
         (f"{PATH}.NUMBER", "is a int"),
         (42, "is a int"),

@@ -132,6 +132,44 @@ def test_threads_share_one_retry_budget() -> None:
     assert other.retry_budget is mine.retry_budget
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_a_retry_budget_of_its_own(fake: FakeSume, dj_settings: Any) -> None:
+    """A worker forked after the parent spent the budget still retries; the parent's stays spent."""
+    fake.script("GET", "/v1/parent", 503, 200)
+    fake.script("GET", "/v1/child", 503, 200)
+    dj_settings.SUME = {"API_KEY": API_KEY, "BASE_URL": fake.url + "/v1", "RAISE_ON_GIVE_UP": False}
+    budget = get_session().retry_budget
+    assert budget is not None
+    while budget.try_spend():
+        pass
+
+    with no_sleep():
+        parent = get_session().get("/parent").sume  # type: ignore[attr-defined]
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through the pipe
+            code = 1
+            try:
+                os.close(read)
+                child = get_session()
+                outcome = child.get("/child").sume.outcome.value  # type: ignore[attr-defined]
+                os.write(write, f"{outcome} {child.retry_budget is budget}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            child_report = pipe.read()
+        _, status = os.waitpid(pid, 0)
+
+    assert 0 == status
+    assert "retried_ok False" == child_report
+    assert "budget" in parent.reason
+    assert 1 == parent.attempts
+    assert budget is get_session().retry_budget
+    assert budget.balance < 1
+
+
 def test_many_threads_at_once_each_get_their_own(dj_settings: Any) -> None:
     dj_settings.SUME = GOOD
     barrier = threading.Barrier(8)
