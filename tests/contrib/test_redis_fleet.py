@@ -480,3 +480,20 @@ def test_a_bad_url_is_not_echoed() -> None:
     with pytest.raises(ConfigurationError) as info:
         RedisFleet("redis://user:hunter2@127.0.0.1:notaport/0")
     assert "hunter2" not in str(info.value)
+
+
+def test_a_session_paces_through_redis_without_the_key_reaching_it(
+    server: RedisServer, fake: Any
+) -> None:
+    """SumeSession(fleet=RedisFleet(...)) asks Redis before each attempt; Redis stores hashes only."""
+    from sume_urllib3 import SumeSession
+
+    fleet = make(server, rate="100/s")
+    fake.script("GET", "/v1/models", 200, 200, 200)
+    with SumeSession(API_KEY, base_url=fake.url + "/v1", fleet=fleet) as session:
+        for _ in range(3):
+            assert 200 == session.get("models").status_code
+    names = server.cli("--scan").split()
+    assert {"{sume:" + KID + "}:s", "{sume:" + KID + "}:c"} == set(names)
+    assert API_KEY not in " ".join(server.cli("--no-raw", "DUMP", n) for n in names)
+    assert 0 == fleet.fallbacks
