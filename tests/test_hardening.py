@@ -248,6 +248,28 @@ def test_1_a_session_header_key_set_by_the_user_is_stripped_for_another_origin(s
     assert {} == auth_headers(storage.requests[0])
 
 
+def test_1_a_redirect_from_the_api_to_another_origin_carries_no_key(server: Any) -> None:
+    """The API answers 302 to another port: the hop there has neither auth header."""
+    storage = server()
+    api = server(_redirect_to(storage.url + "/landing"))
+    session = session_on(api, auth_header="bearer")
+
+    session.get("/start")
+
+    assert {"authorization": BEARER} == auth_headers(api.requests[0])
+    assert {} == auth_headers(storage.requests[0])
+
+
+def test_1_the_callers_own_authorization_for_another_origin_is_kept(server: Any) -> None:
+    """A presigned upload with its own Authorization keeps it; only the session's key is removed."""
+    api, storage = server(), server()
+    session = session_on(api, auth_header="bearer")
+
+    session.put(storage.url + "/upload", data=b"x", headers={"Authorization": "AWS4-HMAC-SHA256 sig"})
+
+    assert {"authorization": "AWS4-HMAC-SHA256 sig"} == auth_headers(storage.requests[0])
+
+
 # -- 2. max_elapsed bounds the wall time ---------------------------------------------
 
 
@@ -438,7 +460,7 @@ def test_3_a_give_up_503_whose_body_stalls_raises_the_retry_error(server: Any) -
 
 def _redirect_to(target: str) -> Handler:
     def handler(seen: Seen, n: int) -> Iterable[Step]:
-        if seen.path.startswith("/start"):
+        if "/start" in seen.path:
             yield reply(302, b"", {"Location": target})
         else:
             yield reply(200, b"landed")
@@ -933,6 +955,19 @@ def test_12_a_303_that_turns_a_post_into_a_get_drops_the_idempotency_key(server:
     assert KEY == get.headers["x-api-key"]
 
 
+def test_12_a_303_through_a_plain_session_with_sume_adapter_drops_the_idempotency_key(server: Any) -> None:
+    """requests.Session + SumeAdapter: POST -> 303 -> GET, and the GET carries no Idempotency-Key."""
+    api = server(_see_other)
+    session = requests.Session()
+    session.mount("http://", SumeAdapter(QUICK, fleet=None))
+
+    session.post(api.url + "/v1/jobs", json={})
+
+    post, get = api.requests
+    assert "idempotency-key" in post.headers
+    assert "idempotency-key" not in get.headers
+
+
 def test_12_an_observer_with_no_hook_is_refused() -> None:
     """observers=[object()] is a ConfigurationError naming the hooks."""
     with pytest.raises(ConfigurationError, match="on_outcome"):
@@ -949,6 +984,7 @@ def test_12_the_cli_prints_its_version() -> None:
     assert __version__ in done.stdout
 
 
+@pytest.mark.slow
 def test_12_the_demo_prints_policy_waits_beside_the_scaled_sleep_and_the_real_time() -> None:
     """Each scenario line gives the policy's waits, what was slept at the demo's scale, and the real time."""
     out = io.StringIO()
