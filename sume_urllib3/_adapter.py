@@ -140,8 +140,7 @@ class SumeAdapter(HTTPAdapter):
     @property
     def retry(self) -> SumeRetry:
         """The retry template every request starts from (never changed by a request)."""
-        assert isinstance(self.max_retries, SumeRetry)
-        return self.max_retries
+        return self.max_retries  # type: ignore[return-value]  # always a SumeRetry, see __init__
 
     @property
     def policy(self) -> Policy:
@@ -180,7 +179,13 @@ class SumeAdapter(HTTPAdapter):
     ) -> requests.Response:
         """Send with the policy; see the class docstring for what is added."""
         context = current.get()
-        own = context is None or (context.adapter is not None and context.adapter is not self)
+        # Join only a session's request that no other adapter serves; a context a lone
+        # SumeRetry left behind on this thread, or another adapter's, is not ours.
+        own = (
+            context is None
+            or not context.owned
+            or (context.adapter is not None and context.adapter is not self)
+        )
         if own:
             context = RequestContext(_sleeping.now(self.retry.clock))
             token = current.set(context)

@@ -15,6 +15,8 @@ MAX_REASONS = 50
 #: What ``on_job`` counts: polls, and how waited-for jobs ended.
 JOB_EVENTS = ("polls", "completed", "failed", "timed_out")
 _OUTCOMES = tuple(outcome.value for outcome in Outcome)
+# Outcome -> its value, looked up rather than computed (Enum.value is a slow descriptor).
+_KEYS: Dict[Any, str] = {outcome: outcome.value for outcome in Outcome}
 
 
 def bounded_reason(reason: str, seen: Collection[str]) -> str:
@@ -62,18 +64,21 @@ class SumeMetrics(LockFreePickle):
 
     def on_outcome(self, record: SumeRecord) -> None:
         """Count one logical request: its outcome, attempts and the time the fleet held it."""
-        outcome = record.outcome
-        key = outcome.value if isinstance(outcome, Outcome) else str(outcome)
+        key = _KEYS.get(record.outcome) or str(record.outcome)
         with self._lock:
             self._outcomes[key] += 1
             self._attempts[record.attempts] += 1
+        if record.paced or record.fleet_refused or record.fleet_fallbacks:
+            self._count_pacing(record)
+
+    def _count_pacing(self, record: SumeRecord) -> None:
+        with self._lock:
             if record.paced:
                 self._held += 1
                 self._paced += record.paced
             if record.fleet_refused:
                 self._refused += 1
-            if record.fleet_fallbacks:
-                self._fallbacks += record.fleet_fallbacks
+            self._fallbacks += record.fleet_fallbacks
 
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``): a poll, or a wait that completed, failed or timed out."""

@@ -47,6 +47,30 @@ def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Opti
         return None
 
 
+#: Lower-cased names of every header parse_ratelimit reads, for a look-up without a scan.
+_NAMES = tuple(
+    f"{prefix}{suffix}"
+    for prefix in ("ratelimit", "x-ratelimit", "x-rate-limit")
+    for suffix in ("", "-limit", "-remaining", "-reset", "-policy")
+)
+
+
+def may_carry_ratelimit(headers: Any) -> bool:
+    """False only when the headers surely carry no rate-limit field (checked in O(1) per name).
+
+    requests' and urllib3's header mappings keep a dict keyed by the lower-cased name; other
+    mappings are not scanned here and answer True, so parse_ratelimit reads them.
+    """
+    if headers is None:
+        return False
+    store = getattr(headers, "_store", None)  # requests.structures.CaseInsensitiveDict
+    if store is None:
+        store = getattr(headers, "_container", None)  # urllib3.HTTPHeaderDict
+    if not isinstance(store, dict):
+        return True
+    return any(name in store for name in _NAMES)
+
+
 def _collect(headers: Any) -> Dict[str, str]:
     items = headers.items() if hasattr(headers, "items") else ()
     found: Dict[str, str] = {}
@@ -119,8 +143,14 @@ def _limit(value: Optional[str]) -> Tuple[Optional[float], Optional[float]]:
     """``10`` or ``10, 10;w=1, 1000;w=3600``: the first quota and its window when given."""
     if value is None:
         return None, None
-    first = value.split(",")[0].split(";")
-    return _number(first[0]), _number(dict(_param(p) for p in first[1:]).get("w"))
+    items = [item.split(";") for item in value.split(",")]
+    limit = _number(items[0][0])
+    for parts in items:
+        # The policy items after the first name their window; the one for this limit counts.
+        window = _number(dict(_param(p) for p in parts[1:]).get("w"))
+        if window is not None and _number(parts[0]) == limit:
+            return limit, window
+    return limit, None
 
 
 def _reset(value: Optional[str], wall: Callable[[], float]) -> Optional[float]:

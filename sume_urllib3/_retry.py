@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import time
@@ -132,6 +133,15 @@ class SumeRetry(Retry):
 
     def new(self, **kw: Any) -> SumeRetry:
         """A copy carrying the policy and the injected parts (urllib3 calls it per retry)."""
+        if kw.keys() <= _COUNTERS:
+            # urllib3's increment only moves the counters: copy instead of validating
+            # every argument again (what Retry.__init__ does with these, done here).
+            new = copy.copy(self)
+            new.__dict__.update(kw)
+            if kw.get("redirect") is False or kw.get("total") is False:
+                new.redirect, new.raise_on_redirect = 0, False
+            new.history = new.history or ()
+            return new
         kw.setdefault("raise_on_status", self._raise_on_give_up)
         kw.setdefault("policy", self.policy)
         kw.setdefault("sleep", self.sleep_function)
@@ -445,6 +455,8 @@ class SumeRetry(Retry):
 
 
 _NO_HINTS = ErrorEnvelope()
+#: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
+_COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
 _GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
 # A fleet's wait longer than the policy's by less than this is the same wait (float noise).
 _HELD = 1e-6

@@ -125,6 +125,7 @@ class SumeSession(requests.Session):
         self.base_url = check_base_url(base_url or os.environ.get("SUME_API_BASE_URL") or DEFAULT_BASE_URL)
         self._prefix = self.base_url + "/"
         self._origin = origin(self.base_url)
+        self._base_refusal = plain_http_refusal(self.base_url)
         self.auth_header = check_auth_header(auth_header)
         self._auth_name = AUTH_HEADERS[self.auth_header]
         self._auth_value = (
@@ -209,7 +210,9 @@ class SumeSession(requests.Session):
 
     def url_for(self, url: str) -> str:
         """Resolve ``url`` against the base URL unless it is absolute."""
-        if url.startswith(_SCHEMES) or _has_scheme(url):  # "/jobs?next=https://..." stays relative
+        if url.startswith(_SCHEMES) or (
+            "://" in url and _has_scheme(url)
+        ):  # "/jobs?next=https://..." stays relative
             return url
         return self._prefix + url.lstrip("/")
 
@@ -279,11 +282,15 @@ class SumeSession(requests.Session):
                     f"this request sets its own {'Authorization' if has_auth else 'x-api-key'} "
                     f"header and the session sends {self._auth_name}: send only one"
                 )
-        url = prepared.url or ""
-        if url.startswith("http:") and ("x-api-key" in headers or "Authorization" in headers):
-            refusal = plain_http_refusal(url)
-            if refusal:
-                raise ConfigurationError(refusal)
+        if ours:
+            # Decided once for the base URL: the key never crosses plain http off loopback.
+            refusal = self._base_refusal if (has_key or has_auth or self._auth_value) else None
+        else:
+            url = prepared.url or ""
+            carries = url.startswith("http:") and ("x-api-key" in headers or "Authorization" in headers)
+            refusal = plain_http_refusal(url) if carries else None
+        if refusal:
+            raise ConfigurationError(refusal)
         return prepared
 
     def _is_ours(self, url: str) -> bool:

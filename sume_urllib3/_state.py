@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
 from ._helpers import plural
@@ -58,31 +58,35 @@ class Attempt:
 
 
 class RequestContext:
-    """Mutable state of one logical request; owned by the thread that sends it."""
+    """Mutable state of one logical request; owned by the thread that sends it.
 
-    __slots__ = (
-        "adapter",
-        "attempts",
-        "expect",
-        "fallbacks",
-        "fleet",
-        "fleet_refused",
-        "grant",
-        "hops",
-        "key",
-        "key_id",
-        "method",
-        "next_wait",
-        "owned",
-        "paced",
-        "policy",
-        "raise_now",
-        "record",
-        "replayable",
-        "retries",
-        "start",
-        "url",
-    )
+    Everything but the start has a class-level default, so the success path makes an
+    object with six attributes, not twenty.
+    """
+
+    #: A per-call policy (``session.post(..., policy=...)``), else None for the retry's own.
+    policy: Optional[Policy] = None
+    #: True when a SumeSession made it: the session reports the outcome, not the adapter.
+    owned = False
+    #: The fleet's name for the API key (a hash, never the key).
+    key_id: Optional[str] = None
+    method = ""
+    url = ""
+    key: Optional[str] = None
+    replayable = True
+    attempts: Sequence[Attempt] = ()
+    retries = 0
+    hops = 0  # requests sent without a retry: the first, and one per redirect
+    adapter: Any = None  # the SumeAdapter that joined first
+    record: Optional[SumeRecord] = None
+    next_wait: Optional[float] = None  # decided by SumeRetry.increment, slept by sleep
+    raise_now = False  # a lone SumeRetry gave up: urllib3 must raise, not return
+    expect: Any = None  # a lone SumeRetry: the Retry object its next increment runs on
+    fleet: Any = None  # the Fleet consulted before every attempt, or None for no pacing
+    grant: Any = None  # the fleet's grant for the attempt in flight, until released
+    paced = 0.0  # seconds the fleet held this request beyond the policy's waits
+    fallbacks = 0  # grants that came from local pacing because the shared store failed
+    fleet_refused = False  # the fleet refused a turn: the pace would cross the deadline
 
     def __init__(
         self,
@@ -95,29 +99,16 @@ class RequestContext:
         url: str = "",
     ) -> None:
         self.start = start
-        #: A per-call policy (``session.post(..., policy=...)``), else None for the retry's own.
-        self.policy = policy
-        #: True when a SumeSession made it: the session reports the outcome, not the adapter.
-        self.owned = owned
-        #: The fleet's name for the API key (a hash, never the key).
-        self.key_id = key_id
-        self.method = method
-        self.url = url
-        self.key: Optional[str] = None
-        self.replayable = True
-        self.attempts: List[Attempt] = []
-        self.retries = 0
-        self.hops = 0  # requests sent without a retry: the first, and one per redirect
-        self.adapter: Any = None  # the SumeAdapter that joined first
-        self.record: Optional[SumeRecord] = None
-        self.next_wait: Optional[float] = None  # decided by SumeRetry.increment, slept by sleep
-        self.raise_now = False  # a lone SumeRetry gave up: urllib3 must raise, not return
-        self.expect: Any = None  # a lone SumeRetry: the Retry object its next increment runs on
-        self.grant: Any = None  # the fleet's grant for the attempt in flight, until released
-        self.paced = 0.0  # seconds the fleet held this request beyond the policy's waits
-        self.fallbacks = 0  # grants that came from local pacing because the shared store failed
-        self.fleet_refused = False  # the fleet refused a turn: the pace would cross the deadline
-        self.fleet: Any = None  # the Fleet consulted before every attempt, or None for no pacing
+        if policy is not None:
+            self.policy = policy
+        if owned:
+            self.owned = owned
+        if key_id is not None:
+            self.key_id = key_id
+        if method:
+            self.method = method
+        if url:
+            self.url = url
 
     @property
     def waits(self) -> List[float]:
@@ -130,7 +121,7 @@ class RequestContext:
 
     def add(self, attempt: Attempt) -> None:
         """Note one consulted attempt (a retry when its verdict is RETRY)."""
-        self.attempts.append(attempt)
+        self.attempts = [*self.attempts, attempt]
         if attempt.decision.verdict is Verdict.RETRY:
             self.retries += 1
 
@@ -175,10 +166,14 @@ class RequestContext:
             request_id = _request_id(headers)
         if auth_conflict and status == 401:
             reason += "; the request carried both x-api-key and Authorization: send only one"
-        ids = tuple(a.request_id for a in self.attempts if a.request_id)
+        ids: Tuple[str, ...] = ()
+        if self.attempts:
+            ids = tuple(a.request_id for a in self.attempts if a.request_id)
+            if error is None:
+                error = next((a.error for a in reversed(self.attempts) if a.error), None)
         if request_id and (not ids or ids[-1] != request_id):
             ids += (request_id,)
-        return SumeRecord(
+        return _record(
             idempotency_key=self.key,
             attempts=retries + self.hops,
             outcome=outcome,
@@ -196,8 +191,15 @@ class RequestContext:
             fleet_fallbacks=self.fallbacks,
             fleet_refused=self.fleet_refused,
             retry_in=retry_in,
-            error=error or next((a.error for a in reversed(self.attempts) if a.error), None),
+            error=error,
         )
+
+
+def _record(**fields: Any) -> SumeRecord:
+    """A SumeRecord without the frozen dataclass's per-field ``object.__setattr__`` (hot path)."""
+    record: SumeRecord = object.__new__(SumeRecord)
+    record.__dict__.update(fields)
+    return record
 
 
 def _outcome(verdict: Verdict, retries: int) -> Outcome:

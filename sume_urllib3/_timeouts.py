@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any, Callable, Optional, Tuple, Union
@@ -52,18 +53,17 @@ class DeadlineTimeout(Timeout):
     logical request's ``max_elapsed``.
     """
 
+    deadline: float
+    clock: Callable[[], float]
+
     def __init__(
         self,
         timeout: TimeoutSpec,
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(timeout, Timeout):
-            super().__init__(total=timeout.total, connect=timeout._connect, read=timeout._read)
-        elif isinstance(timeout, tuple):
-            super().__init__(connect=timeout[0], read=timeout[1])
-        else:
-            super().__init__(connect=timeout, read=timeout)
+        base = _as_timeout(timeout)
+        super().__init__(total=base.total, connect=base._connect, read=base._read)
         self.deadline = deadline
         self.clock = clock
 
@@ -71,7 +71,7 @@ class DeadlineTimeout(Timeout):
         """A plain Timeout for one attempt, its total capped by the time left."""
         left = max(self.deadline - _sleeping.now(self.clock), MIN_ATTEMPT_TIMEOUT)
         total = min(self.total, left) if isinstance(self.total, (int, float)) else left
-        return Timeout(connect=self._connect, read=self._read, total=total)
+        return _timeout(self._connect, self._read, total)
 
 
 def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) -> TimeoutSpec:
@@ -82,4 +82,30 @@ def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) ->
     """
     if clock is not time.monotonic or _sleeping.active_recorder() is not None:
         return timeout
-    return DeadlineTimeout(timeout, deadline, clock)
+    base = _as_timeout(timeout)
+    # Made on every request: copy the checked values rather than validate them again.
+    result: DeadlineTimeout = object.__new__(DeadlineTimeout)
+    result.__dict__.update(base.__dict__)
+    result.deadline, result.clock = deadline, clock
+    return result
+
+
+@functools.lru_cache(maxsize=64)
+def _checked(timeout: Union[float, Tuple[Optional[float], Optional[float]], None]) -> Timeout:
+    if isinstance(timeout, tuple):
+        return Timeout(connect=timeout[0], read=timeout[1])
+    return Timeout(connect=timeout, read=timeout)
+
+
+def _as_timeout(timeout: TimeoutSpec) -> Timeout:
+    """A validated urllib3 Timeout for any form requests accepts (cached: one per value)."""
+    if isinstance(timeout, Timeout):
+        return timeout
+    return _checked(timeout)
+
+
+def _timeout(connect: Any, read: Any, total: Optional[float]) -> Timeout:
+    """A Timeout from values already validated (urllib3 checks them again in ``__init__``)."""
+    result: Timeout = object.__new__(Timeout)
+    result.__dict__.update(_connect=connect, _read=read, total=total, _start_connect=None)
+    return result
