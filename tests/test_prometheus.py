@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import pytest
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
+from sume_urllib3 import Job, JobEvent, JobFailed, JobTimeout, LocalFleet, Policy, SumeRetryError  # noqa: E402
 from sume_urllib3._record import (  # noqa: E402
     Outcome,
     RetryEvent,
     SumeRecord,
 )
-from sume_urllib3.contrib.prometheus import PrometheusObserver  # noqa: E402
+from sume_urllib3.contrib.prometheus import JOB_EVENTS, PrometheusObserver  # noqa: E402
+from sume_urllib3.testing import FakeSume  # noqa: E402
+
+from .conftest import VirtualTime  # noqa: E402
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+
+PACING = ("sume_paced_requests_total", "sume_paced_seconds_total", "sume_fleet_refused_total",
+          "sume_fleet_fallbacks_total")
 
 OUTCOMES = ["ok", "retried_ok", "gave_up", "fix", "no_retry", "poll"]
 
@@ -143,3 +150,85 @@ def test_a_name_clash_leaves_the_registry_as_it_was() -> None:
 
     PrometheusObserver(registry=registry)
     assert registry.get_sample_value("sume_requests_total", {"outcome": "ok"}) == 0.0
+
+
+def test_pacing_and_job_series_start_at_zero(registry: CollectorRegistry) -> None:
+    """The pacing counters and every job event series exist with value 0 before any request."""
+    PrometheusObserver(registry)
+    get = registry.get_sample_value
+    assert [0.0] * 4 == [get(name) for name in PACING]
+    assert [0.0] * 4 == [get("sume_job_events_total", {"event": kind}) for kind in JOB_EVENTS]
+
+
+def test_a_request_the_fleet_held_is_counted_with_its_wait(
+    registry: CollectorRegistry, make_session: Callable[..., Any], fake: FakeSume, vtime: VirtualTime
+) -> None:
+    """At 1/min the second and third calls each wait 60 s for their turn: 2 paced requests, 120 s."""
+    fake.script("GET", "/v1/me", 200)
+    fleet = LocalFleet(rate="1/min", burst=1, clock=vtime.clock)
+    session = make_session(observers=[PrometheusObserver(registry)], fleet=fleet)
+
+    for _ in range(3):
+        session.get("/me")
+
+    get = registry.get_sample_value
+    assert [60.0, 60.0] == vtime.sleeps
+    assert (2.0, 120.0) == (get("sume_paced_requests_total"), get("sume_paced_seconds_total"))
+    assert 0.0 == get("sume_fleet_refused_total")
+
+
+def test_a_request_the_fleet_refused_is_counted(
+    registry: CollectorRegistry, make_session: Callable[..., Any], fake: FakeSume, vtime: VirtualTime
+) -> None:
+    """A turn after the deadline sends nothing and counts one refusal, no paced request."""
+    fake.script("GET", "/v1/me", 200)
+    fleet = LocalFleet(rate="1/min", burst=1, clock=vtime.clock)
+    observers = [PrometheusObserver(registry)]
+    session = make_session(observers=observers, fleet=fleet, policy=Policy(max_elapsed=10))
+    session.get("/me")
+
+    with pytest.raises(SumeRetryError):
+        session.get("/me")
+
+    get = registry.get_sample_value
+    assert 1 == len(fake.requests)
+    assert (1.0, 0.0) == (get("sume_fleet_refused_total"), get("sume_paced_requests_total"))
+
+
+def test_fleet_fallbacks_are_counted(registry: CollectorRegistry) -> None:
+    """Each turn local pacing granted because the shared store failed adds one."""
+    paced = SumeRecord(
+        idempotency_key=None, attempts=1, outcome=Outcome.OK, status=200, code=None, request_id=None,
+        request_ids=(), waits=(), elapsed=2.5, reason="", paced=2.5, fleet_fallbacks=2,
+    )
+
+    PrometheusObserver(registry).on_outcome(paced)
+
+    get = registry.get_sample_value
+    assert (2.0, 1.0, 2.5) == (
+        get("sume_fleet_fallbacks_total"), get("sume_paced_requests_total"), get("sume_paced_seconds_total")
+    )
+
+
+def test_job_polls_and_endings_are_counted_by_event(
+    registry: CollectorRegistry, make_session: Callable[..., Any], fake: FakeSume
+) -> None:
+    """session.jobs.wait: one poll per status read, then how it ended; an unknown kind is skipped."""
+    fake.job("job_1", ["queued", "processing", "completed"])
+    fake.job("job_2", ["processing", ("failed", {"error": {"code": "bad_input"}})])
+    stuck = fake.job("job_3", ["processing"])
+    observer = PrometheusObserver(registry)
+    session = make_session(observers=[observer])
+
+    session.jobs.wait("job_1")
+    with pytest.raises(JobFailed):
+        session.jobs.wait("job_2")
+    with pytest.raises(JobTimeout):
+        session.jobs.wait("job_3", timeout=5)
+    observer.on_job(JobEvent("paused", Job("job_4"), 1, 0.0))
+
+    get = registry.get_sample_value
+    counts = {kind: get("sume_job_events_total", {"event": kind}) for kind in JOB_EVENTS}
+    polls = 3 + 2 + len(stuck.history)
+    assert {"poll": polls, "completed": 1.0, "failed": 1.0, "timed_out": 1.0} == counts
+    assert None is registry.get_sample_value("sume_job_events_total", {"event": "paused"})

@@ -1,10 +1,24 @@
-"""Export sume_urllib3 counters to Prometheus (needs the ``prometheus`` extra)."""
+"""Export sume_urllib3 counters to Prometheus (needs the ``prometheus`` extra).
+
+``SumeSession(observers=[PrometheusObserver()])`` feeds, under ``namespace`` (default ``sume``):
+
+- ``sume_requests_total{outcome}``: logical requests by final outcome (every outcome from 0);
+- ``sume_retries_total{reason}``: retries by error code, else status, else transport error class
+  (at most 50 reasons, then ``other``);
+- ``sume_attempts``: a histogram of requests sent per logical request;
+- ``sume_paced_requests_total`` and ``sume_paced_seconds_total``: requests the fleet held for
+  their turn, and the seconds they waited (beyond the policy's own waits);
+- ``sume_fleet_refused_total``: requests not sent because their turn came after the deadline;
+- ``sume_fleet_fallbacks_total``: turns granted by local pacing because the shared store failed;
+- ``sume_job_events_total{event}``: job status polls (``poll``) and how waits ended
+  (``completed``, ``failed``, ``timed_out``), every event from 0.
+"""
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Dict, List, NamedTuple, Optional, Set
+from typing import Any, Dict, List, NamedTuple, Optional, Set
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -20,12 +34,19 @@ from .._record import Outcome, RetryEvent, SumeRecord
 
 #: Histogram buckets for attempts per logical request (the default policy sends at most 7).
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 10)
+#: The ``event`` label values of ``{namespace}_job_events_total`` (a JobEvent's ``kind``).
+JOB_EVENTS = ("poll", "completed", "failed", "timed_out")
 
 
 class _Collectors(NamedTuple):
     requests: Counter
     retries: Counter
     attempts: Histogram
+    paced_requests: Counter
+    paced_seconds: Counter
+    fleet_refused: Counter
+    fleet_fallbacks: Counter
+    job_events: Counter
     reasons: Set[str]  # retry reasons labelled so far (bounded, see MAX_REASONS)
 
 
@@ -38,7 +59,10 @@ _collectors: weakref.WeakKeyDictionary[CollectorRegistry, Dict[str, _Collectors]
 
 
 class PrometheusObserver:
-    """An observer that feeds ``{namespace}_requests_total``, ``_retries_total`` and ``_attempts``."""
+    """An observer that feeds the request, retry, attempt, pacing and job metrics listed above.
+
+    Every observer on one registry and namespace adds to the same series (one per session is fine).
+    """
 
     def __init__(self, registry: Optional[CollectorRegistry] = None, namespace: str = "sume") -> None:
         self.registry = REGISTRY if registry is None else registry
@@ -54,9 +78,23 @@ class PrometheusObserver:
         metrics.retries.labels(reason=reason).inc()
 
     def on_outcome(self, record: SumeRecord) -> None:
-        """Count one logical request by outcome and observe its attempts."""
-        self._metrics.requests.labels(outcome=Outcome(record.outcome).value).inc()
-        self._metrics.attempts.observe(record.attempts)
+        """Count one logical request by outcome, observe its attempts, and count its pacing."""
+        metrics = self._metrics
+        metrics.requests.labels(outcome=Outcome(record.outcome).value).inc()
+        metrics.attempts.observe(record.attempts)
+        if record.paced > 0:
+            metrics.paced_requests.inc()
+            metrics.paced_seconds.inc(record.paced)
+        if record.fleet_refused:
+            metrics.fleet_refused.inc()
+        if record.fleet_fallbacks > 0:
+            metrics.fleet_fallbacks.inc(record.fleet_fallbacks)
+
+    def on_job(self, event: Any) -> None:
+        """Count one job event (a ``JobEvent``) under its kind; an unknown kind is skipped."""
+        kind = getattr(event, "kind", None)
+        if kind in JOB_EVENTS:
+            self._metrics.job_events.labels(event=kind).inc()
 
 
 def _get_collectors(registry: CollectorRegistry, namespace: str) -> _Collectors:
@@ -94,14 +132,48 @@ def _create(registry: CollectorRegistry, namespace: str) -> _Collectors:
         registry=None,
         buckets=ATTEMPT_BUCKETS,
     )
-    # Register all three or none: a name clash half-way must not leave the first behind.
+    paced_requests = Counter(
+        "paced_requests",
+        "Requests the fleet held for their turn before sending.",
+        namespace=namespace,
+        registry=None,
+    )
+    paced_seconds = Counter(
+        "paced_seconds",
+        "Seconds requests waited for the fleet's turn, beyond the policy's own waits.",
+        namespace=namespace,
+        registry=None,
+    )
+    fleet_refused = Counter(
+        "fleet_refused",
+        "Requests not sent: the fleet's turn would have come after the deadline.",
+        namespace=namespace,
+        registry=None,
+    )
+    fleet_fallbacks = Counter(
+        "fleet_fallbacks",
+        "Turns granted by local pacing because the shared fleet store failed.",
+        namespace=namespace,
+        registry=None,
+    )
+    job_events = Counter(
+        "job_events",
+        "Job status polls (poll) and job waits ended (completed, failed, timed_out).",
+        ["event"],
+        namespace=namespace,
+        registry=None,
+    )
+    for kind in JOB_EVENTS:
+        job_events.labels(event=kind)
+    collectors = (requests, retries, attempts, paced_requests, paced_seconds, fleet_refused, fleet_fallbacks)
+    # Register all or none: a name clash half-way must not leave the first ones behind.
     registered: List[Collector] = []
     try:
-        for collector in (requests, retries, attempts):
+        for collector in (*collectors, job_events):
             registry.register(collector)
             registered.append(collector)
     except ValueError:
         for done in registered:
             registry.unregister(done)
         raise
-    return _Collectors(requests, retries, attempts, set())
+    return _Collectors(*collectors, job_events, set())
