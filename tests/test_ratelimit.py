@@ -1,0 +1,121 @@
+"""Reading the server's pace from RateLimit headers in every published form."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Tuple
+
+import pytest
+from requests.structures import CaseInsensitiveDict
+from urllib3 import HTTPHeaderDict
+
+from sume_urllib3._ratelimit import Reading, parse_ratelimit
+
+WALL = 1_700_000_000.0
+
+
+def wall() -> float:
+    return WALL
+
+
+def test_ratelimit_limit_remaining_reset() -> None:
+    """The three RateLimit-* headers give limit, remaining and reset; no window."""
+    headers = {"RateLimit-Limit": "10", "RateLimit-Remaining": "7", "RateLimit-Reset": "3"}
+    assert parse_ratelimit(headers) == Reading(10.0, 7.0, 3.0, None)
+
+
+def test_limit_with_window_parameter() -> None:
+    """A limit written as a quota policy list (``10, 10;w=1``) carries its window."""
+    headers = {"RateLimit-Limit": "10, 10;w=1, 1000;w=3600", "RateLimit-Remaining": "9"}
+    assert parse_ratelimit(headers) == Reading(10.0, 9.0, None, 1.0)
+
+
+def test_x_ratelimit_reset_as_unix_time_becomes_a_delta() -> None:
+    """GitHub's X-RateLimit-Reset is a Unix time: it is turned into seconds from now."""
+    headers = {
+        "X-RateLimit-Limit": "5000",
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(int(WALL) + 42),
+    }
+    assert parse_ratelimit(headers, wall) == Reading(5000.0, 0.0, 42.0, None)
+
+
+def test_reset_in_unix_milliseconds_and_in_the_past() -> None:
+    """A Reset in Unix milliseconds is understood; one in the past means now."""
+    ms = {"X-Rate-Limit-Reset": str(int(WALL * 1000) + 5000)}
+    past = {"X-RateLimit-Reset": str(int(WALL) - 100)}
+    assert parse_ratelimit(ms, wall) == Reading(None, None, 5.0, None)
+    assert parse_ratelimit(past, wall) == Reading(None, None, 0.0, None)
+
+
+def test_draft_07_combined_header_and_policy() -> None:
+    """``RateLimit: limit=.., remaining=.., reset=..`` with ``RateLimit-Policy: 10;w=60``."""
+    headers = {"RateLimit": "limit=10, remaining=4, reset=30", "RateLimit-Policy": "10;w=60"}
+    assert parse_ratelimit(headers) == Reading(10.0, 4.0, 30.0, 60.0)
+
+
+def test_later_draft_structured_fields() -> None:
+    """``RateLimit: "default";r=9;t=5`` with ``RateLimit-Policy: "default";q=10;w=60``."""
+    headers = {"RateLimit": '"default";r=9;t=5', "RateLimit-Policy": '"default";q=10;w=60'}
+    assert parse_ratelimit(headers) == Reading(10.0, 9.0, 5.0, 60.0)
+
+
+def test_several_policies_the_slowest_decides() -> None:
+    """Of several quota policies the one with the lowest rate is the pace; of several
+    RateLimit items the one with the fewest remaining."""
+    headers = {
+        "RateLimit-Policy": '"burst";q=100;w=1, "daily";q=1000;w=86400',
+        "RateLimit": '"burst";r=50;t=1, "daily";r=3;t=7200',
+    }
+    assert parse_ratelimit(headers) == Reading(1000.0, 3.0, 7200.0, 86400.0)
+
+
+def test_remaining_never_exceeds_the_limit() -> None:
+    """A Remaining above the Limit is read as the Limit."""
+    headers = {"RateLimit-Limit": "10", "RateLimit-Remaining": "50"}
+    assert parse_ratelimit(headers) == Reading(10.0, 10.0, None, None)
+
+
+def test_no_ratelimit_headers_is_none() -> None:
+    """Responses that say nothing about the quota give None."""
+    assert parse_ratelimit({"Content-Type": "application/json", "Retry-After": "1"}) is None
+    assert parse_ratelimit({}) is None
+    assert parse_ratelimit(None) is None
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"RateLimit-Limit": "ten"},
+        {"RateLimit-Limit": "-1", "RateLimit-Remaining": "1e309", "RateLimit-Reset": "NaN"},
+        {"RateLimit-Limit": "", "RateLimit-Remaining": " ", "RateLimit-Reset": "inf"},
+        {"RateLimit-Limit": "9" * 5000},
+        {"RateLimit-Limit": "99999999999999999999"},
+        {"RateLimit": "limit=, remaining==, reset"},
+        {"RateLimit": ';;;r=;t=;,,,"x";r=abc'},
+        {"RateLimit-Policy": ";w=0, 0;w=0, 10;w=-5, q=;w="},
+        {"RateLimit-Limit": "\x00\x01", "X-RateLimit-Reset": "１２"},
+        {b"RateLimit-Limit": b"10"},
+        {"RateLimit-Limit": 10},
+    ],
+)
+def test_garbage_never_raises_and_says_nothing(headers: Dict[Any, Any]) -> None:
+    """Malformed values are ignored field by field; parsing never raises."""
+    reading = parse_ratelimit(headers)
+    assert reading is None or all(v is None or v >= 0 for v in reading)
+
+
+def test_a_mapping_that_fails_is_none() -> None:
+    """A header object whose iteration raises is treated as saying nothing."""
+
+    class Broken(Dict[str, str]):
+        def items(self) -> Iterator[Tuple[str, str]]:  # type: ignore[override]
+            raise RuntimeError("boom")
+
+    assert parse_ratelimit(Broken()) is None
+
+
+def test_urllib3_and_requests_header_types() -> None:
+    """urllib3's HTTPHeaderDict and requests' CaseInsensitiveDict are read alike, any case."""
+    raw = HTTPHeaderDict({"ratelimit-limit": "20", "RATELIMIT-REMAINING": "3", "RateLimit-Reset": "1"})
+    cid: CaseInsensitiveDict[str] = CaseInsensitiveDict(raw)
+    assert parse_ratelimit(raw) == parse_ratelimit(cid) == Reading(20.0, 3.0, 1.0, None)
