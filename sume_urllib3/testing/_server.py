@@ -377,7 +377,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         headers = _Headers(self.headers.items())
         request = RecordedRequest(self.command, self.path, headers, body, arrived, self.conn_id)
-        reply, request_id = self.server.fake._dispatch(request)
+        reply, request_id = self.server.fake._answer(request)
         self._respond(reply, request_id)
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = _serve
@@ -466,6 +466,13 @@ class FakeSume:
     Script replies with :meth:`script` (the last reply of a script repeats forever),
     start it (or use ``with``), send requests to :attr:`url`, then inspect :attr:`requests`.
     Unscripted routes answer 404 ``not_found``. Every method is thread-safe.
+
+    Quota mode (``FakeSume(quota="10/s", burst=10)`` or ``fake.quota("10/min")``) rate
+    limits each API key (``x-api-key``, else ``Authorization``) with GCRA, as the real
+    API does: every reply carries ``RateLimit-Limit/-Remaining/-Reset`` and
+    ``RateLimit-Policy``, and a request over the quota gets 429 ``rate_limit_exceeded``
+    with ``Retry-After`` instead of its scripted reply (scripts do not advance). Use it
+    to reproduce a herd of clients against one quota.
     """
 
     def __init__(
@@ -474,8 +481,13 @@ class FakeSume:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        quota: str | float | None = None,
+        burst: int = 1,
     ) -> None:
         self._address = (host, port)
+        self._quota: Any = None  # a testing._quota.Quota in quota mode
+        if quota is not None:
+            self.quota(quota, burst)
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
         self._scripts: dict[tuple[str, str], tuple[Reply, ...]] = {}
@@ -609,6 +621,30 @@ class FakeSume:
                 # Accepted just as stop() ran: make sure this connection cannot outlive it.
                 _shut(sock)
             return self._connections
+
+    def quota(self, rate: str | float | None, burst: int = 1, *, clock: Any = time.monotonic) -> Self:
+        """Rate limit each API key to ``rate`` ("10/s", "10/min", or per second) with ``burst``.
+
+        ``None`` turns quota mode off. Returns self. The :class:`~._quota.Quota` in use is
+        :attr:`quota_state` (its ``admitted`` and ``refused`` counts).
+        """
+        from ._quota import Quota  # late: _quota imports this module's Reply
+
+        self._quota = None if rate is None else Quota(rate, burst, clock=clock)
+        return self
+
+    @property
+    def quota_state(self) -> Any:
+        """The quota in force (``admitted``/``refused`` counts), or None outside quota mode."""
+        return self._quota
+
+    def _answer(self, request: RecordedRequest) -> tuple[Reply, str]:
+        quota = self._quota
+        if quota is None:
+            return self._dispatch(request)
+        from ._quota import answer_within_quota
+
+        return answer_within_quota(self, quota, request)
 
     def _dispatch(self, request: RecordedRequest) -> tuple[Reply, str]:
         path = _route(request.path)

@@ -1,0 +1,106 @@
+"""FakeSume's quota mode: a GCRA rate limit per API key, as a real API enforces one."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import threading
+import time
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+from .._fleet import parse_rate
+
+
+class Quota:
+    """Admits ``rate`` requests per second per API key with ``burst`` at once (GCRA).
+
+    The key is the ``x-api-key`` header, else ``Authorization``; requests with neither
+    share one anonymous quota. Every answer carries ``RateLimit-Limit`` (the burst),
+    ``RateLimit-Remaining``, ``RateLimit-Reset`` (whole seconds until the quota is
+    whole again) and ``RateLimit-Policy: <burst>;w=<seconds>``; a refusal also carries
+    ``Retry-After`` (whole seconds until the next turn, at least 1). Keys are kept only
+    as hashes. Thread-safe; ``clock`` is injectable.
+    """
+
+    def __init__(
+        self,
+        rate: Union[str, float],
+        burst: int = 1,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        per_second = parse_rate(rate)
+        if per_second is None:
+            raise ValueError("quota needs a rate such as '10/s' or '10/min'")
+        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+            raise ValueError(f"burst must be an int >= 1, got {burst!r}")
+        self.rate = per_second
+        self.burst = burst
+        self._step = 1.0 / per_second
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tat: Dict[str, float] = {}
+        self.admitted = 0
+        self.refused = 0
+
+    def __repr__(self) -> str:
+        return f"Quota(rate={self.rate:g}/s, burst={self.burst})"
+
+    def take(self, headers: Mapping[str, str]) -> Tuple[bool, Dict[str, str]]:
+        """Spend one turn of the request's key: (admitted, headers to add to the reply)."""
+        key = _key_of(headers)
+        step, burst = self._step, self.burst
+        with self._lock:
+            now = self._clock()
+            tat = max(self._tat.get(key, now), now)
+            allowed = tat - now <= (burst - 1) * step + 1e-9
+            if allowed:
+                tat += step
+                self._tat[key] = tat
+                self.admitted += 1
+            else:
+                self.refused += 1
+        ahead = tat - now  # seconds of turns already spent beyond now
+        out = {
+            "RateLimit-Limit": str(burst),
+            "RateLimit-Remaining": str(max(0, math.floor(burst - ahead / step + 1e-9))),
+            "RateLimit-Reset": str(max(0, math.ceil(ahead - 1e-9))),
+            "RateLimit-Policy": f"{burst};w={burst * step:g}",
+        }
+        if not allowed:
+            out["Retry-After"] = str(max(1, math.ceil(ahead - (burst - 1) * step - 1e-9)))
+        return allowed, out
+
+    def reset(self) -> None:
+        """Forget every key's spent turns and the counts."""
+        with self._lock:
+            self._tat.clear()
+            self.admitted = self.refused = 0
+
+
+def _key_of(headers: Mapping[str, str]) -> str:
+    value: Optional[str] = headers.get("x-api-key") or headers.get("Authorization")
+    if not value:
+        return "anonymous"
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def answer_within_quota(fake: Any, quota: Quota, request: Any) -> Tuple[Any, str]:
+    """FakeSume's dispatch behind the quota: a 429 when over it, else the scripted reply.
+
+    Both carry the quota's RateLimit headers (a script's own headers win). A refused
+    request is recorded like any other but does not advance the scripts.
+    """
+    from ._server import Reply  # late: _server imports this module lazily too
+
+    admitted, extra = quota.take(request.headers)
+    if admitted:
+        reply, request_id = fake._dispatch(request)
+        return dataclasses.replace(reply, headers={**extra, **reply.headers}), request_id
+    with fake._lock:
+        fake._request_ids += 1
+        fake._requests.append(request)
+        request_id = f"req_{fake._request_ids}"
+    message = f"Rate limit exceeded: {quota.burst} per {quota.burst / quota.rate:g}s"
+    return Reply.error(429, "rate_limit_exceeded", message=message, headers=extra), request_id
