@@ -115,7 +115,7 @@ def test_quota_mode_off_and_from_the_constructor(clock: Clock) -> None:
 )
 def test_bad_quota_is_a_clear_error(rate: object, burst: object) -> None:
     """An unreadable rate or burst raises at once."""
-    with pytest.raises(ValueError, match="rate|burst"):
+    with pytest.raises(ValueError, match=r"rate|burst"):
         Quota(rate, burst)  # type: ignore[arg-type]
 
 
