@@ -481,6 +481,18 @@ def test_4_pool_manager_with_sume_retry_strips_the_key_on_a_cross_host_redirect(
     assert {} == auth_headers(other.requests[0])
 
 
+def test_4_a_per_call_sume_retry_strips_the_key_on_a_cross_host_redirect(server: Any) -> None:
+    """http.request(..., retries=SumeRetry()): the redirect to another port arrives without x-api-key."""
+    other = server()
+    api = server(_redirect_to(other.url + "/landing"))
+    http = urllib3.PoolManager()
+
+    response = http.request("GET", api.url + "/start", headers={"x-api-key": KEY}, retries=SumeRetry(QUICK))
+
+    assert 200 == response.status
+    assert {} == auth_headers(other.requests[0])
+
+
 def test_4_pool_manager_keeps_the_key_on_a_same_host_redirect(server: Any) -> None:
     """A redirect that stays on the same host and port keeps x-api-key."""
     api = server(_redirect_to("/landing"))
