@@ -37,6 +37,7 @@ _MIN_RATE = 1.0 / 86400.0  # one a day: below any real quota, so never a floor t
 _MAX_RATE = 1e6
 _MAX_BURST = 1_000_000
 _PROBE = 0.01  # a pace learned from 429s alone creeps up 1% per success, to find a raised quota
+_PROBE_HEADERS = 0.05  # an estimated pace creeps up 5% per reply while over half the quota is left
 _FIRST_RTT = 0.05  # seconds; how long slow start guesses a response takes before measuring one
 _STALE = 60.0  # seconds after which an unreleased slow-start ticket no longer holds a slot
 _EPS = 1e-9
@@ -474,14 +475,21 @@ class LocalFleet:
             self._set_rate(state, limit / window, limit, "headers")
         elif remaining is not None and reset is not None and reset > 0.0 and remaining < limit:
             # A token bucket refills limit - remaining turns within `reset` (rounded up to whole
-            # seconds): a lower bound on its rate. Commit only to a reading that spans half the
-            # burst, then only raise it (or take the next one as is after a 429).
+            # seconds): a lower bound on its rate, best when the quota has run dry. Pacing is
+            # needed only from then on: commit at the first dry reading; later, raise to a
+            # higher bound, take a dry reading as is after a 429, and probe upwards while over
+            # half the quota is left (a full bucket hides how fast it refills).
             bound = (limit - remaining) / reset
+            dry = remaining < 1.0
             if state.source in (None, "429s"):
-                if 2.0 * (limit - remaining) >= limit:
+                if dry:
                     self._set_rate(state, bound, limit, "headers~")
-            elif state.source == "headers~" and (bound > (state.rate or 0.0) or state.distrust):
-                self._set_rate(state, bound, limit, "headers~")
+            elif state.source == "headers~":
+                rate = state.rate or 0.0
+                if bound > rate or (dry and state.distrust):
+                    self._set_rate(state, bound, limit, "headers~")
+                elif 2.0 * remaining >= limit:
+                    state.rate = self._cap(rate * (1.0 + _PROBE_HEADERS))
         if remaining is None:
             return
         if state.rate is not None:

@@ -226,20 +226,20 @@ def test_pace_learned_exactly_from_a_policy_window() -> None:
     assert [first(fleet).wait for _ in range(4)] == pytest.approx([0, 0, 0.1, 0.2])
 
 
-def test_learned_lower_bound_needs_half_the_burst_spent() -> None:
-    """Limit/Remaining/Reset alone set a pace only once a reading spans half the burst."""
+def test_limit_remaining_reset_set_a_pace_once_the_quota_runs_dry() -> None:
+    """Limit/Remaining/Reset alone (whole-second Reset) give a lower bound on the rate; the
+    fleet paces from the first reading with nothing left, then only raises it."""
     fleet, _ = make(initial_window=8)
-    fleet.release(
-        KEY, first(fleet), 200, {"RateLimit-Limit": "20", "RateLimit-Remaining": "18", "RateLimit-Reset": "1"}
-    )
-    assert fleet.pace(KEY) is None
-    fleet.release(
-        KEY, first(fleet), 200, {"RateLimit-Limit": "20", "RateLimit-Remaining": "6", "RateLimit-Reset": "1"}
-    )
-    assert fleet.pace(KEY) == pytest.approx(14.0)
-    fleet.release(
-        KEY, first(fleet), 200, {"RateLimit-Limit": "20", "RateLimit-Remaining": "0", "RateLimit-Reset": "1"}
-    )
+
+    def reply(remaining: int) -> None:
+        headers = {"RateLimit-Limit": "20", "RateLimit-Remaining": str(remaining), "RateLimit-Reset": "1"}
+        fleet.release(KEY, first(fleet), 200, headers)
+
+    reply(5)
+    assert fleet.pace(KEY) is None  # quota left: nothing to pace yet
+    reply(0)
+    assert fleet.pace(KEY) == pytest.approx(20.0)
+    reply(0)
     assert fleet.pace(KEY) == pytest.approx(20.0)
 
 
