@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import weakref
 from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
+from urllib.parse import urldefrag, urljoin
 
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
+from requests.utils import requote_uri
 
 from . import _sleeping
 from ._budget import RetryBudget
@@ -23,6 +27,7 @@ from ._idempotency import (
     validate_idempotency_key,
 )
 from ._observers import Observers
+from ._peek import body_in_hand
 from ._policy import Decision, Policy, RandomSource, Verdict
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
 from ._retry import SumeRetry
@@ -56,6 +61,8 @@ def check_fleet(fleet: Any) -> Optional[Fleet]:
 
 #: Auth headers that never leave the origin they were meant for.
 AUTH_HEADER_NAMES = ("x-api-key", "Authorization")
+# urllib3 2 enforces Content-Length itself; 1.26 does not.
+_CHECK_LENGTH = not hasattr(urllib3, "BaseHTTPResponse")  # added in urllib3 2.0
 # Transport errors of a body read after urllib3 handed the response back.
 _BODY_ERRORS = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError)
 
@@ -217,10 +224,13 @@ class SumeAdapter(HTTPAdapter):
         cert: Any,
         proxies: Optional[Mapping[str, str]],
     ) -> requests.Response:
-        if context.hops == 0:
-            self._join(context, request)
+        if context.hops:
+            self._redirected(context.url, request)
         else:
-            self._redirected(context, request)
+            first = None if context.owned else self._followed_from(request)
+            if first is not None:  # a plain requests.Session following our last redirect
+                self._redirected(first, request)
+            self._join(context, request)
         policy = context.policy or self.policy
         if context.fleet is not None:
             self._take_turn(context, policy, request)
@@ -244,6 +254,8 @@ class SumeAdapter(HTTPAdapter):
                 break
             try:
                 response.content  # noqa: B018 - requests reads it next; read it where we can act
+                if _CHECK_LENGTH:
+                    _check_length(response)
                 break
             except _BODY_ERRORS as exc:
                 if not self._retry_body(context, policy, exc):
@@ -261,10 +273,23 @@ class SumeAdapter(HTTPAdapter):
             # urllib3 never showed this response to the retry (requests < 2.29 streams
             # chunked bodies around urllib3): decide once here, but nothing was resent.
             self._consult_late(context, response)
+        if not context.owned:
+            self._remember_redirect(context, response)
         record = self._finish(context, request, response.status_code, response.headers)
         response.sume = record  # type: ignore[attr-defined]
         if record.outcome is Outcome.GAVE_UP and self.raise_on_give_up:
+            if not stream and body_in_hand(response.raw):
+                response.content  # noqa: B018 - already in memory: read it, free the connection
             raise SumeRetryError(record, response)
+        if not stream and response.status_code >= 400:
+            try:
+                response.content  # noqa: B018 - requests reads it next; read it where we can record
+            except _BODY_ERRORS as exc:
+                record = self._finish(
+                    context, request, response.status_code, response.headers, error=type(exc).__name__
+                )
+                setattr(exc, "sume", record)
+                raise
         return response
 
     def _take_turn(self, context: RequestContext, policy: Policy, request: requests.PreparedRequest) -> None:
@@ -318,6 +343,7 @@ class SumeAdapter(HTTPAdapter):
         """The first hop: fix the key, the method, whether the body replays; count the request."""
         context.adapter = self
         method = (request.method or "GET").upper()
+        context.method, context.url = method, request.url or ""  # before anything can fail
         key = request.headers.get(IDEMPOTENCY_HEADER)
         if key is not None:
             key = validate_idempotency_key(key)
@@ -326,7 +352,7 @@ class SumeAdapter(HTTPAdapter):
         if key is not None:
             # On the prepared request itself (as str), so redirects and resends reuse it.
             request.headers[IDEMPOTENCY_HEADER] = key
-        context.key, context.method, context.url = key, method, request.url or ""
+        context.key = key
         context.replayable = body_is_replayable(request.body)
         if not context.owned:
             context.fleet = self.fleet
@@ -336,14 +362,33 @@ class SumeAdapter(HTTPAdapter):
         if self.observers.starts:
             self.observers.start(RequestStart(method, context.url, key))
 
-    def _redirected(self, context: RequestContext, request: requests.PreparedRequest) -> None:
-        """A redirect hop: keep the key only where it still means the same request."""
+    def _redirected(self, first: str, request: requests.PreparedRequest) -> None:
+        """A redirect hop: keep the keys only where they still mean the same request."""
         headers = request.headers
         if (request.method or "GET").upper() not in KEYED_METHODS:
             headers.pop(IDEMPOTENCY_HEADER, None)  # a 303 made the POST a GET: nothing to dedupe
-        if context.url and leaves_origin(context.url, request.url or ""):
+        if first and leaves_origin(first, request.url or ""):
             for name in AUTH_HEADER_NAMES:  # requests strips Authorization only
                 headers.pop(name, None)
+
+    def _remember_redirect(self, context: RequestContext, response: requests.Response) -> None:
+        """Note where a redirect answered outside a SumeSession leads, for the next send."""
+        location = response.headers.get("location")
+        if location and response.is_redirect:
+            target = requote_uri(urldefrag(urljoin(response.url or context.url, location))[0])
+            _hops.next = (id(self), target, getattr(_hops, "first", None) or context.url)
+        else:
+            _hops.next = None
+
+    def _followed_from(self, request: requests.PreparedRequest) -> Optional[str]:
+        """The first URL of a redirect chain this send continues, if it continues one."""
+        pending = getattr(_hops, "next", None)
+        _hops.next = _hops.first = None
+        if pending is None or pending[0] != id(self) or pending[1] != urldefrag(request.url or "")[0]:
+            return None
+        first: str = pending[2]
+        _hops.first = first
+        return first
 
     def _retry_body(self, context: RequestContext, policy: Policy, error: Exception) -> bool:
         """A body that broke mid-read is a read failure after sending: may it be resent?"""
@@ -389,9 +434,31 @@ class SumeAdapter(HTTPAdapter):
         return record
 
 
+def _check_length(response: requests.Response) -> None:
+    """Raise as urllib3 2 does when a plain body is shorter than its Content-Length.
+
+    urllib3 1.26 returns such a body cut short without a word; a truncated success must
+    not pass for ``ok``.
+    """
+    length = response.headers.get("content-length")
+    if not length or not length.isdigit() or response.headers.get("content-encoding"):
+        return
+    got = len(response.content or b"")
+    if response.request is not None and response.request.method == "HEAD":
+        return
+    if got < int(length) and response.status_code not in (204, 304):
+        raise requests.exceptions.ChunkedEncodingError(
+            f"Connection broken: IncompleteRead({got} bytes read, {int(length) - got} more expected)"
+        )
+
+
 def _has_both_auth(headers: Optional[Mapping[str, Any]]) -> bool:
     return headers is not None and "x-api-key" in headers and "Authorization" in headers
 
+
+# Outside a SumeSession each redirect hop is a separate send: the thread notes where the
+# last redirect it received leads (adapter id, target URL, the chain's first URL).
+_hops = threading.local()
 
 # Adapters made in this process: after os.fork() the child must not reuse the parent's
 # pooled sockets (both would read each other's responses), so it drops them.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Type
 
 from ._errors import ConfigurationError
@@ -58,6 +60,7 @@ class RetryBudget:
         # The newest bucket's time span: a deposit inside it needs no lock and no advance.
         self._head_start = math.inf
         self._head_end = -math.inf
+        _LIVE.add(self)
 
     @classmethod
     def shared(cls) -> RetryBudget:
@@ -131,6 +134,13 @@ class RetryBudget:
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        _LIVE.add(self)
+
+    def _start_over(self) -> None:
+        """Forget every deposit and withdrawal, with a new lock (after a fork)."""
+        self._lock = threading.Lock()
+        self._clear()
+        self._head, self._head_start, self._head_end = None, math.inf, -math.inf
 
     def __repr__(self) -> str:
         return (
@@ -178,6 +188,20 @@ class RetryBudget:
     def _clear(self) -> None:
         self._bucket_requests = [0] * _BUCKETS
         self._bucket_retries = [0] * _BUCKETS
+
+
+# Budgets made in this process: a forked child starts each one afresh, as a new process
+# would (the parent's traffic is not the child's).
+_LIVE: weakref.WeakSet[RetryBudget] = weakref.WeakSet()
+
+
+def _fresh_in_child() -> None:
+    for budget in list(_LIVE):
+        budget._start_over()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_in_child)
 
 
 def _blank(cls: Type[RetryBudget]) -> RetryBudget:

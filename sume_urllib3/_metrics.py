@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import os
 import threading
+import weakref
 from typing import Any, Collection, Counter, Dict
 
 from ._helpers import LockFreePickle
@@ -45,6 +47,7 @@ class SumeMetrics(LockFreePickle):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._reset()
+        _LIVE.add(self)
 
     def _reset(self) -> None:
         self._outcomes: Counter[str] = collections.Counter(dict.fromkeys(_OUTCOMES, 0))
@@ -116,6 +119,25 @@ class SumeMetrics(LockFreePickle):
         with self._lock:
             self._reset()
 
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        super().__setstate__(state)
+        _LIVE.add(self)
+
     def __repr__(self) -> str:
         snap = self.snapshot()
         return f"SumeMetrics(total={sum(snap['outcomes'].values())}, outcomes={snap['outcomes']!r})"
+
+
+# Counters made in this process: a forked child (gunicorn --preload) starts its own at zero,
+# with new locks (another thread may have held one at the fork, and would never let go).
+_LIVE: weakref.WeakSet[SumeMetrics] = weakref.WeakSet()
+
+
+def _fresh_in_child() -> None:
+    for metrics in list(_LIVE):
+        metrics._lock = threading.Lock()
+        metrics._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_in_child)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from urllib3.util.response import is_fp_closed
 
@@ -99,13 +99,16 @@ class PrefixedFP:
             raise error
 
 
-def peek_body(response: Any, limit: int) -> Tuple[Optional[bytes], bool]:
+def peek_body(
+    response: Any, limit: int, expired: Optional[Callable[[], bool]] = None
+) -> Tuple[Optional[bytes], bool]:
     """Return up to ``limit`` bytes of the body and whether they are already decoded.
 
     The bytes read are put back in front of the stream, so the caller can still read
     the whole body through any API. A preloaded body (``PoolManager.request``) is
     sliced instead. A failure while peeking means "no body hint" here and is raised to
-    the caller when they read that far, exactly as without the peek.
+    the caller when they read that far, exactly as without the peek. ``expired`` says
+    when the request's time is up: a body that trickles in is then peeked no further.
     """
     if limit <= 0 or response is None:
         return None, False
@@ -117,12 +120,35 @@ def peek_body(response: Any, limit: int) -> Tuple[Optional[bytes], bool]:
         return bytes(body[:limit]), bool(getattr(response, "decode_content", False))
     if fp is None or is_fp_closed(fp):
         return None, False
+    pieces: List[bytes] = []
+    cut = False  # stopped by the deadline, not by the end of the body
     try:
-        prefix = fp.read(limit)
+        if expired is None or not hasattr(fp, "read1"):
+            pieces.append(fp.read(limit))
+        else:
+            got = 0
+            while got < limit:
+                piece = fp.read1(limit - got)
+                if not piece:
+                    break
+                pieces.append(piece)
+                got += len(piece)
+                if got < limit and expired():
+                    cut = True
+                    break
+            if not cut and getattr(fp, "length", None) == 0 and not is_fp_closed(fp):
+                # http.client closes a Content-Length body on a read(), never on read1():
+                # without this the connection would not go back to the pool.
+                fp.read()
     except Exception as exc:  # the body broke: keep what arrived, re-raise on reading on
         partial = getattr(exc, "partial", b"")
-        response._fp = PrefixedFP(partial if isinstance(partial, bytes) else b"", fp, exc)
+        pieces.append(partial if isinstance(partial, bytes) else b"")
+        response._fp = PrefixedFP(b"".join(pieces), fp, exc)
         return None, False
+    prefix = b"".join(pieces)
+    if cut:
+        response._fp = PrefixedFP(prefix, fp)
+        return prefix, False
     promised = getattr(response, "length_remaining", None)
     if (
         getattr(response, "enforce_content_length", False)
@@ -141,6 +167,14 @@ def peek_body(response: Any, limit: int) -> Tuple[Optional[bytes], bool]:
         # a read, and an empty body is never read again, so give it back now.
         _release(response)
     return prefix, False
+
+
+def body_in_hand(response: Any) -> bool:
+    """True when the peek already read the whole body: reading it now cannot block."""
+    fp = getattr(response, "_fp", None)
+    if isinstance(fp, PrefixedFP):
+        return fp._error is None and is_fp_closed(fp.inner)
+    return fp is None or is_fp_closed(fp)
 
 
 def discard_body(response: Any) -> None:

@@ -301,7 +301,8 @@ class SumeRetry(Retry):
         headers = getattr(raw, "headers", None)
         envelope = _NO_HINTS
         if status >= 400:
-            prefix, decoded = peek_body(raw, policy.peek_limit)
+            deadline = context.deadline(policy)
+            prefix, decoded = peek_body(raw, policy.peek_limit, lambda: self._now() >= deadline)
             envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded)
         # Measured after the peek: reading a slow body is part of the elapsed time.
         now = self._now()

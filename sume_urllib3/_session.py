@@ -242,6 +242,59 @@ class SumeSession(requests.Session):
             if context.record is not None:
                 self._report(context)
 
+    # The verbs, typed to take ``policy=`` and every timeout form (requests' own stubs do not).
+
+    def get(
+        self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
+    ) -> requests.Response:
+        """GET ``url`` (relative to the base URL unless absolute)."""
+        kwargs.setdefault("allow_redirects", True)
+        return self.request("GET", url, policy=policy, **kwargs)
+
+    def options(
+        self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
+    ) -> requests.Response:
+        """OPTIONS ``url``."""
+        kwargs.setdefault("allow_redirects", True)
+        return self.request("OPTIONS", url, policy=policy, **kwargs)
+
+    def head(
+        self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
+    ) -> requests.Response:
+        """HEAD ``url`` (redirects not followed, as in requests)."""
+        kwargs.setdefault("allow_redirects", False)
+        return self.request("HEAD", url, policy=policy, **kwargs)
+
+    def post(
+        self,
+        url: Union[str, bytes],
+        data: Any = None,
+        json: Any = None,
+        *,
+        policy: Optional[Policy] = None,
+        **kwargs: Any,
+    ) -> requests.Response:
+        """POST ``url``: one Idempotency-Key for every attempt, so it may be retried."""
+        return self.request("POST", url, data=data, json=json, policy=policy, **kwargs)
+
+    def put(
+        self, url: Union[str, bytes], data: Any = None, *, policy: Optional[Policy] = None, **kwargs: Any
+    ) -> requests.Response:
+        """PUT ``url``."""
+        return self.request("PUT", url, data=data, policy=policy, **kwargs)
+
+    def patch(
+        self, url: Union[str, bytes], data: Any = None, *, policy: Optional[Policy] = None, **kwargs: Any
+    ) -> requests.Response:
+        """PATCH ``url``: one Idempotency-Key for every attempt, as for POST."""
+        return self.request("PATCH", url, data=data, policy=policy, **kwargs)
+
+    def delete(
+        self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
+    ) -> requests.Response:
+        """DELETE ``url``."""
+        return self.request("DELETE", url, policy=policy, **kwargs)
+
     def _report(self, context: RequestContext) -> None:
         """Tell the observers once; an extra SumeAdapter mounted here adds its own."""
         assert context.record is not None

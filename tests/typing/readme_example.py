@@ -30,9 +30,7 @@ def background_task(key: Optional[str] = None) -> Optional[float]:
     try:
         shorter = session.policy.replace(max_elapsed=10)
         session.request("POST", "/jobs", json={"avatar": "av_1"}, headers=headers, policy=shorter)
-        # Issue 12 item 11's own spelling. SumeSession does not yet declare policy= on
-        # get/post/..., so mypy refuses it; once it does, warn_unused_ignores flags this line.
-        session.post("/jobs", json={"avatar": "av_1"}, headers=headers, policy=shorter)  # type: ignore[call-arg]
+        session.post("/jobs", json={"avatar": "av_1"}, headers=headers, policy=shorter)
     except SumeRetryError as error:
         record: SumeRecord = error.record
         retry_in: Optional[float] = error.retry_in
@@ -49,6 +47,4 @@ def timeouts() -> None:
     """Every timeout form requests accepts, in the constructor and per call."""
     session = SumeSession(timeout=urllib3.Timeout(connect=2.0, read=30.0))
     session.get("/jobs", timeout=(5, None))
-    # requests takes a urllib3 Timeout per call at run time, but its stubs do not say so;
-    # typed get/post overrides on SumeSession would (warn_unused_ignores flags this then).
-    session.get("/jobs", timeout=urllib3.Timeout(total=10.0))  # type: ignore[arg-type]
+    session.get("/jobs", timeout=urllib3.Timeout(total=10.0))
