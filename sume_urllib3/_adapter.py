@@ -97,7 +97,7 @@ class SumeAdapter(HTTPAdapter):
 
     __attrs__ = [*HTTPAdapter.__attrs__, "raise_on_give_up", "observers", "timeout", "fleet"]  # noqa: RUF012
     # The last auth header seen and its fleet key: hashing it once per key, not per request.
-    _last_key: Tuple[Optional[str], str] = (None, ANONYMOUS)
+    _last_key: Tuple[Any, str] = (None, ANONYMOUS)
 
     def __init__(
         self,
@@ -243,7 +243,12 @@ class SumeAdapter(HTTPAdapter):
         while True:
             try:
                 response = super().send(
-                    request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
+                    request,
+                    stream=stream,
+                    timeout=timeout,
+                    verify=verify,
+                    cert=cert,
+                    proxies=proxies,  # type: ignore[arg-type,unused-ignore]  # a Mapping is enough
                 )
             except requests.exceptions.RequestException as exc:
                 exc.sume = self._finish(context, request, None, None)  # type: ignore[attr-defined]

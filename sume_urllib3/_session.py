@@ -236,7 +236,7 @@ class SumeSession(requests.Session):
         context.fleet = self.adapter.fleet
         token = current.set(context)
         try:
-            return super().request(method, url, *args, **kwargs)
+            return super().request(_text(method), _text(url), *args, **kwargs)
         finally:
             current.reset(token)
             if context.record is not None:
@@ -245,11 +245,11 @@ class SumeSession(requests.Session):
     # The verbs, typed to take ``policy=`` and every timeout form (requests' own stubs do not).
 
     def get(
-        self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
+        self, url: Union[str, bytes], params: Any = None, *, policy: Optional[Policy] = None, **kwargs: Any
     ) -> requests.Response:
         """GET ``url`` (relative to the base URL unless absolute)."""
         kwargs.setdefault("allow_redirects", True)
-        return self.request("GET", url, policy=policy, **kwargs)
+        return self.request("GET", url, params=params, policy=policy, **kwargs)
 
     def options(
         self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
@@ -359,10 +359,10 @@ class SumeSession(requests.Session):
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
         """Strip the key header too (requests strips only Authorization) when leaving the host."""
         previous = response.request.url if response.request is not None else None
-        leaving = previous is not None and self.should_strip_auth(  # type: ignore[no-untyped-call]
+        leaving = previous is not None and self.should_strip_auth(  # type: ignore[no-untyped-call,unused-ignore]
             previous, prepared_request.url or ""
         )
-        super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call]
+        super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call,unused-ignore]
         if leaving:
             for name in AUTH_HEADER_NAMES:
                 prepared_request.headers.pop(name, None)
@@ -406,6 +406,10 @@ class SumeSession(requests.Session):
 
 
 _LOGGING = LoggingObserver()
+
+
+def _text(value: Union[str, bytes]) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 def _has_scheme(url: str) -> bool:
