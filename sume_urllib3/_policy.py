@@ -101,9 +101,27 @@ class Decision:
 class Policy:
     """The whole retry policy as validated, immutable data.
 
-    ``retry_after_jitter`` (0 by default: the server's Retry-After is waited exactly)
-    spreads clients that were told the same Retry-After: the wait becomes
-    ``Retry-After * (1 + U(0, retry_after_jitter))``, never shorter than asked.
+    Every field is checked at construction (``ConfigurationError`` naming the field);
+    ``replace(**changes)`` makes a checked copy.
+
+    :param rules: the table, first match wins: :class:`Rule` rows of status, code (or
+        ``ANY``), verdict and wait. Anything else >= 400 is NO_RETRY.
+    :param max_retries: retries after the first attempt (6: at most 7 requests).
+    :param max_elapsed: seconds the whole logical request may take, from its start:
+        no wait that would end later is started, no attempt starts after it, and each
+        attempt's connect and read timeouts are capped by what is left (120).
+    :param backoff_base: seconds of the first backoff; it doubles per retry (1.0).
+    :param backoff_max: the longest backoff, in seconds (60.0).
+    :param jitter: (low, high) multiplier range drawn per backoff; (0.0, 1.0) is "full
+        jitter" (0.5, 1.0).
+    :param in_use_wait: seconds to wait after 409 ``idempotency_key_in_use``; a larger
+        Retry-After wins (1.0).
+    :param trust_body: let the JSON error body (``retryable``, ``next_action``) override
+        the table (True).
+    :param peek_limit: the most bytes of an error body ever read to decide (65536).
+    :param retry_after_jitter: spreads clients that were told the same Retry-After: the
+        wait becomes ``Retry-After * (1 + U(0, retry_after_jitter))``, never shorter than
+        asked (0: the server's Retry-After is waited exactly).
     """
 
     rules: Sequence[Rule] = DEFAULT_RULES
