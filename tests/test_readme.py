@@ -26,6 +26,10 @@ def test_readme_example_runs(source: str, fake: FakeSume, monkeypatch: pytest.Mo
         "POST", "/v1/avatars", Reply.error(503, "service_unavailable"), Reply(201, json={"id": "av_1"})
     )
     fake.script("GET", "/v1/me", Reply(200, json={"user": "ada"}))
+    job = fake.job(
+        "job_1", ["queued", "processing", ("completed", {"video_url": "https://cdn.example/v/job_1.mp4"})]
+    )
+    fake.script("POST", "/v1/models/sume/avatar-video/v1.0/runs", job.submitted())
     monkeypatch.setenv("SUME_API_KEY", "sk_readme")
     monkeypatch.setenv("SUME_API_BASE_URL", fake.url + "/v1")
 
