@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Counter, Dict, List, Optional, TextIO, Tuple
@@ -164,8 +165,49 @@ def submit_then_wait(demo: Demo) -> None:
     )
 
 
+def herd(demo: Demo, threads: int = 30, quota: str = "20/s", burst: int = 5) -> None:
+    """Many threads post at once against a quota, with the fleet pacing them and without."""
+    from ._fleet import LocalFleet
+
+    demo.out.write(
+        f"\nA herd: {threads} threads post at once against a quota of {quota} (burst {burst}); "
+        "real time, not scaled\n"
+    )
+    for label, fleet in (("paced (a LocalFleet)", LocalFleet()), ("unpaced (fleet=None)", None)):
+        with FakeSume(quota=quota, burst=burst) as fake:
+            fake.script("POST", "/v1/jobs", Reply(201, json={"id": "job_herd"}))
+            accepted = _herd_once(fake, fleet, threads)
+            calls, refused = len(fake.requests), fake.quota_state.refused
+        demo.out.write(
+            f"   {label:<22} {len(accepted)}/{threads} accepted, {calls / threads:.2f} calls per request, "
+            f"{refused} 429s, last accepted at {max(accepted, default=0.0):.2f}s\n"
+        )
+
+
+def _herd_once(fake: FakeSume, fleet: Any, threads: int) -> List[float]:
+    """Post once from each thread at the same instant; when each accepted post came back."""
+    accepted: List[float] = []
+    start = threading.Barrier(threads + 1)
+    with SumeSession(DEMO_KEY, base_url=fake.url + "/v1", fleet=fleet, raise_on_give_up=False) as session:
+
+        def post() -> None:
+            start.wait()
+            response = session.post("/jobs", json={"script": "Hello!"})
+            if response.status_code < 400:
+                accepted.append(time.monotonic() - began)
+
+        workers = [threading.Thread(target=post) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        began = time.monotonic()
+        start.wait()
+        for worker in workers:
+            worker.join()
+    return accepted
+
+
 #: Longer stories told after the scripted scenarios; each gets the shared Demo.
-STORIES: Tuple[Callable[[Demo], None], ...] = (submit_then_wait,)
+STORIES: Tuple[Callable[[Demo], None], ...] = (submit_then_wait, herd)
 
 
 def run(out: TextIO, *, scale: float = 0.1) -> int:
