@@ -565,6 +565,8 @@ _FLEETS: weakref.WeakSet[LocalFleet] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
+    # Another thread of the parent may have held this lock at the fork: the child's is new.
+    LocalFleet._default_lock = threading.Lock()
     for fleet in list(_FLEETS):
         fleet._reset()
 
