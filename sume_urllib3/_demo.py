@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Counter, Dict, List, Optional, TextIO, Tuple
 
 from ._errors import SumeRetryError
+from ._fleet import LocalFleet
 from ._jobs import Job, JobEvent, Jobs
 from ._policy import Policy
 from ._record import RetryEvent, SumeRecord
@@ -104,11 +105,19 @@ class Demo:
     def session(self, policy: Optional[Policy] = None, **kwargs: Any) -> SumeSession:
         """A session on the fake server whose counters are added up at the end."""
         kwargs.setdefault("observers", [_Timeline(self.out)])
+        kwargs.setdefault("fleet", self.fleet())
         session = SumeSession(
             DEMO_KEY, base_url=self.fake.url + "/v1", policy=policy, sleep=self.sleep, **kwargs
         )
         self.sessions.append(session)
         return session
+
+    def fleet(self) -> Optional[LocalFleet]:
+        """A fleet on the demo's scaled time, so a cooldown lasts as long as the scaled sleeps."""
+        if self.scale <= 0:
+            return None  # time does not pass at all: nothing to pace by
+        scale = self.scale
+        return LocalFleet(clock=lambda: time.monotonic() / scale)
 
     def counters(self) -> Dict[str, Counter[str]]:
         """Every session's ``metrics.snapshot()`` added up, group by group."""
@@ -147,7 +156,9 @@ def submit_then_wait(demo: Demo) -> None:
 
     observers: List[Any] = [_Timeline(out), _Polls()]  # each has only the hooks it needs
     # Not in demo.sessions: the scenarios' counters above stay what they were.
-    with SumeSession(DEMO_KEY, base_url=fake.url + "/v1", sleep=demo.sleep, observers=observers) as session:
+    with SumeSession(
+        DEMO_KEY, base_url=fake.url + "/v1", sleep=demo.sleep, observers=observers, fleet=demo.fleet()
+    ) as session:
         started = time.monotonic()
         submitted = session.post(submit[len("/v1") :], json={"script": "Hello!", "avatar_id": "av_1"})
 
@@ -167,7 +178,6 @@ def submit_then_wait(demo: Demo) -> None:
 
 def herd(demo: Demo, threads: int = 30, quota: str = "20/s", burst: int = 5) -> None:
     """Many threads post at once against a quota, with the fleet pacing them and without."""
-    from ._fleet import LocalFleet
 
     demo.out.write(
         f"\nA herd: {threads} threads post at once against a quota of {quota} (burst {burst}); "
