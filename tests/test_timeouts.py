@@ -1,0 +1,253 @@
+"""Per-attempt timeouts: every form requests accepts, each attempt capped by the time left."""
+
+from __future__ import annotations
+
+import decimal
+import fractions
+import time
+from typing import Any, Iterator
+
+import pytest
+import requests
+from urllib3.util.timeout import Timeout
+
+from sume_urllib3._errors import ConfigurationError
+from sume_urllib3._timeouts import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
+from sume_urllib3.testing import FakeSume, no_sleep
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- check_timeout: exactly what requests accepts --------------------------------------------
+
+ACCEPTED = [
+    5,
+    2.5,
+    0.001,
+    (1, 2),
+    (0.5, 30.0),
+    (None, 3),
+    (3, None),
+    (None, None),
+    Timeout(connect=1, read=2),
+    Timeout(total=3),
+    Timeout(connect=None, read=None),
+]
+REFUSED = [
+    0,
+    -1,
+    0.0,
+    True,
+    False,
+    "5",
+    b"5",
+    float("inf"),  # requests: OverflowError from the socket
+    float("nan"),  # requests: ValueError from the socket
+    decimal.Decimal("5"),  # requests: TypeError from the socket
+    fractions.Fraction(1, 2),
+    (),
+    (1,),
+    (1, 2, 3),
+    (0, 1),
+    (1, -1),
+    ("1", 2),
+    (True, 1),
+    (float("inf"), 1),
+    [1, 2],
+    {"connect": 1},
+    object(),
+]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeSume]:
+    """One loopback FakeSume for the module: requests' own verdict on each timeout."""
+    with FakeSume() as fake:
+        yield fake
+
+
+def requests_accepts(server: FakeSume, timeout: Any) -> bool:
+    """True when a real requests.get to loopback goes through with this timeout."""
+    try:
+        requests.get(server.url + "/v1/ping", timeout=timeout).close()
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("timeout", ACCEPTED, ids=repr)
+def test_accepts_what_requests_accepts(server: FakeSume, timeout: Any) -> None:
+    """Seconds, a (connect, read) pair with None for no limit, and a urllib3 Timeout pass unchanged."""
+    assert requests_accepts(server, timeout)
+    assert check_timeout(timeout) is timeout
+
+
+@pytest.mark.parametrize("timeout", REFUSED, ids=repr)
+def test_refuses_what_requests_cannot_send_with(server: FakeSume, timeout: Any) -> None:
+    """Everything requests refuses (at once or at the socket) is a ConfigurationError before sending."""
+    assert not requests_accepts(server, timeout)
+    with pytest.raises(ConfigurationError, match=r"^timeout must be seconds > 0"):
+        check_timeout(timeout)
+
+
+def test_none_means_no_timeout() -> None:
+    """None is accepted: requests' "no limit"."""
+    assert check_timeout(None) is None
+
+
+@pytest.mark.parametrize("timeout", [0, (1, 2, 3), "soon"], ids=repr)
+def test_the_error_names_the_field(timeout: Any) -> None:
+    """The message starts with the field's name and shows the value refused."""
+    with pytest.raises(ConfigurationError) as info:
+        check_timeout(timeout, name="SUME['TIMEOUT']")
+    message = str(info.value)
+    assert message.startswith("SUME['TIMEOUT'] must be")
+    assert repr(timeout) in message
+    assert isinstance(info.value, ValueError)
+
+
+# --- DeadlineTimeout.clone -------------------------------------------------------------------
+
+
+def started(timeout: Timeout) -> Timeout:
+    """The timeout as urllib3 uses it for one attempt: connect started, so read_timeout is final."""
+    timeout.start_connect()
+    return timeout
+
+
+def test_clone_caps_connect_and_read_by_the_time_left() -> None:
+    """With 10 s left, a (5, 60) timeout connects within 5 s and reads within what is left of 10."""
+    clock = FakeClock()
+    attempt = started(DeadlineTimeout((5, 60), deadline=1010.0, clock=clock).clone())
+    assert type(attempt) is Timeout
+    assert attempt.total == 10.0
+    assert attempt.connect_timeout == 5
+    read = attempt.read_timeout
+    assert read is not None
+    assert 9.0 < read <= 10.0
+
+
+def test_clone_follows_the_clock() -> None:
+    """Each attempt's cap is what is left when it starts."""
+    clock = FakeClock()
+    timeout = DeadlineTimeout((5, 60), deadline=1010.0, clock=clock)
+    clock.now = 1008.0
+    attempt = started(timeout.clone())
+    assert attempt.total == 2.0
+    assert attempt.connect_timeout == 2.0
+    read = attempt.read_timeout
+    assert read is not None
+    assert read <= 2.0
+
+
+@pytest.mark.parametrize("now", [1009.95, 1010.0, 1500.0])
+def test_clone_never_below_the_minimum(now: float) -> None:
+    """Near or past the deadline an attempt still gets MIN_ATTEMPT_TIMEOUT, never zero or less."""
+    clock = FakeClock(now)
+    attempt = started(DeadlineTimeout((5, 60), deadline=1010.0, clock=clock).clone())
+    assert MIN_ATTEMPT_TIMEOUT == 0.1
+    assert attempt.total == MIN_ATTEMPT_TIMEOUT
+    assert attempt.connect_timeout == MIN_ATTEMPT_TIMEOUT
+    read = attempt.read_timeout
+    assert read is not None
+    assert read <= MIN_ATTEMPT_TIMEOUT
+
+
+def test_clone_keeps_a_shorter_total() -> None:
+    """A total shorter than the time left is kept; once less is left, the time left wins."""
+    clock = FakeClock()
+    timeout = DeadlineTimeout(Timeout(connect=5, read=60, total=3), deadline=1010.0, clock=clock)
+    assert timeout.clone().total == 3
+    clock.now = 1008.0
+    assert timeout.clone().total == 2.0
+
+
+def test_clone_caps_no_limit_by_the_time_left() -> None:
+    """(None, None), "no limit", still ends at the deadline."""
+    attempt = DeadlineTimeout((None, None), deadline=1010.0, clock=FakeClock()).clone()
+    assert attempt.connect_timeout == 10.0
+    assert attempt.total == 10.0
+
+
+def test_clone_of_plain_seconds() -> None:
+    """A plain number is both the connect and the read timeout, each capped."""
+    attempt = DeadlineTimeout(7, deadline=1010.0, clock=FakeClock()).clone()
+    assert attempt.connect_timeout == 7
+    assert attempt.total == 10.0
+    assert started(attempt).read_timeout == pytest.approx(7, abs=0.5)
+
+
+def test_clones_are_independent() -> None:
+    """Starting one attempt's timer touches neither the template nor the next attempt."""
+    timeout = DeadlineTimeout((5, 60), deadline=1010.0, clock=FakeClock())
+    first = started(timeout.clone())
+    second = timeout.clone()
+    assert first is not second
+    assert second._start_connect is None
+    assert timeout._start_connect is None
+
+
+def test_clone_counts_waits_recorded_under_no_sleep() -> None:
+    """Under no_sleep, the waits this thread recorded count as time passed, so deadlines hold."""
+    clock = FakeClock()
+    timeout = DeadlineTimeout((8, 60), deadline=1010.0, clock=clock)
+    with no_sleep() as recorder:
+        recorder.record(6.0)
+        attempt = timeout.clone()
+    assert attempt.total == 4.0
+    assert attempt.connect_timeout == 4.0
+
+
+# --- capped ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", [(5, 60), 5, Timeout(connect=1, read=2), None], ids=repr)
+def test_capped_leaves_the_timeout_alone_with_an_injected_clock(timeout: Any) -> None:
+    """An injected clock measures time that did not pass: the socket timeouts stay as they are."""
+    assert capped(timeout, deadline=1010.0, clock=FakeClock()) is timeout
+
+
+@pytest.mark.parametrize("timeout", [(5, 60), 5, None], ids=repr)
+def test_capped_leaves_the_timeout_alone_under_no_sleep(timeout: Any) -> None:
+    """Under no_sleep the waits are not slept, so the real clock's deadline is not applied."""
+    with no_sleep():
+        assert capped(timeout, deadline=time.monotonic() + 1.0, clock=time.monotonic) is timeout
+
+
+def test_capped_with_the_real_clock_caps_every_attempt() -> None:
+    """With the real clock, the result is a DeadlineTimeout whose attempts end by the deadline."""
+    deadline = time.monotonic() + 2.0
+    result = capped((5, 60), deadline=deadline, clock=time.monotonic)
+    assert isinstance(result, DeadlineTimeout)
+    assert (result._connect, result._read, result.total) == (5, 60, None)
+    assert (result.deadline, result.clock) == (deadline, time.monotonic)
+    attempt = result.clone()
+    assert attempt.total is not None
+    assert 0 < attempt.total <= 2.0
+    assert attempt.connect_timeout == attempt.total
+
+
+def test_capped_with_the_real_clock_keeps_a_timeout_objects_total() -> None:
+    """A urllib3 Timeout's own total still applies when it is shorter."""
+    result = capped(
+        Timeout(connect=1, read=2, total=0.5), deadline=time.monotonic() + 60.0, clock=time.monotonic
+    )
+    assert isinstance(result, DeadlineTimeout)
+    assert result.clone().total == 0.5
+
+
+def test_capped_does_not_change_the_callers_timeout() -> None:
+    """The caller's Timeout object is copied, never changed."""
+    mine = Timeout(connect=1, read=2)
+    result = capped(mine, deadline=time.monotonic() + 60.0, clock=time.monotonic)
+    assert result is not mine
+    assert type(mine) is Timeout
+    assert not hasattr(mine, "deadline")
