@@ -29,6 +29,10 @@ def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
     if not headers:
         return None
     try:
+        if not isinstance(headers, dict) and name not in headers:
+            # Case-insensitive mappings answer "in" from their own dict; their get() of a
+            # missing name raises and catches KeyError inside, which costs more.
+            return None
         value = headers.get(name)
         # HTTP header mappings (urllib3, requests) are case-insensitive already; only a
         # plain dict needs the scan.

@@ -6,7 +6,7 @@ from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 from requests.structures import CaseInsensitiveDict
-from urllib3 import HTTPHeaderDict
+from urllib3._collections import HTTPHeaderDict
 
 from sume_urllib3._ratelimit import Reading, parse_ratelimit
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote
 
 from .._jobs import DONE_STATUSES, FAILED_STATUSES
-from ._server import _AUTO_REQUEST_ID, Reply
+from ._reply import _AUTO_REQUEST_ID, Reply
 
 __all__ = ["JobBoard", "ScriptedJob"]
 

@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from .._fleet import parse_rate
+from ._reply import Reply
 
 
 class Quota:
@@ -92,7 +93,6 @@ def answer_within_quota(fake: Any, quota: Quota, request: Any) -> Tuple[Any, str
     Both carry the quota's RateLimit headers (a script's own headers win). A refused
     request is recorded like any other but does not advance the scripts.
     """
-    from ._server import Reply  # late: _server imports this module lazily too
 
     admitted, extra = quota.take(request.headers)
     if admitted:
