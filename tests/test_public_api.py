@@ -65,7 +65,7 @@ def natural_compare(a: str, b: str) -> int:
 
 
 def _compare(x: Any, y: Any) -> int:
-    return (x > y) - (x < y)
+    return int(x > y) - int(x < y)
 
 
 def category(name: str) -> int:

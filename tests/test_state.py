@@ -279,11 +279,6 @@ def test_error_body_failed_mid_read_keeps_the_consulted_attempt() -> None:
     assert record.reason == "500: the body failed mid-read (ProtocolError)"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: finish(..., error=...) on a 2xx ignores the response headers, so the server's "
-    "request id of a success whose body broke is lost",
-)
 def test_body_failed_mid_read_keeps_the_request_id_of_its_headers() -> None:
     """The request id of a 2xx whose body broke comes from its headers, as on a whole 2xx."""
     record = context().finish(200, headers(x_sume_request_id="req_1"), START, error="ProtocolError")
