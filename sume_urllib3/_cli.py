@@ -101,6 +101,10 @@ def render_table(policy: Policy) -> str:
     ]
     if policy.retry_after_jitter:
         lines.append(f"retry_after_jitter: up to +{policy.retry_after_jitter:.0%} on a Retry-After")
+    if policy.retry_after_spread:
+        lines.append(
+            f"retry_after_spread: up to +{_num(policy.retry_after_spread)} s x 2**attempt on a Retry-After"
+        )
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 

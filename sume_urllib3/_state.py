@@ -150,6 +150,8 @@ class RequestContext:
             reason = f"{status_label(status)}: the body failed mid-read ({error})"
             if last is not None:
                 code, request_id, next_action = last.code, last.request_id, last.next_action
+            else:
+                request_id = _request_id(headers)
         elif status is not None and status < 400:
             request_id = _request_id(headers)
             outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK

@@ -309,3 +309,11 @@ def test_demo_argument_errors_are_one_line() -> None:
 
     assert 2 == run(["demo", "--scale", "5"], Policy(), out, err)
     assert 1 == len(err.getvalue().splitlines())
+
+
+def test_table_names_the_retry_after_spread_when_set() -> None:
+    """A policy with retry_after_spread shows it under the caps; the default shows no such line."""
+    assert "retry_after_spread" not in render_table(Policy())
+    assert "retry_after_spread: up to +4.0 s x 2**attempt on a Retry-After" in render_table(
+        Policy(retry_after_spread=4)
+    )

@@ -1009,3 +1009,44 @@ def test_replace_refuses_an_unknown_field() -> None:
     """Policy.replace(bogus=1) is a ConfigurationError naming the field, like the constructor."""
     with pytest.raises(ConfigurationError, match="bogus"):
         Policy().replace(bogus=1)
+
+
+# --- retry_after_spread: lone clients stop waking in step -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attempt", "draw", "expected"), [(0, 0.0, 1.0), (0, 1.0, 5.0), (2, 0.5, 9.0), (5, 1.0, 61.0)]
+)
+def test_retry_after_spread_adds_a_window_that_doubles_per_attempt(
+    attempt: int, draw: float, expected: float
+) -> None:
+    """retry_after_spread=4 waits Retry-After + U(0, min(backoff_max, 4 * 2**attempt))."""
+    decision = Policy(retry_after_spread=4.0, max_elapsed=1000.0).decide(
+        429, None, "1", attempt, rng=lambda: draw
+    )
+
+    assert (Verdict.RETRY, "retry_after", expected) == (decision.verdict, decision.source, decision.wait)
+
+
+def test_retry_after_spread_leaves_fixed_and_backoff_waits_alone() -> None:
+    """Only a server's Retry-After is spread: in_use_wait and the backoff are as without it."""
+    spread = Policy(retry_after_spread=4.0)
+
+    assert 1.0 == spread.decide(409, "idempotency_key_in_use", None, 0, rng=lambda: 1.0).wait
+    assert (
+        Policy().decide(503, None, None, 1, rng=lambda: 0.5).wait
+        == spread.decide(503, None, None, 1, rng=lambda: 0.5).wait
+    )
+
+
+def test_retry_after_spread_still_respects_the_deadline() -> None:
+    """A spread wait that would end past max_elapsed is not started."""
+    decision = Policy(retry_after_spread=4.0, max_elapsed=3.0).decide(429, None, "2", 0, rng=lambda: 1.0)
+
+    assert Verdict.STOP is decision.verdict
+
+
+def test_retry_after_spread_is_checked() -> None:
+    """A negative or non-number spread is a ConfigurationError naming the field."""
+    with pytest.raises(ConfigurationError, match="retry_after_spread"):
+        Policy(retry_after_spread=-1.0)
