@@ -241,7 +241,9 @@ class Policy:
             if self.retry_after_spread:
                 # Clients that share nothing were all told the same time: a spread that grows
                 # with the attempt lets them come back over a widening window, not in step.
-                wait += _uniform(rng, 0.0, min(self.backoff_max, self.retry_after_spread * 2.0 ** min(attempt, 64)))
+                wait += _uniform(
+                    rng, 0.0, min(self.backoff_max, self.retry_after_spread * 2.0 ** min(attempt, 64))
+                )
         else:
             wait, source = self.backoff(attempt, rng), "backoff"
         return self.bound(label, wait, source, elapsed)
