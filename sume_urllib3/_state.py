@@ -147,7 +147,11 @@ class RequestContext:
         retry_in: Optional[float] = None
         if error is not None:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
-            reason = f"{status_label(status)}: the body failed mid-read ({error})"
+            reason = (
+                f"{status_label(status)}: the body failed mid-read ({error})"
+                if status is not None
+                else f"no response: stopped by {error} before the request ended"
+            )
             if last is not None:
                 code, request_id, next_action = last.code, last.request_id, last.next_action
             else:

@@ -543,3 +543,11 @@ def test_constructor_keeps_what_it_is_given() -> None:
     bare = RequestContext(5.0)
     assert (bare.policy, bare.owned, bare.key_id, bare.method, bare.url) == (None, False, None, "", "")
     assert (bare.key, bare.replayable, bare.hops, bare.paced, bare.fallbacks) == (None, True, 0, 0.0, 0)
+
+
+def test_a_request_stopped_by_something_else_says_so() -> None:
+    """No response and an error name (an interrupt, a broken hook): the reason does not blame a body."""
+    record = context().finish(None, None, START, error="KeyboardInterrupt")
+
+    assert record.reason == "no response: stopped by KeyboardInterrupt before the request ended"
+    assert record.error == "KeyboardInterrupt"
