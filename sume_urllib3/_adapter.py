@@ -18,7 +18,7 @@ from . import _sleeping
 from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeRetryError
 from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, LocalFleet, fleet_key
-from ._helpers import leaves_origin
+from ._helpers import RandomSource, leaves_origin
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
     KEYED_METHODS,
@@ -28,7 +28,7 @@ from ._idempotency import (
 )
 from ._observers import Observers
 from ._peek import body_in_hand
-from ._policy import Decision, Policy, RandomSource, Verdict
+from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
 from ._retry import SumeRetry
 from ._state import Attempt, RequestContext, current

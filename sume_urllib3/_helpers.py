@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import random
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 #: Values that come from the server (codes, request ids) are cut to this length so a
 #: hostile or broken response cannot flood a log line or an exception message.
 MAX_FIELD = 200
+
+
+#: A source of randomness: a ``random.Random``, a callable returning [0, 1), or None (the module).
+RandomSource = Union[random.Random, Callable[[], float], None]
+
+
+def uniform(rng: RandomSource, low: float, high: float) -> float:
+    """A uniform draw in [low, high] from ``rng`` (tests inject theirs to fix the schedule)."""
+    if rng is None:
+        return random.uniform(low, high)
+    if isinstance(rng, random.Random):
+        return rng.uniform(low, high)
+    return low + (high - low) * float(rng())
 
 
 class StrEnum(str, enum.Enum):

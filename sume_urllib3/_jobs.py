@@ -16,6 +16,7 @@ import requests
 
 from . import _sleeping
 from ._errors import ConfigurationError, SumeError, SumeRetryError
+from ._helpers import RandomSource, uniform
 from ._retry_after import parse_retry_after
 
 logger = logging.getLogger("sume_urllib3")
@@ -52,7 +53,6 @@ MAX_ID_LENGTH = 256
 
 Sleep = Callable[[float], None]
 Clock = Callable[[], float]
-RandomSource = Union[random.Random, Callable[[], float], None]
 #: What every method accepts as "the job".
 JobRef = Union[str, "Job", requests.Response]
 
@@ -309,7 +309,7 @@ class Jobs:
             if hint is not None:
                 pause = max(hint, interval)  # the server knows best, but never a tight loop
             else:
-                pause = delay * _uniform(self.rng, *JITTER)
+                pause = delay * uniform(self.rng, *JITTER)
                 delay = min(delay * GROWTH, max_interval)
             room = deadline - self._now() - FINAL_WINDOW  # the last moment a poll may start
             if pause <= room:
@@ -617,14 +617,6 @@ def _seconds(value: Any, name: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ConfigurationError(f"{name} must be finite and > 0, got {value!r}")
     return float(value)
-
-
-def _uniform(rng: RandomSource, low: float, high: float) -> float:
-    if rng is None:
-        return random.uniform(low, high)
-    if isinstance(rng, random.Random):
-        return rng.uniform(low, high)
-    return low + (high - low) * float(rng())
 
 
 def _takes_policy(session: Any) -> bool:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from ._envelope import ErrorEnvelope
 from ._errors import ConfigurationError
-from ._helpers import StrEnum, plural, seconds
+from ._helpers import RandomSource, StrEnum, plural, seconds, uniform
 from ._record import status_label
 from ._retry_after import RETRY_AFTER_CEILING, parse_retry_after
 
@@ -18,8 +17,6 @@ from ._retry_after import RETRY_AFTER_CEILING, parse_retry_after
 ANY = None
 #: A rule's ``wait`` that means "the policy's ``in_use_wait``".
 IN_USE_WAIT = "in_use_wait"
-
-RandomSource = Union[random.Random, Callable[[], float], None]
 
 
 class Verdict(StrEnum):
@@ -178,7 +175,7 @@ class Policy:
         """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""
         ceiling = min(self.backoff_max, self.backoff_base * 2.0 ** min(max(attempt, 0), 64))
         low, high = self.jitter
-        return ceiling * _uniform(rng, low, high)
+        return ceiling * uniform(rng, low, high)
 
     def decide(
         self,
@@ -237,11 +234,11 @@ class Policy:
             wait, source = asked, "retry_after"
             if self.retry_after_jitter:
                 # Upward only: never earlier than the server asked, but not all at once.
-                wait = asked * (1.0 + _uniform(rng, 0.0, self.retry_after_jitter))
+                wait = asked * (1.0 + uniform(rng, 0.0, self.retry_after_jitter))
             if self.retry_after_spread:
                 # Clients that share nothing were all told the same time: a spread that grows
                 # with the attempt lets them come back over a widening window, not in step.
-                wait += _uniform(
+                wait += uniform(
                     rng, 0.0, min(self.backoff_max, self.retry_after_spread * 2.0 ** min(attempt, 64))
                 )
         else:
@@ -330,14 +327,6 @@ def _seconds(value: Union[str, bytes, float, None], now: Optional[Callable[[], f
             return RETRY_AFTER_CEILING if value > 0 else 0.0
         return None if math.isnan(seconds) else min(max(seconds, 0.0), RETRY_AFTER_CEILING)
     return parse_retry_after(value, now)
-
-
-def _uniform(rng: RandomSource, low: float, high: float) -> float:
-    if rng is None:
-        return random.uniform(low, high)
-    if isinstance(rng, random.Random):
-        return rng.uniform(low, high)
-    return low + (high - low) * float(rng())
 
 
 def _check_rules(rules: Any) -> Tuple[Rule, ...]:

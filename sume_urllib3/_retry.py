@@ -17,10 +17,11 @@ from ._budget import RetryBudget
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
 from ._fleet import ANONYMOUS
+from ._helpers import RandomSource
 from ._idempotency import KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._observers import Observers
 from ._peek import discard_body, peek_body
-from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, RandomSource, Rule, Verdict
+from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
 from ._record import RetryEvent, key_prefix, status_label
 from ._retry_after import parse_retry_after
 from ._state import Attempt, RequestContext, current

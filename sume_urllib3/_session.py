@@ -15,12 +15,12 @@ from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
 from ._budget import RetryBudget
 from ._errors import ConfigurationError
 from ._fleet import Fleet, LocalFleet, fleet_key
-from ._helpers import is_loopback, is_visible_ascii, origin, plain_http_refusal
+from ._helpers import RandomSource, is_loopback, is_visible_ascii, origin, plain_http_refusal
 from ._jobs import Jobs
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
 from ._observers import Observers
-from ._policy import Policy, RandomSource
+from ._policy import Policy
 from ._record import SumeObserver
 from ._state import RequestContext, current
 from ._timeouts import TimeoutSpec, check_timeout
