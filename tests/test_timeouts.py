@@ -51,7 +51,6 @@ REFUSED = [
     b"5",
     float("inf"),  # requests: OverflowError from the socket
     float("nan"),  # requests: ValueError from the socket
-    decimal.Decimal("5"),  # requests: TypeError from the socket
     fractions.Fraction(1, 2),
     (),
     (1,),
@@ -88,6 +87,12 @@ def test_accepts_what_requests_accepts(server: FakeSume, timeout: Any) -> None:
     """Seconds, a (connect, read) pair with None for no limit, and a urllib3 Timeout pass unchanged."""
     assert requests_accepts(server, timeout)
     assert check_timeout(timeout) is timeout
+
+
+def test_a_decimal_timeout_is_refused_whatever_the_socket_makes_of_it() -> None:
+    """Decimal("5") works on some Python/urllib3 pairs and raises at the socket on others: refused."""
+    with pytest.raises(ConfigurationError, match=r"^timeout must be seconds > 0"):
+        check_timeout(decimal.Decimal("5"))
 
 
 @pytest.mark.parametrize("timeout", REFUSED, ids=repr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote
@@ -22,7 +23,7 @@ from ._reply import _AUTO_REQUEST_ID, Reply
 __all__ = ["JobBoard", "ScriptedJob"]
 
 #: One step of a lifecycle: a status, a status with fields for the job object, or a verbatim reply.
-Step = Union[str, Tuple[str, Mapping[str, Any]], Reply]
+Step = Union[str, Tuple[str, typing.Mapping[str, Any]], Reply]
 
 
 class ScriptedJob:
