@@ -22,6 +22,8 @@ def test_readme_example_runs(source: str, fake: FakeSume, monkeypatch: pytest.Mo
     """The example executes without error (Sume calls go to FakeSume, nothing sleeps)."""
     if "contrib.django" in source:
         pytest.skip("run with Django configured: tests/contrib/django/test_readme_django.py")
+    if "contrib.opentelemetry" in source:
+        pytest.importorskip("opentelemetry", reason="the tracing example needs the opentelemetry extra")
     fake.script(
         "POST", "/v1/avatars", Reply.error(503, "service_unavailable"), Reply(201, json={"id": "av_1"})
     )
