@@ -17,7 +17,7 @@ from requests.utils import requote_uri
 from . import _sleeping
 from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeRetryError
-from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, LocalFleet, fleet_key
+from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet, fleet_key
 from ._helpers import RandomSource, leaves_origin
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
@@ -232,8 +232,15 @@ class SumeAdapter(HTTPAdapter):
                 self._redirected(first, request)
             self._join(context, request)
         policy = context.policy or self.policy
-        if context.fleet is not None:
-            self._take_turn(context, policy, request)
+        fleet = context.fleet
+        if fleet is not None:
+            key_id = context.key_id or self._key_id(request)
+            left = context.start + policy.max_elapsed - _sleeping.now(self.retry.clock)
+            grant = fleet.acquire(key_id, time_left=left)
+            if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
+                context.grant, context.key_id = grant, key_id
+            else:
+                self._take_turn(context, policy, request, key_id, grant)
         context.hops += 1
         timeout = capped(
             check_timeout(timeout) if timeout is not None else self.timeout,
@@ -297,28 +304,27 @@ class SumeAdapter(HTTPAdapter):
                 raise
         return response
 
-    def _take_turn(self, context: RequestContext, policy: Policy, request: requests.PreparedRequest) -> None:
+    def _take_turn(
+        self,
+        context: RequestContext,
+        policy: Policy,
+        request: requests.PreparedRequest,
+        key_id: str,
+        grant: Grant,
+    ) -> None:
         """Wait for the fleet's turn before sending; a turn past the deadline sends nothing."""
         fleet, clock = context.fleet, self.retry.clock
-        key_id = context.key_id or self._key_id(request)
         deadline = context.deadline(policy)
         while True:  # slow start may ask a first attempt to come back (grant.again)
-            grant = fleet.acquire(key_id, time_left=deadline - _sleeping.now(clock))
-            if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
-                context.grant, context.key_id = grant, key_id
-                return
             if grant.fallback:
                 context.fallbacks += 1
             if grant.refused:
                 context.fleet_refused = True
-                reason = f"not sent: {grant.refused}"
+                decision = Decision(Verdict.STOP, reason=f"not sent: {grant.refused}")
                 context.add(
-                    Attempt(
-                        None, None, None, None, Decision(Verdict.STOP, reason=reason), at=_sleeping.now(clock)
-                    )
+                    Attempt(None, None, None, None, decision, at=_sleeping.now(clock), retry_in=grant.wait)
                 )
-                record = self._finish(context, request, None, None)
-                raise SumeRetryError(record)
+                raise SumeRetryError(self._finish(context, request, None, None))
             if grant.wait > 0:
                 context.paced += grant.wait
                 if grant.source == "slow_start":
@@ -330,6 +336,7 @@ class SumeAdapter(HTTPAdapter):
             if not grant.again:
                 context.grant, context.key_id = grant, key_id
                 return
+            grant = fleet.acquire(key_id, time_left=deadline - _sleeping.now(clock))
 
     def _release(self, context: RequestContext, status: Optional[int], headers: Any) -> None:
         grant, context.grant = context.grant, None

@@ -55,6 +55,9 @@ _NAMES = tuple(
 )
 
 
+_NAME_SET = frozenset(_NAMES)
+
+
 def may_carry_ratelimit(headers: Any) -> bool:
     """False only when the headers surely carry no rate-limit field (checked in O(1) per name).
 
@@ -68,7 +71,7 @@ def may_carry_ratelimit(headers: Any) -> bool:
         store = getattr(headers, "_container", None)  # urllib3.HTTPHeaderDict
     if not isinstance(store, dict):
         return True
-    return any(name in store for name in _NAMES)
+    return not _NAME_SET.isdisjoint(store)  # one C loop over the few header names
 
 
 def _collect(headers: Any) -> Dict[str, str]:
