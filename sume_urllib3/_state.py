@@ -222,9 +222,11 @@ def _request_id(headers: Optional[Mapping[str, str]]) -> Optional[str]:
     if headers is None:
         return None
     for name in REQUEST_ID_HEADERS:
-        value = short_text(headers.get(name))
-        if value:
-            return value
+        # "in" first: a header mapping's get() of a missing name raises and catches KeyError.
+        if name in headers:
+            value = short_text(headers.get(name))
+            if value:
+                return value
     return None
 
 
