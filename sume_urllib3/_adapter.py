@@ -410,11 +410,29 @@ class SumeAdapter(HTTPAdapter):
         decision = policy.decide_error(
             "read", context.retries, now - context.start, replay_safe=replay_safe, rng=retry.rng
         )
+        wait = decision.wait or 0.0
+        fleet = context.fleet
+        if decision.retry and fleet is not None:  # a resend waits its turn like any retry
+            grant = fleet.acquire(
+                context.key_id or ANONYMOUS,
+                time_left=context.start + policy.max_elapsed - now,
+                retry="error",
+                not_before=wait,
+            )
+            if grant.fallback:
+                context.fallbacks += 1
+            if grant.refused:
+                context.fleet_refused = True
+                decision = Decision(Verdict.STOP, reason=f"the body failed mid-read: {grant.refused}")
+            else:
+                context.grant = grant
+                context.paced += max(grant.wait - wait, 0.0)
+                wait = max(grant.wait, wait)
         if decision.retry and retry.retry_budget is not None and not retry.retry_budget.try_spend():
             decision = Decision(Verdict.STOP, reason="the body failed mid-read: retry budget exhausted")
         context.add(Attempt(None, None, None, None, decision, error=type(error).__name__, at=now))
         if decision.retry:
-            context.next_wait = decision.wait
+            context.next_wait = wait
         return decision.retry
 
     def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
