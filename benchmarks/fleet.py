@@ -31,6 +31,13 @@ Modelling choices:
   Retry-After) does not spend the retry budget; any other retry does.
 * The budget is consulted after the policy says RETRY; a refusal gives up.
 * All requests are idempotent (GET-like), so urllib3 retries them too.
+* Scenario (f) has rows of its own: a fleet of 50 processes x 10 threads. "One shared
+  store" is one ``LocalFleet`` and one ``RetryBudget`` shared by all 500 clients, which is
+  the state ``RedisFleet`` keeps in Redis for every process (the cooldown, the GCRA pace,
+  configured or learned, the first-wave bound and the retry budget); the Redis round trip
+  itself is not modelled. The per-process rows give each process a ``LocalFleet`` and a
+  ``RetryBudget`` of its own shared by its 10 threads; client i runs in process i % 50,
+  as processes posting at once interleave their first requests.
 * "Retry-After spread" rows model a proposed ``Policy`` change for lone clients: a
   wait that came from Retry-After becomes ``Retry-After + U(0, min(backoff_max,
   spread * 2**retries))`` (still bounded by ``max_elapsed``).
@@ -44,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import itertools
 import math
 import os
 import random
@@ -59,7 +67,7 @@ from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
 from sume_urllib3._budget import RetryBudget
-from sume_urllib3._fleet import Grant, LocalFleet
+from sume_urllib3._fleet import Grant, LocalFleet, parse_rate
 from sume_urllib3._policy import Decision, Policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -364,6 +372,31 @@ def _alone(spread: float = 0.0) -> Build:
     return build
 
 
+def _processes(procs: int, configured: bool = False, divide: int = 1) -> Build:
+    """``procs`` processes, each with a LocalFleet and a budget of its own shared by its threads.
+
+    Client i runs in process ``i % procs``; ``configured`` gives every process's fleet the
+    scenario's quota divided by ``divide``.
+    """
+
+    def build(clock: Clock, rng: random.Random, scenario: Scenario) -> Optional[Callable[[float], Client]]:
+        quota = parse_rate(scenario.quota)
+        if configured and quota is None:
+            return None
+        rate = quota / divide if configured and quota is not None else None
+        fleets = [LocalFleet(rate, clock=clock, rng=rng) for _ in range(procs)]
+        budgets = [RetryBudget(clock=clock) for _ in range(procs)]
+        count = itertools.count()
+
+        def make(start: float) -> Client:
+            p = next(count) % procs
+            return FleetClient(Policy(), budgets[p], fleets[p], rng, start)
+
+        return make
+
+    return build
+
+
 #: The proposed default for lone clients (see ``spread_decision``).
 SPREAD = 4.0
 
@@ -387,6 +420,20 @@ STRATEGIES: Tuple[Strategy, ...] = (
 )
 LEARNED, CONFIGURED, ALONE, SPREAD_ROW = (s.name for s in STRATEGIES[6:10])
 
+#: Scenario (f): processes of this many threads each, all on one API key.
+PROCS, THREADS = 50, 10
+STORE = "one shared store (RedisFleet's state)"
+PROCESS_STRATEGIES: Tuple[Strategy, ...] = (
+    Strategy(f"{STORE}, pace learned", _fleet()),
+    Strategy(f"{STORE}, rate=quota", _fleet(configured=True)),
+    Strategy(f"{PROCS} processes, own LocalFleet + budget each, pace learned", _processes(PROCS)),
+    Strategy(f"{PROCS} processes, own LocalFleet(rate=quota) each", _processes(PROCS, configured=True)),
+    Strategy(
+        f"{PROCS} processes, own LocalFleet(rate=quota/{PROCS}) each",
+        _processes(PROCS, configured=True, divide=PROCS),
+    ),
+)
+
 # ------------------------------------------------------------------------- scenarios
 
 
@@ -396,7 +443,8 @@ class Scenario:
 
     ``latency`` is seconds from sending a call to reading its answer; ``workers`` turns
     the arrivals into a queue of jobs taken by that many workers, each starting its
-    next job when the last one ends; ``quota`` is what a user would configure.
+    next job when the last one ends; ``quota`` is what a user would configure;
+    ``strategies`` are the rows this scenario runs (None: ``STRATEGIES``).
     """
 
     key: str
@@ -406,6 +454,7 @@ class Scenario:
     latency: float = 0.0
     workers: Optional[int] = None
     quota: Optional[str] = None
+    strategies: Optional[Tuple[Strategy, ...]] = None
 
 
 def steady(rate: float, seconds: float) -> List[float]:
@@ -418,6 +467,7 @@ def scenarios(quick: bool) -> List[Scenario]:
     herd = 100 if quick else 500
     secs = 20.0 if quick else 60.0
     jobs = 100
+    threads = 2 if quick else THREADS
     ideal = f"ideal: 1 call each, done by {(herd - 20) / 20:g} s with the burst, {herd / 20:g} s without"
     return [
         Scenario(
@@ -476,6 +526,15 @@ def scenarios(quick: bool) -> List[Scenario]:
             latency=0.05,
             workers=40,
             quota="10/min",
+        ),
+        Scenario(
+            "f",
+            f"fleet of {PROCS} processes x {threads} threads ({PROCS * threads} clients) posting at once "
+            "against the herd server of (a): 20/s (burst 20), else 429 Retry-After: 1, RateLimit headers",
+            [0.0] * (PROCS * threads),
+            lambda rng: TokenBucketServer(ratelimit=True),
+            quota="20/s",
+            strategies=PROCESS_STRATEGIES,
         ),
     ]
 
@@ -711,7 +770,35 @@ def checks(results: List[Result]) -> List[str]:
             f"{r.gave_up_after_sending} gave up after sending, {r.throttled} 429s "
             f"(target: every job succeeds or is refused unsent; 0 429s when configured)"
         )
+    if any(r.scenario == "f" for r in results):
+        out += _process_checks(by)
     return out
+
+
+def _summary(r: Result) -> str:
+    return (
+        f"{100 * r.success_rate:.1f}% success, {r.amplification:.2f} calls/request, {r.throttled} 429s, "
+        f"last success {r.last_success:.1f} s"
+    )
+
+
+def _process_checks(by: Dict[Tuple[str, str], Result]) -> List[str]:
+    """What scenario (f) shows; issue 14 sets no number for it, so these are (info) lines."""
+    shared = [by[("f", s.name)] for s in PROCESS_STRATEGIES[:2]]
+    learned, full, divided = (by[("f", s.name)] for s in PROCESS_STRATEGIES[2:])
+    return [
+        f"- (info) (f) {PROCS} processes on one shared store (the state RedisFleet shares: cooldown, "
+        f"GCRA pace, first-wave bound, retry budget): pace learned: {_summary(shared[0])}; "
+        f"rate='20/s': {_summary(shared[1])} (no target in issue 14; it shows that with one store the "
+        f"processes pace as the threads of one process do in (a): the cost does not grow with the "
+        f"number of processes)",
+        f"- (info) (f) the same {PROCS} processes, each with its own LocalFleet and budget: pace learned: "
+        f"{_summary(learned)}; rate=quota each: {_summary(full)}; rate=quota/{PROCS} each: "
+        f"{_summary(divided)}, peak {divided.peak_100ms} calls/100 ms (each process paces alone: at the "
+        f"full quota the processes together send {PROCS}x the quota and herd; dividing the quota saves "
+        f"the requests but the processes' turns fall at the same instants, so each wave meets the "
+        f"server's burst and the herd takes far longer than one shared pace)",
+    ]
 
 
 def plot(results: List[Result], titles: Dict[str, str], path: str) -> bool:
@@ -756,7 +843,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = time.perf_counter()
     scens = scenarios(args.quick)
     titles = {s.key: s.title for s in scens}
-    runs = (simulate(s, strategy, args.seed) for s in scens for strategy in STRATEGIES)
+    runs = (simulate(s, strategy, args.seed) for s in scens for strategy in s.strategies or STRATEGIES)
     results = [r for r in runs if r is not None]
     took = time.perf_counter() - started
 
@@ -797,7 +884,13 @@ the scenarios marked 50 ms; completion is when the last logical request ends (su
 give-up or refusal); "refused unsent" counts requests the fleet refused before sending
 anything because their turn came after their deadline. The "Retry-After spread" row models
 a proposed `Policy` field (see `spread_decision`). A configured quota applies only where
-the server has one.
+the server has one. Scenario (f) runs rows of its own: 50 processes x 10 threads on one
+API key. "One shared store" is one `LocalFleet` and one retry budget shared by all 500
+clients, which is exactly the state `RedisFleet` keeps in Redis for every process (the
+cooldown, the GCRA pace, configured or learned, the first-wave bound of slow start, and the
+retry budget; the Redis round trip itself is not modelled, see `benchmarks/fleet_redis.py`
+for real processes on a real Redis). The per-process rows give each process a `LocalFleet`
+and a retry budget of its own, shared by its 10 threads (client i runs in process i % 50).
 
 {report}
 
