@@ -119,6 +119,10 @@ class SumeAdapter(HTTPAdapter):
                 raise ConfigurationError("give retry_budget only (budget is its older name)")
             retry_budget = adapter_kwargs.pop("budget")
         self.timeout = check_timeout(timeout)
+        if fleet is DEFAULT_FLEET and clock is not None:
+            # Paced on the adapter's own clock, as SumeSession does: a fleet on real time would
+            # hold requests that a test's virtual clock has long let through.
+            fleet = LocalFleet(clock=clock, rng=rng)
         self.fleet = check_fleet(fleet)
         if max_retries is None:
             max_retries = SumeRetry(
@@ -233,6 +237,8 @@ class SumeAdapter(HTTPAdapter):
             self._join(context, request)
         policy = context.policy or self.policy
         fleet = context.fleet
+        if fleet is not None and context.hops and leaves_origin(context.url, request.url or ""):
+            fleet = context.fleet = None  # another host's answers must not pace this key
         if fleet is not None:
             key_id = context.key_id or self._key_id(request)
             left = context.start + policy.max_elapsed - _sleeping.now(self.retry.clock)
@@ -270,7 +276,7 @@ class SumeAdapter(HTTPAdapter):
                     _check_length(response)
                 break
             except _BODY_ERRORS as exc:
-                if not self._retry_body(context, policy, exc):
+                if not self._retry_body(context, policy, exc, request):
                     record = self._finish(
                         context, request, response.status_code, response.headers, error=type(exc).__name__
                     )
@@ -366,6 +372,11 @@ class SumeAdapter(HTTPAdapter):
             request.headers[IDEMPOTENCY_HEADER] = key
         context.key = key
         context.replayable = body_is_replayable(request.body)
+        if context.replayable and hasattr(request.body, "tell"):
+            try:
+                context.body_pos = request.body.tell()  # type: ignore[union-attr]
+            except Exception:
+                context.replayable = False
         if not context.owned:
             context.fleet = self.fleet
         budget = self.retry.retry_budget
@@ -402,7 +413,9 @@ class SumeAdapter(HTTPAdapter):
         _hops.first = first
         return first
 
-    def _retry_body(self, context: RequestContext, policy: Policy, error: Exception) -> bool:
+    def _retry_body(
+        self, context: RequestContext, policy: Policy, error: Exception, request: requests.PreparedRequest
+    ) -> bool:
         """A body that broke mid-read is a read failure after sending: may it be resent?"""
         retry = self.retry
         now = _sleeping.now(retry.clock)
@@ -410,6 +423,14 @@ class SumeAdapter(HTTPAdapter):
         decision = policy.decide_error(
             "read", context.retries, now - context.start, replay_safe=replay_safe, rng=retry.rng
         )
+        if decision.retry and not _counters_allow(retry, context.retries):
+            decision = Decision(
+                Verdict.STOP, reason="the body failed mid-read: urllib3 retry counters exhausted"
+            )
+        if decision.retry and not _rewind(request.body, context.body_pos):
+            decision = Decision(
+                Verdict.NO_RETRY, reason="the body failed mid-read; the request body cannot be rewound"
+            )
         wait = decision.wait or 0.0
         fleet = context.fleet
         if decision.retry and fleet is not None:  # a resend waits its turn like any retry
@@ -462,6 +483,27 @@ class SumeAdapter(HTTPAdapter):
         )
         context.record = record
         return record
+
+
+def _counters_allow(retry: SumeRetry, retries: int) -> bool:
+    """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
+    for counter in (retry.total, retry.read):
+        if counter is False or (
+            isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
+        ):
+            return False
+    return True
+
+
+def _rewind(body: Any, position: Optional[int]) -> bool:
+    """Put a file body back where the first attempt started it; False when that fails."""
+    if position is None or not hasattr(body, "seek"):
+        return True  # bytes and str are sent whole every time
+    try:
+        body.seek(position)
+    except Exception:
+        return False
+    return True
 
 
 def _check_length(response: requests.Response) -> None:

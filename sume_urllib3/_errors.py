@@ -26,7 +26,9 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
     send again, so a task queue can retry later as the same logical request.
     """
 
-    response: requests.Response  # always set when a session raises it
+    # The last response, body intact. None only when nothing was sent (record.attempts == 0:
+    # the fleet refused the turn), so the common case reads without a check.
+    response: requests.Response
 
     def __init__(
         self,

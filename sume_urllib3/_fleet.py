@@ -28,6 +28,11 @@ log = logging.getLogger("sume_urllib3")
 
 Rate = Union[str, float, int, None]
 
+#: The longest cooldown one Retry-After can start (seconds): an absurd value (a year, a
+#: bug) must not hold every request of a key for that long; the policy still refuses to
+#: wait the full value and gives up, with the server's figure in its reason.
+MAX_COOLDOWN = 600.0
+
 #: The KeyId of requests sent without an API key.
 ANONYMOUS = "anonymous"
 # A key whose pace is unknown leaves slow start (and takes the lock-free path) once this
@@ -444,6 +449,8 @@ class LocalFleet:
         retry_after = None
         if (status == 429 or status == 503) and headers is not None:
             retry_after = parse_retry_after(_header(headers, "Retry-After"), self._wall)
+            if retry_after is not None:
+                retry_after = min(retry_after, MAX_COOLDOWN)
         now = self._clock()
         with state.lock:
             ticket = grant.token

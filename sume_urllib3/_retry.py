@@ -373,6 +373,9 @@ class SumeRetry(Retry):
         decision = attempt.decision
         wait = decision.wait or 0.0
         throttled = attempt.status == 429 or decision.source == "retry_after"
+        budget = self.retry_budget
+        if budget is not None and not throttled and not budget.try_spend():
+            return None, _stop(attempt, "retry budget exhausted")
         fleet = context.fleet
         if fleet is not None:
             policy = context.policy or self.policy
@@ -392,9 +395,6 @@ class SumeRetry(Retry):
             if grant.wait > wait + _HELD:
                 context.paced += grant.wait - wait
                 wait = grant.wait
-        budget = self.retry_budget
-        if budget is not None and not throttled and not budget.try_spend():
-            return None, _stop(attempt, "retry budget exhausted")
         context.next_wait = wait
         return new, attempt
 

@@ -237,6 +237,15 @@ class SumeSession(requests.Session):
         token = current.set(context)
         try:
             return super().request(_text(method), _text(url), *args, **kwargs)
+        except Exception as exc:
+            if context.record is not None and getattr(exc, "sume", None) is None:
+                # Raised by requests after a hop ended (too many redirects, a bad Location):
+                # the request did not end as that hop's record says.
+                context.record = context.finish(
+                    None, None, _sleeping.now(self.adapter.retry.clock), error=type(exc).__name__
+                )
+                setattr(exc, "sume", context.record)
+            raise
         finally:
             current.reset(token)
             if context.record is not None:
@@ -318,6 +327,12 @@ class SumeSession(requests.Session):
         ours = self._is_ours(request.url if isinstance(request.url, str) else "")
         if ours and self._api_key is not None and request.auth is None and self.auth is None:
             request.auth = _NO_AUTH  # the key is ours to send: no ~/.netrc credentials here
+        if not ours:
+            context = current.get()
+            if context is not None and context.owned and not context.hops:
+                # The fleet paces this API key; another host's 429 or Retry-After (a storage
+                # upload's) must not hold the key's requests to the API.
+                context.fleet = None
         prepared = super().prepare_request(request)
         headers = prepared.headers
         has_key, has_auth = "x-api-key" in headers, "Authorization" in headers
@@ -351,9 +366,17 @@ class SumeSession(requests.Session):
         return url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
 
     def _strip_key(self, headers: Any) -> None:
-        """Remove the API key from a request to another origin (a presigned upload, say)."""
+        """Remove the API key from a request to another origin (a presigned upload, say).
+
+        ``x-api-key`` is Sume's header, so it never goes elsewhere; ``Authorization`` goes
+        only when this call set it itself (not the session's key, not ``session.headers``).
+        """
         headers.pop("x-api-key", None)
-        if self._api_key is not None and headers.get("Authorization") == "Bearer " + self._api_key:
+        auth = headers.get("Authorization")
+        if auth is not None and (
+            (self._api_key is not None and auth == "Bearer " + self._api_key)
+            or auth == self.headers.get("Authorization")
+        ):
             del headers["Authorization"]
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:

@@ -87,6 +87,7 @@ class RequestContext:
     paced = 0.0  # seconds the fleet held this request beyond the policy's waits
     fallbacks = 0  # grants that came from local pacing because the shared store failed
     fleet_refused = False  # the fleet refused a turn: the pace would cross the deadline
+    body_pos: Optional[int] = None  # where a file body started, to send it whole again
 
     def __init__(
         self,

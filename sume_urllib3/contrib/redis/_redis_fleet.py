@@ -19,7 +19,7 @@ from redis.retry import Retry
 
 from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
-from ..._fleet import Fleet, Grant, LocalFleet, fleet_key, parse_rate
+from ..._fleet import MAX_COOLDOWN, Fleet, Grant, LocalFleet, fleet_key, parse_rate
 from ..._ratelimit import parse_ratelimit
 from ..._retry_after import parse_retry_after
 from . import _scripts
@@ -107,9 +107,16 @@ class RedisFleet:
         server_clock: Optional[Callable[[], float]] = None,
     ) -> None:
         self._config: Dict[str, Any] = {
-            "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
-            "initial_window": initial_window, "retry_budget": retry_budget, "lease": lease,
-            "ttl": ttl, "backoff": backoff, "max_backoff": max_backoff,
+            "rate": rate,
+            "burst": burst,
+            "prefix": prefix,
+            "timeout": timeout,
+            "initial_window": initial_window,
+            "retry_budget": retry_budget,
+            "lease": lease,
+            "ttl": ttl,
+            "backoff": backoff,
+            "max_backoff": max_backoff,
         }
         self._interval, self._burst = _pace(rate, burst)
         self._prefix = _check_prefix(prefix)
@@ -203,8 +210,10 @@ class RedisFleet:
             if isinstance(token, _Local):
                 token.fleet.release(key_id, token.grant, status, headers)
                 return
-            if not isinstance(token, _Turn) or self._clock() < self._down_until:
-                return  # not our turn, or Redis is down: an in-flight entry expires with its lease
+            if not isinstance(token, _Turn):
+                return  # not a turn Redis granted
+            if self._clock() < self._down_until and not token.entry:
+                return  # Redis is down and there is no in-flight entry to free: nothing to say
             lesson = self._lesson(status, headers)
             if not token.entry and lesson is None:
                 return  # nothing to free, nothing learned: no round trip
@@ -213,7 +222,10 @@ class RedisFleet:
             if after.cooldown_started:
                 log.info(
                     "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests "
-                    "fleet-wide", kid, status, (lesson or _NOTHING).retry_after,
+                    "fleet-wide",
+                    kid,
+                    status,
+                    (lesson or _NOTHING).retry_after,
                 )
         except Exception as exc:
             self._failed(exc)
@@ -246,13 +258,22 @@ class RedisFleet:
         budget = self._budget
         lease = self._lease if math.isinf(time_left) else min(self._lease, max(time_left, 0.0) + 1.0)
         args = [
-            self._now_arg(), micros(self._interval), self._burst, micros(max(time_left, 0.0)),
-            _scripts.RETRY_KINDS.get(retry, 2), micros(max(not_before, 0.0)), self._initial_window,
-            uuid.uuid4().hex[:16], micros(lease), int(self._ttl * 1000),
+            self._now_arg(),
+            micros(self._interval),
+            self._burst,
+            micros(max(time_left, 0.0)),
+            _scripts.RETRY_KINDS.get(retry, 2),
+            micros(max(not_before, 0.0)),
+            self._initial_window,
+            uuid.uuid4().hex[:16],
+            micros(lease),
+            int(self._ttl * 1000),
             -1 if budget is None else budget.ratio,
             micros(budget.window if budget is not None else 10.0),
             0 if budget is None else budget.min_per_second,
-            self._client_id, micros(_CLIENT_WINDOW), self._random(),
+            self._client_id,
+            micros(_CLIENT_WINDOW),
+            self._random(),
         ]
         reply = self._acquire_script(keys=list(_scripts.keys(self._prefix, kid)), args=_scripts.as_args(args))
         turn = _scripts.parse_turn(reply)
@@ -262,9 +283,19 @@ class RedisFleet:
         self, kid: str, token: _Turn, status: Optional[int], lesson: _Lesson
     ) -> _scripts.Lesson:
         args = [
-            self._now_arg(), token.entry, token.slot_us, status or 0, micros(lesson.retry_after),
-            lesson.limit, lesson.remaining, _micros_or_none(lesson.reset), _micros_or_none(lesson.window),
-            micros(self._interval), self._burst, self._initial_window, int(self._ttl * 1000),
+            self._now_arg(),
+            token.entry,
+            token.slot_us,
+            status or 0,
+            micros(lesson.retry_after),
+            lesson.limit,
+            lesson.remaining,
+            _micros_or_none(lesson.reset),
+            _micros_or_none(lesson.window),
+            micros(self._interval),
+            self._burst,
+            self._initial_window,
+            int(self._ttl * 1000),
         ]
         keys = list(_scripts.keys(self._prefix, kid)[:2])
         return _scripts.parse_lesson(self._release_script(keys=keys, args=_scripts.as_args(args)))
@@ -273,7 +304,7 @@ class RedisFleet:
         """What a response teaches the shared state, or None when it teaches nothing."""
         retry_after = 0.0
         if status in (429, 503) and headers is not None:
-            retry_after = parse_retry_after(headers.get("Retry-After")) or 0.0
+            retry_after = min(parse_retry_after(headers.get("Retry-After")) or 0.0, MAX_COOLDOWN)
         reading = parse_ratelimit(headers) if headers is not None else None
         if reading is None:
             if retry_after <= 0 and status != 429 and (self._interval > 0 or status is None or status >= 400):
@@ -296,8 +327,12 @@ class RedisFleet:
         with self._lock:
             self._fallbacks += 1
         return Grant(
-            wait=grant.wait, refused=grant.refused, source=grant.source, again=grant.again,
-            fallback=True, token=_Local(fleet, grant),
+            wait=grant.wait,
+            refused=grant.refused,
+            source=grant.source,
+            again=grant.again,
+            fallback=True,
+            token=_Local(fleet, grant),
         )
 
     def _local(self) -> LocalFleet:
@@ -310,8 +345,11 @@ class RedisFleet:
                     share = max(1, self._clients)
                     if self._interval > 0:
                         fleet = LocalFleet(
-                            rate=1.0 / (self._interval * share), burst=max(1, self._burst // share),
-                            initial_window=self._initial_window, clock=self._clock, rng=self._random,
+                            rate=1.0 / (self._interval * share),
+                            burst=max(1, self._burst // share),
+                            initial_window=self._initial_window,
+                            clock=self._clock,
+                            rng=self._random,
                         )
                     else:
                         fleet = LocalFleet(
@@ -331,7 +369,8 @@ class RedisFleet:
         if first:
             log.warning(
                 "sume_urllib3: Redis fleet unavailable (%s); pacing locally, trying Redis again in %.1fs",
-                _describe(exc), delay,
+                _describe(exc),
+                delay,
             )
 
     def _recovered(self) -> None:
@@ -377,8 +416,12 @@ class _Source:
             return self.given
         # No retries inside redis-py: a failed call falls back at once and Redis is retried later.
         return redis.Redis.from_url(
-            self.url, socket_timeout=timeout, socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
+            self.url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+            retry_on_timeout=False,
+            health_check_interval=0,
         )
 
     def describe(self) -> str:
