@@ -131,8 +131,7 @@ def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: in
     text = raw if decoded else decode_prefix(raw, header(headers, "content-encoding"), limit)
     if not text:
         return None
-    # parse_int as float-free int can be huge; cap digit strings so json never burns CPU.
-    return json.loads(text.decode("utf-8"), parse_int=_bounded_int, parse_constant=_no_constant)
+    return _DECODER.decode(text.decode("utf-8"))
 
 
 def _bounded_int(digits: str) -> Any:
@@ -141,6 +140,11 @@ def _bounded_int(digits: str) -> Any:
 
 def _no_constant(name: str) -> Any:
     return None  # NaN / Infinity are not JSON; treat them as unknown
+
+
+# One decoder, made once (json.loads with hooks builds a new one per call). Digit strings
+# are capped so a huge int never burns CPU; NaN and Infinity read as unknown.
+_DECODER = json.JSONDecoder(parse_int=_bounded_int, parse_constant=_no_constant)
 
 
 def short_text(value: Any, max_len: int = 200) -> Optional[str]:

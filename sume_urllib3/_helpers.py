@@ -6,7 +6,7 @@ import enum
 import ipaddress
 import random
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar, Union
 from urllib.parse import urlsplit
 
 #: Values that come from the server (codes, request ids) are cut to this length so a
@@ -103,6 +103,20 @@ def leaves_origin(previous: str, url: str) -> bool:
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+T = TypeVar("T")
+
+
+def frozen(cls: Type[T], **fields: Any) -> T:
+    """An instance of frozen dataclass ``cls`` from fields the caller has already checked.
+
+    What the generated ``__init__`` does, without one ``object.__setattr__`` per field:
+    for the objects made on every request or every decision. Every field must be given.
+    """
+    instance: T = object.__new__(cls)
+    instance.__dict__.update(fields)
+    return instance
 
 
 class LockFreePickle:

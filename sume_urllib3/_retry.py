@@ -17,7 +17,7 @@ from ._budget import RetryBudget
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
 from ._fleet import ANONYMOUS
-from ._helpers import RandomSource
+from ._helpers import RandomSource, frozen
 from ._idempotency import KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._observers import Observers
 from ._peek import discard_body, peek_body
@@ -320,12 +320,14 @@ class SumeRetry(Retry):
         retry_in = None
         if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
             retry_in = _retry_in(policy, retry_after, context.retries, self.rng)
-        return Attempt(
-            status,
-            envelope.code,
-            envelope.request_id,
-            envelope.next_action,
-            decision,
+        return frozen(
+            Attempt,
+            status=status,
+            code=envelope.code,
+            request_id=envelope.request_id,
+            next_action=envelope.next_action,
+            decision=decision,
+            error=None,
             at=now,
             retry_in=retry_in,
         )
@@ -409,7 +411,8 @@ class SumeRetry(Retry):
         decision = attempt.decision
         if self.observers:
             self.observers.retry(
-                RetryEvent(
+                frozen(
+                    RetryEvent,
                     method=(method or context.method or "").upper(),
                     url=context.url or url or "",
                     attempt=context.retries,

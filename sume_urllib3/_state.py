@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
-from ._helpers import plural
+from ._helpers import frozen, plural
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 
@@ -180,7 +180,8 @@ class RequestContext:
                 error = next((a.error for a in reversed(self.attempts) if a.error), None)
         if request_id and (not ids or ids[-1] != request_id):
             ids += (request_id,)
-        return _record(
+        return frozen(
+            SumeRecord,
             idempotency_key=self.key,
             attempts=retries + self.hops,
             outcome=outcome,
@@ -200,13 +201,6 @@ class RequestContext:
             retry_in=retry_in,
             error=error,
         )
-
-
-def _record(**fields: Any) -> SumeRecord:
-    """A SumeRecord without the frozen dataclass's per-field ``object.__setattr__`` (hot path)."""
-    record: SumeRecord = object.__new__(SumeRecord)
-    record.__dict__.update(fields)
-    return record
 
 
 def _outcome(verdict: Verdict, retries: int) -> Outcome:

@@ -117,7 +117,10 @@ class OpenTelemetryObserver:
             description="Retries by reason: error code, else HTTP status, else transport error class.",
         )
         self._attempts = _histogram(
-            meter, "sume.attempts", "{attempt}", "Requests sent per logical Sume API request.",
+            meter,
+            "sume.attempts",
+            "{attempt}",
+            "Requests sent per logical Sume API request.",
             ATTEMPT_BUCKETS,
         )
         self._paced = _histogram(

@@ -25,8 +25,7 @@ try:
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the module
     raise ImportError(
-        "sume_urllib3.contrib.prometheus needs prometheus_client: "
-        "pip install 'sume-urllib3[prometheus]'"
+        "sume_urllib3.contrib.prometheus needs prometheus_client: pip install 'sume-urllib3[prometheus]'"
     ) from exc
 
 from .._metrics import bounded_reason, retry_reason

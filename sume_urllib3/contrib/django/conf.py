@@ -356,7 +356,12 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         unset=(None, ""),
     ),
     SessionField(
-        "BASE_URL", "base_url", check_base_url, _BASE_URL_HINT, env=ENV_BASE_URL, unset=(None,),
+        "BASE_URL",
+        "base_url",
+        check_base_url,
+        _BASE_URL_HINT,
+        env=ENV_BASE_URL,
+        unset=(None,),
         then=_check_plain_http,
     ),
     SessionField(

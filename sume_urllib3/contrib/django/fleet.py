@@ -46,9 +46,7 @@ def fleet_arguments(value: Any) -> Dict[str, Any]:
         )
     unknown = [key for key in value if key not in FLEET_KEYS]
     if unknown:
-        raise ConfigurationError(
-            f"unknown key {unknown[0]!r}; valid keys: {', '.join(FLEET_KEYS)}"
-        )
+        raise ConfigurationError(f"unknown key {unknown[0]!r}; valid keys: {', '.join(FLEET_KEYS)}")
     arguments: Dict[str, Any] = {}
     url = value.get("REDIS_URL")
     if url is not None:

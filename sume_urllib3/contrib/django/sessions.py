@@ -127,4 +127,3 @@ def _shared_budget(generation: int) -> RetryBudget:
 def process_metrics() -> SumeMetrics:
     """The counters of every session ``get_session()`` builds in this process."""
     return _metrics
-

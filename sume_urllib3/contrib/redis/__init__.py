@@ -10,9 +10,7 @@ from __future__ import annotations
 try:
     import redis as _redis_py  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the module
-    raise ImportError(
-        "sume_urllib3.contrib.redis needs redis-py: pip install 'sume-urllib3[redis]'"
-    ) from exc
+    raise ImportError("sume_urllib3.contrib.redis needs redis-py: pip install 'sume-urllib3[redis]'") from exc
 
 from ._redis_fleet import RedisFleet
 
