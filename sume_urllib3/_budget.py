@@ -156,8 +156,10 @@ class RetryBudget:
     def _advance(self) -> int:
         """Expire buckets older than the window; return the slot of the current bucket."""
         now = self._clock()
-        index = math.floor(now / self._width) if math.isfinite(now) else None
         head = self._head
+        if head is not None and self._head_start <= now < self._head_end:
+            return head % _BUCKETS  # still the newest bucket: nothing expires
+        index = math.floor(now / self._width) if math.isfinite(now) else None
         if head is None:
             head = index if index is not None else 0
         elif index is not None and index > head:

@@ -275,8 +275,13 @@ class LocalFleet:
     ) -> Grant:
         """Reserve a turn for one attempt; see :class:`Fleet` and the class docstring."""
         state = self._keys.get(key_id)
-        if state is not None and state.open and not not_before:
-            return GRANT_NOW
+        if state is not None and state.open:
+            if not not_before:
+                return GRANT_NOW
+            if retry is not None and 0.0 < not_before <= time_left:
+                # An open key has no pace, no cooldown and no slow start: the caller's own
+                # wait is the turn (retries take no slow-start slot).
+                return Grant(wait=not_before)
         try:
             return self._acquire(state, key_id, time_left, retry, not_before)
         except Exception:  # pacing must never cost a request
@@ -295,8 +300,13 @@ class LocalFleet:
             state = self._keys.get(key_id)
             if state is None:
                 return  # a grant from before a fork (or a stranger's key): nothing to account
-            if state.open and status != 429 and status != 503 and not may_carry_ratelimit(headers):
-                return  # the success path: an open key, nothing to learn
+            if (
+                state.open
+                and status != 429
+                and not may_carry_ratelimit(headers)
+                and (status != 503 or headers is None or _header(headers, "Retry-After") is None)
+            ):
+                return  # an open key and nothing to learn (no 429, no Retry-After, no RateLimit)
             reading = parse_ratelimit(headers, self._wall) if headers is not None else None
             if state.open and reading is None and status != 429 and status != 503:
                 return

@@ -63,7 +63,10 @@ class SumeMetrics(LockFreePickle):
         """Count one retry under its reason."""
         reason = retry_reason(event)
         with self._lock:
-            self._retries[bounded_reason(reason, self._retries)] += 1
+            retries = self._retries
+            if reason not in retries and len(retries) >= MAX_REASONS:
+                reason = "other"  # bounded_reason, inline: this runs on every retry
+            retries[reason] += 1
 
     def on_outcome(self, record: SumeRecord) -> None:
         """Count one logical request: its outcome, attempts and the time the fleet held it."""

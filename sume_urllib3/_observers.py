@@ -51,20 +51,31 @@ class Observers:
         """Whether any observer wants ``on_start`` (so the start event is worth building)."""
         return bool(self._start)
 
+    # The loops call the bound hooks inline (no helper frame): outcome() runs on every request.
+
     def start(self, event: RequestStart) -> None:
         """Tell every observer with ``on_start`` that a logical request begins."""
         for observer, hook in self._start:
-            _call(observer, hook, "on_start", event)
+            try:
+                hook(event)
+            except Exception:
+                _failed(observer, "on_start")
 
     def retry(self, event: RetryEvent) -> None:
         """Tell every observer with ``on_retry`` about a retry that is about to happen."""
         for observer, hook in self._retry:
-            _call(observer, hook, "on_retry", event)
+            try:
+                hook(event)
+            except Exception:
+                _failed(observer, "on_retry")
 
     def outcome(self, record: SumeRecord) -> None:
         """Tell every observer with ``on_outcome`` how a logical request ended."""
         for observer, hook in self._outcome:
-            _call(observer, hook, "on_outcome", record)
+            try:
+                hook(record)
+            except Exception:
+                _failed(observer, "on_outcome")
 
 
 def observer_tuple(observers: object) -> Tuple[SumeObserver, ...]:
@@ -104,14 +115,19 @@ def _call(observer: object, method: Callable[[Any], None] | None, hook: str, arg
     try:
         method(argument)
     except Exception:
-        if _first_failure(observer):
-            logger.warning(
-                "observer %s raised in %s; the request goes on, and further errors "
-                "from this observer are ignored silently",
-                type(observer).__name__,
-                hook,
-                exc_info=True,
-            )
+        _failed(observer, hook)
+
+
+def _failed(observer: object, hook: str) -> None:
+    """Log an observer's first failure (with its traceback); later ones pass silently."""
+    if _first_failure(observer):
+        logger.warning(
+            "observer %s raised in %s; the request goes on, and further errors "
+            "from this observer are ignored silently",
+            type(observer).__name__,
+            hook,
+            exc_info=True,
+        )
 
 
 def _first_failure(observer: object) -> bool:
