@@ -18,7 +18,7 @@ from . import _sleeping
 from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeRetryError
 from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet, fleet_key
-from ._helpers import RandomSource, leaves_origin
+from ._helpers import RandomSource, header_value, leaves_origin
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
     KEYED_METHODS,
@@ -362,7 +362,7 @@ class SumeAdapter(HTTPAdapter):
         context.adapter = self
         method = (request.method or "GET").upper()
         context.method, context.url = method, request.url or ""  # before anything can fail
-        key = request.headers.get(IDEMPOTENCY_HEADER)
+        key = header_value(request.headers, "idempotency-key")
         if key is not None:
             key = validate_idempotency_key(key)
         elif method in KEYED_METHODS:

@@ -105,6 +105,25 @@ def leaves_origin(previous: str, url: str) -> bool:
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+def header_value(headers: Any, name: str) -> Any:
+    """The value of header ``name`` (give it lower-cased) as stored (str or bytes), or None.
+
+    requests' and urllib3's header mappings keep a dict keyed by the lower-cased name; their
+    ``get`` and ``in`` go through ``Mapping`` and raise and catch ``KeyError`` for every
+    missing name, which costs more than the rest of the look-up on the success path. Other
+    mappings are asked the ordinary way.
+    """
+    store = getattr(headers, "_store", None)  # requests.structures.CaseInsensitiveDict
+    if isinstance(store, dict):
+        item = store.get(name)
+        return None if item is None else item[1]
+    container = getattr(headers, "_container", None)  # urllib3 HTTPHeaderDict
+    if isinstance(container, dict):
+        values = container.get(name)
+        return None if values is None else ", ".join(values[1:])
+    return headers.get(name) if headers is not None else None
+
+
 T = TypeVar("T")
 
 

@@ -15,7 +15,7 @@ from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
 from ._budget import RetryBudget
 from ._errors import ConfigurationError
 from ._fleet import Fleet, LocalFleet, fleet_key
-from ._helpers import RandomSource, is_loopback, is_visible_ascii, origin, plain_http_refusal
+from ._helpers import RandomSource, header_value, is_loopback, is_visible_ascii, origin, plain_http_refusal
 from ._jobs import Jobs
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
@@ -335,7 +335,8 @@ class SumeSession(requests.Session):
                 context.fleet = None
         prepared = super().prepare_request(request)
         headers = prepared.headers
-        has_key, has_auth = "x-api-key" in headers, "Authorization" in headers
+        has_key = header_value(headers, "x-api-key") is not None
+        has_auth = header_value(headers, "authorization") is not None
         if not ours:
             self._strip_key(headers)
         elif has_key and has_auth:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
-from ._helpers import frozen, plural
+from ._helpers import frozen, header_value, plural
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 
@@ -217,11 +217,9 @@ def _request_id(headers: Optional[Mapping[str, str]]) -> Optional[str]:
     if headers is None:
         return None
     for name in REQUEST_ID_HEADERS:
-        # "in" first: a header mapping's get() of a missing name raises and catches KeyError.
-        if name in headers:
-            value = short_text(headers.get(name))
-            if value:
-                return value
+        value = short_text(header_value(headers, name))
+        if value:
+            return value
     return None
 
 
