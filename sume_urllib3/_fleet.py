@@ -538,8 +538,14 @@ class LocalFleet:
 
     def _throttled(self, state: _Key, now: float, retry_after: Optional[float]) -> None:
         state.throttled += 1
+        was_open = state.open
         state.open = False
-        if state.source == "headers~":
+        if was_open and state.source is None:
+            # An open key stopped counting its successes (its success path takes no lock), so
+            # they say nothing about the server's rate: slow start again, from half the window.
+            state.cwnd = max(1, state.cwnd // 2)
+            state.flight.clear()
+        elif state.source == "headers~":
             state.distrust = True
         elif state.source in (None, "429s"):
             if state.oks > 0:

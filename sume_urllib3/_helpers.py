@@ -121,6 +121,8 @@ def header_value(headers: Any, name: str) -> Any:
     if isinstance(container, dict):
         values = container.get(name)
         return None if values is None else ", ".join(values[1:])
+    if type(headers) is dict:  # a plain dict is case-sensitive: find the name in any case
+        return next((v for k, v in headers.items() if isinstance(k, str) and k.lower() == name), None)
     return headers.get(name) if headers is not None else None
 
 

@@ -280,6 +280,10 @@ class Jobs:
             try:
                 response = self._send("GET", job_id, "status", left)
             except SumeRetryError as exc:
+                if exc.record.fleet_refused:
+                    # Nothing was sent: the key's pace or cooldown has no turn before the deadline.
+                    why = "the API key's pace or cooldown leaves no turn for a poll"
+                    raise self._timed_out(last, polls, start, timeout, why) from exc
                 if exc.response is None:
                     raise
                 response = exc.response  # the policy gave up on this poll; the next one may do better

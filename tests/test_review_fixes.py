@@ -10,6 +10,8 @@ import pytest
 import requests
 
 from sume_urllib3 import (
+    Job,
+    JobTimeout,
     LocalFleet,
     Outcome,
     Policy,
@@ -158,3 +160,45 @@ def test_an_authorization_of_the_call_itself_still_goes_to_another_origin(
     session.put(storage.url + "/bucket/obj", data=b"x", headers={"Authorization": "Basic c3RvcmFnZQ=="})
 
     assert "Basic c3RvcmFnZQ==" == storage.requests[0].headers.get("Authorization")
+
+
+def test_a_job_wait_the_fleet_cannot_serve_in_time_is_a_job_timeout(
+    fake: FakeSume, vtime: VirtualTime
+) -> None:
+    """A cooldown past the wait's deadline ends the wait with JobTimeout and the last job seen."""
+    fake.script("GET", "/v1/other", Reply.error(429, retry_after="120"))
+    session = session_on(fake, vtime, raise_on_give_up=False, policy=Policy(max_elapsed=30))
+    session.get("/other")
+
+    with pytest.raises(JobTimeout) as info:
+        session.jobs.wait(Job("job_1", "processing"), timeout=30)
+
+    assert ("job_1", "processing") == (info.value.job.id, info.value.job.status)
+    assert [] == fake.requests_for("GET", "/v1/jobs/job_1/status")
+
+
+def test_an_open_key_throttled_once_is_not_held_to_a_stale_pace() -> None:
+    """One 429 after an hour of open traffic does not turn 10/s into one request a minute."""
+    now = [0.0]
+    fleet = LocalFleet(clock=lambda: now[0])
+    for _ in range(80):  # slow start opens the key
+        grant = fleet.acquire("k1", time_left=60.0)
+        now[0] += 0.01
+        fleet.release("k1", grant, 200, {})
+    for _ in range(36_000):  # an hour at 10/s on the lock-free path
+        now[0] += 0.1
+        fleet.release("k1", fleet.acquire("k1", time_left=60.0), 200, {})
+
+    fleet.release("k1", fleet.acquire("k1", time_left=60.0), 429, {})
+
+    assert fleet.pace("k1") is None or fleet.pace("k1") > 1.0  # type: ignore[operator]
+    assert fleet.acquire("k1", time_left=30.0).refused is None
+
+
+def test_a_redis_fleet_repr_never_shows_a_password_in_the_query() -> None:
+    """redis://host/0?password=... is shown without its query."""
+    redis_mod = pytest.importorskip("sume_urllib3.contrib.redis")
+
+    shown = repr(redis_mod.RedisFleet("redis://127.0.0.1:6399/0?password=s3cr3t-pw"))
+
+    assert "s3cr3t" not in shown

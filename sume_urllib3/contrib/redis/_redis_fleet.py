@@ -427,7 +427,10 @@ class _Source:
     def describe(self) -> str:
         if self.url is None:
             return type(self.given).__name__
-        return re.sub(r"//[^@/]*@", "//***@", self.url)  # never show a password
+        # Never show a password: not in the userinfo, not as ?password= in the query.
+        url = re.sub(r"//[^@/]*@", "//***@", self.url)
+        base, sep, _query = url.partition("?")
+        return base + ("?***" if sep else "")
 
     def __reduce__(self) -> Any:
         if self.url is not None:
