@@ -129,7 +129,7 @@ def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: in
         return None
     raw = bytes(body[:limit])
     text = raw if decoded else decode_prefix(raw, header(headers, "content-encoding"), limit)
-    if not text:
+    if not text or text.count(b"[") + text.count(b"{") > MAX_OPENINGS:
         return None
     return _DECODER.decode(text.decode("utf-8"))
 
@@ -141,6 +141,11 @@ def _bounded_int(digits: str) -> Any:
 def _no_constant(name: str) -> Any:
     return None  # NaN / Infinity are not JSON; treat them as unknown
 
+
+# An envelope is a few small objects. A body with more openings than this is not one, and
+# nesting that deep can overflow the C stack of json's scanner (Python 3.8 aborts the
+# whole process rather than raise RecursionError), so it is never parsed at all.
+MAX_OPENINGS = 1000
 
 # One decoder, made once (json.loads with hooks builds a new one per call). Digit strings
 # are capped so a huge int never burns CPU; NaN and Infinity read as unknown.

@@ -15,6 +15,7 @@ from urllib.parse import quote
 import requests
 
 from . import _sleeping
+from ._envelope import MAX_OPENINGS
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._helpers import RandomSource, uniform
 from ._retry_after import parse_retry_after
@@ -521,6 +522,9 @@ def _dig(doc: Any, path: Tuple[str, ...]) -> Any:
 
 def _json(response: requests.Response) -> Any:
     try:
+        content = response.content or b""
+        if content.count(b"[") + content.count(b"{") > MAX_OPENINGS:
+            return None  # not a job document, and nesting that deep can crash json's scanner
         return response.json()
     except (ValueError, RuntimeError):  # not JSON, or a consumed stream
         return None

@@ -537,3 +537,10 @@ def test_property_string_fields_round_trip(doc: Dict[str, Any]) -> None:
 def test_property_arbitrary_headers_never_raise(headers: Any, raw: Optional[bytes]) -> None:
     """Arbitrary header dicts (odd keys, bytes, ints, lists, None) never make parsing raise."""
     _well_formed(parse_envelope(headers, raw))
+
+
+def test_a_body_of_too_many_openings_is_never_parsed() -> None:
+    """50,000 nested arrays (a stack-overflow risk for json on Python 3.8) mean "no hints", unparsed."""
+    nested = b"[" * 50_000 + b"]" * 50_000
+
+    assert ErrorEnvelope() == parse_envelope(JSON, nested, limit=len(nested))
