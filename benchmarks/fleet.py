@@ -38,9 +38,9 @@ Modelling choices:
   itself is not modelled. The per-process rows give each process a ``LocalFleet`` and a
   ``RetryBudget`` of its own shared by its 10 threads; client i runs in process i % 50,
   as processes posting at once interleave their first requests.
-* "Retry-After spread" rows model a proposed ``Policy`` change for lone clients: a
-  wait that came from Retry-After becomes ``Retry-After + U(0, min(backoff_max,
-  spread * 2**retries))`` (still bounded by ``max_elapsed``).
+* "Retry-After spread" rows run ``Policy(retry_after_spread=4)``, the opt-in for lone
+  clients: a wait that came from Retry-After becomes ``Retry-After + U(0, min(backoff_max,
+  4 * 2**retries))`` (still bounded by ``max_elapsed``).
 
 Run ``python benchmarks/fleet.py`` (``--quick`` for a smaller run, ``--write``
 to regenerate ``benchmarks/RESULTS-fleet.md``); it also draws
@@ -68,7 +68,7 @@ from urllib3.util.retry import Retry
 
 from sume_urllib3._budget import RetryBudget
 from sume_urllib3._fleet import Grant, LocalFleet, parse_rate
-from sume_urllib3._policy import Decision, Policy
+from sume_urllib3._policy import Policy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 20240611
@@ -192,16 +192,6 @@ class SumeClient(Client):
         return decision.wait
 
 
-def spread_decision(
-    policy: Policy, decision: Decision, spread: float, retries: int, elapsed: float, rng: random.Random
-) -> Decision:
-    """The proposed lone-client rule: a Retry-After wait gains ``U(0, min(cap, spread * 2**retries))``."""
-    if not spread or not decision.retry or decision.source != "retry_after" or decision.wait is None:
-        return decision
-    extra = rng.uniform(0.0, min(policy.backoff_max, spread * 2.0**retries))
-    return policy.bound("429", decision.wait + extra, "retry_after", elapsed)
-
-
 class FleetClient(Client):
     """The wiring of FLEET_API.md: the fleet before every attempt, told of every response."""
 
@@ -214,8 +204,9 @@ class FleetClient(Client):
         start: float,
         spread: float = 0.0,
     ) -> None:
+        if spread:
+            policy = policy.replace(retry_after_spread=spread)
         self.policy, self.budget, self.fleet, self.rng, self.start = policy, budget, fleet, rng, start
-        self.spread = spread
         self.retries = 0
         self.grant: Grant = Grant()
         if budget is not None:
@@ -236,7 +227,6 @@ class FleetClient(Client):
         retry_after = headers.get("Retry-After")
         elapsed = now - self.start
         decision = self.policy.decide(status, None, retry_after, self.retries, elapsed, rng=self.rng)
-        decision = spread_decision(self.policy, decision, self.spread, self.retries, elapsed, self.rng)
         if not decision.retry or decision.wait is None:
             return None
         throttle = status == 429 or (status == 503 and retry_after is not None)
@@ -397,7 +387,7 @@ def _processes(procs: int, configured: bool = False, divide: int = 1) -> Build:
     return build
 
 
-#: The proposed default for lone clients (see ``spread_decision``).
+#: ``Policy(retry_after_spread=...)`` for the lone clients that opt in.
 SPREAD = 4.0
 
 STRATEGIES: Tuple[Strategy, ...] = (
@@ -416,7 +406,7 @@ STRATEGIES: Tuple[Strategy, ...] = (
     Strategy("fleet: shared LocalFleet, pace learned", _fleet()),
     Strategy("fleet: shared LocalFleet(rate=quota)", _fleet(configured=True)),
     Strategy("alone: own LocalFleet + budget each", _alone()),
-    Strategy(f"alone + Retry-After spread {SPREAD:g} s*2^k (proposed)", _alone(SPREAD)),
+    Strategy(f"alone, Policy(retry_after_spread={SPREAD:g})", _alone(SPREAD)),
 )
 LEARNED, CONFIGURED, ALONE, SPREAD_ROW = (s.name for s in STRATEGIES[6:10])
 
@@ -882,8 +872,8 @@ sharing one session do; the "alone" rows share nothing, as one process per reque
 (see the module docstring of `benchmarks/fleet.py`). Server calls take no time except in
 the scenarios marked 50 ms; completion is when the last logical request ends (success,
 give-up or refusal); "refused unsent" counts requests the fleet refused before sending
-anything because their turn came after their deadline. The "Retry-After spread" row models
-a proposed `Policy` field (see `spread_decision`). A configured quota applies only where
+anything because their turn came after their deadline. The "retry_after_spread" rows run
+the opt-in `Policy(retry_after_spread=4)` for lone clients. A configured quota applies only where
 the server has one. Scenario (f) runs rows of its own: 50 processes x 10 threads on one
 API key. "One shared store" is one `LocalFleet` and one retry budget shared by all 500
 clients, which is exactly the state `RedisFleet` keeps in Redis for every process (the
