@@ -241,7 +241,7 @@ class SumeAdapter(HTTPAdapter):
             fleet = context.fleet = None  # another host's answers must not pace this key
         if fleet is not None:
             key_id = context.key_id or self._key_id(request)
-            left = context.start + policy.max_elapsed - _sleeping.now(self.retry.clock)
+            left = context.deadline(policy) - _sleeping.now(self.retry.clock)
             grant = fleet.acquire(key_id, time_left=left)
             if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
                 context.grant, context.key_id = grant, key_id
@@ -436,7 +436,7 @@ class SumeAdapter(HTTPAdapter):
         if decision.retry and fleet is not None:  # a resend waits its turn like any retry
             grant = fleet.acquire(
                 context.key_id or ANONYMOUS,
-                time_left=context.start + policy.max_elapsed - now,
+                time_left=context.deadline(policy) - now,
                 retry="error",
                 not_before=wait,
             )

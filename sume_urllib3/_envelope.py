@@ -7,7 +7,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
-from ._helpers import printable
+from ._helpers import header_value, printable
 
 #: Response headers that may carry the request id, in order of preference.
 REQUEST_ID_HEADERS = ("x-sume-request-id", "x-request-id")
@@ -29,19 +29,7 @@ def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
     if not headers:
         return None
     try:
-        if not isinstance(headers, dict) and name not in headers:
-            # Case-insensitive mappings answer "in" from their own dict; their get() of a
-            # missing name raises and catches KeyError inside, which costs more.
-            return None
-        value = headers.get(name)
-        # HTTP header mappings (urllib3, requests) are case-insensitive already; only a
-        # plain dict needs the scan.
-        if value is None and isinstance(headers, dict):
-            lowered = name.lower()
-            for key, candidate in headers.items():
-                if isinstance(key, str) and key.lower() == lowered:
-                    value = candidate
-                    break
+        value = header_value(headers, name.lower())
     except Exception:
         return None
     if isinstance(value, bytes):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Protocol, Set, Union
 
 from . import _sleeping
+from ._envelope import header
 from ._errors import ConfigurationError
 from ._ratelimit import Reading, may_carry_ratelimit, parse_ratelimit
 from ._retry_after import parse_retry_after
@@ -304,7 +305,7 @@ class LocalFleet:
                 state.open
                 and status != 429
                 and not may_carry_ratelimit(headers)
-                and (status != 503 or headers is None or _header(headers, "Retry-After") is None)
+                and (status != 503 or headers is None or header(headers, "Retry-After") is None)
             ):
                 return  # an open key and nothing to learn (no 429, no Retry-After, no RateLimit)
             reading = parse_ratelimit(headers, self._wall) if headers is not None else None
@@ -458,7 +459,7 @@ class LocalFleet:
     ) -> None:
         retry_after = None
         if (status == 429 or status == 503) and headers is not None:
-            retry_after = parse_retry_after(_header(headers, "Retry-After"), self._wall)
+            retry_after = parse_retry_after(header(headers, "Retry-After"), self._wall)
             if retry_after is not None:
                 retry_after = min(retry_after, MAX_COOLDOWN)
         now = self._clock()
@@ -647,14 +648,6 @@ def _seconds(value: Any, default: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return default
     return max(float(value), 0.0)
-
-
-def _header(headers: Mapping[str, str], name: str) -> Optional[str]:
-    value = headers.get(name)
-    if value is None and type(headers) is dict:  # a plain dict is case-sensitive
-        lname = name.lower()
-        value = next((v for k, v in headers.items() if k.lower() == lname), None)
-    return value if isinstance(value, str) else None
 
 
 __all__ = ["ANONYMOUS", "GRANT_NOW", "Fleet", "Grant", "LocalFleet", "fleet_key", "parse_rate"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, Tuple
+from typing import Any, Dict, Iterable, Iterator, Tuple
 
 from ._errors import ConfigurationError
 from ._record import RequestStart, RetryEvent, SumeObserver, SumeRecord
@@ -39,9 +39,6 @@ class Observers:
 
     def __bool__(self) -> bool:
         return bool(self._all)
-
-    def __add__(self, other: Iterable[SumeObserver]) -> Observers:
-        return Observers((*self._all, *other))
 
     def __repr__(self) -> str:
         return f"Observers({', '.join(type(o).__name__ for o in self._all)})"
@@ -93,29 +90,8 @@ def observer_tuple(observers: object) -> Tuple[SumeObserver, ...]:
     return found
 
 
-def dispatch_retry(observers: Iterable[object], event: RetryEvent) -> None:
-    """Tell every observer that has ``on_retry`` about a retry that is about to happen."""
-    for observer in observers:
-        _call(observer, getattr(observer, "on_retry", None), "on_retry", event)
-
-
-def dispatch_outcome(observers: Iterable[object], record: SumeRecord) -> None:
-    """Tell every observer that has ``on_outcome`` how a logical request ended."""
-    for observer in observers:
-        _call(observer, getattr(observer, "on_outcome", None), "on_outcome", record)
-
-
 def _bound(observers: Tuple[SumeObserver, ...], hook: str) -> Tuple[Tuple[object, Any], ...]:
     return tuple((o, getattr(o, hook)) for o in observers if getattr(o, hook, None) is not None)
-
-
-def _call(observer: object, method: Callable[[Any], None] | None, hook: str, argument: object) -> None:
-    if method is None:
-        return
-    try:
-        method(argument)
-    except Exception:
-        _failed(observer, hook)
 
 
 def _failed(observer: object, hook: str) -> None:

@@ -540,7 +540,14 @@ def test_property_arbitrary_headers_never_raise(headers: Any, raw: Optional[byte
 
 
 def test_a_body_of_too_many_openings_is_never_parsed() -> None:
-    """50,000 nested arrays (a stack-overflow risk for json on Python 3.8) mean "no hints", unparsed."""
+    """Over 1,000 "[" / "{" (here 1,001) the body is not parsed: even a valid envelope gives no hints.
+
+    Deep nesting overflows the C stack of json's scanner (Python 3.8 aborts the process).
+    """
     nested = b"[" * 50_000 + b"]" * 50_000
+    shallow = b'{"error": {"code": "queue_full", "details": [' + b",".join([b"{}"] * 997) + b"]}}"
+    wide = b'{"error": {"code": "queue_full", "details": [' + b",".join([b"{}"] * 998) + b"]}}"
 
     assert ErrorEnvelope() == parse_envelope(JSON, nested, limit=len(nested))
+    assert "queue_full" == parse_envelope(JSON, shallow, limit=len(shallow)).code
+    assert ErrorEnvelope() == parse_envelope(JSON, wide, limit=len(wide))

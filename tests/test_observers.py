@@ -8,24 +8,40 @@ from typing import List
 
 import pytest
 
-from sume_urllib3._observers import dispatch_outcome, dispatch_retry
+from sume_urllib3._observers import Observers
 from sume_urllib3._record import Outcome, RetryEvent, SumeRecord
 
 
 def make_event() -> RetryEvent:
     """A 503 retry event."""
     return RetryEvent(
-        method="GET", url="https://api.sume.com/v1/jobs", attempt=1, max_retries=6,
-        wait=0.7, wait_source="backoff", status=503, code=None, request_id="req_1",
-        key_prefix=None, reason="503: retry in 0.7s (backoff)",
+        method="GET",
+        url="https://api.sume.com/v1/jobs",
+        attempt=1,
+        max_retries=6,
+        wait=0.7,
+        wait_source="backoff",
+        status=503,
+        code=None,
+        request_id="req_1",
+        key_prefix=None,
+        reason="503: retry in 0.7s (backoff)",
     )
 
 
 def make_record() -> SumeRecord:
     """An ok record."""
     return SumeRecord(
-        idempotency_key=None, attempts=1, outcome=Outcome.OK, status=200, code=None,
-        request_id="req_1", request_ids=("req_1",), waits=(), elapsed=0.1, reason="",
+        idempotency_key=None,
+        attempts=1,
+        outcome=Outcome.OK,
+        status=200,
+        code=None,
+        request_id="req_1",
+        request_ids=("req_1",),
+        waits=(),
+        elapsed=0.1,
+        reason="",
     )
 
 
@@ -90,8 +106,8 @@ def test_every_observer_gets_the_event_and_the_record() -> None:
     """Each observer's hooks are called with the event and the record, in order."""
     a, b = Both(), Both()
     event, record = make_event(), make_record()
-    dispatch_retry([a, b], event)
-    dispatch_outcome([a, b], record)
+    Observers([a, b]).retry(event)
+    Observers([a, b]).outcome(record)
     assert a.seen == [event, record]
     assert b.seen == [event, record]
 
@@ -100,23 +116,23 @@ def test_observer_with_one_hook_only_is_fine() -> None:
     """An observer without on_retry or on_outcome is skipped for that hook."""
     r, o = RetryOnly(), OutcomeOnly()
     event, record = make_event(), make_record()
-    dispatch_retry([r, o], event)
-    dispatch_outcome([r, o], record)
+    Observers([r, o]).retry(event)
+    Observers([r, o]).outcome(record)
     assert r.seen == [event]
     assert o.seen == [record]
 
 
 def test_no_observers_is_a_no_op() -> None:
     """Dispatching to nobody does nothing."""
-    dispatch_retry([], make_event())
-    dispatch_outcome((), make_record())
+    Observers([]).retry(make_event())
+    Observers(()).outcome(make_record())
 
 
 def test_broken_observer_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
     """An observer that raises is skipped; the ones after it are still called."""
     good = Both()
-    dispatch_outcome([Broken(), good], make_record())
-    dispatch_retry([Broken(), good], make_event())
+    Observers([Broken(), good]).outcome(make_record())
+    Observers([Broken(), good]).retry(make_event())
     assert len(good.seen) == 2
 
 
@@ -125,8 +141,8 @@ def test_broken_observer_is_logged_once_with_traceback(caplog: pytest.LogCapture
     broken = Broken()
     caplog.set_level(logging.WARNING, logger="sume_urllib3")
     for _ in range(5):
-        dispatch_retry([broken], make_event())
-        dispatch_outcome([broken], make_record())
+        Observers([broken]).retry(make_event())
+        Observers([broken]).outcome(make_record())
     found = warnings_from(caplog)
     assert len(found) == 1
     assert "Broken" in found[0].getMessage()
@@ -139,7 +155,7 @@ def test_each_broken_observer_object_is_logged_once(caplog: pytest.LogCaptureFix
     first, second = Broken(), Broken()
     caplog.set_level(logging.WARNING, logger="sume_urllib3")
     for _ in range(5):
-        dispatch_outcome([first, second], make_record())
+        Observers([first, second]).outcome(make_record())
     assert len(warnings_from(caplog)) == 2
 
 
@@ -148,7 +164,7 @@ def test_unweakrefable_observer_is_logged_once(caplog: pytest.LogCaptureFixture)
     slotted = Slotted()
     caplog.set_level(logging.WARNING, logger="sume_urllib3")
     for _ in range(3):
-        dispatch_outcome([slotted], make_record())
+        Observers([slotted]).outcome(make_record())
     found = warnings_from(caplog)
     assert len(found) == 1
     assert "Slotted" in found[0].getMessage()
@@ -161,7 +177,7 @@ def test_non_callable_hook_is_swallowed(caplog: pytest.LogCaptureFixture) -> Non
         on_outcome = 42
 
     caplog.set_level(logging.WARNING, logger="sume_urllib3")
-    dispatch_outcome([Weird()], make_record())
+    Observers([Weird()]).outcome(make_record())
     assert len(warnings_from(caplog)) == 1
 
 
@@ -173,7 +189,7 @@ def test_keyboard_interrupt_is_not_swallowed() -> None:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        dispatch_retry([Interrupting()], make_event())
+        Observers([Interrupting()]).retry(make_event())
 
 
 def test_logged_once_under_many_threads(caplog: pytest.LogCaptureFixture) -> None:
@@ -185,7 +201,7 @@ def test_logged_once_under_many_threads(caplog: pytest.LogCaptureFixture) -> Non
     def work() -> None:
         start.wait()
         for _ in range(200):
-            dispatch_outcome([broken], make_record())
+            Observers([broken]).outcome(make_record())
 
     threads = [threading.Thread(target=work) for _ in range(16)]
     for t in threads:
