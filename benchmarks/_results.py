@@ -46,14 +46,15 @@ def _git(*args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def _edited() -> bool:
-    """True when the measured code (the package or a benchmark script) differs from the commit."""
-    changes = _git("status", "--porcelain", "--", "sume_urllib3", "benchmarks/*.py")
+def _edited(script: str) -> bool:
+    """True when the measured code (the package, the script, the shared helpers) differs from the commit."""
+    changes = _git("status", "--porcelain", "--", "sume_urllib3", "benchmarks/_*.py", script)
     return bool(changes)
 
 
 def stamp(command: str) -> Dict[str, Any]:
     """What produced a result: command, versions, commit, machine and date."""
+    script = command.split()[1] if len(command.split()) > 1 else ""
     import requests
     import urllib3
 
@@ -66,7 +67,7 @@ def stamp(command: str) -> Dict[str, Any]:
         "requests": requests.__version__,
         "sume_urllib3": sume_urllib3.__version__,
         "commit": _git("rev-parse", "--short=7", "HEAD"),
-        "edited": _edited(),
+        "edited": _edited(script),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
         "date": datetime.date.today().isoformat(),
     }
