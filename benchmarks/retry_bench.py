@@ -31,8 +31,9 @@ response from the server's ``/503`` (body left unread by urllib3, as in its retr
 One retry end to end: a GET that meets one 503 then a 200 (``/flaky/...``), stock ``Retry``
 on an ``HTTPAdapter`` against ``SumeSession``, neither sleeping, interleaved per request.
 
-Run ``python benchmarks/retry_bench.py`` (about 2 minutes), ``--quick`` for a smoke
-run, ``--profile sume-get`` to see where one variant's time goes.
+Run ``python benchmarks/retry_bench.py`` (about 2 minutes; ``--write`` also writes
+``benchmarks/results/retry.json``, which the README's Performance table is rendered from),
+``--quick`` for a smoke run, ``--profile sume-get`` to see where one variant's time goes.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.util.retry import Retry
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _results
 from _loopback import ERROR_BODY, OK_BODY, LoopbackServer
 
 API_KEY = "sk_bench_0123456789"
@@ -767,6 +769,58 @@ def profile(server_url: str, name: str, n: int, sort: str, top: int) -> str:
 # -- command line ------------------------------------------------------------------------
 
 
+def _sig(x: float) -> float:
+    """``x`` to 4 significant digits: the results file stays readable and stable."""
+    return float(f"{x:.4g}")
+
+
+def _row_figures(row: Row) -> Dict[str, Any]:
+    return {
+        "id": row.variant.name,
+        "label": row.variant.label,
+        "baseline": row.variant.baseline,
+        "us_per_request": _sig(row.us_per_request),
+        "ratio": _sig(row.ratio),
+        "ratio_low": _sig(row.low),
+        "ratio_high": _sig(row.high),
+        "ratio_of_medians": _sig(row.median_ratio),
+    }
+
+
+def figures(
+    rows: Sequence[Row],
+    decisions: Sequence[DecisionRuns],
+    one_retry: Sequence[Row],
+    args: argparse.Namespace,
+    took: float,
+) -> Dict[str, Any]:
+    """Everything the tables show, as plain JSON for ``benchmarks/results/retry.json``."""
+    setups = []
+    for result in decisions:
+        stock_us = _sig(statistics.median(result.means["stock"]))
+        entry: Dict[str, Any] = {"source": result.source, "stock_us": stock_us}
+        for name in ("alone", "session"):
+            ratios = _ratios(result.means, name)
+            entry[name] = {
+                "us": _sig(statistics.median(result.means[name])),
+                "ratio": _sig(statistics.median(ratios)),
+                "ratio_low": _sig(min(ratios)),
+                "ratio_high": _sig(max(ratios)),
+                "ratio_of_medians": _sig(statistics.median(_ratios(result.medians, name))),
+            }
+        setups.append(entry)
+    return {
+        "requests_per_run": args.requests,
+        "runs": args.runs,
+        "decisions_per_run": args.decisions,
+        "order": args.order,
+        "success": [_row_figures(row) for row in rows],
+        "decision": setups,
+        "one_retry": [_row_figures(row) for row in one_retry],
+        "took_s": round(took),
+    }
+
+
 def main(argv: Sequence[str]) -> int:
     """Run the benchmark and print markdown (and write it with --out)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -779,6 +833,9 @@ def main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 200 requests, 2 runs")
     parser.add_argument("--out", help="also write the markdown to this file")
+    parser.add_argument(
+        "--write", action="store_true", help="also write benchmarks/results/retry.json (full runs only)"
+    )
     parser.add_argument("--profile", metavar="VARIANT", help="cProfile one variant instead of benchmarking")
     parser.add_argument("--profile-requests", type=int, default=3000, help="requests to profile (3000)")
     parser.add_argument("--sort", default="tottime", help="pstats sort key for --profile (tottime)")
@@ -788,6 +845,8 @@ def main(argv: Sequence[str]) -> int:
         args.requests, args.runs, args.decisions = 200, 2, 300
     if min(args.requests, args.runs, args.decisions, args.profile_requests) < 1:
         parser.error("--requests, --runs, --decisions and --profile-requests must be at least 1")
+    if args.write and (args.quick or args.variants or args.profile):
+        parser.error("--write records the full run: not with --quick, --variants or --profile")
 
     with LoopbackServer() as server:
         if args.profile:
@@ -821,6 +880,8 @@ def main(argv: Sequence[str]) -> int:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+    if args.write:
+        _results.write("retry", figures(rows, decisions, one_retry, args, took))
     return 0
 
 
