@@ -13,13 +13,15 @@ same RedisFleets with redis-server SIGKILLed 1 s into the herd. Then the overhea
 ``acquire`` on loopback (p50/p99 over 5000 calls) and 30 sequential requests with Redis
 down (port closed, and a stalled server) against no fleet.
 
-Run: ``python benchmarks/fleet_redis.py [--out benchmarks/RESULTS-fleet-redis.md]``
-(needs redis-server on PATH and redis-py; about two minutes).
+Run: ``python benchmarks/fleet_redis.py`` (``--write`` to regenerate
+``benchmarks/RESULTS-fleet-redis.md`` and ``benchmarks/results/fleet_redis.json``; ``--out FILE``
+also writes the markdown to FILE). Needs redis-server on PATH and redis-py; about two minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import multiprocessing
@@ -30,12 +32,16 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import requests
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+import _results  # noqa: E402
 
 from sume_urllib3 import Policy, SumeSession  # noqa: E402
 from sume_urllib3._fleet import Grant, LocalFleet, fleet_key  # noqa: E402
@@ -46,6 +52,24 @@ PROCESSES, THREADS = 6, 10
 RATE, BURST = 10.0, 10
 DEADLINE = 30.0
 MAX_ATTEMPTS = 7
+OVERHEAD_CALLS, OVERHEAD_WARM_UP = 5000, 500
+SEQUENTIAL = 30
+# (stable id, label, fleet kind, seconds into the herd redis-server is SIGKILLed)
+SCENARIOS: Tuple[Tuple[str, str, str, Optional[float]], ...] = (
+    ("none", "no fleet", "none", None),
+    ("local_learned", "LocalFleet per process (learned)", "local", None),
+    ("local_configured", "LocalFleet per process (10/s burst 10)", "local-configured", None),
+    ("redis_configured", "RedisFleet configured (10/s burst 10)", "redis-configured", None),
+    ("redis_learned", "RedisFleet learned", "redis", None),
+    ("redis_configured_killed_1s", "RedisFleet configured, Redis killed at 1 s", "redis-configured", 1.0),
+    ("redis_learned_killed_1s", "RedisFleet learned, Redis killed at 1 s", "redis", 1.0),
+    (
+        "redis_learned_killed_100ms",
+        "RedisFleet learned, Redis killed at 0.1 s (mid slow start)",
+        "redis",
+        0.1,
+    ),
+)
 DIRECT = False  # --direct: drive the fleet by hand (acquire, sleep, send, release) instead of SumeSession
 API_KEY = "sk_bench_0123456789"
 KID = fleet_key(API_KEY)
@@ -292,6 +316,7 @@ def herd(kind: str, base: str, redis: RedisServer, kill_at: Optional[float] = No
 
 
 def summarize(name: str, run: Dict[str, Any]) -> Dict[str, Any]:
+    """One scenario's row: what the server counted and what the clients saw."""
     records, stats = run["records"], run["stats"]
     n = PROCESSES * THREADS
     oks = [r for r in records if r["ok"]]
@@ -300,6 +325,9 @@ def summarize(name: str, run: Dict[str, Any]) -> Dict[str, Any]:
     reasons = sorted({r["reason"] for r in records if not r["ok"]})
     return {
         "scenario": name,
+        "succeeded": len(oks),
+        "total": n,
+        "calls": calls,
         "success": f"{len(oks)}/{n}",
         "calls_per_request": calls / n,
         "429s": stats["throttled"],
@@ -323,7 +351,7 @@ def overhead(redis: RedisServer) -> Dict[str, float]:
     }
     acq: List[float] = []
     rel: List[float] = []
-    for i in range(5500):
+    for i in range(OVERHEAD_WARM_UP + OVERHEAD_CALLS):
         t0 = time.perf_counter()
         grant = fleet.acquire(KID, time_left=30.0)
         t1 = time.perf_counter()
@@ -333,7 +361,7 @@ def overhead(redis: RedisServer) -> Dict[str, float]:
         t3 = time.perf_counter()
         if grant.fallback or g2.fallback:
             raise RuntimeError("Redis failed during the overhead measurement")
-        if i >= 500:  # warm
+        if i >= OVERHEAD_WARM_UP:
             acq.append(t1 - t0)
             rel.append(t3 - t2)
     q = statistics.quantiles
@@ -344,12 +372,12 @@ def overhead(redis: RedisServer) -> Dict[str, float]:
 
 
 def sequential(base: str, fleet: Any) -> float:
-    """Seconds for 30 sequential requests to a plain 200 endpoint through `fleet`."""
+    """Seconds for SEQUENTIAL requests in a row to a plain 200 endpoint through `fleet`."""
     if DIRECT:
         plain = requests.Session()
         plain.post(base + "/plain", timeout=5)
         t0 = time.perf_counter()
-        for _ in range(30):
+        for _ in range(SEQUENTIAL):
             grant = fleet.acquire(KID, time_left=30.0) if fleet is not None else Grant()
             time.sleep(grant.wait)
             resp = plain.post(base + "/plain", timeout=5)
@@ -358,13 +386,13 @@ def sequential(base: str, fleet: Any) -> float:
         return time.perf_counter() - t0
     session = SumeSession(API_KEY, base_url=base, fleet=fleet)  # new sessions: both connect once
     t0 = time.perf_counter()
-    for _ in range(30):
+    for _ in range(SEQUENTIAL):
         session.post(base + "/plain")
     return time.perf_counter() - t0
 
 
 def redis_down(base: str, redis: RedisServer) -> Dict[str, float]:
-    """30 sequential requests: no fleet, RedisFleet on a closed port, RedisFleet on a stalled Redis."""
+    """SEQUENTIAL requests: no fleet, RedisFleet on a closed port, RedisFleet on a stalled Redis."""
     from tests.contrib.redis_server import free_port
 
     out = {"no_fleet_s": min(sequential(base, None) for _ in range(3))}
@@ -386,15 +414,32 @@ def redis_down(base: str, redis: RedisServer) -> Dict[str, float]:
 # -- main ----------------------------------------------------------------------------------------------
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """Run every scenario, the overhead and the Redis-down costs; print (and optionally write) the report."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", default=None, help="also write the results (markdown) here")
-    parser.add_argument("--only", default=None, help="comma-separated scenario names")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="write benchmarks/RESULTS-fleet-redis.md and benchmarks/results/fleet_redis.json",
+    )
+    parser.add_argument("--only", default=None, help="comma-separated scenario ids, kinds or labels")
     parser.add_argument("--direct", action="store_true",
                         help="drive the fleets by hand (acquire, sleep, send, release), not by SumeSession")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    # A partial or different run must never replace the committed figures.
+    if args.write and args.only:
+        parser.error("--write needs every scenario; drop --only (or use --out FILE)")
+    if args.write and args.direct:
+        parser.error("--write records the SumeSession run; drop --direct (or use --out FILE)")
     global DIRECT
     DIRECT = args.direct
+    scenarios = list(SCENARIOS)
+    if args.only:
+        wanted = set(args.only.split(","))
+        scenarios = [s for s in scenarios if wanted & {s[0], s[1], s[2]}]
+        if not scenarios:
+            parser.error(f"--only {args.only!r} names no scenario; ids: {', '.join(s[0] for s in SCENARIOS)}")
     redis = RedisServer.find()
     if redis is None:
         sys.exit("redis-server not found (apt-get install redis-server)")
@@ -403,47 +448,107 @@ def main() -> None:
     server = ctx.Process(target=quota_server, args=(writer, 900.0), daemon=True)
     server.start()
     base = f"http://127.0.0.1:{reader.recv()}"
-    scenarios = [
-        ("no fleet", "none", None),
-        ("LocalFleet per process (learned)", "local", None),
-        ("LocalFleet per process (10/s burst 10)", "local-configured", None),
-        ("RedisFleet configured (10/s burst 10)", "redis-configured", None),
-        ("RedisFleet learned", "redis", None),
-        ("RedisFleet configured, Redis killed at 1 s", "redis-configured", 1.0),
-        ("RedisFleet learned, Redis killed at 1 s", "redis", 1.0),
-        ("RedisFleet learned, Redis killed at 0.1 s (mid slow start)", "redis", 0.1),
-    ]
-    if args.only:
-        wanted = set(args.only.split(","))
-        scenarios = [s for s in scenarios if s[1] in wanted or s[0] in wanted]
     rows = []
-    with redis:
-        for name, kind, kill in scenarios:
-            row = summarize(name, herd(kind, base, redis, kill))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        over = overhead(redis)
-        print(json.dumps(over), flush=True)
-        down = redis_down(base, redis)
-        print(json.dumps(down), flush=True)
+    try:
+        with redis:
+            for sid, label, kind, kill in scenarios:
+                row = summarize(label, herd(kind, base, redis, kill))
+                row.update(id=sid, kind=kind, redis_killed_at_s=kill)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            over = overhead(redis)
+            print(json.dumps(over), flush=True)
+            down = redis_down(base, redis)
+            print(json.dumps(down), flush=True)
+    finally:
+        server.terminate()
     report = render(rows, over, down)
     print(report)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
+    targets = [args.out] if args.out else []
+    if args.write:
+        targets.append(os.path.join(HERE, "RESULTS-fleet-redis.md"))
+    for target in targets:
+        with open(target, "w", encoding="utf-8") as fh:
             fh.write(report)
-    server.terminate()
+        print(f"wrote {os.path.relpath(target, ROOT)}")
+    if args.write:
+        _results.write("fleet_redis", figures(rows, over, down))
+
+
+def _sig(value: float) -> float:
+    """``value`` to 4 significant digits: what a loopback run can tell apart."""
+    return float(f"{value:.4g}")
+
+
+def figures(rows: List[Dict[str, Any]], over: Dict[str, float], down: Dict[str, float]) -> Dict[str, Any]:
+    """Everything ``--write`` records: the set-up, each scenario by id, the overhead, Redis down."""
+    default_timeout = inspect.signature(RedisFleet).parameters["timeout"].default
+    scenarios = {
+        r["id"]: {
+            "label": r["scenario"],
+            "fleet": r["kind"],
+            "redis_killed_at_s": r["redis_killed_at_s"],
+            "succeeded": r["succeeded"],
+            "total": r["total"],
+            "calls": r["calls"],
+            "calls_per_request": _sig(r["calls_per_request"]),
+            "429s": r["429s"],
+            "last_success_s": None if math.isnan(r["last_success"]) else _sig(r["last_success"]),
+            "executed_twice": r["executed_twice"],
+            "fallbacks": r["fallbacks"],
+            "failed_redis_calls": r["redis_errors"],
+            "gave_up": "" if r["gave_up"] == "-" else r["gave_up"],
+        }
+        for r in rows
+    }
+    return {
+        "processes": PROCESSES,
+        "threads": THREADS,
+        "requests": PROCESSES * THREADS,
+        "quota": {"rate_per_s": RATE, "burst": BURST, "window_s": BURST / RATE,
+                  "policy_header": f"{BURST};w={BURST / RATE:g}"},
+        "request_max_elapsed_s": DEADLINE,
+        "scenario_order": [r["id"] for r in rows],
+        "scenarios": scenarios,
+        "executed_twice_total": sum(r["executed_twice"] for r in rows),
+        "redis_round_trip": {
+            "calls": OVERHEAD_CALLS,
+            "warm_up_calls": OVERHEAD_WARM_UP,
+            "acquire_p50_ms": _sig(over["acquire_p50_ms"]),
+            "acquire_p99_ms": _sig(over["acquire_p99_ms"]),
+            "release_p50_ms": _sig(over["release_p50_ms"]),
+            "release_p99_ms": _sig(over["release_p99_ms"]),
+        },
+        "redis_down": {
+            "sequential_requests": SEQUENTIAL,
+            "redis_timeout_ms": _sig(default_timeout * 1e3),
+            "no_fleet_s": _sig(down["no_fleet_s"]),
+            "closed_port": {
+                "seconds": _sig(down["closed_port_s"]),
+                "extra_s": _sig(down["closed_port_s"] - down["no_fleet_s"]),
+                "fallbacks": int(down["closed_port_fallbacks"]),
+            },
+            "stalled": {
+                "seconds": _sig(down["stalled_s"]),
+                "extra_s": _sig(down["stalled_s"] - down["no_fleet_s"]),
+                "fallbacks": int(down["stalled_fallbacks"]),
+                "timed_out_calls": int(down["stalled_redis_calls_failed"]),
+            },
+        },
+    }
 
 
 def render(rows: List[Dict[str, Any]], over: Dict[str, float], down: Dict[str, float]) -> str:
+    """The markdown report."""
     lines = [
-        "# RedisFleet: 6 processes x 10 threads against one quota (10 req/s, burst 10)",
+        f"# RedisFleet: {PROCESSES} processes x {THREADS} threads against one quota "
+        f"({RATE:g} req/s, burst {BURST})",
         "",
-        f"`python benchmarks/fleet_redis.py{' --direct' if DIRECT else ''}` on {os.cpu_count()} CPUs; "
-        "quota server in its own process;",
-        "each request: 30 s, at most 7 attempts, Retry-After + random spread before a retry "
-        "(own loop)." if DIRECT else
-        "each request: one `SumeSession(fleet=...).post` with `Policy(max_elapsed=30)`, one session per "
-        "thread, one fleet object per process.",
+        f"`{_results.command_line()}` on {os.cpu_count()} CPUs; quota server in its own process;",
+        f"each request: {DEADLINE:g} s, at most {MAX_ATTEMPTS} attempts, Retry-After + random spread "
+        "before a retry (own loop)." if DIRECT else
+        f"each request: one `SumeSession(fleet=...).post` with `Policy(max_elapsed={DEADLINE:g})`, "
+        "one session per thread, one fleet object per process.",
         "",
         "| scenario | success | calls/request | 429s | last success (s) | fallbacks | failed Redis calls "
         "| executed twice | gave up |",
@@ -457,13 +562,18 @@ def render(rows: List[Dict[str, Any]], over: Dict[str, float], down: Dict[str, f
         )
     lines += [
         "",
-        "Overhead per call on loopback (5000 calls, after 500 warm-up):",
+        "Each RedisFleet worker opens its connections (one per thread) before the herd, as a "
+        "long-running worker has them open; a cold pool under CPU contention can hit the "
+        f"{inspect.signature(RedisFleet).parameters['timeout'].default * 1e3:g} ms default timeout "
+        "at the start and pace locally for a second (`timeout=` raises it).",
+        "",
+        f"Overhead per call on loopback ({OVERHEAD_CALLS} calls, after {OVERHEAD_WARM_UP} warm-up):",
         "",
         f"- acquire (one EVALSHA): p50 {over['acquire_p50_ms']:.3f} ms, p99 {over['acquire_p99_ms']:.3f} ms",
         f"- release with RateLimit headers (one EVALSHA): p50 {over['release_p50_ms']:.3f} ms, "
         f"p99 {over['release_p99_ms']:.3f} ms",
         "",
-        "30 sequential requests with Redis down:",
+        f"{SEQUENTIAL} sequential requests with Redis down:",
         "",
         f"- no fleet: {down['no_fleet_s']:.3f} s",
         f"- RedisFleet, Redis port closed: {down['closed_port_s']:.3f} s "

@@ -13,8 +13,9 @@ process-wide fleet starts knowing nothing: 60 threads share one default
 at the same instant. "paced" is ``SumeSession(key)``; "unpaced" is
 ``SumeSession(key, fleet=None)``.
 
-Run ``python benchmarks/herd.py`` (``--write`` to regenerate
-``benchmarks/RESULTS-herd.md``). Bounded: every process is killed after 150 s.
+Run ``python benchmarks/herd.py`` (``--write`` to regenerate ``benchmarks/RESULTS-herd.md``
+and ``benchmarks/results/herd.json``, both header sets in one file). Bounded: every process
+is killed after 150 s.
 """
 
 from __future__ import annotations
@@ -30,14 +31,20 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import _results  # noqa: E402
+
 THREADS = 60
 RATE, BURST = 10.0, 10
+TARGETS = {"succeeded": THREADS, "max_calls_per_request": 1.5, "max_last_success_s": 9.0}
 API_KEY = "sk_herd_benchmark_key"
 LIMIT = 150.0  # seconds any child process may live
+PACED, UNPACED = "paced (default SumeSession)", "unpaced (fleet=None)"
 
 # ------------------------------------------------------------------------------- server
 
@@ -274,21 +281,76 @@ def table(columns: Dict[str, Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def targets(paced: Dict[str, Any]) -> List[str]:
-    """The issue's targets for the paced column."""
-    checks = [
-        (paced["succeeded"] == THREADS, f"{paced['succeeded']}/60 succeed (target 60/60)"),
+def checks(paced: Dict[str, Any]) -> List[Tuple[bool, str]]:
+    """The issue's targets for the paced column: (met, what) each."""
+    return [
         (
-            paced["calls_per_request"] <= 1.5,
-            f"{paced['calls_per_request']:.2f} calls per request (target <= 1.5)",
+            paced["succeeded"] == TARGETS["succeeded"],
+            f"{paced['succeeded']}/{THREADS} succeed (target {TARGETS['succeeded']}/{THREADS})",
         ),
-        (paced["last_success"] <= 9.0, f"last success {paced['last_success']:.2f} s (target <= 9 s)"),
+        (
+            paced["calls_per_request"] <= TARGETS["max_calls_per_request"],
+            f"{paced['calls_per_request']:.2f} calls per request"
+            f" (target <= {TARGETS['max_calls_per_request']:g})",
+        ),
+        (
+            paced["last_success"] <= TARGETS["max_last_success_s"],
+            f"last success {paced['last_success']:.2f} s (target <= {TARGETS['max_last_success_s']:g} s)",
+        ),
         (
             paced["executed_once"] and paced["same_key_every_attempt"],
             "every job executed exactly once, same key",
         ),
     ]
-    return [f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in checks]
+
+
+def targets(paced: Dict[str, Any]) -> List[str]:
+    """The issue's targets for the paced column, as the report's lines."""
+    return [f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in checks(paced)]
+
+
+def _sig(value: float) -> float:
+    """``value`` to 4 significant digits: what a loopback run can tell apart."""
+    return float(f"{value:.4g}")
+
+
+def column_figures(column: Dict[str, Any]) -> Dict[str, Any]:
+    """One column for ``results/herd.json``: counts as counted, seconds and ratios to 4 digits."""
+    return {
+        "succeeded": column["succeeded"],
+        "total": column["requests"],
+        "calls": column["calls"],
+        "calls_per_request": _sig(column["calls_per_request"]),
+        "429s": column["throttled"],
+        "last_success_s": _sig(column["last_success"]),
+        "server_last_success_s": _sig(column["server_last_success"]),
+        "last_request_ended_s": _sig(column["end"]),
+        "executed_once": column["executed_once"],
+        "same_key_every_attempt": column["same_key_every_attempt"],
+        "distinct_keys": column["distinct_keys"],
+        "gave_up_reason": column["gave_up_reason"],
+    }
+
+
+def figures(runs: Dict[bool, Dict[str, Dict[str, Any]]]) -> Dict[str, Any]:
+    """Everything ``--write`` records: the scenario, then both header sets with both columns each."""
+    window = BURST / RATE
+    out: Dict[str, Any] = {
+        "processes": 1,
+        "threads": THREADS,
+        "quota": {"rate_per_s": RATE, "burst": BURST, "window_s": window},
+        "targets": dict(TARGETS),
+        "runs": {},
+    }
+    for policy, columns in runs.items():
+        out["runs"]["ratelimit_policy" if policy else "ratelimit"] = {
+            "policy_sent": policy,
+            "policy_header": f"{BURST};w={window:g}" if policy else None,
+            "paced": column_figures(columns[PACED]),
+            "unpaced": column_figures(columns[UNPACED]),
+            "paced_targets_met": all(ok for ok, _ in checks(columns[PACED])),
+        }
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -297,9 +359,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--paced", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--policy", action="store_true", help="also send RateLimit-Policy: 10;w=1")
-    parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS-herd.md")
+    parser.add_argument("--policy", action="store_true", help=argparse.SUPPRESS)  # server: RateLimit-Policy
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="write benchmarks/RESULTS-herd.md and benchmarks/results/herd.json",
+    )
     args = parser.parse_args(argv)
+    internal = args.serve or args.client is not None or args.paced
+    if args.write and internal:
+        parser.error("--write is for the full report, not a --serve or --client process")
+    if args.policy and not args.serve:
+        # The report always runs both header sets; an ignored flag would look like a partial run.
+        parser.error("--policy is for the --serve process; the report runs with and without it")
     if args.serve:
         serve(args.policy)
         return 0
@@ -308,16 +380,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
 
     sections = []
+    runs: Dict[bool, Dict[str, Dict[str, Any]]] = {}
     for policy in (False, True):
         headers = "RateLimit-Limit/Remaining/Reset" + (" + RateLimit-Policy: 10;w=1" if policy else "")
         columns = {
-            "paced (default SumeSession)": run(paced=True, policy=policy),
-            "unpaced (fleet=None)": run(paced=False, policy=policy),
+            PACED: run(paced=True, policy=policy),
+            UNPACED: run(paced=False, policy=policy),
         }
+        runs[policy] = columns
         report = table(columns)
-        checks = "\n".join(targets(columns["paced (default SumeSession)"]))
-        reason = columns["unpaced (fleet=None)"]["gave_up_reason"]
-        section = f"### Replies carry {headers}\n\n{report}\n\nTargets (paced):\n\n{checks}\n"
+        lines = "\n".join(targets(columns[PACED]))
+        reason = columns[UNPACED]["gave_up_reason"]
+        section = f"### Replies carry {headers}\n\n{report}\n\nTargets (paced):\n\n{lines}\n"
         if reason:
             section += f'\nAn unpaced request that gave up: "{reason}"\n'
         print(section)
@@ -326,6 +400,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(os.path.join(HERE, "RESULTS-herd.md"), "w", encoding="utf-8") as f:
             f.write(_page("\n".join(sections)))
         print("wrote benchmarks/RESULTS-herd.md")
+        _results.write("herd", figures(runs))
     return 0
 
 
