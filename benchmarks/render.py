@@ -18,6 +18,7 @@ import difflib
 import os
 import re
 import sys
+import textwrap
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,6 +86,24 @@ def percent(fraction: float) -> str:
 def thousands(n: int) -> str:
     """``16,000``."""
     return f"{n:,}"
+
+
+_MARKDOWN_START = re.compile(r"^([-+*>#|]|\d+[.)])( |$)")
+
+
+def wrap(text: str, indent: str = "") -> str:
+    """``text`` filled to the README's width; no line may start like a Markdown list, quote or table."""
+    for width in range(95, 120):
+        lines = textwrap.wrap(
+            " ".join(text.split()),
+            width,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        if not any(_MARKDOWN_START.match(line.strip()) for line in lines[1:]):
+            return "\n".join(lines)
+    raise ValueError(f"cannot wrap without a line that reads as Markdown: {text[:60]!r}...")
 
 
 def by_id(rows: Iterable[Mapping[str, Any]], key: str = "id") -> Dict[str, Mapping[str, Any]]:
@@ -161,19 +180,18 @@ def faults_line(results: Results) -> str:
     doc = results["faults"]
     f = doc["figures"]
     retry_after = f["scenarios"]["test_every_retry_after_through_the_session_is_honoured_ignored_or_refused"]
-    return " ".join(
-        [
-            f"- **Faults tried: {f['cases']} cases** ({command(doc)} runs `{f['suite']}` and counts",
-            f"them: {f['passed']} passed, {f['skipped']} skipped, {f['failed']} failed).",
-            "Connections dropped before the headers, after them and mid-body (Content-Length, chunked,",
-            "gzip), read timeouts, keep-alive connections closed between attempts, 20 MB and 100 MB",
-            "error bodies, malformed JSON bodies, JSON under the wrong Content-Type, a gzip bomb (48 KB",
-            f"inflating to 50 MB) and {retry_after} Retry-After values, valid and garbage. Every one ends",
-            "in a clear outcome: an intact response or requests' own exception (a broken error body",
-            "raises `ChunkedEncodingError` exactly as without the peek). None hangs beyond `max_elapsed`",
-            "+ one timeout, no connection is leaked, and a request that is not replay-safe is never sent",
-            "twice once it may have reached the server.",
-        ]
+    return wrap(
+        f"""- **Faults tried: {f['cases']} cases** ({command(doc)} runs `{f['suite']}` and counts
+        them: {f['passed']} passed, {f['skipped']} skipped, {f['failed']} failed). Connections dropped
+        before the headers, after them and mid-body (Content-Length, chunked, gzip), read timeouts,
+        keep-alive connections closed between attempts, 20 MB and 100 MB error bodies, malformed JSON
+        bodies, JSON under the wrong Content-Type, a gzip bomb (48 KB inflating to 50 MB) and
+        {retry_after} Retry-After values, valid and garbage. Every one ends in a clear outcome: an
+        intact response or requests' own exception (a broken error body raises
+        `ChunkedEncodingError` exactly as without the peek). None hangs beyond `max_elapsed` plus
+        one timeout, no connection is leaked, and a request that is not replay-safe is never sent
+        twice once it may have reached the server.""",
+        indent="  ",
     )
 
 
