@@ -43,8 +43,8 @@ Modelling choices:
   4 * 2**retries))`` (still bounded by ``max_elapsed``).
 
 Run ``python benchmarks/fleet.py`` (``--quick`` for a smaller run, ``--write``
-to regenerate ``benchmarks/RESULTS-fleet.md``); it also draws
-``benchmarks/fleet.png`` when matplotlib is installed.
+to regenerate ``benchmarks/RESULTS-fleet.md`` and ``benchmarks/results/fleet.json``);
+it also draws ``benchmarks/fleet.png`` when matplotlib is installed.
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _results
 from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
@@ -123,6 +125,17 @@ class TokenBucketServer:
         headers["Retry-After"] = wait
         return 429, headers
 
+    def params(self) -> Dict[str, Any]:
+        """What the server is, for the results file (``retry_after`` None: until the next token)."""
+        return {
+            "kind": "token_bucket",
+            "rate_per_s": _sig(self.rate),
+            "burst": _sig(self.burst),
+            "retry_after": self.retry_after,
+            "ratelimit_headers": self.ratelimit,
+            "ratelimit_policy_header": self.policy,
+        }
+
 
 class OutageServer:
     """503 without Retry-After until ``until``, then 200."""
@@ -134,6 +147,10 @@ class OutageServer:
         """Answer one call at virtual time ``now``."""
         return (503, {}) if now < self.until else (200, {})
 
+    def params(self) -> Dict[str, Any]:
+        """What the server is, for the results file (``until_s`` None: the outage never ends)."""
+        return {"kind": "outage", "status": 503, "until_s": None if math.isinf(self.until) else self.until}
+
 
 class FlakyServer:
     """Each call independently fails with 503 (no Retry-After) with probability ``p``."""
@@ -144,6 +161,10 @@ class FlakyServer:
     def call(self, now: float) -> Answer:
         """Answer one call at virtual time ``now``."""
         return (503, {}) if self.rng.random() < self.p else (200, {})
+
+    def params(self) -> Dict[str, Any]:
+        """What the server is, for the results file."""
+        return {"kind": "flaky", "status": 503, "error_probability": self.p}
 
 
 # ------------------------------------------------------------------------ strategies
@@ -278,11 +299,15 @@ class _FakeResponse:
         return False
 
 
+#: The urllib3 row's ``Retry`` arguments.
+URLLIB3_RETRY: Dict[str, Any] = {"total": 6, "backoff_factor": 1, "status_forcelist": (429, 503)}
+
+
 class Urllib3Client(Client):
     """What ``urllib3.connectionpool.urlopen`` does with ``Retry(total=6, backoff_factor=1, ...)``."""
 
     def __init__(self) -> None:
-        self.retry: Retry = _RecordingRetry(total=6, backoff_factor=1, status_forcelist=(429, 503))
+        self.retry: Retry = _RecordingRetry(**URLLIB3_RETRY)
 
     def on_failure(self, status: int, retry_after: Optional[str], now: float) -> Optional[float]:
         response = _FakeResponse(status, retry_after)
@@ -320,10 +345,12 @@ Build = Callable[[Clock, random.Random, "Scenario"], Optional[Callable[[float], 
 class Strategy:
     """A named way to build one client per logical request, sharing state per run.
 
+    ``key`` names the row in ``results/fleet.json`` (stable, unlike the label ``name``);
     ``build`` returns None when the strategy does not apply to a scenario (a configured
     quota where the server has none).
     """
 
+    key: str
     name: str
     build: Build
 
@@ -391,22 +418,24 @@ def _processes(procs: int, configured: bool = False, divide: int = 1) -> Build:
 SPREAD = 4.0
 
 STRATEGIES: Tuple[Strategy, ...] = (
-    Strategy("sume default (budget)", _sume(Policy(), budget=True)),
-    Strategy("sume, no budget", _sume(Policy(), budget=False)),
-    Strategy("sume, full jitter (budget)", _sume(Policy(jitter=(0.0, 1.0)), budget=True)),
+    Strategy("budget", "sume default (budget)", _sume(Policy(), budget=True)),
+    Strategy("no_budget", "sume, no budget", _sume(Policy(), budget=False)),
+    Strategy("full_jitter", "sume, full jitter (budget)", _sume(Policy(jitter=(0.0, 1.0)), budget=True)),
     Strategy(
+        "retry_after_jitter",
         "sume, Retry-After +U(0, 50%), no budget",
         _sume(Policy(retry_after_jitter=0.5), budget=False),
     ),
     Strategy(
+        "urllib3",
         "urllib3 Retry(total=6, backoff_factor=1)",
         lambda clock, rng, scenario: lambda start: Urllib3Client(),
     ),
-    Strategy("naive fixed 1 s x6", lambda clock, rng, scenario: lambda start: NaiveClient()),
-    Strategy("fleet: shared LocalFleet, pace learned", _fleet()),
-    Strategy("fleet: shared LocalFleet(rate=quota)", _fleet(configured=True)),
-    Strategy("alone: own LocalFleet + budget each", _alone()),
-    Strategy(f"alone, Policy(retry_after_spread={SPREAD:g})", _alone(SPREAD)),
+    Strategy("naive", "naive fixed 1 s x6", lambda clock, rng, scenario: lambda start: NaiveClient()),
+    Strategy("fleet_learned", "fleet: shared LocalFleet, pace learned", _fleet()),
+    Strategy("fleet_configured", "fleet: shared LocalFleet(rate=quota)", _fleet(configured=True)),
+    Strategy("alone", "alone: own LocalFleet + budget each", _alone()),
+    Strategy("alone_spread", f"alone, Policy(retry_after_spread={SPREAD:g})", _alone(SPREAD)),
 )
 LEARNED, CONFIGURED, ALONE, SPREAD_ROW = (s.name for s in STRATEGIES[6:10])
 
@@ -414,11 +443,20 @@ LEARNED, CONFIGURED, ALONE, SPREAD_ROW = (s.name for s in STRATEGIES[6:10])
 PROCS, THREADS = 50, 10
 STORE = "one shared store (RedisFleet's state)"
 PROCESS_STRATEGIES: Tuple[Strategy, ...] = (
-    Strategy(f"{STORE}, pace learned", _fleet()),
-    Strategy(f"{STORE}, rate=quota", _fleet(configured=True)),
-    Strategy(f"{PROCS} processes, own LocalFleet + budget each, pace learned", _processes(PROCS)),
-    Strategy(f"{PROCS} processes, own LocalFleet(rate=quota) each", _processes(PROCS, configured=True)),
+    Strategy("store_learned", f"{STORE}, pace learned", _fleet()),
+    Strategy("store_configured", f"{STORE}, rate=quota", _fleet(configured=True)),
     Strategy(
+        "processes_learned",
+        f"{PROCS} processes, own LocalFleet + budget each, pace learned",
+        _processes(PROCS),
+    ),
+    Strategy(
+        "processes_configured",
+        f"{PROCS} processes, own LocalFleet(rate=quota) each",
+        _processes(PROCS, configured=True),
+    ),
+    Strategy(
+        "processes_divided",
         f"{PROCS} processes, own LocalFleet(rate=quota/{PROCS}) each",
         _processes(PROCS, configured=True, divide=PROCS),
     ),
@@ -434,7 +472,9 @@ class Scenario:
     ``latency`` is seconds from sending a call to reading its answer; ``workers`` turns
     the arrivals into a queue of jobs taken by that many workers, each starting its
     next job when the last one ends; ``quota`` is what a user would configure;
-    ``strategies`` are the rows this scenario runs (None: ``STRATEGIES``).
+    ``strategies`` are the rows this scenario runs (None: ``STRATEGIES``). ``rate`` (arrivals
+    per second, None: all at t=0) and ``procs`` (the clients' processes) only describe the
+    scenario in the results file.
     """
 
     key: str
@@ -445,11 +485,18 @@ class Scenario:
     workers: Optional[int] = None
     quota: Optional[str] = None
     strategies: Optional[Tuple[Strategy, ...]] = None
+    rate: Optional[float] = None
+    procs: Optional[int] = None
 
 
 def steady(rate: float, seconds: float) -> List[float]:
     """``rate`` arrivals per second, evenly spaced, for ``seconds``."""
     return [i / rate for i in range(int(rate * seconds))]
+
+
+def ideal_herd(clients: int, rate: float, burst: float) -> Tuple[float, float]:
+    """When the last of ``clients`` posting at t=0 can succeed at one call each: with the burst, without."""
+    return max(clients - burst, 0.0) / rate, clients / rate
 
 
 def scenarios(quick: bool) -> List[Scenario]:
@@ -458,7 +505,8 @@ def scenarios(quick: bool) -> List[Scenario]:
     secs = 20.0 if quick else 60.0
     jobs = 100
     threads = 2 if quick else THREADS
-    ideal = f"ideal: 1 call each, done by {(herd - 20) / 20:g} s with the burst, {herd / 20:g} s without"
+    best, worst = ideal_herd(herd, 20.0, 20.0)
+    ideal = f"ideal: 1 call each, done by {best:g} s with the burst, {worst:g} s without"
     return [
         Scenario(
             "a",
@@ -488,24 +536,28 @@ def scenarios(quick: bool) -> List[Scenario]:
             f"total outage: every call 503, 50 req/s for {secs:g} s",
             steady(50, secs),
             lambda rng: OutageServer(),
+            rate=50,
         ),
         Scenario(
             "b200",
             f"total outage: every call 503, 200 req/s for {secs:g} s",
             steady(200, secs),
             lambda rng: OutageServer(),
+            rate=200,
         ),
         Scenario(
             "c",
             f"5% random 503s, 50 req/s for {secs:g} s",
             steady(50, secs),
             lambda rng: FlakyServer(0.05, rng),
+            rate=50,
         ),
         Scenario(
             "d",
             f"outage then recovery: 503 for {secs:g} s, 50 req/s for {2 * secs:g} s",
             steady(50, 2 * secs),
             lambda rng: OutageServer(until=secs),
+            rate=50,
         ),
         Scenario(
             "e",
@@ -525,6 +577,7 @@ def scenarios(quick: bool) -> List[Scenario]:
             lambda rng: TokenBucketServer(ratelimit=True),
             quota="20/s",
             strategies=PROCESS_STRATEGIES,
+            procs=PROCS,
         ),
     ]
 
@@ -547,6 +600,7 @@ class Result:
     throttled: int = 0
     refused: int = 0
     last_success: float = 0.0
+    key: str = ""  # the strategy's key
 
     @property
     def amplification(self) -> float:
@@ -656,6 +710,7 @@ def simulate(scenario: Scenario, strategy: Strategy, seed: int = SEED) -> Option
         throttled,
         refused,
         last_success,
+        strategy.key,
     )
 
 
@@ -791,6 +846,74 @@ def _process_checks(by: Dict[Tuple[str, str], Result]) -> List[str]:
     ]
 
 
+def _sig(x: float) -> float:
+    """``x`` to 4 significant digits: the results file stays stable and readable."""
+    return float(f"{x:.4g}")
+
+
+def row_figures(r: Result) -> Dict[str, Any]:
+    """One strategy's row of a scenario, as the results file records it."""
+    return {
+        "strategy": r.key,
+        "label": r.strategy,
+        "server_calls": r.calls,
+        "calls_per_request": _sig(r.amplification),
+        "successes": r.successes,
+        "success_fraction": _sig(r.success_rate),
+        "responses_429": r.throttled,
+        "refused_unsent": r.refused,
+        "gave_up_after_sending": r.gave_up_after_sending,
+        "last_success_s": _sig(r.last_success),
+        "completion_s": _sig(r.completion),
+        "peak_calls_per_100ms": r.peak_100ms,
+    }
+
+
+def scenario_figures(scenario: Scenario, results: List[Result]) -> Dict[str, Any]:
+    """One scenario's parameters and its rows, in the order the table prints them."""
+    model = scenario.server(random.Random(0))
+    server: Dict[str, Any] = model.params()
+    clients = len(scenario.arrivals)
+    at_once = scenario.rate is None
+    ideal: Optional[Dict[str, Any]] = None
+    if at_once and isinstance(model, TokenBucketServer):
+        best, worst = ideal_herd(clients, model.rate, model.burst)
+        ideal = {
+            "calls_per_request": 1,
+            "last_success_s_with_burst": _sig(best),
+            "last_success_s_without_burst": _sig(worst),
+        }
+    return {
+        "key": scenario.key,
+        "title": scenario.title,
+        "logical_requests": clients,
+        "arrivals": "all at t=0" if at_once else "steady",
+        "arrival_rate_per_s": scenario.rate,
+        "arrival_seconds": None if at_once or not scenario.rate else _sig(clients / scenario.rate),
+        "workers": scenario.workers,
+        "processes": scenario.procs,
+        "threads_per_process": clients // scenario.procs if scenario.procs else None,
+        "latency_s": scenario.latency,
+        "quota": scenario.quota,
+        "server": server,
+        "ideal": ideal,
+        "rows": [row_figures(r) for r in results if r.scenario == scenario.key],
+    }
+
+
+def figures(scens: List[Scenario], results: List[Result], targets: List[str], seed: int) -> Dict[str, Any]:
+    """Everything ``--write`` records in ``results/fleet.json``: every scenario, every row, the checks."""
+    policy = Policy()
+    return {
+        "seed": seed,
+        "policy_defaults": {"max_retries": policy.max_retries, "max_elapsed_s": policy.max_elapsed},
+        "retry_after_spread": SPREAD,
+        "urllib3_retry": {**URLLIB3_RETRY, "status_forcelist": list(URLLIB3_RETRY["status_forcelist"])},
+        "scenarios": [scenario_figures(s, results) for s in scens],
+        "checks": targets,
+    }
+
+
 def plot(results: List[Result], titles: Dict[str, str], path: str) -> bool:
     """Server calls per second over time, one panel per scenario; False without matplotlib."""
     try:
@@ -825,10 +948,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run every scenario with every strategy, print the table and the checks."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smaller scenarios")
-    parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS-fleet.md")
+    parser.add_argument(
+        "--write",
+        action="store_true",
+        help="write benchmarks/RESULTS-fleet.md and benchmarks/results/fleet.json",
+    )
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
+    if args.write and args.quick:
+        parser.error("--write records the full run: not with --quick")
 
     started = time.perf_counter()
     scens = scenarios(args.quick)
@@ -838,7 +967,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     took = time.perf_counter() - started
 
     report = table(results, titles)
-    targets = "\n".join(checks(results))
+    verdicts = checks(results)
+    targets = "\n".join(verdicts)
     print(report)
     print("\nTargets:\n" + targets)
     print(f"\n(simulated in {took:.1f}s of real time, seed {args.seed})")
@@ -852,11 +982,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(os.path.join(HERE, "RESULTS-fleet.md"), "w", encoding="utf-8") as f:
             f.write(_results_page(report, targets, args))
         print("wrote benchmarks/RESULTS-fleet.md")
+        command = None if argv is None else _results.command_line(["fleet.py", *argv])
+        _results.write("fleet", figures(scens, results, verdicts, args.seed), command)
     return 0
 
 
 def _results_page(report: str, targets: str, args: argparse.Namespace) -> str:
-    command = "python benchmarks/fleet.py --write" + (" --quick" if args.quick else "")
+    command = "python benchmarks/fleet.py --write"
     if args.seed != SEED:
         command += f" --seed {args.seed}"
     return f"""# Fleet simulation: retry cost on the server
