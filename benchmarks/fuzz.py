@@ -14,7 +14,8 @@ and mutations (bit flips, splices, truncations, token insertions) of valid envel
 Retry-After values and gzip/deflate bodies, including decompression bombs. With
 ``--atheris SECONDS`` and atheris installed, parse_envelope is also fuzzed coverage-guided.
 
-Run ``python benchmarks/fuzz.py`` (``--inputs`` to scale, ``--seed``). Exits 1 on any failure.
+Run ``python benchmarks/fuzz.py`` (``--inputs`` to scale, ``--seed``); ``--write`` records the
+default run in ``benchmarks/results/fuzz.json``. Exits 1 (and writes nothing) on any failure.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from collections import Counter
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared _results
+
+import _results
 
 from sume_urllib3._envelope import ErrorEnvelope, parse_envelope
 from sume_urllib3._policy import Policy, Rule, Verdict
@@ -86,6 +90,8 @@ TOKENS = [
     b"\r\n",
     b"\xe2\x80\xae",
 ]
+INPUTS = 120_000
+SEED = 20240611
 TEXT_ALPHABET = "0123456789+-. ,:;GMTWedSunJanOctxyz\t\u00a0\u0663\uff15\u2003e_"
 
 
@@ -467,14 +473,44 @@ def run_atheris(seconds: int) -> str:
     return f"atheris ran {seconds} s"  # pragma: no cover - Fuzz() exits the process
 
 
+def figures(targets: List[Target], seed: int, wall: float) -> Dict[str, Any]:
+    """The results file's figures: totals, then inputs, exceptions and violations per target."""
+    return {
+        "seed": seed,
+        "inputs": sum(t.inputs for t in targets),
+        "exceptions": sum(sum(t.exceptions.values()) for t in targets),
+        "invariant_violations": sum(sum(t.violations.values()) for t in targets),
+        "wall_seconds": wall,
+        "targets": {
+            t.name: {
+                "inputs": t.inputs,
+                "exceptions": sum(t.exceptions.values()),
+                "invariant_violations": sum(t.violations.values()),
+                "call_seconds": t.seconds,
+            }
+            for t in targets
+        },
+    }
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=int, default=120_000, help="total generated inputs (>= 100,000)")
-    parser.add_argument("--seed", type=int, default=20240611)
+    """Fuzz every target, print the counts, write them with ``--write``."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--inputs", type=int, default=INPUTS, help="total generated inputs (>= 100,000)")
+    parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument(
         "--atheris", type=int, default=0, metavar="SECONDS", help="also run atheris this long"
     )
+    parser.add_argument("--write", action="store_true", help="write benchmarks/results/fuzz.json")
     args = parser.parse_args()
+    if args.write:
+        changed = [
+            f"--{name}"
+            for name in ("inputs", "seed", "atheris")
+            if getattr(args, name) != parser.get_default(name)
+        ]
+        if changed:
+            parser.error(f"--write records the committed figures: drop {', '.join(changed)}")
 
     started = time.perf_counter()
     targets = fuzz(args.inputs, args.seed)
@@ -497,7 +533,13 @@ def main() -> int:
     if args.atheris:
         print("\n" + run_atheris(args.atheris))
     print(f"\n**result:** {'FAIL' if failures else 'pass'}: {failures} failing inputs")
-    return 1 if failures else 0
+    if failures:
+        if args.write:
+            print("nothing written: a failed run is not a figure")
+        return 1
+    if args.write:
+        _results.write("fuzz", figures(targets, args.seed, wall))
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,13 +1,21 @@
 """Peak client memory while SumeRetry peeks at a 100 MB error body.
 
-The fake server runs in its own process, so its memory never counts. Each scenario runs in a
-fresh client process that measures its own peak RSS (``ru_maxrss``) after a warm-up request
-(baseline), after the request returns with ``stream=True`` (the peek, and for the 503 the drain
-of the retried body), and after streaming the whole body with ``iter_content``. The target is
-less than 2 MB over the baseline for the peek.
+The fake server runs in its own process, so its memory never counts, and it counts the
+requests each scenario's route received (the attempts, also for stock urllib3, which keeps
+no record of them). Each scenario runs in a fresh client process that measures its own peak
+RSS (``ru_maxrss``) after a warm-up request (baseline), after the request returns with
+``stream=True`` (the peek, and for a 503 the drain of the retried first body), and after
+streaming the whole body with ``iter_content``. The target is less than 2 MB over the
+baseline for the peek.
 
-Run ``python benchmarks/peek_memory.py`` (``--size`` to change the body size). Exits non-zero
-when a peek costs more than ``--budget-mb`` or a body does not arrive whole.
+How a retried body is drained depends on urllib3: its ``drain_conn`` reads the body whole
+up to 2.7 and in pieces from 2.8, so the stock 503 row is a per-version figure; SumeRetry
+drains a retried body itself, 64 KiB at a time, before urllib3's drain runs.
+
+Run ``python benchmarks/peek_memory.py`` (``--size`` to change the body size); ``--write``
+records the default run in ``benchmarks/results/peek_memory-urllib3-<version>.json``. Exits
+non-zero (and writes nothing) when a peek costs more than ``--budget-mb`` or a body does not
+arrive whole.
 """
 
 from __future__ import annotations
@@ -21,15 +29,20 @@ import sys
 import time
 from typing import Any, Dict, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+import _results  # noqa: E402
 
 MB = 1024 * 1024
+SIZE = 100_000_000
 
 SCENARIOS = {
     "402-plain": "SumeSession, 402 (not retried), Content-Length",
     "402-gzip-chunked": "SumeSession, 402 (not retried), gzip + chunked",
-    "503-gave-up": "SumeSession, 503 retried once, then given up (2 peeks + urllib3's drain of the first)",
+    "503-gave-up": "SumeSession, 503 retried once, then given up (2 peeks + SumeRetry's drain of the first)",
     "stock-402": "reference: stock HTTPAdapter, no SumeRetry, 402",
     "stock-503": "reference: stock urllib3 Retry(total=1, status_forcelist=[503]), 503",
 }
@@ -42,7 +55,10 @@ def maxrss_bytes() -> int:
 
 
 def serve(size: int) -> None:
-    """Server process: script the routes, print the URL, serve until stdin closes."""
+    """Server process: script the routes, print the URL, answer request counts until stdin closes.
+
+    Each line read is a path; the answer is one line, how many GETs that path received.
+    """
     from sume_urllib3.testing import FakeSume, Reply
 
     with FakeSume() as fake:
@@ -53,7 +69,8 @@ def serve(size: int) -> None:
         fake.script("GET", "/v1/stock-402", Reply.error(402, size=size))
         fake.script("GET", "/v1/stock-503", Reply.error(503, size=size))
         print(fake.url, flush=True)
-        sys.stdin.read()
+        for line in sys.stdin:
+            print(len(fake.requests_for("GET", line.strip())), flush=True)
 
 
 def client(url: str, scenario: str) -> None:
@@ -97,8 +114,8 @@ def client(url: str, scenario: str) -> None:
             {
                 "scenario": scenario,
                 "status": response.status_code,
-                "outcome": str(record.outcome) if record is not None else "-",
-                "attempts": record.attempts if record is not None else 1,
+                "outcome": record.outcome.value if record is not None else None,
+                "record_attempts": record.attempts if record is not None else None,
                 "baseline": baseline,
                 "peek": after_peek - baseline,
                 "stream": maxrss_bytes() - baseline,
@@ -112,9 +129,13 @@ def client(url: str, scenario: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=100_000_000, help="error body size in bytes")
+    """Run every scenario in its own client process, print the table, write it with ``--write``."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--size", type=int, default=SIZE, help="error body size in bytes")
     parser.add_argument("--budget-mb", type=float, default=2.0, help="most MB a peek may add")
+    parser.add_argument(
+        "--write", action="store_true", help="write benchmarks/results/peek_memory-urllib3-<version>.json"
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=2, metavar=("URL", "SCENARIO"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -124,11 +145,57 @@ def main() -> int:
     if args.client:
         client(*args.client)
         return 0
+    if args.write and args.size != SIZE:
+        parser.error(f"--write records the committed figures: drop --size (the default is {SIZE:,})")
 
+    results = measure(args.size)
+    failures = check(results, args.size, args.budget_mb * MB)
+    print(f"### Peek memory: {args.size / 1e6:.0f} MB error body, stream=True (client RSS only)\n")
+    print(f"Python {sys.version.split()[0]}, {_versions()}; server in a separate process.\n")
+    print(
+        "| scenario | status / outcome | attempts (server / record) | baseline RSS "
+        "| peak over baseline at response | peak after streaming all | bytes streamed "
+        "| time to response / to last byte |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        recorded = "-" if r["record_attempts"] is None else r["record_attempts"]
+        print(
+            f"| {SCENARIOS[r['scenario']]} | {r['status']} {r['outcome'] or '-'} "
+            f"| {r['server_attempts']} / {recorded} "
+            f"| {r['baseline'] / MB:.1f} MB | {r['peek'] / MB:.2f} MB | {r['stream'] / MB:.2f} MB "
+            f"| {r['bytes']:,} | {r['returned_s']:.2f} s / {r['streamed_s']:.2f} s |"
+        )
+    print()
+    print(
+        "**result:** "
+        + (
+            "FAIL: " + "; ".join(failures)
+            if failures
+            else f"pass (each peek, and SumeRetry's extra, < {args.budget_mb} MB)"
+        )
+    )
+    if failures:
+        if args.write:
+            print("nothing written: a failed run is not a figure")
+        return 1
+    if args.write:
+        import urllib3
+
+        version = urllib3.__version__  # type: ignore[attr-defined]
+        _results.write(f"peek_memory-urllib3-{version}", figures(results, args))
+    return 0
+
+
+def measure(size: int) -> List[Dict[str, Any]]:
+    """Serve ``size``-byte bodies from one process; run each scenario in a fresh client process.
+
+    Each result is the client's line plus ``server_attempts``, the GETs its route received.
+    """
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     me = os.path.abspath(__file__)
     server = subprocess.Popen(
-        [sys.executable, me, "--serve", "--size", str(args.size)],
+        [sys.executable, me, "--serve", "--size", str(size)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -148,50 +215,65 @@ def main() -> int:
                 check=True,
                 timeout=300,
             )
-            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            result: Dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+            # The client has exited, so every attempt it made is already recorded.
+            server.stdin.write(f"/v1/{scenario}\n")
+            server.stdin.flush()
+            result["server_attempts"] = int(server.stdout.readline())
+            results.append(result)
     finally:
         server.stdin.close()
         server.wait(10)
+    return results
 
+
+def check(results: List[Dict[str, Any]], size: int, budget: float) -> List[str]:
+    """What failed: a body not streamed whole, a peek over budget, SumeRetry costing more than stock."""
     failures = []
     by_name = {r["scenario"]: r for r in results}
-    print(f"### Peek memory: {args.size / 1e6:.0f} MB error body, stream=True (client RSS only)\n")
-    print(f"Python {sys.version.split()[0]}, {_versions()}; server in a separate process.\n")
-    print(
-        "| scenario | status / outcome | attempts | baseline RSS | peak over baseline at response "
-        "| peak after streaming all | bytes streamed | time to response / to last byte |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        print(
-            f"| {SCENARIOS[r['scenario']]} | {r['status']} {r['outcome']} | {r['attempts']} "
-            f"| {r['baseline'] / MB:.1f} MB | {r['peek'] / MB:.2f} MB | {r['stream'] / MB:.2f} MB "
-            f"| {r['bytes']:,} | {r['returned_s']:.2f} s / {r['streamed_s']:.2f} s |"
-        )
-        if r["bytes"] != args.size:
-            failures.append(f"{r['scenario']}: streamed {r['bytes']} of {args.size} bytes")
-    budget = args.budget_mb * MB
+        if r["bytes"] != size:
+            failures.append(f"{r['scenario']}: streamed {r['bytes']} of {size} bytes")
+        if r["record_attempts"] is not None and r["record_attempts"] != r["server_attempts"]:
+            failures.append(
+                f"{r['scenario']}: the record says {r['record_attempts']} attempts, "
+                f"the server saw {r['server_attempts']}"
+            )
     for name in ("402-plain", "402-gzip-chunked"):
         if by_name[name]["peek"] > budget:
-            failures.append(
-                f"{name}: the peek cost {by_name[name]['peek'] / MB:.2f} MB > {args.budget_mb} MB"
-            )
+            failures.append(f"{name}: the peek cost {by_name[name]['peek'] / MB:.2f} MB > {budget / MB} MB")
     extra = by_name["503-gave-up"]["peek"] - by_name["stock-503"]["peek"]
     if extra > budget:
         failures.append(
             f"503-gave-up: retrying cost {extra / MB:.2f} MB more than stock urllib3 Retry "
-            f"(> {args.budget_mb} MB)"
+            f"(> {budget / MB} MB)"
         )
-    print()
-    print(
-        "**result:** "
-        + (
-            "FAIL: " + "; ".join(failures)
-            if failures
-            else f"pass (each peek, and SumeRetry's extra, < {args.budget_mb} MB)"
-        )
-    )
-    return 1 if failures else 0
+    return failures
+
+
+def figures(results: List[Dict[str, Any]], args: argparse.Namespace) -> Dict[str, Any]:
+    """The results file's figures: one entry per scenario id, memory in MiB as measured."""
+    return {
+        "body_bytes": args.size,
+        "budget_mb": args.budget_mb,
+        "mb_is_bytes": MB,
+        "scenarios": {
+            r["scenario"]: {
+                "label": SCENARIOS[r["scenario"]],
+                "status": r["status"],
+                "outcome": r["outcome"],
+                "server_attempts": r["server_attempts"],
+                "record_attempts": r["record_attempts"],
+                "baseline_rss_mb": r["baseline"] / MB,
+                "peak_over_baseline_at_response_mb": r["peek"] / MB,
+                "peak_over_baseline_after_streaming_mb": r["stream"] / MB,
+                "bytes_streamed": r["bytes"],
+                "seconds_to_response": r["returned_s"],
+                "seconds_to_last_byte": r["streamed_s"],
+            }
+            for r in results
+        },
+    }
 
 
 def _versions() -> str:

@@ -15,7 +15,8 @@ Checks (exit status 1 if any fails):
 * nothing but ``SumeRetryError`` (a recorded give-up) was raised;
 * resident memory is flat: growth from 25% to 100% of the run stays under ``--rss-budget-mb``.
 
-Run ``python benchmarks/soak.py`` (``--threads``/``--per-thread`` for other sizes).
+Run ``python benchmarks/soak.py`` (``--threads``/``--per-thread`` for other sizes); ``--write``
+records the default run in ``benchmarks/results/soak.json``, and writes nothing when a check fails.
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ import uuid
 from collections import Counter
 from typing import Any, Dict, List, Set, Tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+import _results  # noqa: E402
 
 MB = 1024 * 1024
+# The committed run; --write refuses any other.
+SIZES = {"threads": 32, "per_thread": 500, "failure_rate": 0.2, "seed": 0}
 
 
 def script(length: int, seed: int, failure_rate: float) -> List[int]:
@@ -72,17 +79,22 @@ def peak_rss() -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=32)
-    parser.add_argument("--per-thread", type=int, default=500)
-    parser.add_argument("--failure-rate", type=float, default=0.2)
-    parser.add_argument("--seed", type=int, default=0)
+    """Soak one session from many threads, print what happened, write it with ``--write``."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--threads", type=int, default=SIZES["threads"])
+    parser.add_argument("--per-thread", type=int, default=SIZES["per_thread"])
+    parser.add_argument("--failure-rate", type=float, default=SIZES["failure_rate"])
+    parser.add_argument("--seed", type=int, default=SIZES["seed"])
     parser.add_argument("--rss-budget-mb", type=float, default=8.0, help="most RSS growth from 25%% to 100%%")
+    parser.add_argument("--write", action="store_true", help="write benchmarks/results/soak.json")
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(int(args.serve[0]), int(args.serve[1]), float(args.serve[2]))
         return 0
+    changed = ["--" + name.replace("_", "-") for name, value in SIZES.items() if getattr(args, name) != value]
+    if args.write and changed:
+        parser.error(f"--write records the committed figures: drop {', '.join(changed)}")
 
     from sume_urllib3 import Outcome, SumeRetryError, SumeSession
     from sume_urllib3.testing import no_sleep
@@ -245,7 +257,46 @@ def main() -> int:
         print(f"| {name} | {'pass' if ok else 'FAIL'} | {detail} |")
     failed = [name for name, ok, _ in checks if not ok]
     print(f"\n**result:** {'FAIL: ' + '; '.join(failed) if failed else 'pass'}")
-    return 1 if failed else 0
+    if failed:
+        if args.write:
+            print("nothing written: a failed run is not a figure")
+        return 1
+    if args.write:
+        budget = session.retry_budget
+        figures: Dict[str, Any] = {
+            "threads": args.threads,
+            "per_thread": args.per_thread,
+            "logical_requests": total,
+            "failure_rate": args.failure_rate,
+            "seed": args.seed,
+            "outcomes": dict(snapshot["outcomes"]),
+            "give_ups_by_reason": dict(sorted(give_ups.items())),
+            "retries_by_reason": snapshot["retries"],
+            "attempts_server_saw": len(seen),
+            "attempts_records_report": sum(attempts),
+            "connections": report["connections"],
+            "requests_missing_at_server": total - len(keys_by_n),
+            "requests_with_more_than_one_key": sum(len(k) > 1 for k in keys_by_n.values()),
+            "keys_shared_by_requests": sum(count > 1 for count in key_owner.values()),
+            "lost": sum(1 for n in range(total) if attempts[n] == 0),
+            "unexpected_exceptions": len(unexpected),
+            "retries_per_logical_request": (len(seen) - total) / total,
+            "retries_needed_without_budget": args.failure_rate / (1 - args.failure_rate),
+            "retry_budget": None
+            if budget is None
+            else {"ratio": budget.ratio, "window_s": budget.window, "min_per_second": budget.min_per_second},
+            "rss_mb": {str(q): samples[q][0] / MB for q in (25, 50, 75, 100)},
+            "peak_rss_mb": {str(q): samples[q][1] / MB for q in (25, 50, 75, 100)},
+            "rss_growth_25_to_100_mb": growth / MB,
+            "peak_rss_growth_25_to_100_mb": peak_growth / MB,
+            "rss_budget_mb": args.rss_budget_mb,
+            "seconds": elapsed,
+            "retry_waits_recorded": len(recorder.waits),
+            "checks": {name: ok for name, ok, _ in checks},
+            "all_checks_passed": not failed,
+        }
+        _results.write("soak", figures)
+    return 0
 
 
 def _versions() -> str:
