@@ -63,7 +63,7 @@ def stamp(command: str) -> Dict[str, Any]:
     return {
         "command": command,
         "python": platform.python_version(),
-        "urllib3": urllib3.__version__,
+        "urllib3": getattr(urllib3, "__version__", "?"),
         "requests": requests.__version__,
         "sume_urllib3": sume_urllib3.__version__,
         "commit": _git("rev-parse", "--short=7", "HEAD"),
