@@ -132,12 +132,15 @@ def performance(results: Results) -> str:
 
     wrappers = [rows[n] for n in ("backoff-get", "tenacity-get", "stamina-get")]
     lines = [
-        f"{command(doc)} (a loopback HTTP/1.1 server in its own process writing each response in one",
-        "send; every variant sends the same request, one request per variant per round in a shuffled",
-        f"order, {thousands(f['requests_per_run'])} rounds per run, {f['runs']} runs; ratio = the variant's "
-        "total time over plain",
-        "`requests.Session` in the same run, median over the runs, spread = the lowest and highest run;",
-        f"{provenance(doc)}; full tables, the method and profiles in `benchmarks/RESULTS-retry.md`):",
+        wrap(
+            f"""{command(doc)} (a loopback HTTP/1.1 server in its own process writing each response
+            in one send; every variant sends the same request, one request per variant per round in a
+            shuffled order, {thousands(f['requests_per_run'])} rounds per run, {f['runs']} runs; ratio =
+            the variant's total time over plain `requests.Session` in the same run, median over the
+            runs, spread = the lowest and highest run; {provenance(doc)}; every table of the run in
+            `benchmarks/results/retry.json`, the method, earlier runs and profiles in
+            `benchmarks/RESULTS-retry.md`):"""
+        ),
         "",
         "| variant | µs/request | vs plain requests | spread |",
         "|---|---:|---:|---:|",
@@ -195,8 +198,212 @@ def faults_line(results: Results) -> str:
     )
 
 
+def job_polls(results: Results) -> str:
+    """The Jobs section's table of polls per job length."""
+    doc = results["job_polls"]
+    f = doc["figures"]
+    d = f["defaults"]
+    lines = [
+        wrap(
+            f"""With the defaults ({command(doc)}: the real `Jobs.wait` against FakeSume in virtual
+            time, {f['seeds']} jitter seeds per length; interval {d['interval_s']:g} s growing
+            x{d['growth']:g} to {d['max_interval_s']:g} s):"""
+        ),
+        "",
+        "| job length | polls (fewest / median / most) | end noticed after, at most |",
+        "|---|---|---|",
+    ]
+    for job in f["jobs"]:
+        lines.append(
+            f"| {job['label']} | {job['polls_fewest']} / {job['polls_median']:g} / {job['polls_most']} "
+            f"| {job['end_noticed_after_at_most_s']:.1f} s |"
+        )
+    return "\n".join(lines)
+
+
+def herd(results: Results) -> str:
+    """Pacing's real-socket herd: one process, many threads, one quota server."""
+    doc = results["herd"]
+    f = doc["figures"]
+    q = f["quota"]
+    plain, policy = f["runs"]["ratelimit"], f["runs"]["ratelimit_policy"]
+    paced, unpaced = plain["paced"], plain["unpaced"]
+
+    def both(cell: Callable[[Mapping[str, Any]], str]) -> str:
+        return f"{cell(paced)} | {cell(unpaced)}"
+
+    def yes(flag: bool) -> str:
+        return "yes" if flag else "**no**"
+
+    lines = [
+        wrap(
+            f"""{command(doc)} (real sockets: a quota server of {q['rate_per_s']:g} req/s, burst
+            {q['burst']}, in its own process, answering 429 + Retry-After + RateLimit headers;
+            {f['threads']} threads of one process post at once through one default `SumeSession`;
+            {provenance(doc)}; `benchmarks/RESULTS-herd.md`):"""
+        ),
+        "",
+        "| | paced (default) | unpaced (`fleet=None`) |",
+        "|---|---:|---:|",
+        "| succeeded | " + both(lambda c: f"{c['succeeded']}/{c['total']}") + " |",
+        "| server calls per request | " + both(lambda c: f"{c['calls_per_request']:.2f}") + " |",
+        "| 429s | " + both(lambda c: str(c["429s"])) + " |",
+        "| last success | " + both(lambda c: f"{c['last_success_s']:.2f} s") + " |",
+        "| every job executed once, same key on every attempt | "
+        + both(lambda c: yes(c["executed_once"] and c["same_key_every_attempt"]))
+        + " |",
+        "",
+        wrap(
+            f"""With `RateLimit-Policy: {policy['policy_header']}` on the replies (the server states its
+            quota up front) the paced column is {policy['paced']['calls_per_request']:.2f} calls per
+            request and {policy['paced']['429s']} 429s ({policy['paced']['succeeded']}/
+            {policy['paced']['total']} succeeded, last at {policy['paced']['last_success_s']:.2f} s)."""
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def fleet(results: Results) -> str:
+    """Pacing's virtual-time fleet simulation: server calls per logical request, and success."""
+    doc = results["fleet"]
+    f = doc["figures"]
+    scenarios = {scenario["key"]: scenario for scenario in f["scenarios"]}
+    herd_, outage, flaky = scenarios["a"], scenarios["b"], scenarios["c"]
+
+    def row(key: str, strategy: str) -> Mapping[str, Any]:
+        return by_id(scenarios[key]["rows"], "strategy")[strategy]
+
+    def cell(key: str, strategy: str, success: bool = True, last: bool = False) -> str:
+        rows = by_id(scenarios[key]["rows"], "strategy")
+        if strategy not in rows:
+            return "-"
+        r = rows[strategy]
+        text = f"{r['calls_per_request']:.2f}" + (f", {percent(r['success_fraction'])}" if success else "")
+        return f"**{text}**, last at {r['last_success_s']:.2f} s" if last else text
+
+    server = herd_["server"]
+    retry = f["urllib3_retry"]
+    urllib3_args = (
+        f"total={retry['total']}, backoff_factor={retry['backoff_factor']}, "
+        f"status_forcelist=({', '.join(str(s) for s in retry['status_forcelist'])})"
+    )
+    strategies = [
+        ("shared `LocalFleet`, pace learned from headers", "fleet_learned", True),
+        (f'shared `LocalFleet(rate="{herd_["quota"]}")`', "fleet_configured", True),
+        (f"every client alone, `Policy(retry_after_spread={f['retry_after_spread']:g})`", "alone_spread", 0),
+        ("every client alone, defaults", "alone", False),
+        ("no fleet, with the retry budget (before pacing)", "budget", False),
+        (f"urllib3 `Retry({urllib3_args})`", "urllib3", False),
+    ]
+    lines = [
+        wrap(
+            f"""{command(doc)} drives the real `Policy`, `RetryBudget` and `LocalFleet` in virtual time
+            (seed {f['seed']}; {provenance(doc)}; every scenario in `benchmarks/RESULTS-fleet.md`, plot
+            in `benchmarks/fleet.png`). Server calls per logical request, and success:"""
+        ),
+        "",
+        f"| strategy | herd: {herd_['logical_requests']} clients vs {server['rate_per_s']:g} req/s, 429 "
+        f"Retry-After {server['retry_after']} | total outage, {outage['arrival_rate_per_s']:g} req/s "
+        f"| {flaky['server']['error_probability'] * 100:g}% random 503s |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, strategy, fleet_row in strategies:
+        lines.append(
+            f"| {label} | {cell('a', strategy, last=fleet_row)} | {cell('b', strategy, success=False)} "
+            f"| {cell('c', strategy)} |"
+        )
+    ideal = herd_["ideal"]
+    jobs, multi = scenarios["e"], scenarios["f"]
+    e = row("e", "fleet_configured")
+    store, alone_full, divided = (
+        row("f", strategy) for strategy in ("store_learned", "processes_configured", "processes_divided")
+    )
+    lines += [
+        "",
+        wrap(
+            f"""The ideal for the herd is {ideal['last_success_s_without_burst']:g} s at
+            {ideal['calls_per_request']} call each. In a total outage a lone client spends all its
+            {f['policy_defaults']['max_retries']} retries, where a shared fleet holds the herd to
+            {row('b', 'fleet_learned')['calls_per_request']:.2f} calls per request. A {jobs['quota']} quota
+            shared by {jobs['workers']} workers submitting {jobs['logical_requests']} jobs (scenario (e))
+            meets {e['responses_429']} 429s with the quota configured: {e['successes']} jobs go through
+            within the {f['policy_defaults']['max_elapsed_s']:g} s `max_elapsed` and {e['refused_unsent']}
+            are refused up front, nothing sent. {multi['processes']} processes of
+            {multi['threads_per_process']} threads on one shared store (what `RedisFleet` keeps) pace as
+            one: {store['calls_per_request']:.2f} calls per request, {percent(store['success_fraction'])}
+            success, last at {store['last_success_s']:.2f} s; the same processes each pacing alone
+            send {alone_full['calls_per_request']:.2f} calls per request for
+            {percent(alone_full['success_fraction'])} success at the full quota, and
+            {divided['calls_per_request']:.2f} for
+            {percent(divided['success_fraction'])} with the quota divided among them (last at
+            {divided['last_success_s']:.0f} s)."""
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def fleet_redis(results: Results) -> str:
+    """Many processes on one Redis: real processes, a real redis-server, one quota server."""
+    doc = results["fleet_redis"]
+    f = doc["figures"]
+    q = f["quota"]
+    scenarios = f["scenarios"]
+    labels = {
+        "none": "none",
+        "local_learned": "`LocalFleet` per process, learned",
+        "local_configured": f'`LocalFleet(rate="{q["rate_per_s"]:g}/s", burst={q["burst"]})` per process',
+        "redis_configured": f'`RedisFleet(rate="{q["rate_per_s"]:g}/s", burst={q["burst"]})`',
+        "redis_learned": "`RedisFleet`, learned",
+    }
+    lines = [
+        wrap(
+            f"""{command(doc)} ({f['processes']} worker processes x {f['threads']} threads posting at
+            once against a quota server of {q['rate_per_s']:g} req/s, burst {q['burst']}; a real
+            redis-server; {provenance(doc)}; `benchmarks/RESULTS-fleet-redis.md`):"""
+        ),
+        "",
+        "| fleet | success | calls per request | 429s | last success |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for scenario_id in f["scenario_order"]:
+        r = scenarios[scenario_id]
+        killed = r["redis_killed_at_s"]
+        if scenario_id in labels:
+            label = labels[scenario_id]
+        else:
+            kind = "learned" if "learned" in scenario_id else "rate=..."
+            label = f"`RedisFleet`, {kind}, Redis killed at {killed * 1000:.0f} ms" if killed < 1 else (
+                f"`RedisFleet`, {kind}, Redis killed at {killed:g} s"
+            )
+        calls = f"{r['calls_per_request']:.2f}"
+        if r["fleet"].startswith("redis") and killed is None:
+            calls = f"**{calls}**"
+        last = "-" if r["last_success_s"] is None else f"{r['last_success_s']:.2f} s"
+        lines.append(f"| {label} | {r['succeeded']}/{r['total']} | {calls} | {r['429s']} | {last} |")
+    trip, down = f["redis_round_trip"], f["redis_down"]
+    twice = f["executed_twice_total"]
+    lines += [
+        "",
+        wrap(
+            f"""{'No job ran twice in any row' if twice == 0 else f'**{twice} jobs ran twice**'}. A Redis
+            round trip on loopback costs p50 {trip['acquire_p50_ms']:.2f} ms, p99
+            {trip['acquire_p99_ms']:.2f} ms ({thousands(trip['calls'])} calls); with Redis down,
+            {down['sequential_requests']} sequential requests take
+            {down['closed_port']['extra_s'] * 1000:.0f} ms longer in all
+            ({down['stalled']['extra_s'] * 1000:.0f} ms when Redis hangs:
+            {down['stalled']['timed_out_calls']} timeout of {down['redis_timeout_ms']:g} ms, then local
+            pacing until the backoff ends)."""
+        ),
+    ]
+    return "\n".join(lines)
+
+
 RENDERERS: Dict[str, Callable[[Results], str]] = {
     "performance": performance,
+    "job-polls": job_polls,
+    "herd": herd,
+    "fleet": fleet,
+    "fleet-redis": fleet_redis,
 }
 
 
