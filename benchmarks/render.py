@@ -45,6 +45,10 @@ class Results:
         self.used.add(name)
         return self._cache[name]
 
+    def matching(self, prefix: str) -> List[Document]:
+        """Every committed results file whose name starts with ``prefix``, in name order."""
+        return [self[name] for name in _results.names() if name.startswith(prefix)]
+
     def figures(self, name: str) -> Dict[str, Any]:
         """The ``figures`` of results ``name``."""
         figures: Dict[str, Any] = self[name]["figures"]
@@ -88,21 +92,24 @@ def thousands(n: int) -> str:
     return f"{n:,}"
 
 
+_UNIT = re.compile(r"(\d) (MB|KB|KiB|ms|µs|s|req/s|calls|threads|processes)\b")
 _MARKDOWN_START = re.compile(r"^([-+*>#|]|\d+[.)])( |$)")
 
 
 def wrap(text: str, indent: str = "") -> str:
     """``text`` filled to the README's width; no line may start like a Markdown list, quote or table."""
+    # A figure and its unit stay on one line: join them with a character textwrap never breaks at.
+    glued = _UNIT.sub(lambda m: m.group(1) + "\0" + m.group(2), " ".join(text.split()))
     for width in range(95, 120):
         lines = textwrap.wrap(
-            " ".join(text.split()),
+            glued,
             width,
             subsequent_indent=indent,
             break_long_words=False,
             break_on_hyphens=False,
         )
         if not any(_MARKDOWN_START.match(line.strip()) for line in lines[1:]):
-            return "\n".join(lines)
+            return "\n".join(lines).replace("\0", " ")
     raise ValueError(f"cannot wrap without a line that reads as Markdown: {text[:60]!r}...")
 
 
@@ -398,12 +405,149 @@ def fleet_redis(results: Results) -> str:
     return "\n".join(lines)
 
 
+def _version_key(version: str) -> List[int]:
+    return [int(part) if part.isdigit() else 0 for part in version.split(".")]
+
+
+def _versions(docs: Iterable[Document]) -> str:
+    """``1.26.20 and 2.7.0``: the urllib3 versions of ``docs``, oldest first."""
+    names = sorted({doc["stamp"]["urllib3"] for doc in docs}, key=_version_key)
+    return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _drains(results: Results) -> Dict[str, List[Document]]:
+    """The peek_memory runs, split by whether stock urllib3's drain held the retried body whole."""
+    docs = sorted(results.matching("peek_memory-urllib3-"), key=lambda d: _version_key(d["stamp"]["urllib3"]))
+    if not docs:
+        raise KeyError("no peek_memory-urllib3-*.json results")
+    whole = [d for d in docs if _stock_drain(d) > d["figures"]["budget_mb"]]
+    return {"whole": whole, "pieces": [d for d in docs if d not in whole], "all": docs}
+
+
+def _stock_drain(doc: Document) -> float:
+    stock = doc["figures"]["scenarios"]["stock-503"]
+    if stock["server_attempts"] < 2:
+        raise ValueError(f"{doc['stamp']['command']}: the stock 503 was not retried, so nothing was drained")
+    value: float = stock["peak_over_baseline_at_response_mb"]
+    return value
+
+
+def _sume_drain(docs: Iterable[Document]) -> float:
+    return max(d["figures"]["scenarios"]["503-gave-up"]["peak_over_baseline_at_response_mb"] for d in docs)
+
+
+def _mb(value: float) -> str:
+    return f"+{value:.0f} MB" if value >= 1 else f"+{value:.2f} MB"
+
+
+def _stock_cell(drains: Mapping[str, List[Document]]) -> str:
+    parts = []
+    if drains["whole"]:
+        worst = max(_stock_drain(d) for d in drains["whole"])
+        parts.append(f"{_mb(worst)} on urllib3 {_versions(drains['whole'])} (holds it whole)")
+    if drains["pieces"]:
+        worst = max(_stock_drain(d) for d in drains["pieces"])
+        parts.append(f"{_mb(worst)} on {_versions(drains['pieces'])}")
+    return "; ".join(parts)
+
+
+def comparison(results: Results) -> str:
+    """The table comparing urllib3's ``Retry`` with ``SumeRetry``; its memory row is measured."""
+    drains = _drains(results)
+    size_mb = drains["all"][0]["figures"]["body_bytes"] / 1e6
+    return "\n".join(
+        [
+            "| | urllib3 `Retry(status_forcelist=…)` | `SumeRetry` |",
+            "|---|---|---|",
+            "| decide from the error code in the body | no: `is_retry` sees the status only "
+            "| yes, body read bounded and left whole |",
+            "| body of the last error after giving up | lost (`RetryError`, or 0 bytes) "
+            "| intact on `SumeRetryError.response` |",
+            "| `Retry-After: 1.5`, `soon`, empty | `InvalidHeader` mid-request "
+            "| parsed or ignored, never raised |",
+            "| total time cap across attempts | none (per-attempt timeouts only) "
+            "| `max_elapsed`, checked before every wait |",
+            "| POST retried | never (method allow-list) | only with the same `Idempotency-Key` |",
+            f"| peak memory when a retried {size_mb:.0f} MB error body is drained "
+            f"({command(drains['all'][0])}) | {_stock_cell(drains)} "
+            f"| {_mb(_sume_drain(drains['all']))} on {_versions(drains['all'])} (64 KiB pieces) |",
+            "| retry budget across threads | none | 20% of traffic, floor 10/s |",
+        ]
+    )
+
+
+def reliability(results: Results) -> str:
+    """The Reliability section's measured bullets: faults, fuzzing, the soak and memory."""
+    fuzz_doc, soak_doc = results["fuzz"], results["soak"]
+    fz, sk = fuzz_doc["figures"], soak_doc["figures"]
+    targets = fz["targets"]
+    outcomes = sk["outcomes"]
+    order = ("ok", "retried_ok", "fix", "poll", "no_retry", "gave_up")
+    counted = ", ".join(f"{thousands(outcomes[name])} {name}" for name in order if outcomes.get(name))
+    gave_up = outcomes.get("gave_up", 0)
+    one_key = sk["requests_with_more_than_one_key"] == 0 and sk["requests_missing_at_server"] == 0
+    drains = _drains(results)
+    peeks = max(
+        d["figures"]["scenarios"][s]["peak_over_baseline_at_response_mb"]
+        for d in drains["all"]
+        for s in ("402-plain", "402-gzip-chunked", "503-gave-up")
+    )
+    stock = " ".join(
+        part
+        for part in (
+            f"stock urllib3's drain holds it whole on {_versions(drains['whole'])} "
+            f"({_mb(max(_stock_drain(d) for d in drains['whole']))})" if drains["whole"] else "",
+            f"and drains it in pieces on {_versions(drains['pieces'])} "
+            f"({_mb(max(_stock_drain(d) for d in drains['pieces']))})" if drains["pieces"] else "",
+        )
+        if part
+    )
+    size_mb = drains["all"][0]["figures"]["body_bytes"] / 1e6
+    bullets = [
+        faults_line(results),
+        wrap(
+            f"""- **Inputs fuzzed: {thousands(fz['inputs'])}** ({command(fuzz_doc)}, seed {fz['seed']})
+            through the envelope parser ({thousands(targets['parse_envelope']['inputs'])}), the
+            Retry-After parser ({thousands(targets['parse_retry_after']['inputs'])}) and the policy
+            ({thousands(targets['Policy.decide / decide_error']['inputs'])}), plus hypothesis properties in
+            every test run: {fz['exceptions']} exceptions, {fz['invariant_violations']} broken
+            invariants.""",
+            indent="  ",
+        ),
+        wrap(
+            f"""- **Requests soaked: {thousands(sk['logical_requests'])}** logical POSTs from
+            {sk['threads']} threads through one session against {percent(sk['failure_rate'])} 503s
+            ({command(soak_doc)}): {"every request had exactly one key" if one_key else "**not**"},
+            {sk['keys_shared_by_requests']} keys shared between requests, the outcome counts add up to
+            {thousands(sum(outcomes.values()))} ({counted}), the server saw
+            {thousands(sk['attempts_server_saw'])} attempts and the records report
+            {thousands(sk['attempts_records_report'])}, and RSS moved {sk['rss_growth_25_to_100_mb']:+.1f} MB
+            from 25% to 100% of the run. Lost: {sk['lost']}. The {thousands(gave_up)} give-ups
+            ({gave_up / sk['logical_requests'] * 100:.1f}%) are the retry budget at work:
+            {percent(sk['failure_rate'])} failures need about
+            {percent(sk['retries_needed_without_budget'])} retries, the budget allows
+            {percent(sk['retry_budget']['ratio'])}, and the run made
+            {sk['retries_per_logical_request']:.3f} retries per request.""",
+            indent="  ",
+        ),
+        wrap(
+            f"""- **Memory** ({command(drains['all'][0])} on urllib3 {_versions(drains['all'])}): peeking a
+            {size_mb:.0f} MB error body adds at most {_mb(peeks)} peak RSS, returned or retried;
+            SumeRetry drains a retried body in 64 KiB pieces, where {stock}.""",
+            indent="  ",
+        ),
+    ]
+    return "\n".join(bullets)
+
+
 RENDERERS: Dict[str, Callable[[Results], str]] = {
     "performance": performance,
     "job-polls": job_polls,
     "herd": herd,
     "fleet": fleet,
     "fleet-redis": fleet_redis,
+    "comparison": comparison,
+    "reliability": reliability,
 }
 
 
@@ -424,7 +568,8 @@ def render(text: str, results: Optional[Results] = None) -> str:
 
     def replace(match: re.Match[str]) -> str:
         body = RENDERERS[match.group(2)](results)
-        return match.group(1) + body.rstrip("\n") + "\n" + match.group(4)
+        # Blank lines around the body: a table or list must not run into the markers.
+        return match.group(1) + "\n" + body.strip("\n") + "\n\n" + match.group(4)
 
     return BLOCK.sub(replace, text)
 
