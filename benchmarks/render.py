@@ -294,10 +294,11 @@ def fleet(results: Results) -> str:
         f"total={retry['total']}, backoff_factor={retry['backoff_factor']}, "
         f"status_forcelist=({', '.join(str(s) for s in retry['status_forcelist'])})"
     )
+    spread_ = f["retry_after_spread"]
     strategies = [
         ("shared `LocalFleet`, pace learned from headers", "fleet_learned", True),
         (f'shared `LocalFleet(rate="{herd_["quota"]}")`', "fleet_configured", True),
-        (f"every client alone, `Policy(retry_after_spread={f['retry_after_spread']:g})`", "alone_spread", 0),
+        (f"every client alone, `Policy(retry_after_spread={spread_:g})`", "alone_spread", False),
         ("every client alone, defaults", "alone", False),
         ("no fleet, with the retry budget (before pacing)", "budget", False),
         (f"urllib3 `Retry({urllib3_args})`", "urllib3", False),
@@ -433,7 +434,8 @@ def _stock_drain(doc: Document) -> float:
 
 
 def _sume_drain(docs: Iterable[Document]) -> float:
-    return max(d["figures"]["scenarios"]["503-gave-up"]["peak_over_baseline_at_response_mb"] for d in docs)
+    key = "peak_over_baseline_at_response_mb"
+    return max(float(d["figures"]["scenarios"]["503-gave-up"][key]) for d in docs)
 
 
 def _mb(value: float) -> str:
