@@ -239,6 +239,9 @@ def herd(results: Results) -> str:
     def both(cell: Callable[[Mapping[str, Any]], str]) -> str:
         return f"{cell(paced)} | {cell(unpaced)}"
 
+    def ratio_of(c: Mapping[str, Any]) -> str:
+        return f"{c['succeeded']}/{c['total']}"
+
     def yes(flag: bool) -> str:
         return "yes" if flag else "**no**"
 
@@ -252,7 +255,7 @@ def herd(results: Results) -> str:
         "",
         "| | paced (default) | unpaced (`fleet=None`) |",
         "|---|---:|---:|",
-        "| succeeded | " + both(lambda c: f"{c['succeeded']}/{c['total']}") + " |",
+        "| succeeded | " + both(ratio_of) + " |",
         "| server calls per request | " + both(lambda c: f"{c['calls_per_request']:.2f}") + " |",
         "| 429s | " + both(lambda c: str(c["429s"])) + " |",
         "| last success | " + both(lambda c: f"{c['last_success_s']:.2f} s") + " |",
@@ -263,8 +266,8 @@ def herd(results: Results) -> str:
         wrap(
             f"""With `RateLimit-Policy: {policy['policy_header']}` on the replies (the server states its
             quota up front) the paced column is {policy['paced']['calls_per_request']:.2f} calls per
-            request and {policy['paced']['429s']} 429s ({policy['paced']['succeeded']}/
-            {policy['paced']['total']} succeeded, last at {policy['paced']['last_success_s']:.2f} s)."""
+            request and {policy['paced']['429s']} 429s ({ratio_of(policy['paced'])} succeeded, last at
+            {policy['paced']['last_success_s']:.2f} s)."""
         ),
     ]
     return "\n".join(lines)
