@@ -383,8 +383,10 @@ def fleet_redis(results: Results) -> str:
             label = labels[scenario_id]
         else:
             kind = "learned" if "learned" in scenario_id else "rate=..."
-            label = f"`RedisFleet`, {kind}, Redis killed at {killed * 1000:.0f} ms" if killed < 1 else (
-                f"`RedisFleet`, {kind}, Redis killed at {killed:g} s"
+            when = f"{killed * 1000:.0f} ms" if killed < 1 else f"{killed:g} s"
+            label = (
+                f"`RedisFleet`, {kind}, Redis killed at {when} ({r['failed_redis_calls']} Redis calls "
+                f"failed, {r['fallbacks']} fell back to local pacing)"
             )
         calls = f"{r['calls_per_request']:.2f}"
         if r["fleet"].startswith("redis") and killed is None:
