@@ -7,11 +7,12 @@ when a block no longer matches). A file holds two things:
 - ``stamp``: the command line that produced it, the Python, urllib3 and requests versions,
   the sume-urllib3 commit (and whether its package or benchmark code had local edits), the
   machine and the date;
-- ``figures``: what the benchmark measured, as plain JSON (numbers as measured, rounding is
-  the README's business).
+- ``figures``: what the benchmark measured, as plain JSON. Floats are kept to 4 significant
+  digits (what these runs can tell apart, and a file that stays readable); how the README
+  rounds them is ``render.py``'s business.
 
-A benchmark writes its file only when asked (``--write``), so a smoke run never replaces
-committed figures.
+A benchmark writes its file only when asked (``--write``), and only for its full, default run
+(``refuse_partial``), so a smoke run never replaces committed figures.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import platform
 import re
 import subprocess
 import sys
+from argparse import ArgumentParser, Namespace
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,10 +82,29 @@ def path(name: str) -> str:
     return os.path.join(RESULTS_DIR, name + ".json")
 
 
+def refuse_partial(parser: ArgumentParser, args: Namespace, *names: str) -> None:
+    """Exit with a usage error when ``--write`` comes with any of ``names`` off its default."""
+    changed = [name for name in names if getattr(args, name) != parser.get_default(name)]
+    if args.write and changed:
+        changed = ["--" + name.replace("_", "-") for name in changed]
+        parser.error(f"--write records the full, default run: drop {', '.join(changed)}")
+
+
+def _rounded(value: Any) -> Any:
+    """``value`` with every float to 4 significant digits (ints, booleans and text as they are)."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, Mapping):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(item) for item in value]
+    return value
+
+
 def write(name: str, figures: Mapping[str, Any], command: Optional[str] = None) -> str:
-    """Write ``figures`` with their stamp to ``results/<name>.json`` and return the path."""
+    """Write ``figures`` (floats to 4 significant digits) with their stamp to ``results/<name>.json``."""
     target = path(name)
-    document = {"stamp": stamp(command or command_line()), "figures": figures}
+    document = {"stamp": stamp(command or command_line()), "figures": _rounded(figures)}
     text = json.dumps(document, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False)
     os.makedirs(RESULTS_DIR, exist_ok=True)
     with open(target, "w", encoding="utf-8") as f:

@@ -129,8 +129,8 @@ class TokenBucketServer:
         """What the server is, for the results file (``retry_after`` None: until the next token)."""
         return {
             "kind": "token_bucket",
-            "rate_per_s": _sig(self.rate),
-            "burst": _sig(self.burst),
+            "rate_per_s": self.rate,
+            "burst": self.burst,
             "retry_after": self.retry_after,
             "ratelimit_headers": self.ratelimit,
             "ratelimit_policy_header": self.policy,
@@ -846,25 +846,20 @@ def _process_checks(by: Dict[Tuple[str, str], Result]) -> List[str]:
     ]
 
 
-def _sig(x: float) -> float:
-    """``x`` to 4 significant digits: the results file stays stable and readable."""
-    return float(f"{x:.4g}")
-
-
 def row_figures(r: Result) -> Dict[str, Any]:
     """One strategy's row of a scenario, as the results file records it."""
     return {
         "strategy": r.key,
         "label": r.strategy,
         "server_calls": r.calls,
-        "calls_per_request": _sig(r.amplification),
+        "calls_per_request": r.amplification,
         "successes": r.successes,
-        "success_fraction": _sig(r.success_rate),
+        "success_fraction": r.success_rate,
         "responses_429": r.throttled,
         "refused_unsent": r.refused,
         "gave_up_after_sending": r.gave_up_after_sending,
-        "last_success_s": _sig(r.last_success),
-        "completion_s": _sig(r.completion),
+        "last_success_s": r.last_success,
+        "completion_s": r.completion,
         "peak_calls_per_100ms": r.peak_100ms,
     }
 
@@ -880,8 +875,8 @@ def scenario_figures(scenario: Scenario, results: List[Result]) -> Dict[str, Any
         best, worst = ideal_herd(clients, model.rate, model.burst)
         ideal = {
             "calls_per_request": 1,
-            "last_success_s_with_burst": _sig(best),
-            "last_success_s_without_burst": _sig(worst),
+            "last_success_s_with_burst": best,
+            "last_success_s_without_burst": worst,
         }
     return {
         "key": scenario.key,
@@ -889,7 +884,7 @@ def scenario_figures(scenario: Scenario, results: List[Result]) -> Dict[str, Any
         "logical_requests": clients,
         "arrivals": "all at t=0" if at_once else "steady",
         "arrival_rate_per_s": scenario.rate,
-        "arrival_seconds": None if at_once or not scenario.rate else _sig(clients / scenario.rate),
+        "arrival_seconds": None if at_once or not scenario.rate else clients / scenario.rate,
         "workers": scenario.workers,
         "processes": scenario.procs,
         "threads_per_process": clients // scenario.procs if scenario.procs else None,
@@ -956,8 +951,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
-    if args.write and args.quick:
-        parser.error("--write records the full run: not with --quick")
+    _results.refuse_partial(parser, args, "quick")
 
     started = time.perf_counter()
     scens = scenarios(args.quick)

@@ -428,10 +428,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         help="drive the fleets by hand (acquire, sleep, send, release), not by SumeSession")
     args = parser.parse_args(argv)
     # A partial or different run must never replace the committed figures.
-    if args.write and args.only:
-        parser.error("--write needs every scenario; drop --only (or use --out FILE)")
-    if args.write and args.direct:
-        parser.error("--write records the SumeSession run; drop --direct (or use --out FILE)")
+    _results.refuse_partial(parser, args, "only", "direct")
     global DIRECT
     DIRECT = args.direct
     scenarios = list(SCENARIOS)
@@ -475,11 +472,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         _results.write("fleet_redis", figures(rows, over, down))
 
 
-def _sig(value: float) -> float:
-    """``value`` to 4 significant digits: what a loopback run can tell apart."""
-    return float(f"{value:.4g}")
-
-
 def figures(rows: List[Dict[str, Any]], over: Dict[str, float], down: Dict[str, float]) -> Dict[str, Any]:
     """Everything ``--write`` records: the set-up, each scenario by id, the overhead, Redis down."""
     default_timeout = inspect.signature(RedisFleet).parameters["timeout"].default
@@ -491,9 +483,9 @@ def figures(rows: List[Dict[str, Any]], over: Dict[str, float], down: Dict[str, 
             "succeeded": r["succeeded"],
             "total": r["total"],
             "calls": r["calls"],
-            "calls_per_request": _sig(r["calls_per_request"]),
+            "calls_per_request": r["calls_per_request"],
             "429s": r["429s"],
-            "last_success_s": None if math.isnan(r["last_success"]) else _sig(r["last_success"]),
+            "last_success_s": None if math.isnan(r["last_success"]) else r["last_success"],
             "executed_twice": r["executed_twice"],
             "fallbacks": r["fallbacks"],
             "failed_redis_calls": r["redis_errors"],
@@ -514,23 +506,23 @@ def figures(rows: List[Dict[str, Any]], over: Dict[str, float], down: Dict[str, 
         "redis_round_trip": {
             "calls": OVERHEAD_CALLS,
             "warm_up_calls": OVERHEAD_WARM_UP,
-            "acquire_p50_ms": _sig(over["acquire_p50_ms"]),
-            "acquire_p99_ms": _sig(over["acquire_p99_ms"]),
-            "release_p50_ms": _sig(over["release_p50_ms"]),
-            "release_p99_ms": _sig(over["release_p99_ms"]),
+            "acquire_p50_ms": over["acquire_p50_ms"],
+            "acquire_p99_ms": over["acquire_p99_ms"],
+            "release_p50_ms": over["release_p50_ms"],
+            "release_p99_ms": over["release_p99_ms"],
         },
         "redis_down": {
             "sequential_requests": SEQUENTIAL,
-            "redis_timeout_ms": _sig(default_timeout * 1e3),
-            "no_fleet_s": _sig(down["no_fleet_s"]),
+            "redis_timeout_ms": default_timeout * 1e3,
+            "no_fleet_s": down["no_fleet_s"],
             "closed_port": {
-                "seconds": _sig(down["closed_port_s"]),
-                "extra_s": _sig(down["closed_port_s"] - down["no_fleet_s"]),
+                "seconds": down["closed_port_s"],
+                "extra_s": down["closed_port_s"] - down["no_fleet_s"],
                 "fallbacks": int(down["closed_port_fallbacks"]),
             },
             "stalled": {
-                "seconds": _sig(down["stalled_s"]),
-                "extra_s": _sig(down["stalled_s"] - down["no_fleet_s"]),
+                "seconds": down["stalled_s"],
+                "extra_s": down["stalled_s"] - down["no_fleet_s"],
                 "fallbacks": int(down["stalled_fallbacks"]),
                 "timed_out_calls": int(down["stalled_redis_calls_failed"]),
             },

@@ -503,14 +503,7 @@ def main() -> int:
     )
     parser.add_argument("--write", action="store_true", help="write benchmarks/results/fuzz.json")
     args = parser.parse_args()
-    if args.write:
-        changed = [
-            f"--{name}"
-            for name in ("inputs", "seed", "atheris")
-            if getattr(args, name) != parser.get_default(name)
-        ]
-        if changed:
-            parser.error(f"--write records the committed figures: drop {', '.join(changed)}")
+    _results.refuse_partial(parser, args, "inputs", "seed", "atheris")
 
     started = time.perf_counter()
     targets = fuzz(args.inputs, args.seed)

@@ -309,22 +309,17 @@ def targets(paced: Dict[str, Any]) -> List[str]:
     return [f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in checks(paced)]
 
 
-def _sig(value: float) -> float:
-    """``value`` to 4 significant digits: what a loopback run can tell apart."""
-    return float(f"{value:.4g}")
-
-
 def column_figures(column: Dict[str, Any]) -> Dict[str, Any]:
     """One column for ``results/herd.json``: counts as counted, seconds and ratios to 4 digits."""
     return {
         "succeeded": column["succeeded"],
         "total": column["requests"],
         "calls": column["calls"],
-        "calls_per_request": _sig(column["calls_per_request"]),
+        "calls_per_request": column["calls_per_request"],
         "429s": column["throttled"],
-        "last_success_s": _sig(column["last_success"]),
-        "server_last_success_s": _sig(column["server_last_success"]),
-        "last_request_ended_s": _sig(column["end"]),
+        "last_success_s": column["last_success"],
+        "server_last_success_s": column["server_last_success"],
+        "last_request_ended_s": column["end"],
         "executed_once": column["executed_once"],
         "same_key_every_attempt": column["same_key_every_attempt"],
         "distinct_keys": column["distinct_keys"],

@@ -19,7 +19,7 @@ import os
 import random
 import statistics
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results
@@ -92,11 +92,6 @@ def defaults() -> Dict[str, Any]:
     }
 
 
-def _number(x: float) -> Union[int, float]:
-    """An integral median as an int (38, not 38.0), any other to 4 significant digits."""
-    return int(x) if float(x).is_integer() else float(f"{x:.4g}")
-
-
 def measure(seeds: int) -> List[Dict[str, Any]]:
     """Every job length's row: polls fewest / median / most and the latest the end was noticed."""
     rows = []
@@ -110,9 +105,9 @@ def measure(seeds: int) -> List[Dict[str, Any]]:
                     "length_s": length,
                     "timeout_s": length + MARGIN,
                     "polls_fewest": min(counts),
-                    "polls_median": _number(statistics.median(counts)),
+                    "polls_median": statistics.median(counts),
                     "polls_most": max(counts),
-                    "end_noticed_after_at_most_s": _number(max(delay for _, delay in results)),
+                    "end_noticed_after_at_most_s": max(delay for _, delay in results),
                 }
             )
     return rows

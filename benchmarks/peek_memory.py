@@ -37,7 +37,6 @@ sys.path.insert(0, HERE)
 import _results  # noqa: E402
 
 MB = 1024 * 1024
-SIZE = 100_000_000
 
 SCENARIOS = {
     "402-plain": "SumeSession, 402 (not retried), Content-Length",
@@ -131,7 +130,7 @@ def client(url: str, scenario: str) -> None:
 def main() -> int:
     """Run every scenario in its own client process, print the table, write it with ``--write``."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--size", type=int, default=SIZE, help="error body size in bytes")
+    parser.add_argument("--size", type=int, default=100_000_000, help="error body size in bytes")
     parser.add_argument("--budget-mb", type=float, default=2.0, help="most MB a peek may add")
     parser.add_argument(
         "--write", action="store_true", help="write benchmarks/results/peek_memory-urllib3-<version>.json"
@@ -145,8 +144,7 @@ def main() -> int:
     if args.client:
         client(*args.client)
         return 0
-    if args.write and args.size != SIZE:
-        parser.error(f"--write records the committed figures: drop --size (the default is {SIZE:,})")
+    _results.refuse_partial(parser, args, "size")
 
     results = measure(args.size)
     failures = check(results, args.size, args.budget_mb * MB)

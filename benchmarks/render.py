@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import textwrap
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -34,25 +34,19 @@ Document = Dict[str, Any]
 class Results:
     """The committed results files, loaded on first use; remembers which were read."""
 
-    def __init__(self, loader: Callable[[str], Document] = _results.load) -> None:
-        self._loader = loader
+    def __init__(self) -> None:
         self._cache: Dict[str, Document] = {}
         self.used: Set[str] = set()
 
     def __getitem__(self, name: str) -> Document:
         if name not in self._cache:
-            self._cache[name] = self._loader(name)
+            self._cache[name] = _results.load(name)
         self.used.add(name)
         return self._cache[name]
 
     def matching(self, prefix: str) -> List[Document]:
         """Every committed results file whose name starts with ``prefix``, in name order."""
         return [self[name] for name in _results.names() if name.startswith(prefix)]
-
-    def figures(self, name: str) -> Dict[str, Any]:
-        """The ``figures`` of results ``name``."""
-        figures: Dict[str, Any] = self[name]["figures"]
-        return figures
 
 
 # -- formatting ---------------------------------------------------------------------------
@@ -421,47 +415,51 @@ def _versions(docs: Iterable[Document]) -> str:
     return " and ".join(names) if len(names) < 3 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def _drains(results: Results) -> Dict[str, List[Document]]:
-    """The peek_memory runs, split by whether stock urllib3's drain held the retried body whole."""
-    docs = sorted(results.matching("peek_memory-urllib3-"), key=lambda d: _version_key(d["stamp"]["urllib3"]))
-    if not docs:
+def _peek_runs(results: Results) -> List[Document]:
+    """The peek_memory runs, one per urllib3 version, oldest first."""
+    runs = sorted(results.matching("peek_memory-urllib3-"), key=lambda d: _version_key(d["stamp"]["urllib3"]))
+    if not runs:
         raise KeyError("no peek_memory-urllib3-*.json results")
-    whole = [d for d in docs if _stock_drain(d) > d["figures"]["budget_mb"]]
-    return {"whole": whole, "pieces": [d for d in docs if d not in whole], "all": docs}
+    return runs
 
 
 def _stock_drain(doc: Document) -> float:
     stock = doc["figures"]["scenarios"]["stock-503"]
     if stock["server_attempts"] < 2:
         raise ValueError(f"{doc['stamp']['command']}: the stock 503 was not retried, so nothing was drained")
-    value: float = stock["peak_over_baseline_at_response_mb"]
-    return value
+    return float(stock["peak_over_baseline_at_response_mb"])
 
 
-def _sume_drain(docs: Iterable[Document]) -> float:
+def _stock_groups(runs: Sequence[Document]) -> List[Tuple[bool, str, float]]:
+    """(held whole, its urllib3 versions, the most it cost) for the versions whose drain holds the
+    retried body whole, then for those that drain it in pieces; a group with no version is left out."""
+    whole = [d for d in runs if _stock_drain(d) > d["figures"]["budget_mb"]]
+    pieces = [d for d in runs if d not in whole]
+    return [
+        (held, _versions(group), max(_stock_drain(d) for d in group))
+        for held, group in ((True, whole), (False, pieces))
+        if group
+    ]
+
+
+def _peek_cost(runs: Iterable[Document], *scenarios: str) -> float:
+    """The most any of ``scenarios`` added to peak RSS at the response, over ``runs``."""
     key = "peak_over_baseline_at_response_mb"
-    return max(float(d["figures"]["scenarios"]["503-gave-up"][key]) for d in docs)
+    return float(max(d["figures"]["scenarios"][s][key] for d in runs for s in scenarios))
 
 
 def _mb(value: float) -> str:
     return f"+{value:.0f} MB" if value >= 1 else f"+{value:.2f} MB"
 
 
-def _stock_cell(drains: Mapping[str, List[Document]]) -> str:
-    parts = []
-    if drains["whole"]:
-        worst = max(_stock_drain(d) for d in drains["whole"])
-        parts.append(f"{_mb(worst)} on urllib3 {_versions(drains['whole'])} (holds it whole)")
-    if drains["pieces"]:
-        worst = max(_stock_drain(d) for d in drains["pieces"])
-        parts.append(f"{_mb(worst)} on {_versions(drains['pieces'])}")
-    return "; ".join(parts)
-
-
 def comparison(results: Results) -> str:
     """The table comparing urllib3's ``Retry`` with ``SumeRetry``; its memory row is measured."""
-    drains = _drains(results)
-    size_mb = drains["all"][0]["figures"]["body_bytes"] / 1e6
+    runs = _peek_runs(results)
+    size_mb = runs[0]["figures"]["body_bytes"] / 1e6
+    stock = "; ".join(
+        f"{_mb(cost)} on urllib3 {versions}" + (" (holds it whole)" if held else "")
+        for held, versions, cost in _stock_groups(runs)
+    )
     return "\n".join(
         [
             "| | urllib3 `Retry(status_forcelist=…)` | `SumeRetry` |",
@@ -476,8 +474,8 @@ def comparison(results: Results) -> str:
             "| `max_elapsed`, checked before every wait |",
             "| POST retried | never (method allow-list) | only with the same `Idempotency-Key` |",
             f"| peak memory when a retried {size_mb:.0f} MB error body is drained "
-            f"({command(drains['all'][0])}) | {_stock_cell(drains)} "
-            f"| {_mb(_sume_drain(drains['all']))} on {_versions(drains['all'])} (64 KiB pieces) |",
+            f"({command(runs[0])}) | {stock} "
+            f"| {_mb(_peek_cost(runs, '503-gave-up'))} on {_versions(runs)} (64 KiB pieces) |",
             "| retry budget across threads | none | 20% of traffic, floor 10/s |",
         ]
     )
@@ -493,23 +491,13 @@ def reliability(results: Results) -> str:
     counted = ", ".join(f"{thousands(outcomes[name])} {name}" for name in order if outcomes.get(name))
     gave_up = outcomes.get("gave_up", 0)
     one_key = sk["requests_with_more_than_one_key"] == 0 and sk["requests_missing_at_server"] == 0
-    drains = _drains(results)
-    peeks = max(
-        d["figures"]["scenarios"][s]["peak_over_baseline_at_response_mb"]
-        for d in drains["all"]
-        for s in ("402-plain", "402-gzip-chunked", "503-gave-up")
+    runs = _peek_runs(results)
+    peeks = _peek_cost(runs, "402-plain", "402-gzip-chunked", "503-gave-up")
+    stock = " and ".join(
+        f"{'holds it whole' if held else 'drains it in pieces'} on {versions} ({_mb(cost)})"
+        for held, versions, cost in _stock_groups(runs)
     )
-    stock = " ".join(
-        part
-        for part in (
-            f"stock urllib3's drain holds it whole on {_versions(drains['whole'])} "
-            f"({_mb(max(_stock_drain(d) for d in drains['whole']))})" if drains["whole"] else "",
-            f"and drains it in pieces on {_versions(drains['pieces'])} "
-            f"({_mb(max(_stock_drain(d) for d in drains['pieces']))})" if drains["pieces"] else "",
-        )
-        if part
-    )
-    size_mb = drains["all"][0]["figures"]["body_bytes"] / 1e6
+    size_mb = runs[0]["figures"]["body_bytes"] / 1e6
     bullets = [
         faults_line(results),
         wrap(
@@ -538,9 +526,9 @@ def reliability(results: Results) -> str:
             indent="  ",
         ),
         wrap(
-            f"""- **Memory** ({command(drains['all'][0])} on urllib3 {_versions(drains['all'])}): peeking a
+            f"""- **Memory** ({command(runs[0])} on urllib3 {_versions(runs)}): peeking a
             {size_mb:.0f} MB error body adds at most {_mb(peeks)} peak RSS, returned or retried;
-            SumeRetry drains a retried body in 64 KiB pieces, where {stock}.""",
+            SumeRetry drains a retried body in 64 KiB pieces, where stock urllib3's drain {stock}.""",
             indent="  ",
         ),
     ]

@@ -769,21 +769,16 @@ def profile(server_url: str, name: str, n: int, sort: str, top: int) -> str:
 # -- command line ------------------------------------------------------------------------
 
 
-def _sig(x: float) -> float:
-    """``x`` to 4 significant digits: the results file stays readable and stable."""
-    return float(f"{x:.4g}")
-
-
 def _row_figures(row: Row) -> Dict[str, Any]:
     return {
         "id": row.variant.name,
         "label": row.variant.label,
         "baseline": row.variant.baseline,
-        "us_per_request": _sig(row.us_per_request),
-        "ratio": _sig(row.ratio),
-        "ratio_low": _sig(row.low),
-        "ratio_high": _sig(row.high),
-        "ratio_of_medians": _sig(row.median_ratio),
+        "us_per_request": row.us_per_request,
+        "ratio": row.ratio,
+        "ratio_low": row.low,
+        "ratio_high": row.high,
+        "ratio_of_medians": row.median_ratio,
     }
 
 
@@ -797,16 +792,16 @@ def figures(
     """Everything the tables show, as plain JSON for ``benchmarks/results/retry.json``."""
     setups = []
     for result in decisions:
-        stock_us = _sig(statistics.median(result.means["stock"]))
+        stock_us = statistics.median(result.means["stock"])
         entry: Dict[str, Any] = {"source": result.source, "stock_us": stock_us}
         for name in ("alone", "session"):
             ratios = _ratios(result.means, name)
             entry[name] = {
-                "us": _sig(statistics.median(result.means[name])),
-                "ratio": _sig(statistics.median(ratios)),
-                "ratio_low": _sig(min(ratios)),
-                "ratio_high": _sig(max(ratios)),
-                "ratio_of_medians": _sig(statistics.median(_ratios(result.medians, name))),
+                "us": statistics.median(result.means[name]),
+                "ratio": statistics.median(ratios),
+                "ratio_low": min(ratios),
+                "ratio_high": max(ratios),
+                "ratio_of_medians": statistics.median(_ratios(result.medians, name)),
             }
         setups.append(entry)
     return {
@@ -845,8 +840,7 @@ def main(argv: Sequence[str]) -> int:
         args.requests, args.runs, args.decisions = 200, 2, 300
     if min(args.requests, args.runs, args.decisions, args.profile_requests) < 1:
         parser.error("--requests, --runs, --decisions and --profile-requests must be at least 1")
-    if args.write and (args.quick or args.variants or args.profile):
-        parser.error("--write records the full run: not with --quick, --variants or --profile")
+    _results.refuse_partial(parser, args, "quick", "variants", "profile")
 
     with LoopbackServer() as server:
         if args.profile:

@@ -43,8 +43,6 @@ sys.path.insert(0, HERE)
 import _results  # noqa: E402
 
 MB = 1024 * 1024
-# The committed run; --write refuses any other.
-SIZES = {"threads": 32, "per_thread": 500, "failure_rate": 0.2, "seed": 0}
 
 
 def script(length: int, seed: int, failure_rate: float) -> List[int]:
@@ -81,10 +79,10 @@ def peak_rss() -> int:
 def main() -> int:
     """Soak one session from many threads, print what happened, write it with ``--write``."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--threads", type=int, default=SIZES["threads"])
-    parser.add_argument("--per-thread", type=int, default=SIZES["per_thread"])
-    parser.add_argument("--failure-rate", type=float, default=SIZES["failure_rate"])
-    parser.add_argument("--seed", type=int, default=SIZES["seed"])
+    parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--per-thread", type=int, default=500)
+    parser.add_argument("--failure-rate", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rss-budget-mb", type=float, default=8.0, help="most RSS growth from 25%% to 100%%")
     parser.add_argument("--write", action="store_true", help="write benchmarks/results/soak.json")
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
@@ -92,9 +90,7 @@ def main() -> int:
     if args.serve:
         serve(int(args.serve[0]), int(args.serve[1]), float(args.serve[2]))
         return 0
-    changed = ["--" + name.replace("_", "-") for name, value in SIZES.items() if getattr(args, name) != value]
-    if args.write and changed:
-        parser.error(f"--write records the committed figures: drop {', '.join(changed)}")
+    _results.refuse_partial(parser, args, "threads", "per_thread", "failure_rate", "seed")
 
     from sume_urllib3 import Outcome, SumeRetryError, SumeSession
     from sume_urllib3.testing import no_sleep

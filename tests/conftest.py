@@ -14,17 +14,28 @@ API_KEY = "sk_live_SECRET_0123456789abcdef"
 
 
 class VirtualTime:
-    """A monotonic clock that only moves when something sleeps on it."""
+    """A monotonic clock that only moves when something sleeps on it, or the test moves it.
 
-    def __init__(self) -> None:
-        self.now = 1000.0
+    Pass ``vt.clock`` (or ``vt`` itself: it is callable) where a clock is injected and
+    ``vt.sleep`` where a sleep is; ``vt.sleeps`` lists every sleep, ``vt.advance`` moves time
+    without counting as one.
+    """
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
         self.sleeps: List[float] = []
+
+    def __call__(self) -> float:
+        return self.now
 
     def clock(self) -> float:
         return self.now
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
+        self.now += seconds
+
+    def advance(self, seconds: float) -> None:
         self.now += seconds
 
 

@@ -13,18 +13,7 @@ import pytest
 from sume_urllib3._budget import RetryBudget
 from sume_urllib3._errors import ConfigurationError
 
-
-class FakeClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from .conftest import VirtualTime
 
 
 def spend_all(budget: RetryBudget, limit: int = 100_000) -> int:
@@ -37,21 +26,21 @@ def spend_all(budget: RetryBudget, limit: int = 100_000) -> int:
 
 def test_defaults() -> None:
     """The defaults are 20% over 10 s with a floor of 10 retries per second."""
-    budget = RetryBudget(clock=FakeClock())
+    budget = RetryBudget(clock=VirtualTime())
     assert (budget.ratio, budget.window, budget.min_per_second) == (0.2, 10.0, 10.0)
     assert budget.balance == 100.0
 
 
 def test_floor_allows_a_burst_of_50_at_once() -> None:
     """A brand-new budget never throttles a burst of 50 retries."""
-    budget = RetryBudget(clock=FakeClock())
+    budget = RetryBudget(clock=VirtualTime())
     assert all(budget.try_spend() for _ in range(50))
     assert budget.balance == 50.0
 
 
 def test_refuses_once_the_balance_is_spent() -> None:
     """Under sustained failures the budget refuses, and a refusal withdraws nothing."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     for _ in range(10):
         budget.record_request()
@@ -62,7 +51,7 @@ def test_refuses_once_the_balance_is_spent() -> None:
 
 def test_refills_after_the_window() -> None:
     """Spent tokens come back once their withdrawals are older than the window."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     assert spend_all(budget) == 100
     clock.advance(5.0)
@@ -74,7 +63,7 @@ def test_refills_after_the_window() -> None:
 
 def test_refills_gradually_never_sticks_at_zero() -> None:
     """Spending 10 per second forever keeps working: each second's retries expire in turn."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     for second in range(60):
         allowed = sum(budget.try_spend() for _ in range(10))
@@ -84,7 +73,7 @@ def test_refills_gradually_never_sticks_at_zero() -> None:
 
 def test_sustained_failure_settles_at_the_ratio() -> None:
     """Under total failure of busy traffic retries settle at ratio * requests, not more."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     allowed = 0
     # 100 requests/s for 100 s, every one wanting 6 retries.
@@ -99,7 +88,7 @@ def test_sustained_failure_settles_at_the_ratio() -> None:
 
 def test_ratio_accounting() -> None:
     """With 2000 requests in the window and ratio 0.2, 400 retries are allowed (above the floor)."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     for _ in range(2000):
         budget.record_request()
@@ -109,7 +98,7 @@ def test_ratio_accounting() -> None:
 
 def test_ratio_only_without_floor() -> None:
     """min_per_second=0 leaves only ratio tokens; none at all before any request."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(ratio=0.1, min_per_second=0, clock=clock)
     assert budget.try_spend() is False
     for _ in range(100):
@@ -119,7 +108,7 @@ def test_ratio_only_without_floor() -> None:
 
 def test_float_products_do_not_lose_a_token() -> None:
     """0.57 * 100 is 56.999... in floating point; the 57th retry is still allowed."""
-    budget = RetryBudget(ratio=0.57, min_per_second=0, clock=FakeClock())
+    budget = RetryBudget(ratio=0.57, min_per_second=0, clock=VirtualTime())
     for _ in range(100):
         budget.record_request()
     assert spend_all(budget) == 57
@@ -127,7 +116,7 @@ def test_float_products_do_not_lose_a_token() -> None:
 
 def test_deposits_expire_too() -> None:
     """Requests older than the window no longer earn retries."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(min_per_second=0, clock=clock)
     for _ in range(100):
         budget.record_request()
@@ -139,7 +128,7 @@ def test_deposits_expire_too() -> None:
 
 def test_expiry_is_bucketed_within_one_tenth_of_the_window() -> None:
     """An entry counts for at least 9/10 of the window and never longer than the window."""
-    clock = FakeClock(0.0)
+    clock = VirtualTime(0.0)
     budget = RetryBudget(clock=clock)
     clock.advance(0.95)  # late in the first 1-second bucket
     assert budget.try_spend()
@@ -157,7 +146,7 @@ def test_expiry_is_bucketed_within_one_tenth_of_the_window() -> None:
 
 def test_clock_going_backwards_does_not_resurrect_or_crash() -> None:
     """A clock that steps back keeps counting in the newest bucket."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     assert budget.try_spend()
     clock.advance(-50.0)
@@ -167,7 +156,7 @@ def test_clock_going_backwards_does_not_resurrect_or_crash() -> None:
 
 def test_long_idle_clears_everything_in_one_step() -> None:
     """After a long idle gap all old entries are gone at once."""
-    clock = FakeClock()
+    clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     for _ in range(30):
         budget.record_request()
@@ -178,7 +167,7 @@ def test_long_idle_clears_everything_in_one_step() -> None:
 
 def test_thread_safety_16_threads() -> None:
     """16 threads racing for tokens never get more than the balance allows, in total."""
-    budget = RetryBudget(clock=FakeClock())
+    budget = RetryBudget(clock=VirtualTime())
     for _ in range(1000):
         budget.record_request()
     start = threading.Barrier(16)
@@ -201,7 +190,7 @@ def test_thread_safety_16_threads() -> None:
 
 def test_concurrent_deposits_are_all_counted() -> None:
     """16 threads x 500 deposits add exactly 0.2 * 8000 tokens."""
-    budget = RetryBudget(min_per_second=0, clock=FakeClock())
+    budget = RetryBudget(min_per_second=0, clock=VirtualTime())
 
     def work() -> None:
         for _ in range(500):
@@ -231,7 +220,7 @@ def test_shared_is_a_singleton() -> None:
 
 def test_repr_shows_balance() -> None:
     """repr names the settings and the balance."""
-    budget = RetryBudget(clock=FakeClock())
+    budget = RetryBudget(clock=VirtualTime())
     budget.try_spend()
     assert repr(budget) == "RetryBudget(ratio=0.2, window=10, min_per_second=10, balance=99.0)"
 
@@ -268,7 +257,7 @@ def test_edge_values_are_accepted() -> None:
 
 def test_a_clock_stepping_back_does_not_freeze_the_budget() -> None:
     """After the clock jumps back, spent tokens still come back within one window."""
-    clock = FakeClock()
+    clock = VirtualTime()
     clock.advance(5000.0)
     budget = RetryBudget(clock=clock)
     assert 100 == spend_all(budget)
@@ -285,7 +274,7 @@ class MyBudget(RetryBudget):
 
 def test_copies_and_pickles_have_state_of_their_own() -> None:
     """A copy spending tokens never changes the original's buckets; subclasses survive."""
-    original = MyBudget(clock=FakeClock())
+    original = MyBudget(clock=VirtualTime())
     twin = copy.copy(original)
     spend_all(twin)
 

@@ -15,22 +15,14 @@ import pytest
 from sume_urllib3 import ConfigurationError
 from sume_urllib3._fleet import GRANT_NOW, Grant, LocalFleet, fleet_key, parse_rate
 
+from .conftest import VirtualTime
+
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 KEY = fleet_key(API_KEY)
 
 
-class Clock:
-    """A clock that moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make(rate: Any = None, burst: Optional[int] = None, **kwargs: Any) -> tuple[LocalFleet, Clock]:
-    clock = Clock()
+def make(rate: Any = None, burst: Optional[int] = None, **kwargs: Any) -> tuple[LocalFleet, VirtualTime]:
+    clock = VirtualTime(now=5000.0)
     kwargs.setdefault("rng", lambda: 0.5)
     return LocalFleet(rate, burst, clock=clock, **kwargs), clock
 
@@ -439,7 +431,7 @@ def test_rng_may_be_a_random_instance() -> None:
     """A seeded random.Random drives the spread reproducibly."""
     waits = []
     for _ in range(2):
-        fleet = LocalFleet(clock=Clock(), rng=random.Random(7))
+        fleet = LocalFleet(clock=VirtualTime(now=5000.0), rng=random.Random(7))
         fleet.release(KEY, fleet.acquire(KEY, time_left=60), 429, {"Retry-After": "10"})
         waits.append(fleet.acquire(KEY, time_left=60).wait)
     assert waits[0] == waits[1]

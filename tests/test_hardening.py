@@ -43,6 +43,8 @@ from sume_urllib3 import (
 )
 from sume_urllib3._demo import run as run_demo
 
+from .conftest import VirtualTime
+
 KEY = "sk_live_HARDENING_0123456789abcdef"
 BEARER = "Bearer " + KEY
 # Backoff without jitter: every retry in these tests waits exactly what the test says.
@@ -824,19 +826,6 @@ def test_10_an_explicit_timeout_none_per_call_means_the_session_default(server: 
 
 
 # -- 11. per-call policy, retry_in, idempotency_key -----------------------------------
-
-
-class VirtualTime:
-    """A clock that moves only when something sleeps on it."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def _always(status: int, body: bytes = b"", headers: Optional[Dict[str, str]] = None) -> Handler:

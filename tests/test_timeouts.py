@@ -15,16 +15,7 @@ from sume_urllib3._errors import ConfigurationError
 from sume_urllib3._timeouts import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
 from sume_urllib3.testing import FakeSume, no_sleep
 
-
-class FakeClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
+from .conftest import VirtualTime
 
 # --- check_timeout: exactly what requests accepts --------------------------------------------
 
@@ -130,7 +121,7 @@ def started(timeout: Timeout) -> Timeout:
 
 def test_clone_caps_connect_and_read_by_the_time_left() -> None:
     """With 10 s left, a (5, 60) timeout connects within 5 s and reads within what is left of 10."""
-    clock = FakeClock()
+    clock = VirtualTime()
     attempt = started(DeadlineTimeout((5, 60), deadline=1010.0, clock=clock).clone())
     assert type(attempt) is Timeout
     assert attempt.total == 10.0
@@ -142,7 +133,7 @@ def test_clone_caps_connect_and_read_by_the_time_left() -> None:
 
 def test_clone_follows_the_clock() -> None:
     """Each attempt's cap is what is left when it starts."""
-    clock = FakeClock()
+    clock = VirtualTime()
     timeout = DeadlineTimeout((5, 60), deadline=1010.0, clock=clock)
     clock.now = 1008.0
     attempt = started(timeout.clone())
@@ -156,7 +147,7 @@ def test_clone_follows_the_clock() -> None:
 @pytest.mark.parametrize("now", [1009.95, 1010.0, 1500.0])
 def test_clone_never_below_the_minimum(now: float) -> None:
     """Near or past the deadline an attempt still gets MIN_ATTEMPT_TIMEOUT, never zero or less."""
-    clock = FakeClock(now)
+    clock = VirtualTime(now)
     attempt = started(DeadlineTimeout((5, 60), deadline=1010.0, clock=clock).clone())
     assert MIN_ATTEMPT_TIMEOUT == 0.1
     assert attempt.total == MIN_ATTEMPT_TIMEOUT
@@ -168,7 +159,7 @@ def test_clone_never_below_the_minimum(now: float) -> None:
 
 def test_clone_keeps_a_shorter_total() -> None:
     """A total shorter than the time left is kept; once less is left, the time left wins."""
-    clock = FakeClock()
+    clock = VirtualTime()
     timeout = DeadlineTimeout(Timeout(connect=5, read=60, total=3), deadline=1010.0, clock=clock)
     assert timeout.clone().total == 3
     clock.now = 1008.0
@@ -177,14 +168,14 @@ def test_clone_keeps_a_shorter_total() -> None:
 
 def test_clone_caps_no_limit_by_the_time_left() -> None:
     """(None, None), "no limit", still ends at the deadline."""
-    attempt = DeadlineTimeout((None, None), deadline=1010.0, clock=FakeClock()).clone()
+    attempt = DeadlineTimeout((None, None), deadline=1010.0, clock=VirtualTime()).clone()
     assert attempt.connect_timeout == 10.0
     assert attempt.total == 10.0
 
 
 def test_clone_of_plain_seconds() -> None:
     """A plain number is both the connect and the read timeout, each capped."""
-    attempt = DeadlineTimeout(7, deadline=1010.0, clock=FakeClock()).clone()
+    attempt = DeadlineTimeout(7, deadline=1010.0, clock=VirtualTime()).clone()
     assert attempt.connect_timeout == 7
     assert attempt.total == 10.0
     assert started(attempt).read_timeout == pytest.approx(7, abs=0.5)
@@ -192,7 +183,7 @@ def test_clone_of_plain_seconds() -> None:
 
 def test_clones_are_independent() -> None:
     """Starting one attempt's timer touches neither the template nor the next attempt."""
-    timeout = DeadlineTimeout((5, 60), deadline=1010.0, clock=FakeClock())
+    timeout = DeadlineTimeout((5, 60), deadline=1010.0, clock=VirtualTime())
     first = started(timeout.clone())
     second = timeout.clone()
     assert first is not second
@@ -202,7 +193,7 @@ def test_clones_are_independent() -> None:
 
 def test_clone_counts_waits_recorded_under_no_sleep() -> None:
     """Under no_sleep, the waits this thread recorded count as time passed, so deadlines hold."""
-    clock = FakeClock()
+    clock = VirtualTime()
     timeout = DeadlineTimeout((8, 60), deadline=1010.0, clock=clock)
     with no_sleep() as recorder:
         recorder.record(6.0)
@@ -217,7 +208,7 @@ def test_clone_counts_waits_recorded_under_no_sleep() -> None:
 @pytest.mark.parametrize("timeout", [(5, 60), 5, Timeout(connect=1, read=2), None], ids=repr)
 def test_capped_leaves_the_timeout_alone_with_an_injected_clock(timeout: Any) -> None:
     """An injected clock measures time that did not pass: the socket timeouts stay as they are."""
-    assert capped(timeout, deadline=1010.0, clock=FakeClock()) is timeout
+    assert capped(timeout, deadline=1010.0, clock=VirtualTime()) is timeout
 
 
 @pytest.mark.parametrize("timeout", [(5, 60), 5, None], ids=repr)

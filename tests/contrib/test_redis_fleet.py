@@ -23,21 +23,12 @@ from sume_urllib3._fleet import GRANT_NOW, Grant, fleet_key
 from sume_urllib3.contrib.redis import RedisFleet
 from sume_urllib3.contrib.redis._redis_fleet import _Turn
 
+from ..conftest import VirtualTime
 from .redis_server import RedisServer
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 KID = fleet_key(API_KEY)
 US = 1_000_000
-
-
-class Clock:
-    """Virtual seconds for the fleet's backoff and (as server_clock) for the Lua scripts."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -98,7 +89,7 @@ class GcraModel:
 def test_configured_pace_and_cooldown_match_the_model(server: RedisServer, burst: int) -> None:
     """The acquire and release scripts give the model's waits, refusals and sources, to the microsecond."""
     rng = random.Random(burst)
-    clock = Clock()
+    clock = VirtualTime()
     fleet = make(server, rate="20/s", burst=burst, server_clock=clock, clock=clock, retry_budget=None)
     model = GcraModel(50_000, burst)
     granted: List[Grant] = []
@@ -128,7 +119,7 @@ def test_configured_pace_and_cooldown_match_the_model(server: RedisServer, burst
 
 def test_a_configured_burst_goes_at_once_then_one_turn_per_interval(server: RedisServer) -> None:
     """rate="10/s", burst=3: three turns now, then 0.1 s apart, across fleet objects."""
-    clock = Clock()
+    clock = VirtualTime()
     one = make(server, rate="10/s", burst=3, server_clock=clock)
     two = make(server, rate="10/s", burst=3, server_clock=clock)
     waits = [f.acquire(KID, time_left=math.inf).wait for f in (one, two, one, two, one, two)]
@@ -138,7 +129,7 @@ def test_a_configured_burst_goes_at_once_then_one_turn_per_interval(server: Redi
 
 def test_a_turn_after_the_deadline_is_refused_and_reserves_nothing(server: RedisServer) -> None:
     """The refusal names the pace and the time left; the next caller gets the same turn."""
-    clock = Clock()
+    clock = VirtualTime()
     fleet = make(server, rate="1/s", server_clock=clock)
     assert 0.0 == fleet.acquire(KID, time_left=10.0).wait
     refused = fleet.acquire(KID, time_left=0.5)
@@ -149,7 +140,7 @@ def test_a_turn_after_the_deadline_is_refused_and_reserves_nothing(server: Redis
 
 def test_a_retry_after_holds_every_process_then_releases_one_turn_per_interval(server: RedisServer) -> None:
     """A 429 with Retry-After seen by one fleet holds another's requests, released spread, not at once."""
-    clock = Clock()
+    clock = VirtualTime()
     seen, other = (make(server, rate="10/s", burst=5, server_clock=clock) for _ in range(2))
     grant = seen.acquire(KID, time_left=math.inf)
     seen.release(KID, grant, 429, {"Retry-After": "2"})
@@ -161,7 +152,7 @@ def test_a_retry_after_holds_every_process_then_releases_one_turn_per_interval(s
 
 def test_a_retry_that_waits_anyway_is_not_charged_to_the_pace(server: RedisServer) -> None:
     """Grant.wait is at least not_before; source stays None when the pace adds nothing."""
-    clock = Clock()
+    clock = VirtualTime()
     fleet = make(server, rate="10/s", server_clock=clock)
     grant = fleet.acquire(KID, time_left=math.inf, retry="throttle", not_before=3.0)
     assert (3.0, None) == (grant.wait, grant.source)
@@ -172,7 +163,7 @@ def test_a_retry_that_waits_anyway_is_not_charged_to_the_pace(server: RedisServe
 
 def test_the_pace_is_learned_from_ratelimit_headers_fleet_wide(server: RedisServer) -> None:
     """RateLimit-Policy 10;w=1 seen by one fleet paces every fleet at 0.1 s from the server's Remaining."""
-    clock = Clock()
+    clock = VirtualTime()
     one, two = make(server, server_clock=clock), make(server, server_clock=clock)
     grant = one.acquire(KID, time_left=math.inf)
     one.release(KID, grant, 200, {"RateLimit-Policy": "10;w=1", "RateLimit-Remaining": "2"})
@@ -182,7 +173,7 @@ def test_the_pace_is_learned_from_ratelimit_headers_fleet_wide(server: RedisServ
 
 def test_the_pace_is_learned_from_429s_alone(server: RedisServer) -> None:
     """Without headers, what got through before a 429 becomes the pace (4 in 2 s: 0.5 s apart)."""
-    clock = Clock()
+    clock = VirtualTime()
     fleet = make(server, initial_window=8, server_clock=clock)
     grants = [fleet.acquire(KID, time_left=math.inf) for _ in range(5)]
     for grant in grants[:4]:
@@ -195,7 +186,7 @@ def test_the_pace_is_learned_from_429s_alone(server: RedisServer) -> None:
 
 def test_slow_start_bounds_the_first_wave_across_processes(server: RedisServer) -> None:
     """Unknown pace: initial_window attempts in flight across all fleets; more come back `again`."""
-    clock = Clock()
+    clock = VirtualTime()
     fleets = [make(server, initial_window=3, server_clock=clock) for _ in range(3)]
     grants = [fleets[i % 3].acquire(KID, time_left=math.inf) for i in range(5)]
     assert [False, False, False, True, True] == [g.again for g in grants]
@@ -210,7 +201,7 @@ def test_slow_start_bounds_the_first_wave_across_processes(server: RedisServer) 
 
 def test_a_lone_request_is_never_delayed_and_retries_never_get_again(server: RedisServer) -> None:
     """The first attempt of a new key goes at once; a retry past the window still gets a turn."""
-    clock = Clock()
+    clock = VirtualTime()
     fleet = make(server, initial_window=1, server_clock=clock)
     assert (0.0, False) == (fleet.acquire(KID, time_left=math.inf).wait, False)
     retry = fleet.acquire(KID, time_left=math.inf, retry="error", not_before=0.2)
@@ -221,7 +212,7 @@ def test_the_retry_budget_is_shared_and_throttle_waits_do_not_spend_it(server: R
     """retry="error" spends the fleet-wide budget until refused; retry="throttle" never does."""
     from sume_urllib3 import RetryBudget
 
-    clock = Clock()
+    clock = VirtualTime()
     budget = RetryBudget(ratio=0.5, window=10.0, min_per_second=0.2)  # floor: 2 retries per window
     one, two = (make(server, rate="1000/s", retry_budget=budget, server_clock=clock) for _ in range(2))
     assert all(f.acquire(KID, time_left=math.inf, retry="throttle").refused is None for f in (one, two) * 5)
@@ -257,7 +248,7 @@ def test_several_processes_share_one_pace(server: RedisServer) -> None:
 
 def test_threads_share_one_pace(server: RedisServer) -> None:
     """Eight threads on one fleet object get 80 distinct turns exactly one interval apart."""
-    clock = Clock()
+    clock = VirtualTime()
     fleet = make(server, rate="100/s", server_clock=clock)
     turns: List[int] = []
     lock = threading.Lock()
@@ -351,7 +342,7 @@ def test_redis_holds_no_key_text_and_everything_expires(server: RedisServer) -> 
 
 def test_redis_killed_and_restarted(server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     """Killed: local grants at once, one WARNING, no retry of Redis during the backoff; back after it."""
-    clock = Clock()
+    clock = VirtualTime()
     fleet = make(server, rate="10/s", clock=clock, backoff=1.0)
     assert not fleet.acquire(KID, time_left=math.inf).fallback
     server.kill()
@@ -375,7 +366,7 @@ def test_redis_killed_and_restarted(server: RedisServer, caplog: pytest.LogCaptu
 
 def test_a_local_grant_paces_at_this_process_share_of_the_rate(server: RedisServer) -> None:
     """When Redis fails, the configured rate is split among the processes Redis last saw."""
-    clock = Clock()
+    clock = VirtualTime()
     fleets = [make(server, rate="10/s", burst=1, clock=clock) for _ in range(2)]
     for f in [*fleets, fleets[0]]:  # the second call of the first sees both
         f.acquire(KID, time_left=math.inf)
@@ -420,7 +411,7 @@ def test_a_full_redis_falls_back(server: RedisServer) -> None:
 
 def test_a_stalled_redis_costs_one_timeout_then_nothing(server: RedisServer) -> None:
     """A Redis that answers nothing (SIGSTOP) fails one call after `timeout`, then is not asked again."""
-    clock = Clock()
+    clock = VirtualTime()
     fleet = make(server, rate="10/s", clock=clock, timeout=0.05)
     fleet.acquire(KID, time_left=math.inf)
     server.pause()

@@ -11,27 +11,16 @@ from sume_urllib3 import LocalFleet, SumeSession
 from sume_urllib3.testing._quota import Quota
 from sume_urllib3.testing._server import FakeSume, Reply
 
-
-class Clock:
-    """A clock the test moves by hand (the quota never reads real time here)."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
+from ..conftest import VirtualTime
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> VirtualTime:
+    return VirtualTime()
 
 
 @pytest.fixture
-def fake(clock: Clock) -> Iterator[FakeSume]:
+def fake(clock: VirtualTime) -> Iterator[FakeSume]:
     with FakeSume() as server:
         server.quota("10/s", burst=3, clock=clock)
         server.script("POST", "/v1/jobs", Reply(201, json={"id": "job_1"}))
@@ -56,7 +45,7 @@ def test_burst_then_429_with_retry_after_and_ratelimit_headers(fake: FakeSume) -
     assert "Retry-After" not in replies[0].headers
 
 
-def test_turns_come_back_at_the_rate(fake: FakeSume, clock: Clock) -> None:
+def test_turns_come_back_at_the_rate(fake: FakeSume, clock: VirtualTime) -> None:
     """After 0.1 s one more turn is free (10/s); after 0.3 s the whole burst."""
     for _ in range(3):
         post(fake)
@@ -77,7 +66,9 @@ def test_each_api_key_has_its_own_quota(fake: FakeSume) -> None:
     assert (fake.quota_state.admitted, fake.quota_state.refused) == (6, 1)
 
 
-def test_a_refused_request_is_recorded_but_does_not_advance_the_script(fake: FakeSume, clock: Clock) -> None:
+def test_a_refused_request_is_recorded_but_does_not_advance_the_script(
+    fake: FakeSume, clock: VirtualTime
+) -> None:
     """The 429 is recorded in fake.requests; the scripted replies wait for admitted requests."""
     fake.script("GET", "/v1/n", Reply(json={"n": 1}), Reply(json={"n": 2}))
     assert [post(fake).status_code for _ in range(3)] == [201, 201, 201]
@@ -96,7 +87,7 @@ def test_script_headers_win_over_the_quota_headers(fake: FakeSume) -> None:
     assert reply.headers["RateLimit-Remaining"] == "2"
 
 
-def test_quota_mode_off_and_from_the_constructor(clock: Clock) -> None:
+def test_quota_mode_off_and_from_the_constructor(clock: VirtualTime) -> None:
     """FakeSume(quota=..., burst=...) turns it on; quota(None) turns it off."""
     with FakeSume(quota="1/min", burst=1) as fake:
         fake.script("POST", "/v1/jobs", 201)
@@ -119,7 +110,7 @@ def test_bad_quota_is_a_clear_error(rate: object, burst: object) -> None:
         Quota(rate, burst)  # type: ignore[arg-type]
 
 
-def test_a_paced_session_meets_the_quota_without_a_429(fake: FakeSume, clock: Clock) -> None:
+def test_a_paced_session_meets_the_quota_without_a_429(fake: FakeSume, clock: VirtualTime) -> None:
     """A SumeSession with a LocalFleet learns the pace from the headers: ten posts, no 429."""
     session = SumeSession(
         "sk_paced", base_url=fake.url, fleet=LocalFleet(clock=clock), sleep=clock.sleep, clock=clock
