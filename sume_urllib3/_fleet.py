@@ -63,12 +63,19 @@ _UNITS = {
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*/\s*([a-z]+?)s?\s*$")
 
 
-def fleet_key(api_key: Union[str, bytes, None]) -> str:
-    """The fleet's name for an API key: ``"k"`` + 16 hex digits of its SHA-256, never the key."""
+def fleet_key(api_key: Union[str, bytes, None], origin: str = "") -> str:
+    """The fleet's name for the key a request sends to an origin: a hash, never the key.
+
+    ``"k"`` + 16 hex digits of the SHA-256 of (origin, key); a keyless request is paced per
+    origin (``"o"`` + 16 hex digits), and only one with neither is :data:`ANONYMOUS`. Two
+    base URLs (staging and production, two test servers) never share a pace, and neither
+    do two tenants' keys sent by one session.
+    """
+    scope = origin.lower().encode("utf-8", "surrogatepass") + b"\0"
     if not api_key:
-        return ANONYMOUS
+        return "o" + hashlib.sha256(scope).hexdigest()[:16] if origin else ANONYMOUS
     data = api_key if isinstance(api_key, bytes) else api_key.encode("utf-8", "surrogatepass")
-    return "k" + hashlib.sha256(data).hexdigest()[:16]
+    return "k" + hashlib.sha256(scope + data).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -206,7 +213,7 @@ class LocalFleet:
         rate: Rate = None,
         burst: Optional[int] = None,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = _sleeping.shared_monotonic,
         rng: Union[random.Random, Callable[[], float], None] = None,
         initial_window: int = 4,
         wall: Callable[[], float] = time.time,
@@ -239,7 +246,7 @@ class LocalFleet:
             with LocalFleet._default_lock:
                 if LocalFleet._default is None:
                     # Time a test's no_sleep() mode recorded instead of slept counts here too.
-                    LocalFleet._default = LocalFleet(clock=_sleeping.monotonic)
+                    LocalFleet._default = LocalFleet()
                 fleet = LocalFleet._default
         return fleet
 
@@ -349,9 +356,11 @@ class LocalFleet:
 
     # -- inside ----------------------------------------------------------------------------
 
-    def _reset(self) -> None:
-        """Forget every key (the child of a fork: its parent's locks and turns are not its own)."""
+    def reset(self) -> None:
+        """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
         self._keys = {}
+
+    _reset = reset  # the name earlier releases used
 
     def _state(self, key_id: str) -> _Key:
         state = self._keys.get(key_id)

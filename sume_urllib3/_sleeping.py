@@ -11,13 +11,17 @@ class SleepRecorder:
     """Collects the waits retries asked for, and lets time appear to pass by that much.
 
     Time passes per thread, as real sleeps do: one thread's recorded waits never eat
-    into another thread's deadline.
+    into another thread's deadline. A fleet, whose turns every thread shares, reads the
+    clock through :meth:`catch_up`: a thread that asks for a turn first moves up to the
+    furthest time any thread has reached, as it would have in real time while the others
+    slept, so the turns it is given are on the same clock as theirs.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waits: List[float] = []
         self._local = threading.local()
+        self._horizon = 0.0  # the most seconds any thread has recorded (its time furthest on)
 
     @property
     def waits(self) -> List[float]:
@@ -37,9 +41,17 @@ class SleepRecorder:
 
     def record(self, seconds: float) -> None:
         """Note one wait instead of sleeping."""
+        slept = self.slept_here() + seconds
+        self._local.slept = slept
         with self._lock:
             self._waits.append(seconds)
-        self._local.slept = self.slept_here() + seconds
+            self._horizon = max(self._horizon, slept)
+
+    def catch_up(self) -> float:
+        """Move this thread's time up to the furthest any thread has reached; its seconds slept."""
+        slept = max(self.slept_here(), self._horizon)
+        self._local.slept = slept
+        return slept
 
     def clear(self) -> None:
         """Forget the recorded waits."""
@@ -83,6 +95,22 @@ def now(clock: Callable[[], float]) -> float:
 def monotonic() -> float:
     """``time.monotonic()`` plus the time this thread recorded instead of slept."""
     return now(time.monotonic)
+
+
+def shared_monotonic() -> float:
+    """The clock of state every thread shares (a fleet's turns): ``time.monotonic()`` in
+    production; under ``no_sleep()`` the virtual time of the thread furthest on, which the
+    calling thread catches up to (see :meth:`SleepRecorder.catch_up`)."""
+    recorder = _recorder
+    if recorder is None:
+        return time.monotonic()
+    return time.monotonic() + recorder.catch_up()
+
+
+def virtual_offset() -> float:
+    """Seconds the shared clock is ahead of real time (0 outside ``no_sleep()``)."""
+    recorder = _recorder
+    return recorder.catch_up() if recorder is not None else 0.0
 
 
 def default_sleep(seconds: float) -> None:

@@ -75,6 +75,6 @@ def make_session(fake: FakeSume, vtime: VirtualTime) -> Iterator[Callable[..., S
 @pytest.fixture(autouse=True)
 def fresh_default_fleet() -> Iterator[None]:
     """Every test starts with a process-wide fleet that knows nothing (no cooldown from the last one)."""
-    LocalFleet.default()._reset()
+    LocalFleet.default().reset()
     yield
-    LocalFleet.default()._reset()
+    LocalFleet.default().reset()

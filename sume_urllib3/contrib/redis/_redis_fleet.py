@@ -27,7 +27,7 @@ from ._scripts import AGAIN, NO_BUDGET, REFUSED, micros
 
 log = logging.getLogger("sume_urllib3")
 
-_KEY_ID = re.compile(r"^(k[0-9a-f]{16}|anonymous)$")
+_KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DEFAULT_BUDGET = RetryBudget()
 _PLAIN = (str, bytes, int, float, bool)
