@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import importlib
 import math
-import re
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..._errors import ConfigurationError
+from ..._fleet import parse_rate
 
 #: The keys ``SUME["FLEET"]`` may have.
 FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "RATE", "BURST", "PREFIX", "TIMEOUT")
 _REDIS_ONLY = ("PREFIX", "TIMEOUT")
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|min|h)\s*$")
 _LOCAL = ("sume_urllib3._fleet", "LocalFleet")
 _REDIS = ("sume_urllib3.contrib.redis", "RedisFleet")
 
@@ -120,13 +119,13 @@ def _check_url(url: Any) -> str:
 
 
 def _check_rate(rate: Any) -> Any:
-    if isinstance(rate, str):
-        match = _RATE.match(rate)
-        if match and float(match.group(1)) > 0:
-            return rate.strip()
-    elif isinstance(rate, (int, float)) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
-        return rate
-    raise ConfigurationError(f'RATE must be "N/s", "N/min", "N/h" or requests per second > 0, got {rate!r}')
+    # The fleets' own parser: every spelling LocalFleet and RedisFleet accept passes here,
+    # and nothing else, so `manage.py check` and the fleet can never disagree.
+    try:
+        parse_rate(rate)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"RATE: {exc}") from None
+    return rate.strip() if isinstance(rate, str) else rate
 
 
 def _check_burst(burst: Any) -> int:

@@ -56,10 +56,10 @@ def test_fleet_arguments(value: Dict[str, Any], expected: Dict[str, Any]) -> Non
     ("value", "expected"),
     [
         ("redis://127.0.0.1", "must be a dict"),
-        ({"RATE": "10/minute"}, "RATE must be"),
-        ({"RATE": "0/s"}, "RATE must be"),
-        ({"RATE": -1}, "RATE must be"),
-        ({"RATE": True}, "RATE must be"),
+        ({"RATE": "10/fortnight"}, "RATE: rate must be"),
+        ({"RATE": "0/s"}, "RATE: rate must be"),
+        ({"RATE": -1}, "RATE: rate must be"),
+        ({"RATE": True}, "RATE: rate must be"),
         ({"BURST": 0}, "BURST must be an int >= 1"),
         ({"BURST": 2.5}, "BURST must be an int >= 1"),
         ({"RATES": "10/s"}, "unknown key 'RATES'"),
@@ -83,6 +83,42 @@ def test_e008_bad_values_are_named(dj_settings: Any, value: Any, expected: str) 
     assert "REDIS_URL" in (message.hint or "")
     with pytest.raises(ConfigurationError, match=r"sume_urllib3\.E008"):
         get_session()
+
+
+#: Spellings users write (issue 25 lists the first seven): each one LocalFleet takes must pass.
+RATE_SPELLINGS = [
+    "10/minute", "10/m", "10/sec", "500/hour", "100/d", "100/day", "10/MIN",
+    "10/min", "20/s", " 20 / s ", "100/h", "100/hr", "2/seconds", "0.5/s", 2.5, 3,
+]
+#: And each it refuses must be E008, with the fleet's own reason.
+BAD_RATES = [
+    "10/fortnight", "10", "/s", "ten/s", "-1/s", "0/min", "10/", "", 0, -2.5, float("nan"), True, [10],
+]
+
+
+@pytest.mark.parametrize("rate", RATE_SPELLINGS, ids=repr)
+def test_every_rate_the_fleets_accept_passes_the_check(dj_settings: Any, rate: Any) -> None:
+    """One parser: what LocalFleet(rate=...) accepts, manage.py check accepts and get_session builds."""
+    LocalFleet(rate=rate)  # the fleet takes it: the check must too
+    dj_settings.SUME = sume({"RATE": rate})
+
+    assert [] == messages()
+    fleet = get_session().fleet
+    assert isinstance(fleet, LocalFleet)
+    assert fleet.rate == pytest.approx(LocalFleet(rate=rate).rate)
+
+
+@pytest.mark.parametrize("rate", BAD_RATES, ids=repr)
+def test_every_rate_the_fleets_refuse_is_e008_with_their_reason(dj_settings: Any, rate: Any) -> None:
+    """A rate LocalFleet refuses is E008, and the message is the fleet's own (nothing to drift)."""
+    with pytest.raises(ConfigurationError) as refused:
+        LocalFleet(rate=rate)
+    dj_settings.SUME = sume({"RATE": rate})
+
+    (message,) = messages()
+
+    assert "sume_urllib3.E008" == message.id
+    assert f'SUME["FLEET"]: RATE: {refused.value}' == message.msg
 
 
 def test_a_redis_password_is_never_echoed(dj_settings: Any) -> None:
