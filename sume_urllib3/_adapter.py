@@ -17,7 +17,7 @@ from requests.utils import requote_uri
 from . import _sleeping
 from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeRetryError
-from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet, fleet_key
+from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet
 from ._helpers import RandomSource, header_value, leaves_origin
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
@@ -26,6 +26,7 @@ from ._idempotency import (
     new_key,
     validate_idempotency_key,
 )
+from ._keyid import key_ids
 from ._observers import Observers
 from ._peek import body_in_hand
 from ._policy import Decision, Policy, Verdict
@@ -88,16 +89,14 @@ class SumeAdapter(HTTPAdapter):
         ``(connect, read)`` with None for no limit, or a urllib3 ``Timeout``); None (the
         default here) leaves such a request without a timeout, as requests does.
     :param fleet: the :class:`Fleet` asked for a turn before every attempt; by default
-        the process-wide ``LocalFleet.default()`` (keyed by a hash of the request's auth
-        header); None for no pacing.
+        the process-wide ``LocalFleet.default()`` (one entry per origin and key sent, by
+        a hash of the pair); None for no pacing.
     :param sleep, clock, rng: injectable waiting, monotonic time and jitter.
     :param max_retries: a ready :class:`SumeRetry` instead of the arguments above.
     :param adapter_kwargs: ``HTTPAdapter`` arguments (``pool_connections``, ...).
     """
 
     __attrs__ = [*HTTPAdapter.__attrs__, "raise_on_give_up", "observers", "timeout", "fleet"]  # noqa: RUF012
-    # The last auth header seen and its fleet key: hashing it once per key, not per request.
-    _last_key: Tuple[Any, str] = (None, ANONYMOUS)
 
     def __init__(
         self,
@@ -349,13 +348,9 @@ class SumeAdapter(HTTPAdapter):
         context.fleet.release(context.key_id, grant, status, headers)
 
     def _key_id(self, request: requests.PreparedRequest) -> str:
-        """The fleet's name for the key this request carries (used without a SumeSession)."""
-        headers = request.headers
-        secret = headers.get("x-api-key") or headers.get("Authorization")
-        cached = self._last_key
-        if cached[0] != secret:
-            cached = self._last_key = (secret, fleet_key(secret))
-        return cached[1]
+        """The fleet's name for (this request's origin, the key it carries), used without a
+        SumeSession; hashed once per pair (see ``_keyid``)."""
+        return key_ids.for_request(request.url or "", request.headers)
 
     def _join(self, context: RequestContext, request: requests.PreparedRequest) -> None:
         """The first hop: fix the key, the method, whether the body replays; count the request."""

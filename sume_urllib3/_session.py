@@ -14,9 +14,10 @@ from . import _sleeping
 from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
 from ._budget import RetryBudget
 from ._errors import ConfigurationError
-from ._fleet import Fleet, LocalFleet, fleet_key
+from ._fleet import Fleet, LocalFleet
 from ._helpers import RandomSource, header_value, is_loopback, is_visible_ascii, origin, plain_http_refusal
 from ._jobs import Jobs
+from ._keyid import key_ids, origin_name, sent_key
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
 from ._observers import Observers
@@ -91,8 +92,10 @@ class SumeSession(requests.Session):
         (default: a new one per session), or None for no budget.
     :param fleet: the :class:`Fleet` that paces every attempt (cooldowns after a
         Retry-After, the server's pace, a configured ``rate``): by default the
-        process-wide ``LocalFleet.default()`` shared by every session of this API key
-        (a session with an injected ``clock`` gets one of its own on that clock);
+        process-wide ``LocalFleet.default()``, where every session sending one API key to
+        one origin paces together (a call's own ``x-api-key``/``Authorization``, a tenant's
+        key, is paced as that key; keyless calls per origin; a session with an injected
+        ``clock`` gets a fleet of its own on that clock);
         ``LocalFleet(rate="10/min")`` or ``contrib.redis.RedisFleet(...)`` to configure
         or share it across processes; None for no pacing.
     :param metrics: the :class:`SumeMetrics` to count into (default: a new one), so
@@ -143,7 +146,10 @@ class SumeSession(requests.Session):
             # Paced on the session's own clock: a fleet on real time would hold requests
             # that a test's virtual clock has long let through.
             fleet = LocalFleet(clock=clock, rng=rng)
-        self._key_id = fleet_key(self._api_key)
+        # The fleet entry of this session's own key at its base origin, hashed once here;
+        # a call that sends another key (a tenant's) is paced under that key's entry.
+        self._origin_name = origin_name(self.base_url)
+        self._key_id = key_ids(self._origin_name, self._api_key)
         if metrics is not None and not isinstance(metrics, SumeMetrics):
             raise ConfigurationError(f"metrics must be a SumeMetrics, got {type(metrics).__name__}")
         self.metrics = metrics if metrics is not None else SumeMetrics()
@@ -230,9 +236,7 @@ class SumeSession(requests.Session):
         """
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        context = RequestContext(
-            _sleeping.now(self.adapter.retry.clock), policy=policy, owned=True, key_id=self._key_id
-        )
+        context = RequestContext(_sleeping.now(self.adapter.retry.clock), policy=policy, owned=True)
         context.fleet = self.adapter.fleet
         token = current.set(context)
         try:
@@ -360,6 +364,16 @@ class SumeSession(requests.Session):
             refusal = plain_http_refusal(url) if carries else None
         if refusal:
             raise ConfigurationError(refusal)
+        if ours:
+            context = current.get()
+            if context is not None and context.owned and not context.hops:
+                # Paced under the key this request actually sends (the session's, or one the
+                # call or session.headers set: a tenant's) at this origin.
+                context.key_id = (
+                    self._key_id
+                    if self._auth_value is not None and not (has_key or has_auth)
+                    else key_ids(self._origin_name, sent_key(headers))
+                )
         return prepared
 
     def _is_ours(self, url: str) -> bool:
