@@ -1,4 +1,8 @@
-"""Shared fixtures: a fake Sume server, a virtual clock, deterministic jitter."""
+"""Shared fixtures: a fake Sume server, a virtual clock, deterministic jitter.
+
+Nothing here isolates fleets between tests: the installed pytest plugin does, as it does
+for users (tests/testing/test_plugin_isolation.py).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any, Callable, Iterator, List
 
 import pytest
 
-from sume_urllib3 import LocalFleet, Policy, SumeSession
+from sume_urllib3 import Policy, SumeSession
 from sume_urllib3.testing import FakeSume
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
@@ -70,11 +74,3 @@ def make_session(fake: FakeSume, vtime: VirtualTime) -> Iterator[Callable[..., S
     yield make
     for session in sessions:
         session.close()
-
-
-@pytest.fixture(autouse=True)
-def fresh_default_fleet() -> Iterator[None]:
-    """Every test starts with a process-wide fleet that knows nothing (no cooldown from the last one)."""
-    LocalFleet.default().reset()
-    yield
-    LocalFleet.default().reset()

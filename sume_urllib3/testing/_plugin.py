@@ -1,4 +1,8 @@
-"""pytest plugin: the ``fake_sume`` and ``sume_no_sleep`` fixtures."""
+"""pytest plugin: the ``fake_sume`` and ``sume_no_sleep`` fixtures, and fleets isolated per test.
+
+Loaded by the ``pytest11`` entry point as soon as the package is installed; ``-p
+no:sume_urllib3`` switches it off.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,23 @@ from typing import Iterator
 import pytest
 
 from .._sleeping import SleepRecorder
+from ._isolation import reset_fleets
 from ._nosleep import no_sleep
 from ._server import FakeSume
+
+
+@pytest.fixture(autouse=True)
+def sume_isolated_fleets() -> Iterator[None]:
+    """Every test starts and ends with fleets that know nothing (see ``reset_fleets``).
+
+    Autouse, rather than a duty of ``fake_sume``/``sume_no_sleep``: the tests that leak are
+    the ones that use neither (their own loopback server, a module-level fleet), and a
+    cooldown or pace learned under ``no_sleep``'s virtual clock means nothing to the next
+    test's clock. Forgetting is one dictionary swap per fleet.
+    """
+    reset_fleets()
+    yield
+    reset_fleets()
 
 
 @pytest.fixture

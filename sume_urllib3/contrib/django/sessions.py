@@ -17,9 +17,10 @@ from typing import Any, Optional, Tuple
 
 from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
+from ..._fleet import LocalFleet
 from ..._metrics import SumeMetrics
 from ..._session import SumeSession
-from . import conf
+from . import conf, fleet
 
 # requests.Session is not documented as thread-safe, so each thread gets its own. A
 # setting_changed receiver bumps the generation; a thread notices on its next call.
@@ -81,9 +82,19 @@ def close_session() -> None:
 
 
 def on_setting_changed(sender: Any = None, setting: str = "", **kwargs: Any) -> None:
-    """``setting_changed`` receiver: sessions built from an older ``SUME`` are replaced."""
+    """``setting_changed`` receiver: a changed ``SUME`` gets fresh sessions and a fresh fleet.
+
+    Django sends the signal only from ``override_settings`` (and ``TestCase.settings``), on
+    entering and on leaving: a test that sets ``SUME`` starts with nothing a previous test
+    learned (no cooldown, no pace, a full retry budget), and leaves nothing behind. The
+    fleet of ``SUME["FLEET"]`` is built again; without ``FLEET``, the process-wide
+    ``LocalFleet.default()`` the sessions share forgets what it knew. A ``RedisFleet``'s
+    state lives in Redis, shared with other processes, and is not cleared.
+    """
     if setting == conf.SUME_SETTING:
         reset()
+        fleet.forget()
+        LocalFleet.default().reset()
 
 
 def reset() -> None:
