@@ -1,0 +1,365 @@
+"""A real deployment: gunicorn workers behind a Django view, one quota server, 60 requests at once.
+
+gunicorn ``--preload`` with 4 workers, of two classes (``sync``, and ``gthread --threads 8``),
+serves the minimal Django project in ``benchmarks/deploy_project/`` whose view posts once through
+``sume_urllib3.contrib.django.get_session()`` to a token-bucket quota server (10/s, burst 10,
+written independently of FakeSume: ``RateLimit-Limit/-Remaining/-Reset`` with Reset in whole
+seconds, no ``RateLimit-Policy``, 429 + Retry-After over the quota). A client of 60 threads,
+held at a barrier, posts to the view all at once. Scenarios (``SUME["FLEET"]``):
+
+- ``redis_configured``: ``{"REDIS_URL": ..., "RATE": "10/s"}`` on a real redis-server that this
+  benchmark starts on a free loopback port;
+- ``redis_learned``: ``{"REDIS_URL": ...}``, the pace learned from the server's replies;
+- ``default``: no ``FLEET`` key, the library's default (one ``LocalFleet`` per worker process).
+
+Each run starts a fresh gunicorn, an empty Redis and a full bucket. Per run: success (the view
+answered 200 because Sume did), calls per request at the quota server, jobs executed twice
+(Idempotency-Keys the server admitted more than once), 429s, and the time from the release to the
+last success. Each scenario runs ``--runs`` times per worker class; the table gives the median and
+the spread (lowest-highest run).
+
+    python benchmarks/deploy.py            # the full run (about 4 minutes), printed
+    python benchmarks/deploy.py --write    # also record benchmarks/results/deploy.json
+    python benchmarks/deploy.py --smoke    # CI: gthread, Redis configured, 20 requests, 1 run;
+                                           # exits 1 unless every request succeeded, no job twice
+
+Needs gunicorn, Django and redis-py (``pip install gunicorn`` on top of the test extra; the
+``bench`` extra lists them) and redis-server on PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import requests
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PROJECT = os.path.join(HERE, "deploy_project")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+import _results  # noqa: E402
+from _quota_servers import QuotaProcess  # noqa: E402
+
+from tests.contrib.redis_server import RedisServer, free_port  # noqa: E402
+
+WORKERS = 4
+#: (id, label, gunicorn arguments)
+WORKER_CLASSES: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
+    ("sync", "sync", ("--worker-class", "sync")),
+    ("gthread", "gthread --threads 8", ("--worker-class", "gthread", "--threads", "8")),
+)
+QUOTA = "token-bucket"  # 10/s burst 10, RateLimit-Limit/-Remaining/-Reset (whole seconds), no Policy
+RATE, BURST = 10.0, 10  # the ideal last success follows from these: (REQUESTS - BURST) / RATE
+#: (id, label, SUME["FLEET"] given the Redis URL; None leaves the key out)
+SCENARIOS: Tuple[Tuple[str, str], ...] = (
+    ("redis_configured", 'Redis, `"RATE": "10/s"`'),
+    ("redis_learned", "Redis, learned (no `RATE`)"),
+    ("default", "none (library default)"),
+)
+REQUESTS, RUNS = 60, 3
+SMOKE = {"requests": 20, "runs": 1, "classes": ["gthread"], "scenarios": ["redis_configured"]}
+API_KEY = "sk_deploy_bench_0123456789"
+# gunicorn kills a worker whose request runs past --timeout; the default (30 s) is shorter than
+# the library's own max_elapsed (90 s), so it would cut a slow run short instead of measuring it.
+GUNICORN_TIMEOUT = 150
+CLIENT_TIMEOUT = 200.0
+
+
+def fleet_setting(scenario: str, redis_url: str) -> Optional[Dict[str, Any]]:
+    """``SUME["FLEET"]`` for a scenario; None for the library default (no key)."""
+    if scenario == "redis_configured":
+        return {"REDIS_URL": redis_url, "RATE": "10/s"}
+    if scenario == "redis_learned":
+        return {"REDIS_URL": redis_url}
+    if scenario == "default":
+        return None
+    raise ValueError(f"unknown scenario {scenario!r}")
+
+
+# -- gunicorn ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def gunicorn(worker_args: Sequence[str], env: Mapping[str, str], log_path: str) -> Iterator[str]:
+    """gunicorn --preload serving the project on a free loopback port; yields its base URL."""
+    port = free_port()
+    command = [
+        sys.executable, "-m", "gunicorn", "--preload", "--workers", str(WORKERS), *worker_args,
+        "--bind", f"127.0.0.1:{port}", "--chdir", PROJECT, "--timeout", str(GUNICORN_TIMEOUT),
+        "--graceful-timeout", "5", "--log-level", "info", "--error-logfile", log_path,
+        "deploy_site.wsgi:application",
+    ]
+    process = subprocess.Popen(
+        command, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(process, url, log_path)
+        yield url
+    finally:
+        _stop(process)
+
+
+def _wait_ready(process: subprocess.Popen[bytes], url: str, log_path: str, timeout: float = 60.0) -> None:
+    """Until every worker has booted and the view answers."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with {process.returncode}:\n{_tail(log_path)}")
+        booted = len(re.findall(r"Booting worker with pid", _read(log_path)))
+        if booted >= WORKERS:
+            try:
+                if requests.get(url + "/ready", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+        time.sleep(0.1)
+    raise RuntimeError(f"gunicorn did not serve within {timeout:.0f} s:\n{_tail(log_path)}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the master (it stops its workers); SIGKILL its process group if it lingers."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def _read(log_path: str) -> str:
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _tail(log_path: str, lines: int = 30) -> str:
+    return "\n".join(_read(log_path).splitlines()[-lines:])
+
+
+# -- the client --------------------------------------------------------------------------------
+
+
+def herd(url: str, n: int) -> List[Dict[str, Any]]:
+    """``n`` threads post to the view at one instant (a barrier); each one's outcome and end time."""
+    start = [0.0]
+    barrier = threading.Barrier(n, action=lambda: start.__setitem__(0, time.monotonic()))
+    out: List[Dict[str, Any]] = [{} for _ in range(n)]
+
+    def one(i: int) -> None:
+        with requests.Session() as client:
+            barrier.wait()
+            try:
+                response = client.post(url + "/generate", timeout=CLIENT_TIMEOUT)
+                body = response.json() if response.headers.get("Content-Type", "").startswith(
+                    "application/json") else {"reason": f"HTTP {response.status_code} from gunicorn"}
+                ok = response.status_code == 200 and bool(body.get("ok"))
+            except (requests.RequestException, ValueError) as exc:
+                ok, body = False, {"reason": f"{type(exc).__name__}: {exc}"[:200]}
+            out[i] = {"ok": ok, "end": time.monotonic() - start[0], **body}
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return out
+
+
+# -- one run -----------------------------------------------------------------------------------
+
+
+def run_once(
+    scenario: str, worker_args: Sequence[str], n: int, quota: QuotaProcess, redis: RedisServer,
+    workdir: str,
+) -> Dict[str, Any]:
+    """A fresh gunicorn, an empty Redis, a full bucket; 60 (``n``) requests; the row of this run."""
+    redis.cli("FLUSHALL")
+    quota.reset()
+    setting = fleet_setting(scenario, redis.url)
+    env = {
+        **os.environ,
+        "SUME_API_KEY": API_KEY,
+        "SUME_API_BASE_URL": quota.url + "/v1",
+        "DEPLOY_SUME_FLEET": "default" if setting is None else json.dumps(setting),
+        "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    log_path = os.path.join(workdir, f"gunicorn-{scenario}-{time.monotonic_ns()}.log")
+    with gunicorn(worker_args, env, log_path) as url:
+        records = herd(url, n)
+    stats = quota.stats()
+    oks = [r for r in records if r["ok"]]
+    log = _read(log_path)
+    return {
+        "succeeded": len(oks),
+        "requests": n,
+        "calls": stats.calls,
+        "calls_per_request": stats.calls / n,
+        "executed_twice": stats.executed_twice,
+        "throttled": stats.throttled,
+        "last_success_s": max((r["end"] for r in oks), default=None),
+        "keys_at_server": len(stats.calls_per_key),
+        "workers_served": len({r.get("pid") for r in records if r.get("pid")}),
+        "redis_fallbacks": sum(int(r.get("fallbacks", 0)) for r in records),
+        "worker_errors": len(re.findall(r"Traceback|\[CRITICAL\]|WORKER TIMEOUT", log)),
+        "failures": sorted({str(r.get("reason", "")) for r in records if not r["ok"]})[:5],
+    }
+
+
+def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Median and spread (lowest-highest run) of a scenario's runs."""
+
+    def spread(key: str) -> Dict[str, Any]:
+        values = [r[key] for r in runs if r[key] is not None]
+        if not values:
+            return {"median": None, "low": None, "high": None}
+        return {"median": statistics.median(values), "low": min(values), "high": max(values)}
+
+    return {
+        "succeeded": spread("succeeded"),
+        "calls_per_request": spread("calls_per_request"),
+        "throttled": spread("throttled"),
+        "last_success_s": spread("last_success_s"),
+        "executed_twice_total": sum(r["executed_twice"] for r in runs),
+        "all_succeeded": all(r["succeeded"] == r["requests"] for r in runs),
+    }
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _cell(s: Mapping[str, Any], fmt: str, unit: str = "") -> str:
+    if s["median"] is None:
+        return "-"
+    text = f"{s['median']:{fmt}}{unit}"
+    if s["low"] != s["high"]:
+        text += f" ({s['low']:{fmt}}-{s['high']:{fmt}})"
+    return text
+
+
+def table(rows: Sequence[Mapping[str, Any]], n: int) -> str:
+    """The printed table: one row per worker class and scenario."""
+    lines = [
+        "| workers | SUME[\"FLEET\"] | success | calls/request | executed twice | 429s | last success |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        s = row["summary"]
+        lines.append(
+            f"| {row['worker_class_label']} | {row['scenario_label']} | {_cell(s['succeeded'], '.0f')}/{n} "
+            f"| {_cell(s['calls_per_request'], '.2f')} | {s['executed_twice_total']} "
+            f"| {_cell(s['throttled'], '.0f')} | {_cell(s['last_success_s'], '.2f', ' s')} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the scenarios; print the table; with --write record results/deploy.json; --smoke checks."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="record benchmarks/results/deploy.json")
+    parser.add_argument("--smoke", action="store_true", help="CI: one class, Redis configured, 20 requests")
+    parser.add_argument("--runs", type=int, default=RUNS, help="runs per scenario and worker class")
+    parser.add_argument("--requests", type=int, default=REQUESTS, help="requests released at once")
+    parser.add_argument("--classes", nargs="+", default=[c[0] for c in WORKER_CLASSES],
+                        choices=[c[0] for c in WORKER_CLASSES], help="gunicorn worker classes")
+    parser.add_argument("--scenarios", nargs="+", default=[s[0] for s in SCENARIOS],
+                        choices=[s[0] for s in SCENARIOS], help="SUME['FLEET'] scenarios")
+    args = parser.parse_args(argv)
+    _results.refuse_partial(parser, args, "smoke", "runs", "requests", "classes", "scenarios")
+    if args.smoke:
+        for name, value in SMOKE.items():
+            setattr(args, name, value)
+    if args.runs < 1 or args.requests < 1:
+        parser.error("--runs and --requests must be at least 1")
+
+    redis = RedisServer.find()
+    if redis is None:
+        parser.error("redis-server is not on PATH")
+    classes = [c for c in WORKER_CLASSES if c[0] in args.classes]
+    scenarios = [s for s in SCENARIOS if s[0] in args.scenarios]
+    rows: List[Dict[str, Any]] = []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sume-deploy-") as workdir, redis, QuotaProcess(QUOTA) as quota:
+        quota_description = quota.describe()
+        for class_id, class_label, worker_args in classes:
+            for scenario, scenario_label in scenarios:
+                runs = []
+                for i in range(args.runs):
+                    run = run_once(scenario, worker_args, args.requests, quota, redis, workdir)
+                    runs.append(run)
+                    print(
+                        f"{class_id:8} {scenario:17} run {i + 1}: {run['succeeded']}/{run['requests']} "
+                        f"calls/req {run['calls_per_request']:.2f} 429s {run['throttled']} "
+                        f"twice {run['executed_twice']} last {run['last_success_s'] or float('nan'):.2f} s"
+                        + (f" failures: {run['failures']}" if run["failures"] else ""),
+                        flush=True,
+                    )
+                rows.append({
+                    "worker_class": class_id, "worker_class_label": class_label,
+                    "scenario": scenario, "scenario_label": scenario_label,
+                    "fleet_setting": _shown_setting(scenario),
+                    "summary": summarize(runs), "runs": runs,
+                })
+    print()
+    print(table(rows, args.requests))
+    print(f"\n{time.monotonic() - started:.0f} s in all")
+
+    if args.smoke:
+        bad = [
+            f"{r['worker_class']}/{r['scenario']}: {run['succeeded']}/{run['requests']} succeeded, "
+            f"{run['executed_twice']} executed twice, failures {run['failures']}"
+            for r in rows for run in r["runs"]
+            if run["succeeded"] != run["requests"] or run["executed_twice"]
+        ]
+        if bad:
+            print("deploy smoke FAILED:\n" + "\n".join(bad), file=sys.stderr)
+            return 1
+        print("deploy smoke passed: every request succeeded, no job executed twice")
+    if args.write:
+        _results.write("deploy", {
+            "requests": args.requests,
+            "runs": args.runs,
+            "workers": WORKERS,
+            "quota": quota_description,
+            "ideal_last_success_s": (args.requests - BURST) / RATE,
+            "gunicorn": _version("gunicorn"),
+            "django": _version("django"),
+            "redis_py": _version("redis"),
+            "rows": rows,
+        })
+    return 0
+
+
+def _shown_setting(scenario: str) -> Optional[Dict[str, Any]]:
+    """The FLEET setting as the README shows it (a placeholder URL: the port changes every run)."""
+    return fleet_setting(scenario, "redis://127.0.0.1:<port>/0")
+
+
+def _version(module: str) -> str:
+    with contextlib.suppress(Exception):
+        from importlib.metadata import version
+
+        return version(module)
+    return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
