@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 
+import requests
 from django.http import HttpRequest, JsonResponse
 
 from sume_urllib3 import SumeError
@@ -20,7 +21,7 @@ def generate(request: HttpRequest) -> JsonResponse:
     started = time.monotonic()
     try:
         response = get_session().post("/generate", json={"prompt": "a lighthouse at dusk"})
-    except SumeError as exc:  # a give-up raised (RAISE_ON_GIVE_UP), a refused turn, a transport error
+    except (SumeError, requests.RequestException) as exc:  # a give-up (RAISE_ON_GIVE_UP), a transport error
         record = getattr(exc, "record", None)
         return JsonResponse(
             {
