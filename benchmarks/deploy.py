@@ -52,6 +52,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 import _results  # noqa: E402
+import render  # noqa: E402
 from _quota_servers import QuotaProcess  # noqa: E402
 
 from tests.contrib.redis_server import RedisServer, free_port  # noqa: E402
@@ -239,36 +240,10 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
         "throttled": spread("throttled"),
         "last_success_s": spread("last_success_s"),
         "executed_twice_total": sum(r["executed_twice"] for r in runs),
+        "redis_fallbacks_total": sum(r["redis_fallbacks"] for r in runs),
+        "worker_errors_total": sum(r["worker_errors"] for r in runs),
         "all_succeeded": all(r["succeeded"] == r["requests"] for r in runs),
     }
-
-
-# -- report ------------------------------------------------------------------------------------
-
-
-def _cell(s: Mapping[str, Any], fmt: str, unit: str = "") -> str:
-    if s["median"] is None:
-        return "-"
-    text = f"{s['median']:{fmt}}{unit}"
-    if s["low"] != s["high"]:
-        text += f" ({s['low']:{fmt}}-{s['high']:{fmt}})"
-    return text
-
-
-def table(rows: Sequence[Mapping[str, Any]], n: int) -> str:
-    """The printed table: one row per worker class and scenario."""
-    lines = [
-        "| workers | SUME[\"FLEET\"] | success | calls/request | executed twice | 429s | last success |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        s = row["summary"]
-        lines.append(
-            f"| {row['worker_class_label']} | {row['scenario_label']} | {_cell(s['succeeded'], '.0f')}/{n} "
-            f"| {_cell(s['calls_per_request'], '.2f')} | {s['executed_twice_total']} "
-            f"| {_cell(s['throttled'], '.0f')} | {_cell(s['last_success_s'], '.2f', ' s')} |"
-        )
-    return "\n".join(lines)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -319,7 +294,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     "summary": summarize(runs), "runs": runs,
                 })
     print()
-    print(table(rows, args.requests))
+    print(render.deploy_table({"requests": args.requests, "rows": rows}))
     print(f"\n{time.monotonic() - started:.0f} s in all")
 
     if args.smoke:

@@ -405,6 +405,36 @@ def fleet_redis(results: Results) -> str:
     return "\n".join(lines)
 
 
+def _median_and_spread(s: Mapping[str, Any], fmt: str, unit: str = "") -> str:
+    """``5.12 s (5.02-5.31)``: the median of the runs, then the lowest-highest run when they differ."""
+    if s["median"] is None:
+        return "-"
+    text = f"{s['median']:{fmt}}{unit}"
+    if s["low"] != s["high"]:
+        text += f" ({s['low']:{fmt}}-{s['high']:{fmt}})"
+    return text
+
+
+def deploy_table(figures: Mapping[str, Any]) -> str:
+    """The deployment table (``benchmarks/deploy.py`` prints it too): one row per worker class and fleet."""
+    n = figures["requests"]
+    lines = [
+        '| gunicorn workers | `SUME["FLEET"]` | success | calls per request | jobs executed twice | 429s '
+        "| last success |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in figures["rows"]:
+        s = row["summary"]
+        lines.append(
+            f"| {row['worker_class_label']} | {row['scenario_label']} "
+            f"| {_median_and_spread(s['succeeded'], '.0f')}/{n} "
+            f"| {_median_and_spread(s['calls_per_request'], '.2f')} | {s['executed_twice_total']} "
+            f"| {_median_and_spread(s['throttled'], '.0f')} "
+            f"| {_median_and_spread(s['last_success_s'], '.2f', ' s')} |"
+        )
+    return "\n".join(lines)
+
+
 def _version_key(version: str) -> List[int]:
     return [int(part) if part.isdigit() else 0 for part in version.split(".")]
 
