@@ -16,7 +16,7 @@ from requests.utils import requote_uri
 
 from . import _sleeping
 from ._budget import RetryBudget
-from ._errors import ConfigurationError, SumeRetryError
+from ._errors import ConfigurationError, SumeRetryError, give_up_for
 from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet
 from ._helpers import RandomSource, header_value, leaves_origin
 from ._idempotency import (
@@ -31,7 +31,7 @@ from ._observers import Observers
 from ._peek import body_in_hand
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
-from ._retry import SumeRetry
+from ._retry import SumeRetry, refused_retry_in
 from ._state import Attempt, RequestContext, current
 from ._timeouts import TimeoutSpec, capped, check_timeout
 
@@ -263,8 +263,12 @@ class SumeAdapter(HTTPAdapter):
                     proxies=proxies,  # type: ignore[arg-type,unused-ignore]  # a Mapping is enough
                 )
             except requests.exceptions.RequestException as exc:
-                exc.sume = self._finish(context, request, None, None)  # type: ignore[attr-defined]
-                raise
+                record = self._finish(context, request, None, None)
+                setattr(exc, "sume", record)
+                give_up = give_up_for(exc, record)
+                if give_up is None:
+                    raise
+                raise give_up from exc  # also requests' own class: its except clauses still work
             if context.grant is not None:
                 self._release(context, response.status_code, response.headers)
             if stream or response.status_code >= 400:
@@ -280,7 +284,10 @@ class SumeAdapter(HTTPAdapter):
                         context, request, response.status_code, response.headers, error=type(exc).__name__
                     )
                     setattr(exc, "sume", record)
-                    raise
+                    give_up = give_up_for(exc, record)
+                    if give_up is None:
+                        raise
+                    raise give_up from exc
                 response.close()
                 self.retry.sleep()
         last = context.attempts[-1] if context.attempts else None
@@ -306,7 +313,10 @@ class SumeAdapter(HTTPAdapter):
                     context, request, response.status_code, response.headers, error=type(exc).__name__
                 )
                 setattr(exc, "sume", record)
-                raise
+                give_up = give_up_for(exc, record)
+                if give_up is None:
+                    raise
+                raise give_up from exc
         return response
 
     def _take_turn(
@@ -326,9 +336,10 @@ class SumeAdapter(HTTPAdapter):
             if grant.refused:
                 context.fleet_refused = True
                 decision = Decision(Verdict.STOP, reason=f"not sent: {grant.refused}")
-                context.add(
-                    Attempt(None, None, None, None, decision, at=_sleeping.now(clock), retry_in=grant.wait)
-                )
+                # Spread: every caller refused now heard the same next turn.
+                retry_in = refused_retry_in(grant.wait, self.retry.rng)
+                now = _sleeping.now(clock)
+                context.add(Attempt(None, None, None, None, decision, at=now, retry_in=retry_in))
                 raise SumeRetryError(self._finish(context, request, None, None))
             if grant.wait > 0:
                 context.paced += grant.wait
@@ -427,6 +438,7 @@ class SumeAdapter(HTTPAdapter):
                 Verdict.NO_RETRY, reason="the body failed mid-read; the request body cannot be rewound"
             )
         wait = decision.wait or 0.0
+        retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
         fleet = context.fleet
         if decision.retry and fleet is not None:  # a resend waits its turn like any retry
             grant = fleet.acquire(
@@ -440,13 +452,20 @@ class SumeAdapter(HTTPAdapter):
             if grant.refused:
                 context.fleet_refused = True
                 decision = Decision(Verdict.STOP, reason=f"the body failed mid-read: {grant.refused}")
+                retry_in = refused_retry_in(max(grant.wait, wait), retry.rng)
             else:
                 context.grant = grant
                 context.paced += max(grant.wait - wait, 0.0)
                 wait = max(grant.wait, wait)
         if decision.retry and retry.retry_budget is not None and not retry.retry_budget.try_spend():
             decision = Decision(Verdict.STOP, reason="the body failed mid-read: retry budget exhausted")
-        context.add(Attempt(None, None, None, None, decision, error=type(error).__name__, at=now))
+        if decision.verdict is Verdict.STOP and retry_in is None:
+            retry_in = decision.wait
+            if retry_in is None:
+                retry_in = policy.backoff(context.retries, retry.rng)
+        context.add(
+            Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
+        )
         if decision.retry:
             context.next_wait = wait
         return decision.retry

@@ -1,13 +1,35 @@
-"""Exception types raised by sume_urllib3."""
+"""Exception types raised by sume_urllib3.
+
+Every way a logical request can end without a response the caller can use is one
+:class:`SumeRetryError`, so one ``except`` clause covers them all::
+
+    SumeError
+    ├── ConfigurationError (also ValueError)            bad configuration, nothing sent
+    └── SumeRetryError (also requests' RetryError)       gave up: .record, .retry_in, .idempotency_key
+        ├── SumeConnectionError (also ConnectionError)   no response: connection failed or was dropped
+        │   ├── SumeConnectTimeout (also ConnectTimeout)
+        │   ├── SumeProxyError (also ProxyError)
+        │   └── SumeSSLError (also SSLError)
+        ├── SumeTimeout (also Timeout)
+        ├── SumeReadTimeout (also ReadTimeout)
+        ├── SumeChunkedEncodingError (also ChunkedEncodingError)   the body broke mid-read
+        └── SumeContentDecodingError (also ContentDecodingError)
+
+A transport failure keeps requests' own class as a base, so ``except
+requests.exceptions.ReadTimeout`` (or ``ConnectionError``, ``RequestException``) still
+catches what it caught before.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import dataclasses
+from typing import Any, Dict, Mapping, Optional, Type, Union
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
 from ._helpers import plural
-from ._record import SumeRecord, status_label
+from ._record import Outcome, SumeRecord, status_label
 
 
 class SumeError(Exception):
@@ -19,29 +41,54 @@ class ConfigurationError(SumeError, ValueError):
 
 
 class SumeRetryError(SumeError, requests.exceptions.RetryError):
-    """The policy gave up: carries the record and the last response, body intact.
+    """The request ended without a usable response: carries the record and the last response.
+
+    Raised on a give-up (attempt cap, deadline, budget), when the fleet refuses a turn
+    before the deadline (nothing sent: ``record.attempts == 0``), and, as one of its
+    subclasses that are also requests' own classes (``SumeReadTimeout`` is a
+    ``requests.exceptions.ReadTimeout``), when a transport error ends the request.
 
     ``retry_in`` is how many seconds until trying again could succeed (what is left of
-    the server's Retry-After, else the next backoff), and ``idempotency_key`` the key to
-    send again, so a task queue can retry later as the same logical request.
+    the server's Retry-After, else the next backoff; after a fleet refusal a turn spread
+    over the pace) and None when retrying cannot help; ``idempotency_key`` the key to send
+    again, so a task queue can retry later as the same logical request.
+
+    It pickles with its record (not the live response), and its ``args`` are
+    ``(message, summary)`` with a JSON-safe summary of the record, from which it is built
+    again: a JSON result backend (Celery's) returns the same class with the same
+    ``retry_in``, ``idempotency_key`` and record.
     """
 
-    # The last response, body intact. None only when nothing was sent (record.attempts == 0:
-    # the fleet refused the turn), so the common case reads without a check.
+    # The last response, body intact. None when no response ended the request: nothing was
+    # sent (the fleet refused the turn), a transport error, or rebuilt from its summary.
     response: requests.Response
 
     def __init__(
         self,
-        record: SumeRecord,
-        response: Optional[requests.Response] = None,
+        record: Union[SumeRecord, str],
+        response: Any = None,
         request: Any = None,
     ) -> None:
+        message = None
+        if isinstance(record, str):
+            # Rebuilt from ``args`` (a JSON result backend calls ``cls(*args)``): the message
+            # first, then the record's summary.
+            message = record
+            record = record_from_summary(response if isinstance(response, Mapping) else {}, message)
+            response = None
+        if not isinstance(record, SumeRecord):
+            raise TypeError(f"SumeRetryError needs a SumeRecord, got {type(record).__name__}")
         self.record = record
+        self.message = message or describe(record)
         super().__init__(
-            describe(record),
+            self.message,
             response=response,
             request=request if request is not None else getattr(response, "request", None),
         )
+        self.args = (self.message, summary(record))
+
+    def __str__(self) -> str:
+        return self.message
 
     @property
     def sume(self) -> SumeRecord:
@@ -60,11 +107,85 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
 
     def __reduce__(self) -> Any:
         # RetryError pickles its args only; keep the record and drop the live response.
-        return (_rebuild_retry_error, (self.record,))
+        return (_rebuild_retry_error, (type(self), self.record, self.message))
 
 
-def _rebuild_retry_error(record: SumeRecord) -> SumeRetryError:
-    return SumeRetryError(record)
+class SumeConnectionError(SumeRetryError, requests.exceptions.ConnectionError):
+    """No response: the connection failed or was dropped, and the request ended there."""
+
+
+class SumeConnectTimeout(SumeConnectionError, requests.exceptions.ConnectTimeout):
+    """No response: connecting timed out, and the request ended there."""
+
+
+class SumeProxyError(SumeConnectionError, requests.exceptions.ProxyError):
+    """No response: the proxy failed, and the request ended there."""
+
+
+class SumeSSLError(SumeConnectionError, requests.exceptions.SSLError):
+    """No response: TLS failed, and the request ended there."""
+
+
+class SumeTimeout(SumeRetryError, requests.exceptions.Timeout):
+    """No response: the request timed out, and ended there."""
+
+
+class SumeReadTimeout(SumeRetryError, requests.exceptions.ReadTimeout):
+    """No response: the server did not answer in time, and the request ended there."""
+
+
+class SumeChunkedEncodingError(SumeRetryError, requests.exceptions.ChunkedEncodingError):
+    """No usable response: the body broke mid-read, and the request ended there."""
+
+
+class SumeContentDecodingError(SumeRetryError, requests.exceptions.ContentDecodingError):
+    """No usable response: the body could not be decoded, and the request ended there."""
+
+
+#: requests' transport error classes and the give-up raised in their place (exact types:
+#: a subclass someone else defined keeps its own class, so its except clauses still work).
+_TRANSPORT: Dict[type, Type[SumeRetryError]] = {
+    requests.exceptions.ConnectionError: SumeConnectionError,
+    requests.exceptions.ConnectTimeout: SumeConnectTimeout,
+    requests.exceptions.ProxyError: SumeProxyError,
+    requests.exceptions.SSLError: SumeSSLError,
+    requests.exceptions.Timeout: SumeTimeout,
+    requests.exceptions.ReadTimeout: SumeReadTimeout,
+    requests.exceptions.ChunkedEncodingError: SumeChunkedEncodingError,
+    requests.exceptions.ContentDecodingError: SumeContentDecodingError,
+}
+
+
+def give_up_for(error: BaseException, record: SumeRecord) -> Optional[SumeRetryError]:
+    """The give-up to raise in place of requests' transport error, or None to raise it as is.
+
+    The new exception is also an instance of the error's class, keeps its request and
+    response, and says what requests said after the record's own message; raise it
+    ``from`` the original so the traceback keeps both.
+    """
+    cls = _TRANSPORT.get(type(error))
+    if cls is None or isinstance(error, SumeRetryError):
+        return None
+    give_up = cls(record, getattr(error, "response", None), getattr(error, "request", None))
+    detail = _first_line(str(error))
+    if detail:
+        give_up.message = f"{give_up.message}: {detail}"
+        give_up.args = (give_up.message, give_up.args[1])
+    return give_up
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    """requests' own message, kept short (urllib3's can repeat itself at length)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _rebuild_retry_error(cls: Type[SumeRetryError], record: SumeRecord, message: str = "") -> SumeRetryError:
+    error = cls(record)
+    if message:
+        error.message = message
+        error.args = (message, error.args[1])
+    return error
 
 
 def describe(record: SumeRecord) -> str:
@@ -73,7 +194,71 @@ def describe(record: SumeRecord) -> str:
     # Reasons from the policy already open with the status and code; do not say it twice.
     why = record.reason if record.reason.startswith(what) else f"{what}: {record.reason}"
     ids = ", ".join(record.request_ids) if record.request_ids else "none"
+    again = f"; try again in {record.retry_in:.1f}s" if record.retry_in is not None else ""
     return (
         f"gave up after {plural(record.attempts, 'attempt', 'attempts')} in {record.elapsed:.2f}s: {why} "
-        f"(request id{'s' if len(record.request_ids) > 1 else ''}: {ids})"
+        f"(request id{'s' if len(record.request_ids) > 1 else ''}: {ids}){again}"
     )
+
+
+# -- the record as JSON ---------------------------------------------------------------------
+
+_TUPLES = ("request_ids", "waits")
+
+
+def summary(record: SumeRecord) -> Dict[str, Any]:
+    """The record as JSON-safe values (what a JSON result backend can keep).
+
+    The URL loses its query string and any user:password (a presigned URL's signature
+    must not land in a result store); everything else is the record's own fields.
+    """
+    out: Dict[str, Any] = {}
+    for field in dataclasses.fields(SumeRecord):
+        value = getattr(record, field.name)
+        if isinstance(value, Outcome):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[field.name] = value
+    out["url"] = _without_secrets(record.url)
+    return out
+
+
+def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecord:
+    """A :class:`SumeRecord` again from :func:`summary`'s output; tolerant of missing fields.
+
+    A summary with nothing usable still gives a record whose reason is ``message``.
+    """
+    values: Dict[str, Any] = {}
+    for field in dataclasses.fields(SumeRecord):
+        if field.name in data:
+            values[field.name] = data[field.name]
+    for name in _TUPLES:
+        values[name] = tuple(values.get(name) or ())
+    try:
+        values["outcome"] = Outcome(values.get("outcome", Outcome.GAVE_UP.value))
+    except ValueError:
+        values["outcome"] = Outcome.GAVE_UP
+    values.setdefault("idempotency_key", None)
+    values.setdefault("attempts", 0)
+    values.setdefault("status", None)
+    values.setdefault("code", None)
+    values.setdefault("request_id", None)
+    values.setdefault("elapsed", 0.0)
+    values.setdefault("reason", message or "unknown (rebuilt without a record)")
+    try:
+        return SumeRecord(**values)
+    except TypeError:
+        return SumeRecord(None, 0, Outcome.GAVE_UP, None, None, None, (), (), 0.0, message or "unknown")
+
+
+def _without_secrets(url: str) -> str:
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return ""
+    host = parts.netloc.rpartition("@")[2]  # without user:password
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+

@@ -280,6 +280,11 @@ class Jobs:
             left = deadline - self._now()
             try:
                 response = self._send("GET", job_id, "status", left)
+            except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
+                if _capped(self.session, left):
+                    why = "the last poll ran out of time"
+                    raise self._timed_out(last, polls, start, timeout, why) from exc
+                raise
             except SumeRetryError as exc:
                 if exc.record.fleet_refused:
                     # Nothing was sent: the key's pace or cooldown has no turn before the deadline.
@@ -288,11 +293,6 @@ class Jobs:
                 if exc.response is None:
                     raise
                 response = exc.response  # the policy gave up on this poll; the next one may do better
-            except requests.exceptions.Timeout as exc:
-                if _capped(self.session, left):
-                    why = "the last poll ran out of time"
-                    raise self._timed_out(last, polls, start, timeout, why) from exc
-                raise
             polls += 1
             seen = _seen(job_id, response)
             if seen is None and not _ok(response) and not _no_news(response):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import logging
 import time
@@ -17,7 +18,7 @@ from ._budget import RetryBudget
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
 from ._fleet import ANONYMOUS
-from ._helpers import RandomSource, frozen
+from ._helpers import RandomSource, frozen, uniform
 from ._idempotency import KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._observers import Observers
 from ._peek import discard_body, peek_body
@@ -392,7 +393,10 @@ class SumeRetry(Retry):
                 context.fallbacks += 1
             if grant.refused:
                 context.fleet_refused = True
-                return None, _stop(attempt, grant.refused)
+                stopped = _stop(attempt, grant.refused)
+                # Spread: every caller refused now heard the same next turn.
+                retry_in = refused_retry_in(max(grant.wait, wait), self.rng)
+                return None, dataclasses.replace(stopped, retry_in=retry_in)
             context.grant = grant
             if grant.wait > wait + _HELD:
                 context.paced += grant.wait - wait
@@ -486,6 +490,17 @@ def _stop(attempt: Attempt, why: str) -> Attempt:
         at=attempt.at,
         retry_in=attempt.decision.wait,
     )
+
+
+def refused_retry_in(wait: float, rng: RandomSource) -> float:
+    """``retry_in`` after the fleet refused a turn: the next turn, spread over one more of it.
+
+    Every caller refused at one moment hears the same "next turn in X s". Told X, a queue
+    of refused tasks would come back at one instant and be refused together again; drawn
+    from [X, 2X] they come back over a window as long as the backlog ahead of them, which
+    the pace then serves one by one.
+    """
+    return wait * uniform(rng, 1.0, 2.0)
 
 
 def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:

@@ -157,6 +157,10 @@ class RequestContext:
                 code, request_id, next_action = last.code, last.request_id, last.next_action
             else:
                 request_id = _request_id(headers)
+            tail = self.attempts[-1] if self.attempts else None
+            if tail is not None and tail.decision.verdict is Verdict.STOP and tail.retry_in is not None:
+                # The body broke and the policy stopped (deadline, counters): a later try may do.
+                retry_in = max(tail.retry_in - (now - tail.at), 0.0)
         elif status is not None and status < 400:
             request_id = _request_id(headers)
             outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK

@@ -20,7 +20,16 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from sume_urllib3 import Outcome, Policy, SumeRecord, SumeRetry, SumeRetryError, SumeSession
+from sume_urllib3 import (
+    Outcome,
+    Policy,
+    SumeConnectionError,
+    SumeReadTimeout,
+    SumeRecord,
+    SumeRetry,
+    SumeRetryError,
+    SumeSession,
+)
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime
@@ -154,7 +163,7 @@ def test_connection_dropped_before_the_answer_is_resent_with_the_same_key(
 def test_connection_dropped_on_every_attempt_ends_in_connection_error(
     fake: FakeSume, make_session: MakeSession, vtime: VirtualTime
 ) -> None:
-    """After the attempt cap a dropped connection surfaces as requests' ConnectionError, recorded."""
+    """After the attempt cap a dropped connection is a SumeRetryError that is requests' ConnectionError."""
     fake.script("GET", "/v1/me", Reply(drop="before_headers"))
     session = make_session(policy=Policy(max_retries=2))
 
@@ -162,7 +171,8 @@ def test_connection_dropped_on_every_attempt_ends_in_connection_error(
         session.get("/me")
 
     record = record_of(info.value)
-    assert type(info.value) is requests.exceptions.ConnectionError
+    assert type(info.value) is SumeConnectionError  # both: SumeRetryError and requests' ConnectionError
+    assert isinstance(info.value, SumeRetryError)
     assert (Outcome.GAVE_UP, 3, None) == (record.outcome, record.attempts, record.status)
     assert "attempt cap" in record.reason
     assert (3, 2) == (len(fake.requests), len(vtime.sleeps))
@@ -299,10 +309,10 @@ def test_a_slow_answer_is_resent_after_the_read_timeout(fake: FakeSume, make_ses
 @pytest.mark.parametrize(
     ("method", "reply", "raised", "min_attempts"),
     [
-        ("GET", Reply(drop="before_headers"), requests.exceptions.ConnectionError, 2),
-        ("POST", Reply(drop="before_headers"), requests.exceptions.ConnectionError, 2),
-        ("GET", Reply(200, delay=2.0), requests.exceptions.ReadTimeout, 2),
-        ("POST", Reply(201, delay=2.0), requests.exceptions.ReadTimeout, 2),
+        ("GET", Reply(drop="before_headers"), SumeConnectionError, 2),
+        ("POST", Reply(drop="before_headers"), SumeConnectionError, 2),
+        ("GET", Reply(200, delay=2.0), SumeReadTimeout, 2),
+        ("POST", Reply(201, delay=2.0), SumeReadTimeout, 2),
         ("GET", Reply.error(503, drop="after_headers"), SumeRetryError, 2),
         ("POST", Reply.error(503, retry_after="0.05"), SumeRetryError, 2),
         ("GET", Reply.error(429, retry_after="10"), SumeRetryError, 1),
@@ -329,7 +339,8 @@ def test_no_fault_holds_the_caller_past_the_deadline_plus_one_timeout(
     record = record_of(info.value)
     if isinstance(info.value, SumeRetryError) and info.value.response is not None:
         info.value.response.close()
-    assert type(info.value) is raised
+    assert type(info.value) is raised  # a transport give-up is also requests' own class
+    assert isinstance(info.value, SumeRetryError)
     assert Outcome.GAVE_UP == record.outcome
     assert record.attempts >= min_attempts
     assert record.attempts == len(fake.requests)
