@@ -124,10 +124,15 @@ def _wait_ready(process: subprocess.Popen[bytes], url: str, log_path: str, timeo
         booted = len(re.findall(r"Booting worker with pid", _read(log_path)))
         if booted >= WORKERS:
             try:
-                if requests.get(url + "/ready", timeout=2).status_code == 200:
-                    return
+                response = requests.get(url + "/ready", timeout=2)
             except requests.RequestException:
-                pass
+                response = None
+            if response is not None and response.status_code == 200:
+                library = response.json()["sume_urllib3"]
+                # The figures are stamped with this checkout's commit: the workers must run its code.
+                if os.path.realpath(library) != os.path.realpath(os.path.join(ROOT, "sume_urllib3")):
+                    raise RuntimeError(f"gunicorn's workers import sume_urllib3 from {library}, not {ROOT}")
+                return
         time.sleep(0.1)
     raise RuntimeError(f"gunicorn did not serve within {timeout:.0f} s:\n{_tail(log_path)}")
 

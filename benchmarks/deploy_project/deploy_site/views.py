@@ -12,6 +12,7 @@ import time
 import requests
 from django.http import HttpRequest, JsonResponse
 
+import sume_urllib3
 from sume_urllib3 import SumeError
 from sume_urllib3.contrib.django import get_session
 
@@ -53,5 +54,5 @@ def generate(request: HttpRequest) -> JsonResponse:
 
 
 def ready(request: HttpRequest) -> JsonResponse:
-    """Which worker answered: the benchmark waits until the workers serve."""
-    return JsonResponse({"pid": os.getpid()})
+    """Which worker answered, running which copy of the library (the benchmark checks it is its own)."""
+    return JsonResponse({"pid": os.getpid(), "sume_urllib3": os.path.dirname(sume_urllib3.__file__)})
