@@ -8,6 +8,7 @@ uses it; ``sume_urllib3.contrib.redis.RedisFleet`` shares it across processes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -17,12 +18,12 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Protocol, Set, Union
+from typing import Any, Callable, ClassVar, Dict, Mapping, NamedTuple, Optional, Protocol, Union
 
-from . import _sleeping
+from . import _pacing, _sleeping
 from ._envelope import header
 from ._errors import ConfigurationError
-from ._ratelimit import Reading, may_carry_ratelimit, parse_ratelimit
+from ._ratelimit import may_carry_ratelimit, parse_ratelimit
 from ._retry_after import parse_retry_after
 
 log = logging.getLogger("sume_urllib3")
@@ -36,17 +37,11 @@ MAX_COOLDOWN = 600.0
 
 #: The KeyId of requests sent without an API key.
 ANONYMOUS = "anonymous"
-# A key whose pace is unknown leaves slow start (and takes the lock-free path) once this
-# many requests may be in flight: by then the server has had every chance to say its pace.
-_OPEN_FACTOR = 16
 _MIN_RATE = 1.0 / 86400.0  # one a day: below any real quota, so never a floor that beats one
 _MAX_RATE = 1e6
 _MAX_BURST = 1_000_000
-_PROBE = 0.01  # a pace learned from 429s alone creeps up 1% per success, to find a raised quota
-_PROBE_HEADERS = 0.05  # an estimated pace creeps up 5% per reply while over half the quota is left
-_FIRST_RTT = 0.05  # seconds; how long slow start guesses a response takes before measuring one
-_STALE = 60.0  # seconds after which an unreleased slow-start ticket no longer holds a slot
-_EPS = 1e-9
+_SOURCES = (None, "pace", "cooldown", "slow_start")
+_KINDS = {None: _pacing.FIRST, "throttle": _pacing.THROTTLE, "error": _pacing.ERROR}
 _UNITS = {
     "s": 1.0,
     "sec": 1.0,
@@ -121,88 +116,51 @@ class Fleet(Protocol):
         ...
 
 
-class _Ticket:
-    """An in-flight slow-start attempt: when it was sent, and which key state counted it."""
+class _Token:
+    """Grant.token of a LocalFleet turn: the key state that granted it and the core's stamp."""
 
-    __slots__ = ("sent", "state")
+    __slots__ = ("key", "turn")
 
-    def __init__(self, sent: float, state: _Key) -> None:
-        self.sent = sent
-        self.state = state
+    def __init__(self, key: _Key, turn: _pacing.Turn) -> None:
+        self.key = key
+        self.turn = turn
 
 
 class _Key:
-    """Everything one process knows about one API key's pace. Guarded by ``lock``."""
+    """One key's pacing state (the core's), its lock, and counters. Guarded by ``lock``."""
 
-    __slots__ = (
-        "again",
-        "burst",
-        "cooldown_len",
-        "cooldown_until",
-        "cooldowns",
-        "cwnd",
-        "distrust",
-        "flight",
-        "held",
-        "lock",
-        "ok_since",
-        "oks",
-        "open",
-        "rate",
-        "refused",
-        "source",
-        "srtt",
-        "tat",
-        "throttled",
-        "waited",
-    )
+    __slots__ = ("again", "cooldowns", "held", "lock", "open", "refused", "state", "throttled", "waited")
 
-    def __init__(self, rate: Optional[float], burst: int, window: int) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.open = False  # nothing known, nothing held: acquire answers GRANT_NOW without the lock
-        self.rate = rate  # requests per second, or None while unknown
-        self.burst = burst
-        self.source: Optional[str] = "configured" if rate is not None else None
-        self.tat = -math.inf  # GCRA's theoretical arrival time
-        self.cooldown_until = -math.inf
-        self.cooldown_len = 0.0
-        self.cwnd = window
-        self.flight: Set[_Ticket] = set()  # first attempts sent during slow start, not yet answered
-        self.distrust = False  # a 429 came at a pace read from headers: take the next reading as is
-        self.srtt: Optional[float] = None
-        self.oks = 0  # successes since the last 429, and when the first of them came
-        self.ok_since = 0.0
+        self.state = _pacing.State()
+        # Nothing known, nothing held, the window wide: acquire answers GRANT_NOW without the lock.
+        self.open = False
         self.held = self.refused = self.again = self.cooldowns = self.throttled = 0
         self.waited: Dict[str, float] = {"pace": 0.0, "cooldown": 0.0, "slow_start": 0.0}
 
 
 class LocalFleet:
-    """Paces the requests of one process per API key, shared by every thread and session.
+    """Paces the requests of one process per key, shared by every thread and session.
 
-    * **Cooldown**: a 429 or 503 with ``Retry-After`` holds every request of that key until
-      it ends; held requests are released one pace step apart (or, while the pace is
-      unknown, at random over a window as long as the cooldown), never all at once. One
-      INFO line on the ``sume_urllib3`` logger says when a cooldown starts (naming the
-      key's hash, never the key).
-    * **Pace**: GCRA at ``rate`` (``"10/min"``, ``"20/s"``, ``"100/h"``, or requests per
-      second as a number) with ``burst`` turns at once; else at the pace the server
-      states (``RateLimit-*``, ``X-RateLimit-*``, the IETF draft ``RateLimit`` and
-      ``RateLimit-Policy``), kept in step with its ``Remaining``; else at the rate that got
-      through before a 429. A configured rate is never exceeded. There is no floor: a
-      10/min quota is paced at 10/min.
-    * **Slow start**: while a key's pace is unknown, only ``initial_window`` first
-      attempts are in flight at once (more come back ``again``); each success opens the
-      window by one, as TCP slow start does, until the pace is known or the window is
-      wide enough to stop counting. A lone request is never delayed.
-    * **Deadline**: a turn that would come after ``time_left`` is refused at once, with a
-      reason naming the pace, and nothing is reserved.
+    The rules are :mod:`sume_urllib3._pacing`'s (README "Pacing"): a ``Retry-After`` cooldown
+    that holds every request of the key and releases them spread out; a configured ``rate``
+    (``"10/min"``, ``"20/s"``, ``"100/h"``, or requests per second as a number) with ``burst``
+    turns at once, which headers never change and only 429s slow; the pace a server states
+    (``RateLimit-Policy``, a limit with a window); ``Remaining``/``Reset`` as a budget of
+    attempts; and, while nothing is known, a slow-start window of ``initial_window`` first
+    attempts in flight, with the pace the server admitted learned from its 429s. A turn
+    that would come after the request's deadline is refused at once, reserving nothing.
+    A lone request is never delayed. One INFO line on the ``sume_urllib3`` logger says
+    when a cooldown starts (naming the key's hash, never the key).
 
-    ``burst`` defaults to 1: turns are spaced evenly, which no quota (fixed or sliding
-    window, token bucket) can reject. Thread-safe; when nothing is known and nothing is
-    held, ``acquire`` is one dictionary look-up. ``clock`` (monotonic seconds), ``wall``
-    (Unix time, for ``X-RateLimit-Reset`` timestamps) and ``rng`` (a ``random.Random`` or
-    a callable returning [0, 1)) are injectable. After ``os.fork()`` the child starts
-    with no state; a pickled fleet keeps its configuration only.
+    ``contrib.redis.RedisFleet`` runs the same rules in Redis (a conformance table in the
+    tests checks both). Thread-safe; when nothing is known and nothing is held, ``acquire``
+    is one dictionary look-up. ``clock`` (monotonic seconds; by default the shared clock
+    that ``no_sleep()`` drives), ``wall`` (Unix time, for ``X-RateLimit-Reset``
+    timestamps) and ``rng`` (a ``random.Random`` or a callable returning [0, 1)) are
+    injectable. ``reset()`` forgets every key. After ``os.fork()`` the child starts with
+    no state; a pickled fleet keeps its configuration only.
     """
 
     _default: ClassVar[Optional[LocalFleet]] = None
@@ -235,6 +193,10 @@ class LocalFleet:
         self._random: Callable[[], float] = (
             random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
         )
+        self._config = _pacing.Config(
+            interval=interval_us(self._rate), burst=self._burst, window=self._window
+        )
+        self._entries = itertools.count(1)
         self._keys: Dict[str, _Key] = {}
         _FLEETS.add(self)
 
@@ -245,7 +207,6 @@ class LocalFleet:
         if fleet is None:
             with LocalFleet._default_lock:
                 if LocalFleet._default is None:
-                    # Time a test's no_sleep() mode recorded instead of slept counts here too.
                     LocalFleet._default = LocalFleet()
                 fleet = LocalFleet._default
         return fleet
@@ -282,16 +243,14 @@ class LocalFleet:
         self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
     ) -> Grant:
         """Reserve a turn for one attempt; see :class:`Fleet` and the class docstring."""
-        state = self._keys.get(key_id)
-        if state is not None and state.open:
+        key = self._keys.get(key_id)
+        if key is not None and key.open:
             if not not_before:
                 return GRANT_NOW
             if retry is not None and 0.0 < not_before <= time_left:
-                # An open key has no pace, no cooldown and no slow start: the caller's own
-                # wait is the turn (retries take no slow-start slot).
-                return Grant(wait=not_before)
+                return Grant(wait=not_before)  # nothing paces an open key: the caller's wait is the turn
         try:
-            return self._acquire(state, key_id, time_left, retry, not_before)
+            return self._acquire(key_id, key, time_left, retry, not_before)
         except Exception:  # pacing must never cost a request
             log.debug("sume_urllib3: fleet acquire failed; sending unpaced", exc_info=True)
             return GRANT_NOW
@@ -305,31 +264,32 @@ class LocalFleet:
     ) -> None:
         """Learn cooldowns and the pace from one response; see :class:`Fleet`."""
         try:
-            state = self._keys.get(key_id)
-            if state is None:
-                return  # a grant from before a fork (or a stranger's key): nothing to account
-            if (
-                state.open
-                and status != 429
-                and not may_carry_ratelimit(headers)
-                and (status != 503 or headers is None or header(headers, "Retry-After") is None)
-            ):
-                return  # an open key and nothing to learn (no 429, no Retry-After, no RateLimit)
-            reading = parse_ratelimit(headers, self._wall) if headers is not None else None
-            if state.open and reading is None and status != 429 and status != 503:
-                return
-            self._release(state, key_id, grant, status, headers, reading)
+            token = grant.token
+            key = token.key if isinstance(token, _Token) else self._keys.get(key_id)
+            if key is None or self._keys.get(key_id) is not key:
+                return  # a grant from before a reset or a fork: nothing of ours to account
+            if key.open and status != 429 and not may_carry_ratelimit(headers) and status != 503:
+                return  # the lock-free path: an open key and nothing to learn
+            self._release(key_id, key, token, status, headers)
         except Exception:
             log.debug("sume_urllib3: fleet release failed; ignored", exc_info=True)
+
+    def reset(self) -> None:
+        """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
+        self._keys = {}
+
+    _reset = reset  # the name earlier releases used
 
     # -- introspection (tests, benchmarks, metrics) -------------------------------------------
 
     def pace(self, key_id: str) -> Optional[float]:
-        """The pace a key is held to, in requests per second, or None while unknown."""
-        state = self._keys.get(key_id)
-        if state is None:
+        """The pace a key is held to now, in requests per second, or None while unknown."""
+        key = self._keys.get(key_id)
+        if key is None:
             return self._rate
-        return state.rate
+        with key.lock:
+            interval, _ = _pacing.pace(key.state, self._config, self._now())
+        return _pacing.SECOND / interval if interval else None
 
     def stats(self) -> Dict[str, float]:
         """Counters over every key: requests held, refused, sent ``again``, seconds waited."""
@@ -343,255 +303,168 @@ class LocalFleet:
             "waited_cooldown": 0.0,
             "waited_slow_start": 0.0,
         }
-        for state in list(self._keys.values()):
-            with state.lock:
-                totals["held"] += state.held
-                totals["refused"] += state.refused
-                totals["again"] += state.again
-                totals["cooldowns"] += state.cooldowns
-                totals["throttled"] += state.throttled
-                for source, seconds in state.waited.items():
+        for key in list(self._keys.values()):
+            with key.lock:
+                totals["held"] += key.held
+                totals["refused"] += key.refused
+                totals["again"] += key.again
+                totals["cooldowns"] += key.cooldowns
+                totals["throttled"] += key.throttled
+                for source, seconds in key.waited.items():
                     totals["waited_" + source] += seconds
         return totals
 
     # -- inside ----------------------------------------------------------------------------
 
-    def reset(self) -> None:
-        """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
-        self._keys = {}
-
-    _reset = reset  # the name earlier releases used
-
-    def _state(self, key_id: str) -> _Key:
-        state = self._keys.get(key_id)
-        if state is None:
-            # setdefault is atomic: two threads creating one key both get the same state.
-            state = self._keys.setdefault(key_id, _Key(self._rate, self._burst, self._window))
-        return state
+    def _now(self) -> int:
+        return round(self._clock() * 1_000_000)
 
     def _acquire(
-        self,
-        state: Optional[_Key],
-        key_id: str,
-        time_left: float,
-        retry: Optional[str],
-        not_before: float,
+        self, key_id: str, key: Optional[_Key], time_left: float, retry: Optional[str], not_before: float
     ) -> Grant:
-        now = self._clock()
+        if key is None:
+            # setdefault is atomic: two threads creating one key both get the same state.
+            key = self._keys.setdefault(key_id, _Key())
         floor = _seconds(not_before)
         left = _seconds(time_left, default=math.inf)
-        if state is None:
-            state = self._state(key_id)
-        with state.lock:
-            start = now + floor
-            source: Optional[str] = None
-            if state.cooldown_until > start + _EPS:
-                start, source = state.cooldown_until, "cooldown"
-            if state.rate is not None:
-                step = 1.0 / state.rate
-                turn = max(start, state.tat - (state.burst - 1) * step)
-                if turn > start + _EPS:
-                    source = "pace"
-                wait = turn - now
-                if wait > left + _EPS:
-                    return self._refuse(state, source, wait, left)
-                state.tat = max(state.tat, turn) + step
-                return self._granted(state, wait, floor, source, None)
-            if source == "cooldown":
-                # Nobody knows the pace: spread the held requests over a window as long as the
-                # cooldown, so they do not all come back at the same instant.
-                start += self._random() * state.cooldown_len
-            wait = start - now
-            if wait > left + _EPS:
-                return self._refuse(state, source, wait, left)
-            if retry is None and source == "cooldown":
-                state.again += 1
-                state.waited["cooldown"] += wait
-                return Grant(wait=wait, source="cooldown", again=True)
-            if retry is not None:
-                # Slow start counts first attempts only: a retry is already bounded by the
-                # policy and the budget, and may sleep a long backoff holding no slot.
-                return self._granted(state, wait, floor, source, None)
-            if len(state.flight) >= state.cwnd and not self._purge(state, now):
-                pause = min(max(state.srtt if state.srtt is not None else _FIRST_RTT, 0.001), 1.0)
-                pause *= 0.5 + self._random()
-                if pause < left:  # a request about to miss its deadline goes rather than waits
-                    state.again += 1
-                    state.waited["slow_start"] += pause
-                    return Grant(wait=pause, source="slow_start", again=True)
-            ticket = _Ticket(now + wait, state)
-            state.flight.add(ticket)
-            if state.cooldown_until <= now and state.cwnd >= self._window * _OPEN_FACTOR:
-                state.open = True
-            return self._granted(state, wait, floor, source, ticket)
+        with key.lock:
+            now = self._now()
+            turn = _pacing.acquire(
+                key.state,
+                self._config,
+                now,
+                retry=_KINDS.get(retry, _pacing.ERROR),
+                not_before=round(floor * 1_000_000),
+                time_left=-1 if math.isinf(left) else round(left * 1_000_000),
+                rand=self._random(),
+                entry=str(next(self._entries)),
+            )
+            key.open = _pacing.is_open(key.state, self._config, now)
+            return self._grant(key, turn, floor, left)
 
-    def _purge(self, state: _Key, now: float) -> bool:
-        """Forget in-flight tickets never released (a caller that died mid-request)."""
-        stale = now - max(_STALE, 10.0 * (state.srtt or 0.0))
-        lost = [ticket for ticket in state.flight if ticket.sent < stale]
-        state.flight.difference_update(lost)
-        return bool(lost) and len(state.flight) < state.cwnd
-
-    def _granted(self, state: _Key, wait: float, floor: float, source: Optional[str], token: object) -> Grant:
-        wait = max(wait, floor)
-        if wait <= 0.0 and token is None:
-            return GRANT_NOW
-        if source is not None and wait > floor + _EPS:
-            state.held += 1
-            state.waited[source] += wait - floor
+    def _grant(self, key: _Key, turn: _pacing.Turn, floor: float, left: float) -> Grant:
+        wait = turn.wait / 1_000_000
+        source = _SOURCES[turn.source]
+        if turn.code == _pacing.REFUSED:
+            key.refused += 1
+            return Grant(wait=wait, refused=self._refusal(key, source, wait, left), source=source)
+        if turn.code == _pacing.AGAIN:
+            key.again += 1
+            if source is not None:
+                key.waited[source] += wait
+            return Grant(wait=wait, source=source, again=True)
+        token = _Token(key, turn)
+        if source is not None and wait > floor + 1e-9:
+            key.held += 1
+            key.waited[source] += wait - floor
         else:
             source = None
-        return Grant(wait=max(wait, 0.0), source=source, token=token)
+        return Grant(wait=max(wait, floor), source=source, token=token)
 
-    def _refuse(self, state: _Key, source: Optional[str], wait: float, left: float) -> Grant:
-        state.refused += 1
-        if source == "pace" and state.rate is not None:
-            why = f"pace {_describe_rate(state.rate)} ({state.source})"
-        elif source == "cooldown":
+    def _refusal(self, key: _Key, source: Optional[str], wait: float, left: float) -> str:
+        if source == "cooldown":
             why = "pace: cooldown (the server's Retry-After)"
+        elif source == "pace":
+            st = key.state
+            interval, _ = _pacing.pace(st, self._config, self._now())
+            if st.rem <= 0 and st.rend > self._now():
+                why = "pace: the server's quota is spent until its Reset"
+            elif interval:
+                origin = (
+                    "learned from 429s"
+                    if interval == st.li
+                    else "stated by the server"
+                    if interval == st.pi and interval != self._config.interval
+                    else "configured"
+                )
+                why = f"pace {_describe_rate(_pacing.SECOND / interval)} ({origin})"
+            else:
+                why = "pace"
         else:
             why = "pace"
-        return Grant(
-            wait=wait,
-            refused=f"{why}: next turn in {wait:.1f}s, after the deadline ({max(left, 0.0):.1f}s left)",
-            source=source,
-        )
+        return f"{why}: next turn in {wait:.1f}s, after the deadline ({max(left, 0.0):.1f}s left)"
 
     def _release(
         self,
-        state: _Key,
         key_id: str,
-        grant: Grant,
+        key: _Key,
+        token: object,
         status: Optional[int],
         headers: Optional[Mapping[str, str]],
-        reading: Optional[Reading],
     ) -> None:
-        retry_after = None
-        if (status == 429 or status == 503) and headers is not None:
-            retry_after = parse_retry_after(header(headers, "Retry-After"), self._wall)
-            if retry_after is not None:
-                retry_after = min(retry_after, MAX_COOLDOWN)
-        now = self._clock()
-        with state.lock:
-            ticket = grant.token
-            if isinstance(ticket, _Ticket) and ticket in state.flight:
-                state.flight.discard(ticket)
-                rtt = now - ticket.sent
-                if rtt >= 0.0:
-                    state.srtt = rtt if state.srtt is None else 0.8 * state.srtt + 0.2 * rtt
-            if reading is not None:
-                self._learn(state, reading, now)
+        lesson = read_response(status, headers, self._wall)
+        turn = token.turn if isinstance(token, _Token) else None
+        code = status or 0
+        if turn is not None and not _pacing.must_release(
+            turn, code, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window
+        ):
+            return
+        with key.lock:
+            now = self._now()
+            st = key.state
+            if turn is None:  # granted on the lock-free path: as if just now, in this round
+                turn = _pacing.Turn(_pacing.SEND, 0, 0, 0, st.seq, st.epoch, len(st.flight))
+            started = _pacing.release(
+                st,
+                self._config,
+                now,
+                entry=turn.entry,
+                slot=turn.slot,
+                seq=turn.seq,
+                epoch=turn.epoch,
+                inflight=turn.inflight,
+                status=code,
+                **lesson._asdict(),
+            )
             if status == 429:
-                self._throttled(state, now, retry_after)
-            elif status is not None and status < 400:
-                state.oks += 1
-                if state.oks == 1:
-                    state.ok_since = now
-                if state.rate is None:
-                    state.cwnd += 1
-                elif state.source == "429s":
-                    state.rate = self._cap(state.rate * (1.0 + _PROBE))
-            if retry_after is not None and retry_after > 0.0:
-                self._cool(state, key_id, now, retry_after, status)
-
-    def _learn(self, state: _Key, reading: Reading, now: float) -> None:
-        limit, remaining, reset, window = reading
-        if limit is None or limit < 1.0:
-            pass
-        elif window is not None and window > 0.0:
-            self._set_rate(state, limit / window, limit, "headers")
-        elif remaining is not None and reset is not None and reset > 0.0 and remaining < limit:
-            # A token bucket refills limit - remaining turns within `reset` (rounded up to whole
-            # seconds): a lower bound on its rate, best when the quota has run dry. Pacing is
-            # needed only from then on: commit at the first dry reading; later, raise to a
-            # higher bound, take a dry reading as is after a 429, and probe upwards while over
-            # half the quota is left (a full bucket hides how fast it refills).
-            bound = (limit - remaining) / reset
-            dry = remaining < 1.0
-            if state.source in (None, "429s"):
-                if dry:
-                    self._set_rate(state, bound, limit, "headers~")
-            elif state.source == "headers~":
-                rate = state.rate or 0.0
-                if bound > rate or (dry and state.distrust):
-                    self._set_rate(state, bound, limit, "headers~")
-                elif 2.0 * remaining >= limit:
-                    state.rate = self._cap(rate * (1.0 + _PROBE_HEADERS))
-        if remaining is None:
-            return
-        if state.rate is not None:
-            step = 1.0 / state.rate
-            state.tat = max(state.tat, now + (state.burst - remaining + len(state.flight)) * step)
-            if remaining < 1.0 and reset is not None and state.source in ("headers~", "429s"):
-                # Empty, at a pace only estimated: nothing before the quota is back (one turn
-                # then, the rest one step apart), which holds for a fixed window too.
-                state.tat = max(state.tat, now + reset + (state.burst - 1) * step)
-        elif remaining < 1.0 and reset is not None and reset > 0.0:
-            # Nothing left and no pace to space the rest: hold the key until the quota resets.
-            state.cooldown_until = max(state.cooldown_until, now + reset)
-            state.cooldown_len = max(state.cooldown_len, reset)
-            state.open = False
-
-    def _set_rate(self, state: _Key, rate: float, limit: float, source: str) -> None:
-        capped = self._cap(rate)
-        if self._rate is not None and source == "headers~":
-            capped = self._rate  # a lower bound never undercuts what the user configured
-        if state.rate is None:
-            state.tat = max(state.tat, self._clock() + len(state.flight) / capped)
-        state.rate, state.source, state.distrust = capped, source, False
-        state.burst = max(1, min(int(limit), _MAX_BURST))
-        if self._rate is not None:
-            state.burst = min(state.burst, self._burst)
-            if capped >= self._rate:
-                state.source = "configured"
-        state.open = False
-
-    def _throttled(self, state: _Key, now: float, retry_after: Optional[float]) -> None:
-        state.throttled += 1
-        was_open = state.open
-        state.open = False
-        if was_open and state.source is None:
-            # An open key stopped counting its successes (its success path takes no lock), so
-            # they say nothing about the server's rate: slow start again, from half the window.
-            state.cwnd = max(1, state.cwnd // 2)
-            state.flight.clear()
-        elif state.source == "headers~":
-            state.distrust = True
-        elif state.source in (None, "429s"):
-            if state.oks > 0:
-                # What got through since the last 429 is what the server admits.
-                span = max(now - state.ok_since, retry_after or 1.0)
-                state.rate = self._cap(state.oks / span)
-                state.burst, state.source = 1, "429s"
-                state.tat = max(state.tat, now)
-            elif state.rate is not None:
-                state.rate = self._cap(state.rate * 0.5)
-            else:
-                state.cwnd = max(1, state.cwnd // 2)
-        state.oks = 0
-
-    def _cool(self, state: _Key, key_id: str, now: float, seconds: float, status: Optional[int]) -> None:
-        until = now + seconds
-        if until <= state.cooldown_until:
-            return
-        starting = state.cooldown_until <= now
-        state.cooldown_until, state.cooldown_len = until, seconds
-        state.open = False
-        if state.rate is not None:
-            # An empty bucket when the cooldown ends: one turn then, the rest one step apart.
-            state.tat = max(state.tat, until + (state.burst - 1) / state.rate)
-        if starting:
-            state.cooldowns += 1
+                key.throttled += 1
+            if started:
+                key.cooldowns += 1
+            key.open = _pacing.is_open(st, self._config, now)
+        if started:
             log.info(
                 "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests",
                 key_id,
                 status,
-                seconds,
+                lesson.retry_after / 1_000_000,
             )
 
-    def _cap(self, rate: float) -> float:
-        rate = min(max(rate, _MIN_RATE), _MAX_RATE)
-        return min(rate, self._rate) if self._rate is not None else rate
+
+class Lesson(NamedTuple):
+    """What one response tells the pacing rules, in the core's units (-1: not said)."""
+
+    retry_after: int  # µs, 0 when none (only a 429's or 503's counts)
+    limit: int
+    remaining: int
+    reset: int  # µs
+    window: int  # µs
+
+
+def read_response(
+    status: Optional[int], headers: Optional[Mapping[str, str]], wall: Callable[[], float] = time.time
+) -> Lesson:
+    """The Retry-After and RateLimit fields of one response, as both fleets pass them to the core."""
+    retry_after = 0
+    if (status == 429 or status == 503) and headers is not None:
+        seconds = parse_retry_after(header(headers, "Retry-After"), wall)
+        if seconds is not None and seconds > 0:
+            retry_after = round(min(seconds, MAX_COOLDOWN) * 1_000_000)
+    reading = parse_ratelimit(headers, wall) if headers is not None and may_carry_ratelimit(headers) else None
+    if reading is None:
+        return Lesson(retry_after, -1, -1, -1, -1)
+    limit, remaining, reset, window = reading
+    return Lesson(
+        retry_after,
+        -1 if limit is None else int(min(limit, 1e12)),
+        -1 if remaining is None else int(min(remaining, 1e12)),
+        -1 if reset is None else round(min(reset, 1e7) * 1_000_000),
+        -1 if window is None else round(min(window, 1e7) * 1_000_000),
+    )
+
+
+def interval_us(rate: Optional[float]) -> int:
+    """Microseconds between turns at ``rate`` requests per second (0 for None: learn it)."""
+    return 0 if rate is None else max(1, round(1_000_000 / rate))
 
 
 _FLEETS: weakref.WeakSet[LocalFleet] = weakref.WeakSet()
@@ -601,7 +474,7 @@ def _after_fork_in_child() -> None:
     # Another thread of the parent may have held this lock at the fork: the child's is new.
     LocalFleet._default_lock = threading.Lock()
     for fleet in list(_FLEETS):
-        fleet._reset()
+        fleet.reset()
 
 
 if hasattr(os, "register_at_fork"):
@@ -659,4 +532,15 @@ def _seconds(value: Any, default: float = 0.0) -> float:
     return max(float(value), 0.0)
 
 
-__all__ = ["ANONYMOUS", "GRANT_NOW", "Fleet", "Grant", "LocalFleet", "fleet_key", "parse_rate"]
+__all__ = [
+    "ANONYMOUS",
+    "GRANT_NOW",
+    "Fleet",
+    "Grant",
+    "Lesson",
+    "LocalFleet",
+    "fleet_key",
+    "interval_us",
+    "parse_rate",
+    "read_response",
+]

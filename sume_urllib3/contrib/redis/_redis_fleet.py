@@ -11,19 +11,18 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ... import _pacing, _sleeping
 from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
-from ..._fleet import MAX_COOLDOWN, Fleet, Grant, LocalFleet, fleet_key, parse_rate
-from ..._ratelimit import parse_ratelimit
-from ..._retry_after import parse_retry_after
+from ..._fleet import Fleet, Grant, Lesson, LocalFleet, fleet_key, interval_us, parse_rate, read_response
 from . import _scripts
-from ._scripts import AGAIN, NO_BUDGET, REFUSED, micros
+from ._scripts import AGAIN, NO_BUDGET, REFUSED, SOURCES, micros
 
 log = logging.getLogger("sume_urllib3")
 
@@ -32,26 +31,6 @@ _PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DEFAULT_BUDGET = RetryBudget()
 _PLAIN = (str, bytes, int, float, bool)
 _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
-
-
-class _Turn(NamedTuple):
-    """Grant.token of a Redis turn: what release() needs."""
-
-    slot_us: int  # the turn on the Redis clock
-    entry: str  # the in-flight entry to free ("" when the turn holds none)
-
-
-class _Lesson(NamedTuple):
-    """What one response says, as the release script takes it (-1: not said)."""
-
-    retry_after: float
-    limit: int
-    remaining: int
-    reset: float
-    window: float
-
-
-_NOTHING = _Lesson(0.0, -1, -1, -1.0, -1.0)
 
 
 class _Local(NamedTuple):
@@ -64,12 +43,14 @@ class _Local(NamedTuple):
 class RedisFleet:
     """A Fleet whose state lives in Redis, so every process and host using an API key paces together.
 
-    One round trip per attempt: an atomic Lua script (``EVALSHA``, reloaded after
-    ``SCRIPT FLUSH``) honours the key's cooldown, reserves a GCRA turn at the configured or
-    learned rate, spends the fleet-wide retry budget for ``retry="error"``, and bounds the
-    first wave of a key whose pace is unknown to ``initial_window`` attempts in flight
-    fleet-wide. A second script records what a response taught (Retry-After cooldown,
-    RateLimit headers, 429) and frees the in-flight entry. Redis ``TIME`` is the clock.
+    The rules are LocalFleet's, :mod:`sume_urllib3._pacing`, ported line for line to two
+    atomic Lua scripts (``EVALSHA``, reloaded after ``SCRIPT FLUSH``); a conformance table in
+    the tests runs both on the same scenarios. ``acquire.lua`` reserves a turn (and spends
+    the fleet-wide retry budget for ``retry="error"``); ``release.lua`` records what a
+    response taught and frees an in-flight entry. One round trip per attempt with a
+    configured pace and plain successes; a second (release) when the answer teaches
+    something: a 429, a Retry-After, rate-limit headers, or while the pace is being learned
+    (slow start, a pace learned from 429s). Redis ``TIME`` is the clock.
 
     Keys are ``{prefix:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
     ``kid`` is :func:`fleet_key`'s hash, never the key), all with TTLs.
@@ -82,10 +63,11 @@ class RedisFleet:
 
     ``rate`` and ``burst`` as for :class:`LocalFleet` (``burst`` defaults to 1);
     ``retry_budget``'s ratio, window and floor set the fleet-wide budget (None: none);
-    ``lease`` is how long a slow-start in-flight entry outlives a process that died holding
-    it; ``ttl`` how long an idle key's state is kept. ``clock`` and ``rng`` drive the backoff
-    and spreads; ``server_clock`` replaces Redis ``TIME`` (for tests). Thread-safe; a forked
-    child opens its own connections; pickling keeps the configuration only.
+    ``ttl`` how long an idle key's state is kept. An in-flight entry of a process that died
+    lasts as long as its attempt could have (rule 6), never the request's whole deadline.
+    ``clock`` and ``rng`` drive the backoff and spreads; ``server_clock`` replaces Redis
+    ``TIME`` (for tests). Thread-safe; a forked child opens its own connections; pickling
+    keeps the configuration only.
     """
 
     def __init__(
@@ -98,7 +80,6 @@ class RedisFleet:
         timeout: float = 0.05,
         initial_window: int = 4,
         retry_budget: Optional[RetryBudget] = _DEFAULT_BUDGET,
-        lease: float = 60.0,
         ttl: float = 3600.0,
         backoff: float = 1.0,
         max_backoff: float = 30.0,
@@ -113,12 +94,12 @@ class RedisFleet:
             "timeout": timeout,
             "initial_window": initial_window,
             "retry_budget": retry_budget,
-            "lease": lease,
             "ttl": ttl,
             "backoff": backoff,
             "max_backoff": max_backoff,
         }
         self._interval, self._burst = _pace(rate, burst)
+        self._config_interval = interval_us(1.0 / self._interval) if self._interval > 0 else 0
         self._prefix = _check_prefix(prefix)
         self._timeout = _positive(timeout, "timeout", high=60.0)
         self._initial_window = _count(initial_window, "initial_window")
@@ -127,7 +108,6 @@ class RedisFleet:
                 f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
             )
         self._budget = retry_budget
-        self._lease = _positive(lease, "lease")
         self._ttl = _positive(ttl, "ttl")
         self._backoff = _positive(backoff, "backoff")
         self._max_backoff = max(self._backoff, _positive(max_backoff, "max_backoff"))
@@ -180,22 +160,23 @@ class RedisFleet:
         if self._clock() < self._down_until:
             return self._fallback(kid, time_left, retry, not_before)
         try:
-            turn, entry = self._call_acquire(kid, time_left, retry, not_before)
+            turn = self._call_acquire(kid, time_left, retry, not_before)
         except Exception as exc:  # any Redis trouble: fail open at once
             self._failed(exc)
             return self._fallback(kid, time_left, retry, not_before)
         self._recovered()
         self._clients = max(1, turn.clients)
+        wait = turn.pacing.wait / 1_000_000
+        source = SOURCES[turn.pacing.source]
         if turn.code == REFUSED:
-            why = _refusal(turn.source, turn.wait, time_left)
-            return Grant(wait=turn.wait, refused=why, source=turn.source)
+            return Grant(wait=wait, refused=_refusal(source, wait, time_left), source=source)
         if turn.code == NO_BUDGET:
             return Grant(refused="retry budget: the fleet's retries for this API key are spent")
         if turn.code == AGAIN:
-            return Grant(wait=turn.wait, source=turn.source, again=True)
-        wait = max(turn.wait, not_before)
-        source = turn.source if wait > not_before else None
-        return Grant(wait=wait, source=source, token=_Turn(turn.slot_us, entry))
+            return Grant(wait=wait, source=source, again=True)
+        floor = max(not_before, 0.0)
+        source = source if wait > floor + 1e-9 else None
+        return Grant(wait=max(wait, floor), source=source, token=turn.pacing)
 
     def release(
         self,
@@ -210,22 +191,24 @@ class RedisFleet:
             if isinstance(token, _Local):
                 token.fleet.release(key_id, token.grant, status, headers)
                 return
-            if not isinstance(token, _Turn):
+            if not isinstance(token, _pacing.Turn):
                 return  # not a turn Redis granted
+            lesson = read_response(status, headers)
+            code = status or 0
+            if not _pacing.must_release(
+                token, code, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window
+            ):
+                return  # nothing to free, nothing learned: no second round trip
             if self._clock() < self._down_until and not token.entry:
-                return  # Redis is down and there is no in-flight entry to free: nothing to say
-            lesson = self._lesson(status, headers)
-            if not token.entry and lesson is None:
-                return  # nothing to free, nothing learned: no round trip
+                return  # Redis is down and there is no in-flight entry to free
             kid = _safe_key_id(key_id)
-            after = self._call_release(kid, token, status, lesson or _NOTHING)
-            if after.cooldown_started:
+            if self._call_release(kid, token, code, lesson):
                 log.info(
                     "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests "
                     "fleet-wide",
                     kid,
                     status,
-                    (lesson or _NOTHING).retry_after,
+                    lesson.retry_after / 1_000_000,
                 )
         except Exception as exc:
             self._failed(exc)
@@ -249,75 +232,53 @@ class RedisFleet:
 
     # -- Redis ------------------------------------------------------------------------------
 
-    def _now_arg(self) -> int:
-        return 0 if self._server_clock is None else micros(self._server_clock())
+    def _clock_args(self) -> List[int]:
+        """now (0: Redis TIME) and the skew no_sleep() adds, in microseconds."""
+        now = 0 if self._server_clock is None else micros(self._server_clock())
+        return [now, micros(_sleeping.virtual_offset())]
 
     def _call_acquire(
         self, kid: str, time_left: float, retry: Optional[str], not_before: float
-    ) -> Tuple[_scripts.Turn, str]:
+    ) -> _scripts.Turn:
         budget = self._budget
-        lease = self._lease if math.isinf(time_left) else min(self._lease, max(time_left, 0.0) + 1.0)
+        entry = uuid.uuid4().hex[:16]
         args = [
-            self._now_arg(),
-            micros(self._interval),
+            *self._clock_args(),
+            self._config_interval,
             self._burst,
-            micros(max(time_left, 0.0)),
-            _scripts.RETRY_KINDS.get(retry, 2),
-            micros(max(not_before, 0.0)),
             self._initial_window,
-            uuid.uuid4().hex[:16],
-            micros(lease),
+            _scripts.RETRY_KINDS.get(retry, _pacing.ERROR),
+            micros(max(not_before, 0.0)),
+            micros(max(time_left, 0.0)),
+            self._random(),
+            entry,
             int(self._ttl * 1000),
             -1 if budget is None else budget.ratio,
             micros(budget.window if budget is not None else 10.0),
             0 if budget is None else budget.min_per_second,
             self._client_id,
             micros(_CLIENT_WINDOW),
-            self._random(),
         ]
         reply = self._acquire_script(keys=list(_scripts.keys(self._prefix, kid)), args=_scripts.as_args(args))
-        turn = _scripts.parse_turn(reply)
-        return turn, (str(args[7]) if turn.in_flight else "")
+        return _scripts.parse_turn(reply, entry)
 
-    def _call_release(
-        self, kid: str, token: _Turn, status: Optional[int], lesson: _Lesson
-    ) -> _scripts.Lesson:
+    def _call_release(self, kid: str, turn: _pacing.Turn, status: int, lesson: Lesson) -> bool:
         args = [
-            self._now_arg(),
-            token.entry,
-            token.slot_us,
-            status or 0,
-            micros(lesson.retry_after),
-            lesson.limit,
-            lesson.remaining,
-            _micros_or_none(lesson.reset),
-            _micros_or_none(lesson.window),
-            micros(self._interval),
+            *self._clock_args(),
+            self._config_interval,
             self._burst,
             self._initial_window,
+            turn.entry,
+            turn.slot,
+            turn.seq,
+            turn.epoch,
+            turn.inflight,
+            status,
+            *lesson,
             int(self._ttl * 1000),
         ]
         keys = list(_scripts.keys(self._prefix, kid)[:2])
-        return _scripts.parse_lesson(self._release_script(keys=keys, args=_scripts.as_args(args)))
-
-    def _lesson(self, status: Optional[int], headers: Optional[Mapping[str, str]]) -> Optional[_Lesson]:
-        """What a response teaches the shared state, or None when it teaches nothing."""
-        retry_after = 0.0
-        if status in (429, 503) and headers is not None:
-            retry_after = min(parse_retry_after(headers.get("Retry-After")) or 0.0, MAX_COOLDOWN)
-        reading = parse_ratelimit(headers) if headers is not None else None
-        if reading is None:
-            if retry_after <= 0 and status != 429 and (self._interval > 0 or status is None or status >= 400):
-                return None  # a learned pace still hears of successes: they grow its window
-            return _Lesson(retry_after, -1, -1, -1.0, -1.0)
-        limit, remaining, reset, window = reading
-        return _Lesson(
-            retry_after,
-            -1 if limit is None else int(min(limit, 1e12)),
-            -1 if remaining is None else int(min(remaining, 1e12)),
-            -1.0 if reset is None else reset,
-            -1.0 if window is None else window,
-        )
+        return _scripts.parse_release(self._release_script(keys=keys, args=_scripts.as_args(args)))
 
     # -- failing open ---------------------------------------------------------------------
 
@@ -507,10 +468,6 @@ def _safe_key_id(key_id: str) -> str:
     if isinstance(key_id, str) and _KEY_ID.match(key_id):
         return key_id
     return fleet_key(key_id if isinstance(key_id, str) else repr(key_id))
-
-
-def _micros_or_none(seconds: float) -> int:
-    return -1 if seconds < 0 else micros(seconds)
 
 
 def _refusal(source: Optional[str], wait: float, time_left: float) -> str:

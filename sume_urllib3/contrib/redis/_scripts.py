@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Sequence, Tuple
+
+from ... import _pacing
 
 #: Codes the acquire script answers with.
 SEND, REFUSED, AGAIN, NO_BUDGET = 0, 1, 2, 3
@@ -32,37 +34,29 @@ def micros(seconds: float) -> int:
 
 
 class Turn(NamedTuple):
-    """The acquire script's answer."""
+    """The acquire script's answer: its code, the core's turn, and who shares the key."""
 
     code: int
-    wait: float  # seconds from the Redis clock's now
-    source: Optional[str]
-    slot_us: int  # the turn on the Redis clock (microseconds)
+    pacing: _pacing.Turn  # wait, source and the stamp release() needs (as LocalFleet's core gives)
     clients: int  # processes that used this key within the client window
-    in_flight: bool  # the turn holds a slow-start in-flight entry that release() must free
 
 
-class Lesson(NamedTuple):
-    """The release script's answer: what the key's shared state now says."""
-
-    cooldown_until_us: int
-    interval: float  # seconds between turns, 0.0 while the pace is unknown
-    window: int  # slow-start window
-    cooldown_started: bool  # this response started a cooldown (nobody was cooling before)
-
-
-def parse_turn(reply: Sequence[Any]) -> Turn:
+def parse_turn(reply: Sequence[Any], entry: str) -> Turn:
     """Decode the acquire script's reply (raises on anything malformed)."""
-    code, wait_us, source, slot_us, clients, in_flight = (int(v) for v in reply)
+    code, wait, source, slot, seq, epoch, inflight, held, clients, learning = (int(v) for v in reply)
     if code not in (SEND, REFUSED, AGAIN, NO_BUDGET) or not 0 <= source < len(SOURCES):
         raise ValueError(f"unexpected acquire reply {list(reply)!r}")
-    return Turn(code, max(0, wait_us) / 1_000_000, SOURCES[source], slot_us, clients, bool(in_flight))
+    turn = _pacing.Turn(
+        min(code, _pacing.AGAIN), max(0, wait), source, slot, seq, epoch, inflight, entry if held else "",
+        bool(learning),
+    )
+    return Turn(code, turn, clients)
 
 
-def parse_lesson(reply: Sequence[Any]) -> Lesson:
-    """Decode the release script's reply (raises on anything malformed)."""
-    cooldown_until_us, interval_us, window, started = (int(v) for v in reply)
-    return Lesson(cooldown_until_us, interval_us / 1_000_000, window, bool(started))
+def parse_release(reply: Sequence[Any]) -> bool:
+    """Decode the release script's reply: did this response start a cooldown?"""
+    started, _cooldown_until, _interval = (int(v) for v in reply)
+    return bool(started)
 
 
 def as_args(values: List[Any]) -> List[str]:

@@ -1,0 +1,318 @@
+"""The pacing rules, once: a pure state machine over integer microseconds.
+
+``LocalFleet`` runs it in one process; ``contrib/redis/acquire.lua`` and ``release.lua`` are its
+line-for-line port, run atomically inside Redis. ``tests/test_pacing_conformance.py`` feeds both
+the same timestamped scenarios and requires the same grants, so the two cannot drift apart.
+
+The rules (README "Pacing", DESIGN.md section 10):
+
+1. **Cooldown.** A 429/503 ``Retry-After`` (capped at 10 min) holds every new attempt of the key
+   until it ends. Held attempts come back one pace step apart, or, with no pace known, spread
+   at random over at most one second.
+2. **Configured pace** (``rate``, ``burst``): GCRA. Headers never change it; a 429 slows it
+   (rule 5) and successes bring it back. A turn deferred by a backoff keeps its spacing.
+3. **Exact server pace.** A limit with a stated window (``RateLimit-Policy: 10;w=1``) paces at
+   window/limit (1% slack: an exact spacing meets a fixed window's edge), never faster than a
+   configured pace; its burst is the limit only while Remaining is tracked (rule 4), else 1.
+4. **Remaining and Reset are a budget, not a pace** (a learned pace only). "R left, reset in T"
+   allows R more attempts, less those sent after the answered one, until T. At 0, one probe goes
+   at T; the others come back after it, so they do not all meet an unrefilled quota.
+5. **Unknown pace.** First attempts: at most ``window`` (4) in flight, +1 per success; it
+   stops counting at 64. A 429 acts once per round (one answering an attempt sent before the
+   last decrease changes nothing): it sets the pace to what the server admitted, successes
+   since the round began over that time (at least the Retry-After, at least 1 s), or halves
+   a pace learned so, or halves the window when there is nothing to measure. A learned pace
+   creeps up 1% per success and is dropped once no slower than the configured or stated one.
+   A key idle for a second starts measuring afresh: idle time is never counted as time the
+   server admitted nothing.
+6. **Nothing waits on the dead.** An in-flight entry lasts as long as its attempt may (the
+   time left, at most 8 response times, at least 1 s; 2 s before any response was seen).
+7. **Deadline.** A turn after ``time_left`` is refused at once and reserves nothing.
+
+Times are integer microseconds (``now``, turns, leases), so the Lua port computes the same
+numbers exactly; ``rand`` in [0, 1) is an argument, never drawn here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, NamedTuple, Tuple
+
+SECOND = 1_000_000
+#: The longest cooldown one Retry-After can start (microseconds).
+MAX_COOLDOWN_US = 600 * SECOND
+#: With no pace known, held attempts are spread over at most this long after a cooldown.
+SPREAD_US = SECOND
+#: A key quiet this long starts its admitted-rate measurement afresh.
+IDLE_US = SECOND
+#: The slow-start window stops counting (and the key takes the lock-free path) at this size.
+OPEN_WINDOW = 64
+#: An in-flight entry before any response time is known, and at least, and in response times.
+FIRST_LEASE_US = 2 * SECOND
+MIN_LEASE_US = SECOND
+LEASE_RTTS = 8
+#: A learned interval is at least 1 µs and at most a day.
+MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
+
+# Attempt kinds (``retry``), grant codes and wait sources, as both implementations number them.
+FIRST, THROTTLE, ERROR = 0, 1, 2
+SEND, REFUSED, AGAIN = 0, 1, 2
+NONE, PACE, COOLDOWN, SLOW_START = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the user configured: ``interval`` µs between turns (0: learn it), ``burst``, first window."""
+
+    interval: int = 0
+    burst: int = 1
+    window: int = 4
+
+
+@dataclass
+class State:
+    """Everything known about one key; field for field the Redis hash ``{prefix:kid}:s``.
+
+    ``flight`` (entry -> lease end) is the Redis sorted set ``{prefix:kid}:i``.
+    """
+
+    tat: int = 0  # GCRA's theoretical arrival time
+    cd: int = 0  # cooldown until
+    cl: int = 0  # length of the cooldown that set cd
+    pi: int = 0  # interval the server stated (RateLimit-Policy / window), 0 unknown
+    pb: int = 1  # the stated limit (burst while Remaining is tracked)
+    li: int = 0  # interval learned from 429s, 0 none
+    rem: int = 0  # budget: attempts left before rend (< 0: overspent)
+    rend: int = 0  # when the budget reading expires (its Reset; 0: no reading)
+    rseq: int = 0  # the grant number whose answer gave the reading
+    probe: int = 0  # the budget-window end a probe was reserved for
+    seq: int = 0  # grants so far
+    win: int = -1  # slow-start window (-1: not started, Config.window)
+    epoch: int = 0  # rounds of 429s
+    oks: int = 0  # successes since ok0
+    ok0: int = 0  # the send time of the first of them
+    rt: int = -1  # smoothed response time (-1: none yet)
+    last: int = 0  # the last acquire or release
+    flight: Dict[str, int] = field(default_factory=dict)
+
+
+class Turn(NamedTuple):
+    """An acquire's answer: ``code`` SEND/REFUSED/AGAIN after ``wait`` µs, and the grant's stamp."""
+
+    code: int
+    wait: int
+    source: int
+    slot: int = 0  # the turn, on the state's clock
+    seq: int = 0  # the grant number (for budget readings)
+    epoch: int = 0  # the 429 round it was sent in
+    inflight: int = 0  # attempts in flight when it was granted, itself included
+    entry: str = ""  # the in-flight entry it holds ("" none)
+    learning: bool = False  # a pace learned from 429s was in force: its successes must be counted
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _clamp(interval: int) -> int:
+    return min(max(interval, MIN_INTERVAL_US), MAX_INTERVAL_US)
+
+
+def _budget_valid(st: State, now: int) -> bool:
+    return now < st.rend  # a reading exists and its Reset has not passed (rem may be < 0: overspent)
+
+
+def pace(st: State, cfg: Config, now: int) -> Tuple[int, int]:
+    """The interval (µs, 0 unknown) and burst a key is held to now."""
+    interval = max(cfg.interval, st.pi, st.li)
+    if interval == 0:
+        return 0, 1
+    burst = cfg.burst if cfg.interval > 0 else 1
+    if st.pi > 0 and _budget_valid(st, now):
+        burst = min(burst, st.pb) if cfg.interval > 0 else st.pb
+    return interval, max(1, burst)
+
+
+def _purge(st: State, now: int) -> None:
+    if st.flight:
+        for entry in [e for e, end in st.flight.items() if end <= now]:
+            del st.flight[entry]
+
+
+def _pause(st: State, rand: float) -> int:
+    """How long a first attempt kept out of the window waits before asking again."""
+    base = min(max(st.rt if st.rt >= 0 else 50_000, 1_000), SECOND)
+    return int(base * (0.5 + rand))
+
+
+def acquire(
+    st: State,
+    cfg: Config,
+    now: int,
+    *,
+    retry: int,
+    not_before: int,
+    time_left: int,
+    rand: float,
+    entry: str,
+) -> Turn:
+    """Reserve a turn for one attempt (``time_left`` -1: no deadline); mutates ``st`` only on SEND."""
+    _purge(st, now)
+    if st.win < 0:
+        st.win = cfg.window
+    if not st.flight and now - st.last >= IDLE_US:
+        st.oks = 0  # a new busy spell: what the server admits is measured from here
+    st.last = now
+    start, source = now + max(not_before, 0), NONE
+    if st.cd > start:
+        start, source = st.cd, COOLDOWN
+    interval, burst = pace(st, cfg, now)
+    budget = _budget_valid(st, now)
+    probe = False
+    if budget and st.rem <= 0:
+        if st.probe >= st.rend:
+            # The probe for this reading is out: come back once it should have been answered.
+            wait = max(start, st.rend) - now + _pause(st, rand)
+            if time_left < 0 or wait <= time_left:
+                return Turn(AGAIN, wait, PACE)
+            return Turn(REFUSED, wait, PACE)
+        if st.rend > start:
+            start, source = st.rend, PACE
+        probe = True
+    turn = start
+    if interval > 0:
+        turn = max(start, st.tat - (burst - 1) * interval)
+        if turn > start:
+            source = PACE
+    elif source == COOLDOWN:
+        turn = start + int(rand * min(st.cl, SPREAD_US))
+        if retry == FIRST and time_left >= 0 and turn - now <= time_left:
+            return Turn(AGAIN, turn - now, COOLDOWN)  # ask again then: the state may have changed
+    wait = turn - now
+    if time_left >= 0 and wait > time_left:
+        return Turn(REFUSED, wait, source)
+    # Slow start: with nothing known, count first attempts in flight (until the window is wide).
+    track = interval == 0 and not budget and st.win < OPEN_WINDOW
+    if track and retry == FIRST and len(st.flight) >= st.win:
+        pause = _pause(st, rand)
+        if time_left < 0 or pause < time_left:  # one about to miss its deadline goes instead
+            return Turn(AGAIN, pause, SLOW_START)
+    # Granted: from here on the state changes.
+    if interval > 0:
+        st.tat = max(st.tat, turn) + interval
+    if probe:
+        st.probe, st.win = st.rend, 1  # one probe; after it, the window starts again from one
+    elif budget:
+        st.rem -= 1
+    st.seq += 1
+    if track:
+        lease = FIRST_LEASE_US if st.rt < 0 else max(MIN_LEASE_US, LEASE_RTTS * st.rt)
+        if time_left >= 0:
+            lease = min(lease, time_left)
+        st.flight[entry] = turn + lease
+    else:
+        entry = ""
+    return Turn(SEND, wait, source, turn, st.seq, st.epoch, len(st.flight), entry, st.li > 0)
+
+
+def release(
+    st: State,
+    cfg: Config,
+    now: int,
+    *,
+    entry: str,
+    slot: int,
+    seq: int,
+    epoch: int,
+    inflight: int,
+    status: int,
+    retry_after: int,
+    limit: int,
+    remaining: int,
+    reset: int,
+    window: int,
+) -> bool:
+    """Learn from one response (status 0: none; -1 for what the headers do not say).
+
+    Returns True when this response started a cooldown (nobody was cooling before).
+    """
+    if entry:
+        st.flight.pop(entry, None)
+    _purge(st, now)
+    if st.win < 0:
+        st.win = cfg.window
+    st.last = now
+    if status > 0 and 0 < slot <= now:
+        st.rt = now - slot if st.rt < 0 else (4 * st.rt + (now - slot)) // 5
+    if limit >= 1 and window > 0:
+        st.pi = _clamp(_ceil_div(window * 101, 100 * limit))
+        st.pb = limit
+    if remaining >= 0 and reset > 0 and seq >= st.rseq:
+        # The newest reading by send order; attempts granted after this one may be counted yet.
+        st.rem, st.rend, st.rseq = remaining - (st.seq - seq), now + reset, seq
+    if status == 429:
+        if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
+            st.epoch += 1
+            if remaining >= 0:
+                pass  # the server counts for us: its Remaining and Reset hold the key (rule 4)
+            elif st.oks > 0:
+                span = max(now - st.ok0, retry_after, SECOND)
+                st.li = _clamp(_ceil_div(span, st.oks))
+            elif st.li > 0:
+                st.li = _clamp(st.li * 2)
+            elif max(cfg.interval, st.pi) > 0:
+                st.li = _clamp(max(cfg.interval, st.pi) * 2)
+            else:
+                st.win = max(1, min(st.win, inflight) // 2)
+            st.tat = max(st.tat, now)
+            st.oks = 0
+    elif 0 < status < 400:
+        if st.oks == 0:
+            st.ok0 = slot if 0 < slot <= now else now
+        st.oks += 1
+        if st.li > 0:
+            st.li = _clamp(st.li - st.li // 100)
+            if st.li <= max(cfg.interval, st.pi):
+                st.li = 0  # recovered: the configured or stated pace rules again
+        elif max(cfg.interval, st.pi) == 0 and st.win < OPEN_WINDOW:
+            st.win += 1
+    started = False
+    if retry_after > 0 and (status == 429 or status == 503):
+        until = now + min(retry_after, MAX_COOLDOWN_US)
+        if until > st.cd:
+            started = st.cd <= now
+            st.cd, st.cl = until, min(retry_after, MAX_COOLDOWN_US)
+            interval, burst = pace(st, cfg, now)
+            if interval > 0:
+                # An empty quota when the cooldown ends: one turn then, the rest a step apart.
+                st.tat = max(st.tat, st.cd + (burst - 1) * interval)
+    return started
+
+
+def must_release(turn: Turn, status: int, retry_after: int, limit: int, remaining: int, window: int) -> bool:
+    """Whether a response can change anything worth a call (else both fleets skip release()).
+
+    An attempt holding no in-flight entry, sent with no learned pace, whose answer is not a 429
+    and says nothing about the quota teaches nothing the rules use: with a configured pace (or
+    a key past slow start) a plain success costs no second round trip.
+    """
+    return bool(
+        turn.entry
+        or turn.learning
+        or status == 429
+        or retry_after > 0
+        or remaining >= 0
+        or (limit >= 1 and window > 0)
+    )
+
+
+def is_open(st: State, cfg: Config, now: int) -> bool:
+    """Nothing held, nothing to pace, nothing counted: an attempt may go without asking."""
+    return (
+        cfg.interval == 0
+        and st.pi == 0
+        and st.li == 0
+        and st.cd <= now
+        and not _budget_valid(st, now)
+        and st.win >= OPEN_WINDOW
+    )

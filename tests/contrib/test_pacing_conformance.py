@@ -1,0 +1,467 @@
+"""One table of pacing scenarios, run against LocalFleet and against RedisFleet on a real redis-server.
+
+Each scenario is a timestamped sequence of events on one key: ``acq`` (an attempt asks for a
+turn; the grant it must get is written beside it), ``rel`` (the attempt's response: status and
+headers), ``die`` (the process holding the attempt died: it is never released). Both fleets run
+on an injected clock (Redis through ``server_clock``) and the same random draws, so every wait
+is exact. The expectations are the rules of ``sume_urllib3/_pacing.py`` worked by hand; a change
+to either implementation (the Python core or its Lua port) fails here.
+
+Run ``python -m tests.contrib.test_pacing_conformance`` to print what LocalFleet answers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+import pytest
+
+from sume_urllib3 import LocalFleet
+from sume_urllib3._fleet import Fleet, Grant
+
+from .redis_server import RedisServer
+
+KEY = "k0123456789abcdef"
+
+Event = Tuple[Any, ...]
+
+# Grants as "send WAIT [SOURCE]", "again WAIT SOURCE", "refused WAIT SOURCE" (WAIT in seconds, 3 places).
+RA = "Retry-After"
+RL = {"RateLimit-Limit": "10"}
+
+
+def rl(remaining: int, reset: int, limit: int = 10) -> Dict[str, str]:
+    """RateLimit-* headers as real servers send them: Reset in whole seconds, no policy."""
+    return {"RateLimit-Limit": str(limit), "RateLimit-Remaining": str(remaining), "RateLimit-Reset": str(reset)}
+
+
+def xrl(remaining: int, reset: int, limit: int = 10) -> Dict[str, str]:
+    return {"X-RateLimit-Limit": str(limit), "X-RateLimit-Remaining": str(remaining), "X-RateLimit-Reset": str(reset)}
+
+
+def policy(q: int, w: int, remaining: Optional[int] = None, reset: Optional[int] = None) -> Dict[str, str]:
+    headers = {"RateLimit-Policy": f"{q};w={w}", "RateLimit-Limit": str(q)}
+    if remaining is not None:
+        headers["RateLimit-Remaining"] = str(remaining)
+    if reset is not None:
+        headers["RateLimit-Reset"] = str(reset)
+    return headers
+
+
+def burst(n: int, t: float, prefix: str, expect: Union[str, List[str]], **kw: Any) -> List[Event]:
+    """n first attempts asking at time t, named prefix0..prefixN-1."""
+    answers = expect if isinstance(expect, list) else [expect] * n
+    return [(t, "acq", f"{prefix}{i}", kw, answers[i]) for i in range(n)]
+
+
+def oks(t: float, names: List[str], headers: Optional[Dict[str, str]] = None) -> List[Event]:
+    return [(t, "rel", name, 200, headers or {}) for name in names]
+
+
+#: name -> (fleet settings, events). rand: the random draws, cycled (0.5 when not given).
+SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
+    # -- rule 7 and the lone request -------------------------------------------------------------
+    "a lone request is never delayed": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.1, "rel", "a", 200, {}),
+        (0.2, "acq", "b", {}, "send 0.000"),
+    ]),
+    "a retry's own wait is its turn when nothing paces the key": ({}, [
+        (0.0, "acq", "a", {"retry": "error", "not_before": 1.5}, "send 1.500"),
+    ]),
+    # -- rule 2: configured pace ------------------------------------------------------------------
+    "a configured pace spaces turns one interval apart": ({"rate": "2/s"}, [
+        *burst(4, 0.0, "a", ["send 0.000", "send 0.500 pace", "send 1.000 pace", "send 1.500 pace"]),
+    ]),
+    "a configured burst goes at once, then one per interval": ({"rate": "10/s", "burst": 3}, [
+        *burst(5, 0.0, "a", ["send 0.000", "send 0.000", "send 0.000", "send 0.100 pace", "send 0.200 pace"]),
+    ]),
+    "a configured pace refills while idle": ({"rate": "2/s"}, [
+        *burst(2, 0.0, "a", ["send 0.000", "send 0.500 pace"]),
+        (5.0, "acq", "b", {}, "send 0.000"),
+        (5.0, "acq", "c", {}, "send 0.500 pace"),
+    ]),
+    "a turn after the deadline is refused and reserves nothing": ({"rate": "1/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.0, "acq", "b", {"time_left": 0.5}, "refused 1.000 pace"),
+        (0.0, "acq", "c", {}, "send 1.000 pace"),
+    ]),
+    "a backoff retry keeps its spacing: the next request comes one interval after it": ({"rate": "2/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.1, "acq", "r", {"retry": "error", "not_before": 1.0}, "send 1.000"),
+        (0.2, "acq", "b", {}, "send 1.400 pace"),
+    ]),
+    "headers never change a configured pace": ({"rate": "2/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.1, "rel", "a", 200, policy(100, 1)),
+        (0.1, "acq", "b", {}, "send 0.400 pace"),
+        (0.1, "acq", "c", {}, "send 0.900 pace"),
+    ]),
+    "a stated pace slower than the configured one wins": ({"rate": "10/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.1, "rel", "a", 200, policy(1, 1)),
+        (0.1, "acq", "b", {}, "send 0.000"),
+        (0.1, "acq", "c", {}, "send 1.010 pace"),
+    ]),
+    "a 429 at a configured pace halves it, successes bring it back": ({"rate": "10/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.05, "rel", "a", 429, {}),
+        (0.05, "acq", "b", {}, "send 0.050 pace"),
+        (0.05, "acq", "c", {}, "send 0.250 pace"),
+        (0.3, "rel", "b", 200, {}),
+        (0.3, "acq", "d", {}, "send 0.200 pace"),
+    ]),
+    # -- rule 1: cooldowns ----------------------------------------------------------------------
+    "a Retry-After holds every new attempt until it ends (spread under a second)": ({"rand": [0.5, 0.5, 0.25]}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.1, "rel", "a", 429, {RA: "2"}),
+        (0.1, "acq", "b", {}, "again 2.500 cooldown"),
+        (0.1, "acq", "c", {}, "again 2.250 cooldown"),
+        (0.1, "acq", "d", {"retry": "throttle", "not_before": 2.0}, "send 2.000"),
+    ]),
+    "held attempts at a known pace come back one step apart": ({"rate": "4/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.1, "rel", "a", 503, {RA: "1"}),
+        *burst(3, 0.2, "b", ["send 0.900 cooldown", "send 1.150 pace", "send 1.400 pace"]),
+    ]),
+    "a cooldown is capped at ten minutes": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.0, "rel", "a", 429, {RA: "86400"}),
+        (1.0, "acq", "b", {"time_left": 1000.0}, "again 599.500 cooldown"),
+    ]),
+    "a cooldown past the deadline refuses at once": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.0, "rel", "a", 429, {RA: "30"}),
+        (0.0, "acq", "b", {"time_left": 12.0}, "refused 30.500 cooldown"),
+        (0.0, "acq", "c", {"retry": "throttle", "not_before": 30.0, "time_left": 12.0}, "refused 30.000"),
+    ]),
+    "a shorter Retry-After never shortens a cooldown": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.0, "acq", "b", {}, "send 0.000"),
+        (0.1, "rel", "a", 429, {RA: "5"}),
+        (0.1, "rel", "b", 429, {RA: "1"}),
+        (0.2, "acq", "c", {}, "again 5.400 cooldown"),
+    ]),
+    "a cooldown ends": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.0, "rel", "a", 503, {RA: "1"}),
+        (1.5, "acq", "b", {}, "send 0.000"),
+    ]),
+    "a 503 without Retry-After holds nothing": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.1, "rel", "a", 503, {}),
+        (0.1, "acq", "b", {}, "send 0.000"),
+    ]),
+    "an HTTP-date Retry-After in the past holds nothing": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.1, "rel", "a", 429, {RA: "Wed, 21 Oct 2015 07:28:00 GMT"}),
+        (0.1, "acq", "b", {}, "send 0.000"),
+    ]),
+    # -- rule 3: exact server pace ----------------------------------------------------------------
+    "RateLimit-Policy gives the pace and, with Remaining, its burst": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.05, "rel", "a", 200, policy(5, 1, remaining=4, reset=1)),
+        *burst(6, 0.05, "b", ["send 0.000", "send 0.000", "send 0.000", "send 0.000", "send 1.000 pace",
+                              "again 1.050 pace"]),
+    ]),
+    "a stated pace without Remaining has a burst of one": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.05, "rel", "a", 200, policy(4, 1)),
+        *burst(3, 0.05, "b", ["send 0.000", "send 0.253 pace", "send 0.505 pace"]),
+    ]),
+    "the IETF RateLimit and RateLimit-Policy fields": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.05, "rel", "a", 200, {"RateLimit-Policy": '"default";q=2;w=1'}),
+        *burst(3, 0.05, "b", ["send 0.000", "send 0.505 pace", "send 1.010 pace"]),
+    ]),
+    # -- rule 4: Remaining and Reset are a budget -------------------------------------------------
+    "a budget allows Remaining more, less those sent since": ({}, [
+        *burst(3, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a0", 200, rl(3, 1)),
+        *burst(2, 0.01, "b", ["send 0.000", "send 1.000 pace"]),
+        (0.01, "acq", "c", {}, "again 1.010 pace"),
+        (0.01, "acq", "d", {}, "again 1.010 pace"),
+    ]),
+    "at 0 left one probe goes at Reset and the rest come after its answer": ({"rand": [0.5, 0.5, 0.5, 0.0]}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.01, "rel", "a", 200, rl(0, 2)),
+        (0.01, "acq", "p", {}, "send 2.000 pace"),
+        (0.01, "acq", "q", {}, "again 2.010 pace"),
+        (2.02, "rel", "p", 200, rl(9, 1)),
+        *burst(3, 2.03, "c", "send 0.000"),
+    ]),
+    "whole-second Reset of a 10/s bucket costs at most a second, never a pace of 1/s": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1", "a2"], rl(6, 1)),
+        (0.01, "rel", "a3", 200, rl(6, 1)),
+        *burst(7, 0.01, "b", ["send 0.000"] * 6 + ["send 1.000 pace"]),
+        (1.02, "rel", "b6", 200, rl(9, 1)),
+        *burst(9, 1.02, "c", "send 0.000"),
+    ]),
+    "a fixed window of 10 per 60 s with X-RateLimit sends all 8 of 8": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.01, "rel", "a", 200, xrl(9, 60)),
+        *burst(7, 0.01, "b", "send 0.000"),
+    ]),
+    "an older reading (by send order) never replaces a newer one": ({}, [
+        *burst(2, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a1", 200, rl(5, 1)),
+        (0.02, "rel", "a0", 200, rl(0, 1)),
+        *burst(5, 0.02, "b", ["send 0.000"] * 5),
+    ]),
+    "a budget past its Reset no longer holds": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.01, "rel", "a", 200, rl(0, 1)),
+        (1.5, "acq", "b", {}, "send 0.000"),
+    ]),
+    "a 429 with Remaining holds by the budget and learns no pace": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.01, "rel", "a", 200, rl(5, 1)),
+        (0.02, "acq", "b", {}, "send 0.000"),
+        (0.03, "rel", "b", 429, {**rl(0, 1), RA: "1"}),
+        (0.03, "acq", "c", {}, "again 1.500 cooldown"),
+    ]),
+    # -- rule 5: unknown pace ---------------------------------------------------------------------
+    "slow start: four first attempts in flight, the fifth asks again": ({"rand": [0.5]}, [
+        *burst(5, 0.0, "a", ["send 0.000"] * 4 + ["again 0.050 slow_start"]),
+        (0.02, "rel", "a0", 200, {}),
+        *burst(2, 0.02, "b", ["send 0.000", "send 0.000"]),
+        (0.02, "acq", "c", {}, "again 0.020 slow_start"),
+    ]),
+    "the window stops counting at 64: a wide key sends every first attempt": ({"initial_window": 62}, [
+        *burst(2, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1"]),
+        *burst(70, 0.02, "b", "send 0.000"),
+    ]),
+    "retries take no slow-start slot": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        (0.0, "acq", "r", {"retry": "error", "not_before": 0.5}, "send 0.500"),
+    ]),
+    "a first attempt that would miss its deadline waiting goes instead": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        (0.0, "acq", "b", {"time_left": 0.01}, "send 0.000"),
+    ]),
+    "the first 429 of a round sets the pace the server admitted": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1", "a2"]),
+        *burst(3, 0.01, "b", "send 0.000"),
+        *oks(0.02, ["b0", "b1", "b2"]),
+        (0.02, "rel", "a3", 429, {}),
+        *burst(3, 0.02, "c", ["send 0.000", "send 0.167 pace", "send 0.333 pace"]),
+    ]),
+    "a 429 answering an attempt sent before the decrease changes nothing": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1"]),
+        (0.02, "rel", "a2", 429, {}),
+        (0.02, "rel", "a3", 429, {}),
+        *burst(2, 0.02, "c", ["send 0.000", "send 0.500 pace"]),
+    ]),
+    "429 + Retry-After only: the pace admitted over the Retry-After, from the cooldown's end": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1", "a2"]),
+        (0.01, "rel", "a3", 429, {RA: "1"}),
+        *burst(3, 0.02, "b", ["send 0.990 cooldown", "send 1.323 pace", "send 1.657 pace"]),
+    ]),
+    "a bare 429 with nothing measured halves the window": ({"rand": [0.5]}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a0", 429, {}),
+        (0.01, "acq", "b", {}, "again 0.010 slow_start"),
+        *oks(0.02, ["a1", "a2"]),
+        (0.02, "acq", "c", {}, "send 0.000"),
+        (0.02, "acq", "d", {}, "send 0.000"),
+        (0.02, "acq", "e", {}, "again 0.014 slow_start"),
+    ]),
+    "a second round's 429 with nothing admitted halves a learned pace": ({}, [
+        *burst(2, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a0", 200, {}),
+        (0.01, "rel", "a1", 429, {}),
+        (0.01, "acq", "b", {}, "send 0.000"),
+        (0.02, "rel", "b", 429, {}),
+        *burst(2, 0.02, "c", ["send 0.990 pace", "send 2.990 pace"]),
+    ]),
+    "a learned pace creeps up 1% per success": ({}, [
+        *burst(2, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a0", 200, {}),
+        (0.01, "rel", "a1", 429, {}),
+        (0.01, "acq", "b", {}, "send 0.000"),
+        (0.02, "rel", "b", 200, {}),
+        (0.02, "acq", "c", {}, "send 0.990 pace"),
+        (0.02, "acq", "d", {}, "send 1.980 pace"),
+    ]),
+    "idle time never counts as time the server admitted nothing": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.01, "rel", "a", 200, {}),
+        (3600.0, "acq", "b", {}, "send 0.000"),
+        (3600.01, "rel", "b", 200, {}),
+        *burst(4, 7200.0, "c", "send 0.000"),
+        *oks(7200.01, ["c0", "c1", "c2"]),
+        (7200.02, "rel", "c3", 429, {RA: "1"}),
+        *burst(2, 7200.02, "d", ["send 1.000 cooldown", "send 1.333 pace"]),
+    ]),
+    # -- rule 6: nothing waits on the dead --------------------------------------------------------
+    "a dead process's first wave frees the window within two seconds": ({"rand": [0.5]}, [
+        *burst(4, 0.0, "dead", "send 0.000"),
+        *[(0.0, "die", f"dead{i}") for i in range(4)],
+        (0.5, "acq", "b", {}, "again 0.050 slow_start"),
+        (2.0, "acq", "c", {}, "send 0.000"),
+    ]),
+    "once a response time is known, a dead entry lasts eight of them (at least a second)": ({}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.3, "rel", "a", 200, {}),
+        *burst(5, 1.0, "dead", ["send 0.000"] * 5),
+        *[(1.0, "die", f"dead{i}") for i in range(5)],
+        (3.3, "acq", "b", {}, "again 0.300 slow_start"),
+        (3.4, "acq", "c", {}, "send 0.000"),
+    ]),
+    "a lease never outlives the request's deadline": ({}, [
+        *burst(4, 0.0, "dead", "send 0.000", time_left=0.2),
+        *[(0.0, "die", f"dead{i}") for i in range(4)],
+        (0.25, "acq", "b", {}, "send 0.000"),
+    ]),
+    # -- the server matrix's rows, as event sequences ------------------------------------------
+    "row: 429 + Retry-After only never collapses the pace (once per round)": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1"]),
+        *[(0.02, "rel", f"a{i}", 429, {RA: "1"}) for i in (2, 3)],
+        (0.02, "acq", "b", {}, "send 1.000 cooldown"),
+        (1.03, "rel", "b", 429, {RA: "1"}),
+        (1.03, "acq", "c", {}, "send 1.000 cooldown"),
+        (1.04, "rel", "c", 429, {RA: "1"}),
+        (1.04, "acq", "d", {}, "send 1.990 pace"),
+    ]),
+    "row: an hour of light use, then a 429 in a burst, learns the burst's pace": ({}, [
+        *[ev for i in range(5) for ev in ((i * 600.0, "acq", f"l{i}", {}, "send 0.000"),
+                                         (i * 600.0 + 0.01, "rel", f"l{i}", 200, {}))],
+        *burst(4, 3600.0, "c", "send 0.000"),
+        *oks(3600.01, ["c0", "c1", "c2"]),
+        (3600.01, "rel", "c3", 429, {RA: "1"}),
+        *burst(3, 3600.02, "d", ["send 0.990 cooldown", "send 1.323 pace", "send 1.657 pace"]),
+    ]),
+    "row: a configured 2/s keeps its spacing after a backoff retry (Redis gave 0.21 s)": ({"rate": "2/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.05, "rel", "a", 503, {}),
+        (0.05, "acq", "a'", {"retry": "error", "not_before": 0.5}, "send 0.500"),
+        (0.06, "acq", "b", {}, "send 0.990 pace"),
+    ]),
+    "row: RedisFleet(rate=10/s) on a whole-second Reset bucket keeps 10/s": ({"rate": "10/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.01, "rel", "a", 200, rl(9, 1)),
+        *burst(3, 0.01, "b", ["send 0.090 pace", "send 0.190 pace", "send 0.290 pace"]),
+    ]),
+}
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0  # a Unix time too: Redis reads dated headers with time.time
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _draws(values: List[float]) -> Callable[[], float]:
+    cycle = itertools.cycle(values)
+    return lambda: next(cycle)
+
+
+def _describe(grant: Grant) -> str:
+    kind = "refused" if grant.refused else "again" if grant.again else "send"
+    text = f"{kind} {grant.wait:.3f}"
+    return f"{text} {grant.source}" if grant.source else text
+
+
+def run(make: Callable[..., Fleet], settings: Dict[str, Any], events: List[Event]) -> Iterator[Tuple[Event, str]]:
+    """Play one scenario; yields each ``acq`` event with the grant it got."""
+    clock = _Clock()
+    start = clock.now
+    config = dict(settings)
+    fleet = make(clock, _draws(config.pop("rand", [0.5])), **config)
+    grants: Dict[str, Grant] = {}
+    for event in events:
+        at, kind, name = event[0], event[1], event[2]
+        clock.now = start + at
+        if kind == "acq":
+            kw = dict(event[3])
+            grant = fleet.acquire(
+                KEY,
+                time_left=kw.pop("time_left", 60.0),
+                retry=kw.pop("retry", None),
+                not_before=kw.pop("not_before", 0.0),
+            )
+            grants[name] = grant
+            yield event, _describe(grant)
+        elif kind == "rel":
+            fleet.release(KEY, grants.pop(name), event[3], event[4])
+        elif kind == "die":
+            grants.pop(name)  # never released
+
+
+def _local(clock: _Clock, rng: Callable[[], float], **config: Any) -> Fleet:
+    return LocalFleet(clock=clock, rng=rng, wall=lambda: clock.now, **config)
+
+
+@pytest.fixture
+def redis_fleet(redis_server: RedisServer) -> Callable[..., Fleet]:
+    from sume_urllib3.contrib.redis import RedisFleet
+
+    prefixes = itertools.count()
+
+    def make(clock: _Clock, rng: Callable[[], float], **config: Any) -> Fleet:
+        return RedisFleet(
+            redis_server.url,
+            server_clock=clock,
+            clock=clock,
+            rng=rng,
+            prefix=f"conf{next(prefixes)}",
+            retry_budget=None,
+            timeout=5.0,
+            **config,
+        )
+
+    return make
+
+
+def _check(make: Callable[..., Fleet], name: str) -> None:
+    settings, events = SCENARIOS[name]
+    fleets: List[Fleet] = []
+
+    def kept(*args: Any, **kwargs: Any) -> Fleet:
+        fleets.append(make(*args, **kwargs))
+        return fleets[-1]
+
+    got = [(event[2], answer) for event, answer in run(kept, settings, events)]
+    want = [(event[2], event[4]) for event in events if event[1] == "acq"]
+    assert got == want
+    # A RedisFleet that failed open would pace locally and pass for the wrong reason.
+    assert getattr(fleets[0], "fallbacks", 0) == 0
+    assert getattr(fleets[0], "errors", 0) == 0
+
+
+def test_the_table_covers_every_rule() -> None:
+    assert len(SCENARIOS) >= 40
+    names = " ".join(SCENARIOS)
+    for needle in ("lone", "configured", "Retry-After", "cooldown", "RateLimit-Policy", "budget", "Reset",
+                   "X-RateLimit", "slow start", "429", "dead", "deadline", "row:"):
+        assert needle in names, needle
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_local_fleet(name: str) -> None:
+    _check(_local, name)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_redis_fleet(name: str, redis_fleet: Callable[..., Fleet]) -> None:
+    _check(redis_fleet, name)
+
+
+if __name__ == "__main__":  # print LocalFleet's answers, to write or review an expectation
+    for scenario, (settings, events) in SCENARIOS.items():
+        if len(sys.argv) > 1 and sys.argv[1] not in scenario:
+            continue
+        print(f"# {scenario}")
+        for event, answer in run(_local, settings, events):
+            mark = "" if answer == event[4] else f"   <-- table says {event[4]!r}"
+            print(f"  {event[0]:>9} {event[2]:<6} {answer}{mark}")
