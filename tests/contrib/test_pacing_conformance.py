@@ -34,11 +34,19 @@ RL = {"RateLimit-Limit": "10"}
 
 def rl(remaining: int, reset: int, limit: int = 10) -> Dict[str, str]:
     """RateLimit-* headers as real servers send them: Reset in whole seconds, no policy."""
-    return {"RateLimit-Limit": str(limit), "RateLimit-Remaining": str(remaining), "RateLimit-Reset": str(reset)}
+    return {
+        "RateLimit-Limit": str(limit),
+        "RateLimit-Remaining": str(remaining),
+        "RateLimit-Reset": str(reset),
+    }
 
 
 def xrl(remaining: int, reset: int, limit: int = 10) -> Dict[str, str]:
-    return {"X-RateLimit-Limit": str(limit), "X-RateLimit-Remaining": str(remaining), "X-RateLimit-Reset": str(reset)}
+    return {
+        "X-RateLimit-Limit": str(limit),
+        "X-RateLimit-Remaining": str(remaining),
+        "X-RateLimit-Reset": str(reset),
+    }
 
 
 def policy(q: int, w: int, remaining: Optional[int] = None, reset: Optional[int] = None) -> Dict[str, str]:
@@ -114,13 +122,16 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (0.3, "acq", "d", {}, "send 0.200 pace"),
     ]),
     # -- rule 1: cooldowns ----------------------------------------------------------------------
-    "a Retry-After holds every new attempt until it ends (spread under a second)": ({"rand": [0.5, 0.5, 0.25]}, [
+    "a Retry-After holds every new attempt until it ends (spread under a second)": (
+        {"rand": [0.5, 0.5, 0.25]},
+        [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.1, "rel", "a", 429, {RA: "2"}),
         (0.1, "acq", "b", {}, "again 2.500 cooldown"),
         (0.1, "acq", "c", {}, "again 2.250 cooldown"),
-        (0.1, "acq", "d", {"retry": "throttle", "not_before": 2.0}, "send 2.000"),
-    ]),
+            (0.1, "acq", "d", {"retry": "throttle", "not_before": 2.0}, "send 2.000"),
+        ],
+    ),
     "held attempts at a known pace come back one step apart": ({"rate": "4/s"}, [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.1, "rel", "a", 503, {RA: "1"}),
@@ -372,7 +383,9 @@ def _describe(grant: Grant) -> str:
     return f"{text} {grant.source}" if grant.source else text
 
 
-def run(make: Callable[..., Fleet], settings: Dict[str, Any], events: List[Event]) -> Iterator[Tuple[Event, str]]:
+def run(
+    make: Callable[..., Fleet], settings: Dict[str, Any], events: List[Event]
+) -> Iterator[Tuple[Event, str]]:
     """Play one scenario; yields each ``acq`` event with the grant it got."""
     clock = _Clock()
     start = clock.now
