@@ -15,8 +15,9 @@ The rules (README "Pacing", DESIGN.md section 10):
    window/limit (1% slack: an exact spacing meets a fixed window's edge), never faster than a
    configured pace; its burst is the limit only while Remaining is tracked (rule 4), else 1.
 4. **Remaining and Reset are a budget, not a pace** (a learned pace only). "R left, reset in T"
-   allows R more attempts, less those sent after the answered one, until T. At 0, one probe goes
-   at T; the others come back after it, so they do not all meet an unrefilled quota.
+   allows R more attempts, less those sent after the answered one, until T (at most one stated
+   interval when rule 3 knows one). At 0, one probe goes at T; the others come back after its
+   answer, so they do not all meet an unrefilled quota.
 5. **Unknown pace.** First attempts: at most ``window`` (4) in flight, +1 per success; it
    stops counting at 64. A 429 acts once per round (one answering an attempt sent before the
    last decrease changes nothing): it sets the pace to what the server admitted, successes
@@ -249,7 +250,10 @@ def release(
         st.pb = limit
     if remaining >= 0 and reset > 0 and seq >= st.rseq:
         # The newest reading by send order; attempts granted after this one may be counted yet.
-        st.rem, st.rend, st.rseq = remaining - (st.seq - seq), now + reset, seq
+        # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
+        # quota comes one interval on, so the reading holds no longer than that.
+        hold = min(reset, st.pi) if st.pi > 0 else reset
+        st.rem, st.rend, st.rseq = remaining - (st.seq - seq), now + hold, seq
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1

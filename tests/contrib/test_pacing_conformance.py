@@ -171,11 +171,11 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (0.1, "acq", "b", {}, "send 0.000"),
     ]),
     # -- rule 3: exact server pace ----------------------------------------------------------------
-    "RateLimit-Policy gives the pace and, with Remaining, its burst": ({}, [
+    "RateLimit-Policy gives the pace, with Remaining its burst, and Reset holds one interval": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.05, "rel", "a", 200, policy(5, 1, remaining=4, reset=1)),
-        *burst(6, 0.05, "b", ["send 0.000", "send 0.000", "send 0.000", "send 0.000", "send 1.000 pace",
-                              "again 1.050 pace"]),
+        *burst(6, 0.05, "b", ["send 0.000", "send 0.000", "send 0.000", "send 0.000", "send 0.202 pace",
+                              "again 0.252 pace"]),
     ]),
     "a stated pace without Remaining has a burst of one": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),

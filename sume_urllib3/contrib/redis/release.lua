@@ -67,7 +67,9 @@ if limit >= 1 and window > 0 then
   st.pb = limit
 end
 if remaining >= 0 and reset > 0 and seq >= st.rseq then
-  st.rem, st.rend, st.rseq = remaining - (st.seq - seq), now + reset, seq
+  local hold = reset
+  if st.pi > 0 then hold = math.min(reset, st.pi) end
+  st.rem, st.rend, st.rseq = remaining - (st.seq - seq), now + hold, seq
 end
 if status == 429 then
   if epoch == st.epoch then
