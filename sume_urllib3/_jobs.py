@@ -9,15 +9,17 @@ import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Set, Tuple, Union
 from urllib.parse import quote
 
 import requests
+from urllib3.util.timeout import Timeout
 
 from . import _sleeping
 from ._envelope import MAX_OPENINGS
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._helpers import RandomSource, uniform
+from ._record import sume_record
 from ._retry_after import parse_retry_after
 
 logger = logging.getLogger("sume_urllib3")
@@ -48,8 +50,13 @@ JOB_ID_PATHS: Tuple[Tuple[str, ...], ...] = (
 GROWTH = 1.5
 #: Each unhinted wait is multiplied by U(low, high): spreads pollers, never exceeds max_interval.
 JITTER = (0.95, 1.0)
-#: The last poll starts at least this long before the deadline (it is also its time limit).
-FINAL_WINDOW = 1.0
+#: The least time the last poll is given to come back before the deadline; polls that took
+#: longer raise it to twice the slowest round trip seen in the wait, up to MAX_LAST_POLL_MARGIN
+#: (a slower server has its last poll cut by the deadline rather than the wait end early).
+LAST_POLL_MARGIN = 0.05
+MAX_LAST_POLL_MARGIN = 1.0
+#: Answers to a cancel that mean "not in the job's state" rather than a broken call.
+CANCEL_REFUSALS = frozenset({"job_not_cancelable", "job_already_finished", "job_generation_already_started"})
 MAX_ID_LENGTH = 256
 
 Sleep = Callable[[float], None]
@@ -198,8 +205,10 @@ class Jobs:
     def result(self, job: JobRef) -> Dict[str, Any]:
         """The finished job's result (``GET /jobs/{id}/result``): the body's ``data`` object, else the body.
 
-        Raises ``JobNotCompleted`` (naming the status) while the job is still running,
-        ``JobFailed`` when it ended without a result.
+        Raises ``JobNotCompleted`` (naming the status) while the job is still running, and
+        ``JobFailed`` when it ended without a result: the job's own status is read then
+        (one ``GET /jobs/{id}/status``), so the error names the job's code (``nsfw``), not
+        the 409's.
         """
         job_id = job_id_of(job)
         response = self._send("GET", job_id, "result", None)
@@ -207,7 +216,7 @@ class Jobs:
             if response.status_code == 409 and _error_code(response) == "job_not_completed":
                 seen = _not_completed(job_id, response)
                 if seen.failed:
-                    raise _failed(seen)
+                    raise _failed(self._own_status(seen))
                 raise JobNotCompleted(
                     f"job {job_id} has no result yet: it is {_say(seen.status)}; "
                     "wait for it first (session.jobs.wait)",
@@ -224,10 +233,18 @@ class Jobs:
         return data if isinstance(data, dict) else doc
 
     def cancel(self, job: JobRef) -> Job:
-        """Ask the server to cancel the job (``POST /jobs/{id}/cancel``); returns what it answered."""
+        """Ask the server to cancel the job (``POST /jobs/{id}/cancel``); returns what it answered.
+
+        When the server refuses because of the job's state (409, ``job_not_cancelable``...),
+        the job's status is read once: a job already canceled is returned as it is; any
+        other state raises ``JobError`` naming it (``'completed'``, ``'failed'`` with its
+        error code, or a running job the server will not stop), with the job in ``.job``.
+        """
         job_id = job_id_of(job)
         response = self._send("POST", job_id, "cancel", None)
         if not _ok(response):
+            if response.status_code == 409 or _error_code(response) in CANCEL_REFUSALS:
+                return self._not_canceled(job_id, response)
             _raise_for(response)
         doc = _json(response)
         status = _status_in(doc)
@@ -249,8 +266,9 @@ class Jobs:
         The first poll is sent at once. Then the server's hint spaces the polls
         (``Retry-After``, else ``recommended_poll_interval_seconds``; never faster than
         ``interval``), else ``interval`` growing x1.5 up to ``max_interval`` with a little
-        jitter. No poll is sent after ``timeout`` seconds; a poll's own time limit (and,
-        when the session supports a per-call policy, its retries) end by then too.
+        jitter. ``timeout`` is the one deadline: no poll is sent after it; the last poll
+        goes as late as it can and still come back by then; each poll's time limit, its
+        retries and its wait for the API key's turn (a cooldown) end by then too.
 
         An unknown status, an unreadable body, or a 429/5xx the policy did not retry or
         gave up on, is no news: the next poll comes on schedule. An answer polling cannot
@@ -272,28 +290,40 @@ class Jobs:
         else:
             last = Job(job_id)
         start = self._now()
-        deadline = start + timeout
-        delay = interval  # the next unhinted pause, before jitter
+        plan = _Schedule(start + timeout, interval, max_interval)
+        decided, pause = start, 0.0  # the first poll goes at once
         polls = 0
         reported: Optional[str] = None
         while True:
-            left = deadline - self._now()
+            now = self._now()
+            if now - decided < pause:
+                _sleeping.wait(pause - (now - decided), self.sleep)
+                now = self._now()
+            left = plan.deadline - now
+            if left <= 0:  # a late wake-up: no poll goes after the deadline
+                raise self._timed_out(last, polls, start, timeout, "no time is left for another poll")
             try:
                 response = self._send("GET", job_id, "status", left)
             except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
-                if _capped(self.session, left):
+                if _capped(getattr(self.session, "timeout", None), left):
                     why = "the last poll ran out of time"
                     raise self._timed_out(last, polls, start, timeout, why) from exc
                 raise
             except SumeRetryError as exc:
-                if exc.record.fleet_refused:
-                    # Nothing was sent: the key's pace or cooldown has no turn before the deadline.
-                    why = "the API key's pace or cooldown leaves no turn for a poll"
-                    raise self._timed_out(last, polls, start, timeout, why) from exc
-                if exc.response is None:
+                got: Optional[requests.Response] = exc.response  # None: nothing was sent
+                if got is None and exc.record.fleet_refused:
+                    # Nothing was sent: the API key's turn (a cooldown, the pace) comes later.
+                    turn = exc.record.retry_in
+                    decided = self._now()
+                    if turn is not None and plan.fits(decided, max(turn, interval)):
+                        pause = max(turn, interval)  # the poll's own time limit was shorter than the wait's
+                        continue
+                    raise self._timed_out(last, polls, start, timeout, _no_turn(turn)) from exc
+                if got is None:
                     raise
-                response = exc.response  # the policy gave up on this poll; the next one may do better
+                response = got  # the policy gave up on this poll; the next one may do better
             polls += 1
+            plan.took(_round_trip(self._now() - now, response))
             seen = _seen(job_id, response)
             if seen is None and not _ok(response) and not _no_news(response):
                 _raise_for(response)  # 401, 404...: more polls would not fix it
@@ -310,26 +340,13 @@ class Jobs:
             if seen is not None and seen.failed:
                 self._end("failed", seen, polls, start)
                 raise _failed(seen)
-            hint = _hint(response)
-            if hint is not None:
-                pause = max(hint, interval)  # the server knows best, but never a tight loop
-            else:
-                pause = delay * uniform(self.rng, *JITTER)
-                delay = min(delay * GROWTH, max_interval)
-            room = deadline - self._now() - FINAL_WINDOW  # the last moment a poll may start
-            if pause <= room:
-                _sleeping.wait(pause, self.sleep)
-            elif hint is None and room >= interval:
-                _sleeping.wait(room, self.sleep)  # one last poll, just before the deadline
-            else:
-                why = (
-                    f"the server asked to wait {pause:.1f}s more"
-                    if hint is not None
-                    else "too little time is left for another poll"
-                )
+            decided = self._now()
+            pause_or_none, why = plan.next_poll(decided, _hint(response), lambda: uniform(self.rng, *JITTER))
+            if pause_or_none is None:
                 if seen is None:
                     why += f" (the last poll {_answer(response)})"
                 raise self._timed_out(last, polls, start, timeout, why)
+            pause = pause_or_none
 
     # -- parts -----------------------------------------------------------------------------
 
@@ -340,8 +357,10 @@ class Jobs:
             left = max(left, 0.001)
             kwargs["timeout"] = _cap_timeout(getattr(self.session, "timeout", None), left)
             policy = getattr(self.session, "policy", None)
-            if self._per_call_policy and policy is not None and policy.max_elapsed > left:
-                # The poll's own retries end by the wait's deadline too.
+            if self._per_call_policy and policy is not None and policy.max_elapsed != left:
+                # The wait's deadline is the poll's: its retries and its wait for the key's
+                # turn end by then, and a cooldown longer than the session's max_elapsed
+                # that ends before the deadline is waited out, not refused.
                 kwargs["policy"] = policy.replace(max_elapsed=left)
         return self._request(method, url, kwargs)
 
@@ -352,6 +371,36 @@ class Jobs:
             response = self.session.post(url, **kwargs)
         return response
 
+    def _read(self, job_id: str) -> Optional[Job]:
+        """The job's status read once, or None when the read says nothing (it never raises)."""
+        try:
+            return _seen(job_id, self._send("GET", job_id, "status", None))
+        except (SumeError, requests.exceptions.RequestException):
+            return None
+
+    def _own_status(self, seen: Job) -> Job:
+        """A failed job as its own status says (its error code), else as the 409 described it."""
+        own = self._read(seen.id)
+        return own if own is not None and own.failed else seen
+
+    def _not_canceled(self, job_id: str, response: requests.Response) -> Job:
+        """The server refused a cancel: the job's state, read now, says why."""
+        seen = self._read(job_id)
+        if seen is not None and seen.status is not None and seen.status.lower() in _CANCELED:
+            return seen  # already canceled: what the cancel asked for
+        answered = f"the server answered {_label(response)}{_rid(response)}"
+        if seen is None:
+            why = f"its status could not be read ({answered})"
+        elif seen.done:
+            why = f"it already ended {_say(seen.status)}; fetch its result with jobs.result ({answered})"
+        elif seen.failed:
+            code = seen.error_code
+            why = f"it already ended {_say(seen.status)}{f', error code {code}' if code else ''} ({answered})"
+        else:
+            why = f"it is {_say(seen.status)} and the server will not stop it now ({answered})"
+        refusal = _error_for(response)
+        raise JobError(f"job {job_id} cannot be canceled: {why}", seen or Job(job_id)) from refusal
+
     def _now(self) -> float:
         return _sleeping.now(self.clock)
 
@@ -360,7 +409,7 @@ class Jobs:
         plural = "" if polls == 1 else "s"
         return JobTimeout(
             f"job {last.id} is still {_say(last.status)} after {self._now() - start:.1f}s and "
-            f"{polls} poll{plural}: {why} before the {timeout:g}s timeout; it may still finish, "
+            f"{polls} poll{plural} ({timeout:g}s timeout): {why}; it may still finish, "
             f"so wait again later with its id{_rid_of(last)}",
             last,
         )
@@ -412,6 +461,60 @@ class Jobs:
                         exc_info=True,
                     )
 
+
+class _Schedule:
+    """When the polls of one wait go: the one place that decides, from clock times and hints.
+
+    One deadline. After a poll, the next one goes after the server's hint (never sooner
+    than ``interval``), else after the unhinted pause, which grows x1.5 up to
+    ``max_interval``. The last poll goes as late as it can and still come back by the
+    deadline: ``margin`` before it, the time a poll is given to come back (twice the
+    slowest round trip seen, at least LAST_POLL_MARGIN). An unhinted poll after which no
+    other could fit is that last poll, so it moves there.
+    """
+
+    def __init__(self, deadline: float, interval: float, max_interval: float) -> None:
+        self.deadline = deadline
+        self.interval = interval
+        self.max_interval = max_interval
+        self.delay = interval  # the next unhinted pause, before jitter
+        self.margin = LAST_POLL_MARGIN
+
+    @property
+    def latest(self) -> float:
+        """The last moment a poll may start and still come back by the deadline."""
+        return self.deadline - self.margin
+
+    def took(self, round_trip: float) -> None:
+        """Note how long a poll took on the wire: the last one gets twice the slowest."""
+        self.margin = min(max(self.margin, 2.0 * round_trip), MAX_LAST_POLL_MARGIN)
+
+    def next_poll(
+        self, now: float, hint: Optional[float], jitter: Callable[[], float]
+    ) -> Tuple[Optional[float], str]:
+        """Seconds from ``now`` to the next poll, or None and why no poll fits before the deadline."""
+        if hint is not None:
+            pause = max(hint, self.interval)  # the server knows best, but never a tight loop
+            if self.fits(now, pause):
+                return pause, ""
+            return None, f"the server asked to wait {pause:.1f}s more, past the deadline"
+        pause = self.delay * jitter()
+        self.delay = min(self.delay * GROWTH, self.max_interval)
+        last = self.latest - now  # the longest pause after which a poll still comes back in time
+        # Two polls closer than this would be a tight loop at the end of a short wait.
+        gap = min(self.interval, self.margin)
+        if pause <= last - gap - self.margin / 2:
+            return pause, ""  # another poll can still follow this one
+        if last >= gap:
+            return last, ""  # the last poll: as late as it can go
+        return None, "no time is left for another poll"
+
+    def fits(self, now: float, pause: float) -> bool:
+        """True when a poll ``pause`` seconds from ``now`` still comes back by the deadline."""
+        return now + pause <= self.latest
+
+
+_CANCELED = frozenset({"canceled", "cancelled"})
 
 _warned: Set[int] = set()  # observers already warned about (by id)
 
@@ -482,9 +585,14 @@ def _seen(job_id: str, response: requests.Response) -> Optional[Job]:
 
 
 def _not_completed(job_id: str, response: requests.Response) -> Job:
+    """The job a 409 ``job_not_completed`` describes: ``error.details`` is the job's object.
+
+    The 409's own code (``job_not_completed``) is about the request, never the job's error code.
+    """
     doc = _json(response)
-    status = _clean_status(_dig(doc, ("error", "details", "status")))
-    return Job(job_id, status, _data_of(doc), _request_id(response, doc))
+    details = _dig(doc, ("error", "details"))
+    data = details if isinstance(details, dict) else {}
+    return Job(job_id, _clean_status(data.get("status")), data, _request_id(response, doc))
 
 
 def _status_in(doc: Any) -> Optional[str]:
@@ -585,38 +693,84 @@ def _hint(response: requests.Response) -> Optional[float]:
     return None
 
 
+def _label(response: requests.Response) -> str:
+    """ "HTTP 409 job_not_cancelable": the status and the error code, when it is a plain token."""
+    code = _error_code(response)
+    safe = f" {code}" if code and _SAFE_TOKEN.match(code) else ""
+    return f"HTTP {response.status_code}{safe}"
+
+
 def _answer(response: requests.Response) -> str:
     """What a poll that said nothing about the job got, for the timeout message."""
     if _ok(response):
         return f"got HTTP {response.status_code} without a readable status"
-    code = _error_code(response)
-    safe = f" {code}" if code and _SAFE_TOKEN.match(code) else ""
-    return f"got HTTP {response.status_code}{safe}"
+    return f"got {_label(response)}"
+
+
+def _error_for(response: requests.Response) -> Exception:
+    """The library's error for an answer the caller must act on; the record names it."""
+    record = getattr(response, "sume", None)
+    if record is not None:
+        return SumeRetryError(record, response)
+    try:
+        response.raise_for_status()
+    except requests.exceptions.HTTPError as exc:
+        return exc
+    return SumeError(f"unexpected HTTP {response.status_code}{_rid(response)}")
 
 
 def _raise_for(response: requests.Response) -> NoReturn:
-    """Raise the library's error for an answer the caller must act on; the record names it."""
-    record = getattr(response, "sume", None)
-    if record is not None:
-        raise SumeRetryError(record, response)
-    response.raise_for_status()
-    raise SumeError(f"unexpected HTTP {response.status_code}{_rid(response)}")
+    raise _error_for(response)
 
 
-def _cap_timeout(base: Any, left: float) -> Any:
-    """The session's (connect, read) timeout, neither part longer than ``left``."""
-    if base is None:
-        return left
+def _no_turn(turn: Optional[float]) -> str:
+    """Why a poll the fleet refused cannot go before the deadline."""
+    when = f"until {turn:.1f}s from now, after the deadline" if turn is not None else "before the deadline"
+    return f"the API key's pace or cooldown (the fleet) has no turn for a poll {when}"
+
+
+def _round_trip(seconds: float, response: requests.Response) -> float:
+    """How long one request of a poll took on the wire: its time less the waits between attempts."""
+    record = sume_record(response)
+    if record is None:
+        return max(seconds, 0.0)
+    held = sum(record.waits) + record.paced
+    return max(seconds - held, 0.0) / max(record.attempts, 1)
+
+
+def _limits(base: Any) -> Tuple[Optional[float], Optional[float]]:
+    """The (connect, read) limits of a session timeout in any form requests takes; None: no limit."""
+    if isinstance(base, Timeout):
+        total = _number(base.total)
+        connect, read = _number(base._connect), _number(base._read)
+        if total is None:
+            return connect, read
+        return _least(connect, total), _least(read, total)
     if isinstance(base, tuple):
-        return tuple(left if part is None else min(part, left) for part in base)
-    return min(base, left)
+        return _number(base[0]), _number(base[1])
+    return _number(base), _number(base)
 
 
-def _capped(session: Any, left: float) -> bool:
-    """True when the time left, not the session's own timeout, limited the poll."""
-    base = getattr(session, "timeout", None)
-    parts: List[Any] = list(base) if isinstance(base, tuple) else [base]
-    return any(part is None or left < part for part in parts)
+def _number(value: Any) -> Optional[float]:
+    """Seconds, or None for no limit (None, or urllib3's "socket default" marker)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _least(limit: Optional[float], cap: float) -> float:
+    return cap if limit is None else min(limit, cap)
+
+
+def _cap_timeout(base: Any, left: float) -> Tuple[float, float]:
+    """The session's (connect, read) timeout, neither part longer than ``left``."""
+    connect, read = _limits(base)
+    return _least(connect, left), _least(read, left)
+
+
+def _capped(base: Any, left: float) -> bool:
+    """True when the time left, not the session's own timeout ``base``, limited the poll."""
+    return any(part is None or left < part for part in _limits(base))
 
 
 def _seconds(value: Any, name: str) -> float:

@@ -15,8 +15,9 @@ import requests
 
 from sume_urllib3 import ConfigurationError, Policy, SumeError, SumeRetryError, SumeSession
 from sume_urllib3._jobs import (
-    FINAL_WINDOW,
+    LAST_POLL_MARGIN,
     Job,
+    JobError,
     JobEvent,
     JobFailed,
     JobNotCompleted,
@@ -196,7 +197,7 @@ def test_a_hint_past_the_deadline_ends_the_wait_at_once(
 def test_no_poll_after_the_deadline_and_the_last_one_just_before_it(
     fake: FakeSume, make_session: MakeSession, vtime: VirtualTime
 ) -> None:
-    """A job that never ends: polls stop before timeout, the last one FINAL_WINDOW before it."""
+    """A job that never ends: polls stop before timeout, the last one LAST_POLL_MARGIN before it."""
     fake.job("job_1", ["processing"])
     recorder = JobRecorder(vtime)
     session = make_session(observers=[recorder])
@@ -206,7 +207,7 @@ def test_no_poll_after_the_deadline_and_the_last_one_just_before_it(
         jobs_for(session).wait("job_1", timeout=30)
 
     times = [t - start for t in recorder.poll_times]
-    assert max(times) == pytest.approx(30 - FINAL_WINDOW)
+    assert max(times) == pytest.approx(30 - LAST_POLL_MARGIN)
     assert all(t < 30 for t in times)
     assert len(times) == len(fake.requests)
     assert caught.value.job.status == "processing"
@@ -766,14 +767,17 @@ def test_cancel_posts_once_with_an_idempotency_key_and_wait_then_fails(
     assert cancels[0].headers.get("Idempotency-Key")
 
 
-def test_cancel_of_a_finished_job_raises_with_the_record(fake: FakeSume, make_session: MakeSession) -> None:
-    """409 job_already_finished: SumeRetryError naming the code, nothing resent."""
+def test_cancel_of_a_finished_job_names_its_state(fake: FakeSume, make_session: MakeSession) -> None:
+    """409 job_already_finished: JobError naming the job's status, read once; the cancel is not resent."""
     fake.job("job_1", ["completed"])
 
-    with pytest.raises(SumeRetryError, match="409 job_already_finished"):
+    with pytest.raises(JobError, match="cannot be canceled: it already ended 'completed'") as caught:
         jobs_for(make_session()).cancel("job_1")
 
-    assert 1 == len(fake.requests)
+    assert "HTTP 409 job_already_finished" in str(caught.value)
+    assert isinstance(caught.value.__cause__, SumeRetryError)
+    cancels = fake.requests_for("POST", "/v1/jobs/job_1/cancel")
+    assert ("completed", 1) == (caught.value.job.status, len(cancels))
 
 
 # -- targets: poll counts ---------------------------------------------------------------------------
