@@ -6,10 +6,10 @@ import dataclasses
 import hashlib
 import math
 import threading
-import time
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from .._fleet import parse_rate
+from .._sleeping import shared_monotonic
 from ._reply import Reply
 
 
@@ -21,7 +21,9 @@ class Quota:
     ``RateLimit-Remaining``, ``RateLimit-Reset`` (whole seconds until the quota is
     whole again) and ``RateLimit-Policy: <burst>;w=<seconds>``; a refusal also carries
     ``Retry-After`` (whole seconds until the next turn, at least 1). Keys are kept only
-    as hashes. Thread-safe; ``clock`` is injectable.
+    as hashes. Thread-safe; ``clock`` is injectable. By default it is the clock the
+    clients' fleets read: real time, or under ``no_sleep()`` the virtual time the recorded
+    waits advance, so a quota refills while a test's client "waits" for it.
     """
 
     def __init__(
@@ -29,7 +31,7 @@ class Quota:
         rate: Union[str, float],
         burst: int = 1,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = shared_monotonic,
     ) -> None:
         per_second = parse_rate(rate)
         if per_second is None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     else:
         from typing_extensions import Self
 
+from .._sleeping import shared_monotonic
 from ._jobs import JobBoard, ScriptedJob
 from ._quota import Quota, answer_within_quota
 from ._reply import (
@@ -426,11 +427,12 @@ class FakeSume:
                 _shut(sock)
             return self._connections
 
-    def quota(self, rate: str | float | None, burst: int = 1, *, clock: Any = time.monotonic) -> Self:
+    def quota(self, rate: str | float | None, burst: int = 1, *, clock: Any = shared_monotonic) -> Self:
         """Rate limit each API key to ``rate`` ("10/s", "10/min", or per second) with ``burst``.
 
         ``None`` turns quota mode off. Returns self. The :class:`~._quota.Quota` in use is
-        :attr:`quota_state` (its ``admitted`` and ``refused`` counts).
+        :attr:`quota_state` (its ``admitted`` and ``refused`` counts). ``clock`` defaults to
+        the clients' fleet clock: under ``no_sleep()`` the quota refills in virtual time.
         """
 
         self._quota = None if rate is None else Quota(rate, burst, clock=clock)
