@@ -13,12 +13,12 @@ from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Set, Tuple,
 from urllib.parse import quote
 
 import requests
-from urllib3.util.timeout import Timeout
 
 from . import _sleeping
 from ._envelope import MAX_OPENINGS
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._helpers import RandomSource, uniform
+from ._job_schedule import JITTER, PollSchedule, cut_by_deadline, poll_timeout
 from ._record import sume_record
 from ._retry_after import parse_retry_after
 
@@ -46,15 +46,6 @@ JOB_ID_PATHS: Tuple[Tuple[str, ...], ...] = (
     ("error", "details", "job_id"),
     ("error", "job_id"),
 )
-#: Without a server hint, each wait is the previous one times this, up to ``max_interval``.
-GROWTH = 1.5
-#: Each unhinted wait is multiplied by U(low, high): spreads pollers, never exceeds max_interval.
-JITTER = (0.95, 1.0)
-#: The least time the last poll is given to come back before the deadline; polls that took
-#: longer raise it to twice the slowest round trip seen in the wait, up to MAX_LAST_POLL_MARGIN
-#: (a slower server has its last poll cut by the deadline rather than the wait end early).
-LAST_POLL_MARGIN = 0.05
-MAX_LAST_POLL_MARGIN = 1.0
 #: Answers to a cancel that mean "not in the job's state" rather than a broken call.
 CANCEL_REFUSALS = frozenset({"job_not_cancelable", "job_already_finished", "job_generation_already_started"})
 MAX_ID_LENGTH = 256
@@ -290,7 +281,7 @@ class Jobs:
         else:
             last = Job(job_id)
         start = self._now()
-        plan = _Schedule(start + timeout, interval, max_interval)
+        plan = PollSchedule(start + timeout, interval, max_interval)
         decided, pause = start, 0.0  # the first poll goes at once
         polls = 0
         reported: Optional[str] = None
@@ -305,7 +296,7 @@ class Jobs:
             try:
                 response = self._send("GET", job_id, "status", left)
             except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
-                if _capped(getattr(self.session, "timeout", None), left):
+                if cut_by_deadline(getattr(self.session, "timeout", None), left):
                     why = "the last poll ran out of time"
                     raise self._timed_out(last, polls, start, timeout, why) from exc
                 raise
@@ -355,7 +346,7 @@ class Jobs:
         kwargs: Dict[str, Any] = {}
         if left is not None:
             left = max(left, 0.001)
-            kwargs["timeout"] = _cap_timeout(getattr(self.session, "timeout", None), left)
+            kwargs["timeout"] = poll_timeout(getattr(self.session, "timeout", None), left)
             policy = getattr(self.session, "policy", None)
             if self._per_call_policy and policy is not None and policy.max_elapsed != left:
                 # The wait's deadline is the poll's: its retries and its wait for the key's
@@ -460,58 +451,6 @@ class Jobs:
                         type(observer).__name__,
                         exc_info=True,
                     )
-
-
-class _Schedule:
-    """When the polls of one wait go: the one place that decides, from clock times and hints.
-
-    One deadline. After a poll, the next one goes after the server's hint (never sooner
-    than ``interval``), else after the unhinted pause, which grows x1.5 up to
-    ``max_interval``. The last poll goes as late as it can and still come back by the
-    deadline: ``margin`` before it, the time a poll is given to come back (twice the
-    slowest round trip seen, at least LAST_POLL_MARGIN). An unhinted poll after which no
-    other could fit is that last poll, so it moves there.
-    """
-
-    def __init__(self, deadline: float, interval: float, max_interval: float) -> None:
-        self.deadline = deadline
-        self.interval = interval
-        self.max_interval = max_interval
-        self.delay = interval  # the next unhinted pause, before jitter
-        self.margin = LAST_POLL_MARGIN
-
-    @property
-    def latest(self) -> float:
-        """The last moment a poll may start and still come back by the deadline."""
-        return self.deadline - self.margin
-
-    def took(self, round_trip: float) -> None:
-        """Note how long a poll took on the wire: the last one gets twice the slowest."""
-        self.margin = min(max(self.margin, 2.0 * round_trip), MAX_LAST_POLL_MARGIN)
-
-    def next_poll(
-        self, now: float, hint: Optional[float], jitter: Callable[[], float]
-    ) -> Tuple[Optional[float], str]:
-        """Seconds from ``now`` to the next poll, or None and why no poll fits before the deadline."""
-        if hint is not None:
-            pause = max(hint, self.interval)  # the server knows best, but never a tight loop
-            if self.fits(now, pause):
-                return pause, ""
-            return None, f"the server asked to wait {pause:.1f}s more, past the deadline"
-        pause = self.delay * jitter()
-        self.delay = min(self.delay * GROWTH, self.max_interval)
-        last = self.latest - now  # the longest pause after which a poll still comes back in time
-        # Two polls closer than this would be a tight loop at the end of a short wait.
-        gap = min(self.interval, self.margin)
-        if pause <= last - gap - self.margin / 2:
-            return pause, ""  # another poll can still follow this one
-        if last >= gap:
-            return last, ""  # the last poll: as late as it can go
-        return None, "no time is left for another poll"
-
-    def fits(self, now: float, pause: float) -> bool:
-        """True when a poll ``pause`` seconds from ``now`` still comes back by the deadline."""
-        return now + pause <= self.latest
 
 
 _CANCELED = frozenset({"canceled", "cancelled"})
@@ -723,10 +662,10 @@ def _raise_for(response: requests.Response) -> NoReturn:
     raise _error_for(response)
 
 
-def _no_turn(turn: Optional[float]) -> str:
-    """Why a poll the fleet refused cannot go before the deadline."""
-    when = f"until {turn:.1f}s from now, after the deadline" if turn is not None else "before the deadline"
-    return f"the API key's pace or cooldown (the fleet) has no turn for a poll {when}"
+def _no_turn(retry_in: Optional[float]) -> str:
+    """Why a poll the fleet refused cannot go before the deadline, and when one could."""
+    later = f" (a poll could go in {retry_in:.1f}s)" if retry_in is not None else ""
+    return f"the API key's pace or cooldown (the fleet) has no turn for a poll before the deadline{later}"
 
 
 def _round_trip(seconds: float, response: requests.Response) -> float:
@@ -736,41 +675,6 @@ def _round_trip(seconds: float, response: requests.Response) -> float:
         return max(seconds, 0.0)
     held = sum(record.waits) + record.paced
     return max(seconds - held, 0.0) / max(record.attempts, 1)
-
-
-def _limits(base: Any) -> Tuple[Optional[float], Optional[float]]:
-    """The (connect, read) limits of a session timeout in any form requests takes; None: no limit."""
-    if isinstance(base, Timeout):
-        total = _number(base.total)
-        connect, read = _number(base._connect), _number(base._read)
-        if total is None:
-            return connect, read
-        return _least(connect, total), _least(read, total)
-    if isinstance(base, tuple):
-        return _number(base[0]), _number(base[1])
-    return _number(base), _number(base)
-
-
-def _number(value: Any) -> Optional[float]:
-    """Seconds, or None for no limit (None, or urllib3's "socket default" marker)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def _least(limit: Optional[float], cap: float) -> float:
-    return cap if limit is None else min(limit, cap)
-
-
-def _cap_timeout(base: Any, left: float) -> Tuple[float, float]:
-    """The session's (connect, read) timeout, neither part longer than ``left``."""
-    connect, read = _limits(base)
-    return _least(connect, left), _least(read, left)
-
-
-def _capped(base: Any, left: float) -> bool:
-    """True when the time left, not the session's own timeout ``base``, limited the poll."""
-    return any(part is None or left < part for part in _limits(base))
 
 
 def _seconds(value: Any, name: str) -> float:
