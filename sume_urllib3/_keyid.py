@@ -47,10 +47,11 @@ def raw_origin(url: str) -> str:
     start = url.find("://")
     if start < 0:
         return url
-    end = start + 3
-    length = len(url)
-    while end < length and url[end] not in "/?#":
-        end += 1
+    end = len(url)
+    for mark in "/?#":  # str.find beats a character loop in Python
+        found = url.find(mark, start + 3, end)
+        if found >= 0:
+            end = found
     return url[:end]
 
 
