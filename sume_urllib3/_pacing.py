@@ -86,6 +86,7 @@ class State:
     rem: int = 0  # budget: attempts left before rend (< 0: overspent)
     rend: int = 0  # when the budget reading expires (its Reset; 0: no reading)
     rseq: int = 0  # the grant number whose answer gave the reading
+    rat: int = 0  # when that answer came
     probe: int = 0  # the budget-window end a probe was reserved for
     seq: int = 0  # grants so far
     win: int = -1  # slow-start window (-1: not started, Config.window)
@@ -171,14 +172,17 @@ def acquire(
     budget = _budget_valid(st, now)
     probe = False
     if budget and st.rem <= 0:
-        if st.probe >= st.rend:
+        # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
+        # quota comes one stated interval after the reading.
+        hold = min(st.rend, st.rat + st.pi) if st.pi > 0 else st.rend
+        if st.probe >= hold:
             # The probe for this reading is out: come back once it should have been answered.
-            wait = max(start, st.rend) - now + _pause(st, rand)
+            wait = max(start, hold) - now + _pause(st, rand)
             if time_left < 0 or wait <= time_left:
                 return Turn(AGAIN, wait, PACE)
             return Turn(REFUSED, wait, PACE)
-        if st.rend > start:
-            start, source = st.rend, PACE
+        if hold > start:
+            start, source = hold, PACE
         probe = True
     turn = start
     if interval > 0:
@@ -202,7 +206,7 @@ def acquire(
     if interval > 0:
         st.tat = max(st.tat, turn) + interval
     if probe:
-        st.probe, st.win = st.rend, 1  # one probe; after it, the window starts again from one
+        st.probe, st.win = min(st.rend, st.rat + st.pi) if st.pi > 0 else st.rend, 1  # one probe; after it, the window starts again from one
     elif budget:
         st.rem -= 1
     st.seq += 1
@@ -250,10 +254,7 @@ def release(
         st.pb = limit
     if remaining >= 0 and reset > 0 and seq >= st.rseq:
         # The newest reading by send order; attempts granted after this one may be counted yet.
-        # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
-        # quota comes one interval on, so the reading holds no longer than that.
-        hold = min(reset, st.pi) if st.pi > 0 else reset
-        st.rem, st.rend, st.rseq = remaining - (st.seq - seq), now + hold, seq
+        st.rem, st.rend, st.rseq, st.rat = remaining - (st.seq - seq), now + reset, seq, now
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1

@@ -46,7 +46,7 @@ local clients = redis.call('ZCARD', KEYS[3])
 redis.call('PEXPIRE', KEYS[3], math.floor(cwindow / 1000) + 1000)
 
 local F = {'tat', 'cd', 'cl', 'pi', 'pb', 'li', 'rem', 'rend', 'rseq', 'probe', 'seq', 'win', 'epoch',
-  'oks', 'ok0', 'rt', 'last', 'br', 'bt', 'bts'}
+  'oks', 'ok0', 'rt', 'last', 'br', 'bt', 'bts', 'rat'}
 local raw = redis.call('HMGET', KEYS[1], unpack(F))
 local st = {}
 for i, name in ipairs(F) do st[name] = num(raw[i], 0) end
@@ -110,13 +110,15 @@ local function answer(code, wait, why)
   save()
   return {code, wait, why, 0, 0, 0, 0, 0, clients, 0}
 end
+local hold = st.rend
+if st.pi > 0 then hold = math.min(st.rend, st.rat + st.pi) end
 if budget and st.rem <= 0 then
-  if st.probe >= st.rend then
-    local wait = math.max(start, st.rend) - now + pause()
+  if st.probe >= hold then
+    local wait = math.max(start, hold) - now + pause()
     if time_left < 0 or wait <= time_left then return answer(2, wait, 1) end
     return answer(1, wait, 1)
   end
-  if st.rend > start then start, source = st.rend, 1 end
+  if hold > start then start, source = hold, 1 end
   probe = true
 end
 local turn = start
@@ -136,7 +138,7 @@ if track and retry == 0 and flight >= st.win then
 end
 if interval > 0 then st.tat = math.max(st.tat, turn) + interval end
 if probe then
-  st.probe, st.win = st.rend, 1
+  st.probe, st.win = hold, 1
 elseif budget then
   st.rem = st.rem - 1
 end

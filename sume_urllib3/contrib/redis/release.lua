@@ -34,7 +34,7 @@ local limit, remaining, reset, window = num(ARGV[13], -1), num(ARGV[14], -1), nu
 local ttl_ms = num(ARGV[17], 3600000)
 
 local F = {'tat', 'cd', 'cl', 'pi', 'pb', 'li', 'rem', 'rend', 'rseq', 'probe', 'seq', 'win', 'epoch',
-  'oks', 'ok0', 'rt', 'last'}
+  'oks', 'ok0', 'rt', 'last', 'rat'}
 local raw = redis.call('HMGET', KEYS[1], unpack(F))
 local st = {}
 for i, name in ipairs(F) do st[name] = num(raw[i], 0) end
@@ -67,9 +67,7 @@ if limit >= 1 and window > 0 then
   st.pb = limit
 end
 if remaining >= 0 and reset > 0 and seq >= st.rseq then
-  local hold = reset
-  if st.pi > 0 then hold = math.min(reset, st.pi) end
-  st.rem, st.rend, st.rseq = remaining - (st.seq - seq), now + hold, seq
+  st.rem, st.rend, st.rseq, st.rat = remaining - (st.seq - seq), now + reset, seq, now
 end
 if status == 429 then
   if epoch == st.epoch then
