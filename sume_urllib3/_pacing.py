@@ -205,8 +205,8 @@ def acquire(
     # Granted: from here on the state changes.
     if interval > 0:
         st.tat = max(st.tat, turn) + interval
-    if probe:
-        st.probe, st.win = min(st.rend, st.rat + st.pi) if st.pi > 0 else st.rend, 1  # one probe; after it, the window starts again from one
+    if probe:  # one probe; after it, the window starts again from one
+        st.probe, st.win = min(st.rend, st.rat + st.pi) if st.pi > 0 else st.rend, 1
     elif budget:
         st.rem -= 1
     st.seq += 1
