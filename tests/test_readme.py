@@ -24,6 +24,8 @@ def test_readme_example_runs(source: str, fake: FakeSume, monkeypatch: pytest.Mo
         pytest.skip("run with Django configured: tests/contrib/django/test_readme_django.py")
     if "contrib.opentelemetry" in source:
         pytest.importorskip("opentelemetry", reason="the tracing example needs the opentelemetry extra")
+    if "contrib.celery" in source:
+        pytest.importorskip("celery", reason="the Celery example needs the celery extra")
     fake.script(
         "POST", "/v1/avatars", Reply.error(503, "service_unavailable"), Reply(201, json={"id": "av_1"})
     )

@@ -1,0 +1,93 @@
+"""The Celery app a real worker runs in tests/contrib/test_celery.py: the README's tasks, as written.
+
+The README's Celery example is executed here as it stands, up to the line that runs a task in
+the example's own process, once per fleet variant (each under its own module name, so each
+variant's tasks have their own names). Two things differ from the README, both set from the
+environment the test gives the worker, after the example has run:
+
+- the per-call deadline, ``quick``: ``SUME_E2E_DEADLINE`` seconds instead of 10, so a lost
+  answer costs a test seconds, not minutes;
+- the session's fleet in the ``nofleet`` (``fleet=None``) and ``redis`` (``RedisFleet`` on
+  ``SUME_E2E_REDIS_FLEET``) variants; ``local`` keeps the README's default.
+
+The broker, result backend, API key and base URL come from the usual variables
+(``CELERY_BROKER_URL``, ``CELERY_RESULT_BACKEND``, ``SUME_API_KEY``, ``SUME_API_BASE_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+from typing import Any, Dict
+
+from celery import Celery
+
+from sume_urllib3 import SumeSession
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+#: The README example's line that runs a task in its own process: the worker stops before it.
+RUN_HERE = "# Here the task runs in this process"
+VARIANTS = ("local", "nofleet", "redis")
+
+app = Celery("sume_e2e")
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    result_extended=True,
+)
+
+
+def readme_tasks() -> str:
+    """The README's Celery example, up to the line that runs a task in place."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    found = [block for block in blocks if "sume_urllib3.contrib.celery" in block]
+    if len(found) != 1:
+        raise RuntimeError(f"README.md: expected one Celery example, found {len(found)}")
+    source = found[0]
+    if RUN_HERE not in source:
+        raise RuntimeError(f"README.md: the Celery example has no line {RUN_HERE!r}")
+    return source[: source.index(RUN_HERE)]
+
+
+def _session(variant: str) -> SumeSession:
+    if variant == "nofleet":
+        return SumeSession(fleet=None)
+    from sume_urllib3.contrib.redis import RedisFleet
+
+    return SumeSession(fleet=RedisFleet(os.environ["SUME_E2E_REDIS_FLEET"]))
+
+
+def load(variant: str) -> Dict[str, Any]:
+    """Run the README's example as the module ``e2e_<variant>``; its tasks register on ``app``."""
+    namespace: Dict[str, Any] = {"__name__": f"e2e_{variant}"}
+    exec(compile(readme_tasks(), str(README), "exec"), namespace)
+    deadline = float(os.environ.get("SUME_E2E_DEADLINE", "10"))
+    if variant != "local":
+        namespace["session"] = _session(variant)
+    namespace["quick"] = namespace["session"].policy.replace(max_elapsed=deadline)
+    return namespace
+
+
+@app.task(name="e2e.ping")
+def ping() -> str:
+    """Answers once the worker consumes: the test waits for it before timing anything."""
+    return "pong"
+
+
+@app.task(name="e2e.give_up")
+def give_up(payload: Dict[str, Any]) -> Dict[str, Any]:
+    """Lets a SumeRetryError end the task, for what the JSON result backend keeps of it."""
+    session = SumeSession(fleet=None)
+    policy = session.policy.replace(max_elapsed=0.5, max_retries=2, backoff_base=0.05)
+    return dict(session.post("/avatars", json=payload, policy=policy).json())
+
+
+TASKS = {
+    variant: load(variant)
+    for variant in VARIANTS
+    if variant != "redis" or os.environ.get("SUME_E2E_REDIS_FLEET")
+}
