@@ -252,6 +252,7 @@ class SumeAdapter(HTTPAdapter):
             context.deadline(policy),
             self.retry.clock,
         )
+        broken: Optional[Exception] = None  # a body that broke mid-read, being resent
         while True:
             try:
                 response = super().send(
@@ -263,6 +264,8 @@ class SumeAdapter(HTTPAdapter):
                     proxies=proxies,  # type: ignore[arg-type,unused-ignore]  # a Mapping is enough
                 )
             except requests.exceptions.RequestException as exc:
+                if broken is not None:  # the resend failed too: the caller hears of the body
+                    raise self._body_failed(context, request, broken) from exc
                 record = self._finish(context, request, None, None)
                 setattr(exc, "sume", record)
                 give_up = give_up_for(exc, record)
@@ -271,8 +274,8 @@ class SumeAdapter(HTTPAdapter):
                 raise give_up from exc  # also requests' own class: its except clauses still work
             if context.grant is not None:
                 self._release(context, response.status_code, response.headers)
-            if stream or response.status_code >= 400:
-                break
+            if stream or response.status_code >= 400 or response.is_redirect:
+                break  # a redirect's body is requests' to read (it forgives a bad one)
             try:
                 response.content  # noqa: B018 - requests reads it next; read it where we can act
                 if _CHECK_LENGTH:
@@ -289,6 +292,7 @@ class SumeAdapter(HTTPAdapter):
                         raise
                     raise give_up from exc
                 response.close()
+                broken = exc
                 self.retry.sleep()
         last = context.attempts[-1] if context.attempts else None
         if response.status_code >= 400 and (
@@ -469,6 +473,20 @@ class SumeAdapter(HTTPAdapter):
         if decision.retry:
             context.next_wait = wait
         return decision.retry
+
+    def _body_failed(
+        self, context: RequestContext, request: requests.PreparedRequest, broken: Exception
+    ) -> Exception:
+        """A body broke mid-read and its resend failed at the transport: the body's error.
+
+        The caller asked for one response and its body broke, as requests would report it
+        (``ChunkedEncodingError``); the resend's own failure is its cause, and its attempts
+        are in the record.
+        """
+        record = self._finish(context, request, None, None, error=type(broken).__name__)
+        setattr(broken, "sume", record)
+        give_up = give_up_for(broken, record)
+        return give_up if give_up is not None else broken
 
     def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
         seen = self.retry.consult(context, response.raw)

@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import inspect
 import logging
+import ssl
 import time
 import warnings
 from typing import Any, Callable, Collection, Dict, Iterable, Optional
@@ -71,10 +72,13 @@ class SumeRetry(Retry):
         method, POST without a key included) is refused.
     """
 
+    #: The wait ``increment`` decided for the retry this object was made for (None: none).
+    _sume_wait: Optional[float] = None
+
     def __init__(
         self,
+        *args: Any,
         policy: Optional[Policy] = None,
-        *,
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
@@ -84,6 +88,7 @@ class SumeRetry(Retry):
     ) -> None:
         if "budget" in retry_kwargs:
             retry_budget = _renamed_budget(retry_kwargs.pop("budget"), retry_budget)
+        policy = _positional(args, policy, retry_kwargs)
         if policy is None:
             policy = DEFAULT_POLICY
         if not isinstance(policy, Policy):
@@ -118,11 +123,16 @@ class SumeRetry(Retry):
     def raise_on_status(self) -> bool:
         """Whether giving up raises ``MaxRetryError`` (else the last response is returned).
 
-        urllib3 reads this on the object whose ``increment`` refused, which for the first
-        response is the shared template: so it answers for the request on this thread.
+        As set (True by default, as in urllib3). Only on the object whose ``increment`` just
+        refused does it answer for that refusal: urllib3 reads it there, and it may be the
+        shared template, so the answer sits in this thread's request, named by the object.
+        A refusal that is the answer itself (the first response, one the policy does not
+        retry, a Retry-After status out of retries) is then returned, as urllib3 returns it.
         """
         context = current.get()
-        return self._raise_on_give_up and context is not None and context.raise_now
+        if context is not None and context.raised_by is self:
+            return self._raise_on_give_up and context.raise_now
+        return self._raise_on_give_up
 
     @raise_on_status.setter
     def raise_on_status(self, value: bool) -> None:
@@ -140,6 +150,7 @@ class SumeRetry(Retry):
             # every argument again (what Retry.__init__ does with these, done here).
             new = copy.copy(self)
             new.__dict__.update(kw)
+            new.__dict__.pop("_sume_wait", None)
             if kw.get("redirect") is False or kw.get("total") is False:
                 new.redirect, new.raise_on_redirect = 0, False
             new.history = new.history or ()
@@ -173,24 +184,47 @@ class SumeRetry(Retry):
         return cls(total=retries, redirect=bool(redirect) and None)
 
     def __repr__(self) -> str:
+        """urllib3's repr (its five counters, in its order), then ``other`` and the policy's caps."""
         p = self.policy
         parts = [
-            f"max_retries={p.max_retries}",
-            f"max_elapsed={p.max_elapsed}",
             f"total={self.total}",
             f"connect={self.connect}",
             f"read={self.read}",
             f"redirect={self.redirect}",
             f"status={self.status}",
             f"other={self.other}",
+            f"max_retries={p.max_retries}",
+            f"max_elapsed={p.max_elapsed}",
         ]
         return f"{type(self).__name__}({', '.join(parts)})"
 
     # -- what urllib3 asks -----------------------------------------------------------
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
-        """Maybe, for every error status: the body decides in ``increment``."""
-        return self.total is not False and status_code >= 400
+        """Whether ``increment`` should see this response: urllib3's rule, the policy's rows added.
+
+        As urllib3: never for a method that may not be resent; always for a status in
+        ``status_forcelist``; for 413, 429 and 503 with Retry-After while ``total`` is left.
+        Added: a status the policy has a retry row for, and, without a ``status_forcelist``
+        and with ``Policy.trust_body``, every error status (its body may make it a retry).
+        """
+        if not self._is_method_retryable(method):
+            return False
+        forced = self.status_forcelist
+        if forced and status_code in forced:
+            return True
+        if status_code >= 400 and (self._retry_row(status_code) or (not forced and self.policy.trust_body)):
+            return True
+        return bool(
+            self.total is not False
+            and (self.total is None or self.total)
+            and self.respect_retry_after_header
+            and has_retry_after
+            and status_code in self.RETRY_AFTER_STATUS_CODES
+        )
+
+    def _retry_row(self, status: int) -> bool:
+        return any(rule.status == status and rule.verdict is Verdict.RETRY for rule in self.policy.rules)
 
     def _is_method_retryable(self, method: str) -> bool:
         context = current.get()
@@ -199,9 +233,12 @@ class SumeRetry(Retry):
         return self._refusal(method, key, replayable) is None
 
     def get_backoff_time(self) -> float:
-        """The wait decided for the retry this object was made for."""
-        context = current.get()
-        wait = context.next_wait if context is not None else None
+        """The wait decided for the retry this object was made for (0.0 for any other object).
+
+        ``increment`` stores the policy's wait (backoff, Retry-After or the fleet's pace) on
+        the object it returns, so the answer belongs to the object, not to the thread.
+        """
+        wait = self._sume_wait
         return wait if wait is not None else 0.0
 
     def get_retry_after(self, response: Any) -> Optional[float]:
@@ -219,9 +256,15 @@ class SumeRetry(Retry):
     def sleep(self, response: Any = None) -> None:
         """Wait what the policy (and the fleet) decided, but never past the deadline."""
         context = current.get()
-        wait = context.next_wait if context is not None else None
-        if context is None or wait is None:
+        wait = self._sume_wait
+        if wait is None and context is not None:
+            wait = context.next_wait  # the adapter's resend of a body that broke mid-read
+        if wait is None:
             self.sleep_for_retry(response)
+            return
+        self.__dict__.pop("_sume_wait", None)
+        if context is None:
+            _sleeping.wait(wait, self.sleep_function)
             return
         context.next_wait = None
         # The decision refused waits that cross the deadline; this only trims what
@@ -242,8 +285,9 @@ class SumeRetry(Retry):
     ) -> SumeRetry:
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``."""
         raw = _raw_response(response)
-        if error is None and raw is not None and _redirect_location(raw):
-            # A redirect followed by urllib3 itself: urllib3's rules, not the policy's.
+        if error is None and (raw is None or _redirect_location(raw)):
+            # A redirect followed by urllib3 itself, or a bare count (no response, no error):
+            # nothing for the policy to decide, so urllib3's own rules apply.
             return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         if error is not None and self.total is False:
             raise error.with_traceback(_stacktrace)
@@ -262,8 +306,12 @@ class SumeRetry(Retry):
                 decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
                 attempt = Attempt(_status(raw), None, None, None, decision, at=self._now())
         new: Optional[SumeRetry] = None
+        counted_out = False
         if attempt.decision.retry:
             new, attempt = self._count(context, attempt, method, url, raw, error, _pool, _stacktrace)
+            if new is not None:
+                new._sume_wait = context.next_wait  # what sleep and get_backoff_time answer
+            counted_out = new is None and attempt.decision.reason.endswith(_COUNTERS_OUT)
         context.add(attempt)
 
         decision = attempt.decision
@@ -275,15 +323,33 @@ class SumeRetry(Retry):
             self._announce(context, policy, attempt, method, url)
             return new
         if error is None:
-            # A refusal of the first response is the answer itself; a give-up after
-            # retries follows raise_on_status, as urllib3's own Retry does.
-            context.raise_now = context.retries > 0 and decision.verdict in _GIVE_UP
+            # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
+            # as urllib3's Retry does; a refusal of the first response is the answer itself,
+            # and so is a 413/429/503 with Retry-After out of retries (urllib3 returns those).
+            context.raised_by = self
+            context.raise_now = (
+                decision.verdict in _GIVE_UP
+                and (context.retries > 0 or counted_out)
+                and not self._paced_by_retry_after(raw)
+            )
             raise MaxRetryError(_pool, url, ResponseError(decision.reason))
-        if self._is_connection_error(error) and decision.verdict is Verdict.STOP:
+        if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
+            # Retries ran out: MaxRetryError, as urllib3 raises it.
             raise MaxRetryError(_pool, url, error) from error
-        # Re-raise the transport error itself, so requests maps it to ReadTimeout /
-        # ConnectionError exactly as it would without retries.
+        # Not resent (a request that is not replay-safe), or a read failure under SumeAdapter:
+        # the transport error itself, so requests maps it to ReadTimeout / ConnectionError
+        # exactly as it would without retries.
         raise error.with_traceback(_stacktrace)
+
+    def _paced_by_retry_after(self, raw: Any) -> bool:
+        """A status urllib3 retries for its Retry-After alone (not listed in status_forcelist)."""
+        status = _status(raw)
+        forced = self.status_forcelist
+        return (
+            status in self.RETRY_AFTER_STATUS_CODES
+            and not (forced and status in forced)
+            and bool(header(getattr(raw, "headers", None), "Retry-After"))
+        )
 
     def consult(
         self,
@@ -338,12 +404,18 @@ class SumeRetry(Retry):
     ) -> Attempt:
         if self._is_connection_error(error):
             kind = "connect"
-        elif self._is_read_error(error):
+        elif self._is_read_error(error) or not _verification_failure(error):
+            # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
+            # request that may be sent twice, as after a read failure. A certificate that
+            # failed verification fails the same way again: not retried.
             kind = "read"
         else:
             kind = "other"
         now = self._now()
-        replay_safe = self._refusal(method or context.method, context.key, context.replayable) is None
+        verb = method or context.method
+        replay_safe = self._refusal(verb, context.key, context.replayable) is None
+        if kind == "read" and not verb and not self._is_read_error(error):
+            replay_safe = True  # a direct increment(error=...) names no request to protect
         decision = policy.decide_error(
             kind, context.retries, now - context.start, replay_safe=replay_safe, rng=self.rng
         )
@@ -372,7 +444,7 @@ class SumeRetry(Retry):
         try:
             new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
         except MaxRetryError:
-            return None, _stop(attempt, "urllib3 retry counters exhausted")
+            return None, _stop(attempt, _COUNTERS_OUT)
         decision = attempt.decision
         wait = decision.wait or 0.0
         throttled = attempt.status == 429 or decision.source == "retry_after"
@@ -464,6 +536,7 @@ class SumeRetry(Retry):
 
 
 _NO_HINTS = ErrorEnvelope()
+_COUNTERS_OUT = "urllib3 retry counters exhausted"
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
 _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
 _GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
@@ -518,18 +591,30 @@ def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
             )
         if name in kwargs and name not in _PORTABLE_EXTRAS:
             kwargs.pop(name)
-    if "allowed_methods" in kwargs and kwargs["allowed_methods"] is None:
+    allowed = kwargs.get("allowed_methods", Retry.DEFAULT_ALLOWED_METHODS)
+    if allowed is None or allowed is False or (isinstance(allowed, Collection) and not allowed):
+        # urllib3 reads None, False and an empty collection as "every method".
         raise ConfigurationError(
-            "SumeRetry(allowed_methods=None) would resend every method: POST and PATCH are resent "
-            "only with an Idempotency-Key (use SumeSession or SumeAdapter to add one)"
+            f"SumeRetry(allowed_methods={allowed!r}) would resend every method: POST and PATCH are "
+            "resent only with an Idempotency-Key (use SumeSession or SumeAdapter to add one)"
         )
-    if "allowed_methods" in kwargs and kwargs["allowed_methods"] is not Retry.DEFAULT_ALLOWED_METHODS:
-        kwargs["allowed_methods"] = frozenset(str(m).upper() for m in kwargs["allowed_methods"])
+    if allowed is not Retry.DEFAULT_ALLOWED_METHODS:
+        if isinstance(allowed, (str, bytes)) or not isinstance(allowed, Collection):
+            raise ConfigurationError(f"allowed_methods must be a collection of method names, got {allowed!r}")
+        kwargs["allowed_methods"] = frozenset(str(m).upper() for m in allowed)
         unknown = kwargs["allowed_methods"] - SAFE_METHODS - KEYED_METHODS
         if unknown:
             raise ConfigurationError(f"allowed_methods: {', '.join(sorted(unknown))} may never be resent")
-    forcelist = kwargs.pop("status_forcelist", None)
+    forcelist = kwargs.get("status_forcelist")
     if forcelist:
+        if isinstance(forcelist, (str, bytes)) or not isinstance(forcelist, Iterable):
+            raise ConfigurationError(f"status_forcelist must be a collection of int statuses, got {forcelist!r}")
+        forcelist = frozenset(forcelist)
+        wrong = sorted(repr(s) for s in forcelist if isinstance(s, bool) or not isinstance(s, int))
+        if wrong:
+            # urllib3 would never match these (it compares ints): say so rather than retry nothing.
+            raise ConfigurationError(f"status_forcelist: {', '.join(wrong)} are not int statuses")
+        kwargs["status_forcelist"] = forcelist  # kept: is_retry and raise_on_status read it as urllib3 does
         policy = _with_forced_statuses(policy, forcelist)
     return policy
 
@@ -537,7 +622,7 @@ def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
 def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
     """Add a RETRY row (Retry-After, else backoff) for each forced status without a row."""
     added = []
-    for status in sorted({int(s) for s in statuses}):
+    for status in sorted(statuses):
         rule = policy.match(status, None)
         if rule is None:
             added.append(Rule(status, ANY, Verdict.RETRY))
@@ -554,6 +639,48 @@ def _renamed_budget(budget: Any, retry_budget: Any) -> Any:
         raise ConfigurationError("give retry_budget only (budget is its older name)")
     warnings.warn("SumeRetry(budget=...) is now retry_budget=...", DeprecationWarning, stacklevel=3)
     return budget
+
+
+#: urllib3's positional arguments, in its order (``Retry(3)`` is ``total=3``).
+_POSITIONAL = tuple(name for name in inspect.signature(Retry.__init__).parameters if name != "self")
+
+
+def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> Optional[Policy]:
+    """The policy, with positional arguments placed as urllib3 places them.
+
+    ``SumeRetry(Policy(...), ...)`` gives the policy first; anything else first is urllib3's
+    ``total`` (``Retry(3)``, ``Retry(0, read=False)``), and the rest follow urllib3's order.
+    """
+    if args and isinstance(args[0], Policy):
+        if policy is not None:
+            raise ConfigurationError("give the policy once: positionally or as policy=")
+        policy, args = args[0], args[1:]
+    elif args and args[0] is not None and not isinstance(args[0], int):
+        # Neither a Policy nor urllib3's total (an int, False or None).
+        raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
+    if len(args) > len(_POSITIONAL):
+        raise ConfigurationError(f"SumeRetry takes at most {len(_POSITIONAL)} urllib3 arguments by position")
+    for name, value in zip(_POSITIONAL, args):
+        if name in kwargs:
+            raise ConfigurationError(f"SumeRetry got {name} by position and by name")
+        kwargs[name] = value
+    return policy
+
+
+def _verification_failure(error: BaseException) -> bool:
+    """A TLS certificate or hostname that failed verification (deterministic: not retried)."""
+    cause: Optional[BaseException] = error
+    for _ in range(8):
+        if cause is None:
+            return False
+        if isinstance(cause, (ssl.SSLCertVerificationError, ssl.CertificateError)):
+            return True
+        if type(cause).__name__ == "CertificateError":  # urllib3 1.26's own match_hostname
+            return True
+        cause = cause.__cause__ or cause.__context__ or next(
+            (arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None
+        )
+    return False
 
 
 def _raw_response(response: Any) -> Any:

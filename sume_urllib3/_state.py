@@ -81,6 +81,7 @@ class RequestContext:
     record: Optional[SumeRecord] = None
     next_wait: Optional[float] = None  # decided by SumeRetry.increment, slept by sleep
     raise_now = False  # a lone SumeRetry gave up: urllib3 must raise, not return
+    raised_by: Any = None  # the SumeRetry whose refusal raise_now answers for
     expect: Any = None  # a lone SumeRetry: the Retry object its next increment runs on
     fleet: Any = None  # the Fleet consulted before every attempt, or None for no pacing
     grant: Any = None  # the fleet's grant for the attempt in flight, until released

@@ -33,8 +33,10 @@ def check_timeout(timeout: Any, name: str = "timeout") -> TimeoutSpec:
             )
         return timeout
     if not _seconds(timeout):
+        # requests' own wording is kept ("must be an int, float or None"): callers match on it.
         raise ConfigurationError(
-            f"{name} must be seconds > 0, a (connect, read) pair or a urllib3 Timeout, got {timeout!r}"
+            f"{name} must be seconds > 0 (it must be an int, float or None), a (connect, read) pair "
+            f"or a urllib3 Timeout, got {timeout!r}"
         )
     return timeout  # type: ignore[no-any-return]
 
