@@ -95,11 +95,13 @@ def test_pickle_copy_and_repr_work(retry: SumeRetry) -> None:
     assert "max_retries=3" in repr(clone)
 
 
-def test_is_retry_says_maybe_for_every_error_status(retry: SumeRetry) -> None:
-    """urllib3 only sees the status, so every error status goes on to increment."""
-    answers = {status: retry.is_retry("POST", status) for status in (200, 302, 400, 402, 500, 503)}
+def test_is_retry_sends_every_error_status_a_get_may_resend_to_increment(retry: SumeRetry) -> None:
+    """urllib3 only sees the status; the body decides in increment, for a method that may be resent."""
+    get = {status: retry.is_retry("GET", status) for status in (200, 302, 400, 402, 500, 503)}
+    post = {status: retry.is_retry("POST", status) for status in (400, 503)}
 
-    assert {200: False, 302: False, 400: True, 402: True, 500: True, 503: True} == answers
+    assert {200: False, 302: False, 400: True, 402: True, 500: True, 503: True} == get
+    assert {400: False, 503: False} == post  # no key here: never resent, so never shown
 
 
 # -- through requests' HTTPAdapter ----------------------------------------------------
