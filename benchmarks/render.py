@@ -410,9 +410,8 @@ def _median_and_spread(s: Mapping[str, Any], fmt: str, unit: str = "") -> str:
     if s["median"] is None:
         return "-"
     text = f"{s['median']:{fmt}}{unit}"
-    if s["low"] != s["high"]:
-        text += f" ({s['low']:{fmt}}-{s['high']:{fmt}})"
-    return text
+    low, high = f"{s['low']:{fmt}}", f"{s['high']:{fmt}}"
+    return text if low == high else f"{text} ({low}-{high})"
 
 
 def deploy_table(figures: Mapping[str, Any]) -> str:
