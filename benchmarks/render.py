@@ -434,6 +434,35 @@ def deploy_table(figures: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def deploy(results: Results) -> str:
+    """A real deployment: gunicorn workers behind a Django view, Redis or the default fleet."""
+    doc = results["deploy"]
+    f = doc["figures"]
+    q = f["quota"]
+    fallbacks = sum(row["summary"]["redis_fallbacks_total"] for row in f["rows"])
+    twice = sum(row["summary"]["executed_twice_total"] for row in f["rows"])
+    once = "No job was executed twice in any run" if twice == 0 else f"**{twice} jobs were executed twice**"
+    lines = [
+        wrap(
+            f"""{command(doc)}: gunicorn {f['gunicorn']} `--preload`, {f['workers']} workers, serving the
+            minimal Django project in `benchmarks/deploy_project/` (Django {f['django']}), whose view
+            posts once through `get_session()`. A client of {f['requests']} threads releases
+            {f['requests']} requests at once. The quota server, written apart from FakeSume:
+            {q['summary']}. `SUME["FLEET"]` on a real redis-server, or left out (the default: one
+            `LocalFleet` per worker process). Ideal last success {f['ideal_last_success_s']:.1f} s.
+            Median of {f['runs']} runs, lowest-highest run in brackets; jobs executed twice summed
+            over the runs ({provenance(doc)}):"""
+        ),
+        "",
+        deploy_table(f),
+        "",
+        wrap(
+            f"""{once}; requests fell back from Redis to local pacing {fallbacks} times."""
+        ),
+    ]
+    return "\n".join(lines)
+
+
 def _version_key(version: str) -> List[int]:
     return [int(part) if part.isdigit() else 0 for part in version.split(".")]
 
@@ -570,6 +599,7 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
     "herd": herd,
     "fleet": fleet,
     "fleet-redis": fleet_redis,
+    "deploy": deploy,
     "comparison": comparison,
     "reliability": reliability,
 }
