@@ -444,9 +444,10 @@ def deploy(results: Results) -> str:
     once = "No job was executed twice in any run" if twice == 0 else f"**{twice} jobs were executed twice**"
     lines = [
         wrap(
-            f"""{command(doc)}: gunicorn {f['gunicorn']} `--preload`, {f['workers']} workers, serving the
-            minimal Django project in `benchmarks/deploy_project/` (Django {f['django']}), whose view
-            posts once through `get_session()`. A client of {f['requests']} threads releases
+            f"""{command(doc)}: gunicorn `--preload`, {f['workers']} workers, serving the minimal
+            Django project in `benchmarks/deploy_project/`, whose view posts once through
+            `get_session()` (gunicorn=={f['gunicorn']}, Django=={f['django']},
+            redis=={f['redis_py']}). A client of {f['requests']} threads releases
             {f['requests']} requests at once. The quota server, written apart from FakeSume:
             {q['summary']}. `SUME["FLEET"]` on a real redis-server, or left out (the default: one
             `LocalFleet` per worker process). Ideal last success {f['ideal_last_success_s']:.1f} s.
