@@ -434,6 +434,101 @@ def deploy_table(figures: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _server_label(server: Mapping[str, Any]) -> str:
+    """What kind of quota server a matrix row was measured against, as the README names it."""
+    kind = server["kind"]
+    if server["algorithm"] == "token bucket":
+        bucket = f"token bucket {server['rate_per_s']:g}/s burst {server['burst']}"
+        return {
+            "ratelimit": (
+                f"{bucket}, `RateLimit-Limit/Remaining/Reset` (Reset whole seconds), 429 + `Retry-After`"
+            ),
+            "ratelimit-policy": f"{bucket}, the same headers plus `RateLimit-Policy`",
+            "retry-after": f"{bucket}, 429 + `Retry-After` only (no RateLimit headers)",
+            "bare": f"{bucket}, bare 429 (no `Retry-After`, no headers)",
+        }[server["style"]]
+    if server["algorithm"] == "fixed window":
+        return (
+            f"fixed window {server['limit']} per {server['window_s']} s, `X-RateLimit-*` (Reset epoch "
+            "seconds), 429 without `Retry-After`"
+        )
+    if server["algorithm"] == "outage":
+        return f"outage: 503 (no `Retry-After`) for {server['outage_s']:g} s, then 200"
+    raise ValueError(f"no label for server {kind!r}")
+
+
+def _shape_label(name: str, shape: Mapping[str, Any]) -> str:
+    if shape["threads"] == 1 and shape["processes"] == 1:
+        return f"lone client, {shape['requests']} in a row"
+    redis = ", Redis" if shape["processes"] > 1 else ""
+    return f"{shape['processes']} x {shape['threads']} threads at once{redis}"
+
+
+#: the per-cell checks pacing_matrix.py records (any False: the cell missed a target)
+_MATRIX_TARGETS = (
+    "success_vs_unpaced", "calls_vs_unpaced", "all_succeeded", "calls_within_cap", "time_within_cap"
+)
+
+
+def pacing_matrix(results: Results) -> str:
+    """Pacing against every kind of quota server, paced and unpaced side by side."""
+    doc = results["pacing_matrix"]
+    f = doc["figures"]
+    cells = {(c["server"], c["shape"], c["client"]): c for c in f["cells"]}
+    checks = {(c["server"], c["shape"], c["client"]): c for c in f["checks"]}
+    clients = ["none"] + [c for c in f["clients"] if c != "none"]
+    targets = f["targets"]
+    conf, learned = targets["configured"], targets["learned"]
+
+    def cell(server: str, shape: str, client: str) -> str:
+        c = cells.get((server, shape, client))
+        if c is None:
+            return "-"
+        refused = c["503s"] if server.startswith("outage") else c["429s"]
+        last = "-" if c["last_success_s"] is None else f"{c['last_success_s']:.1f} s"
+        text = f"{c['succeeded']}/{c['requests']} · {c['calls_per_request']:.2f} · {refused} · {last}"
+        verdict = checks.get((server, shape, client))
+        missed = verdict is not None and any(verdict[k] is False for k in _MATRIX_TARGETS)
+        return f"**{text}**" if missed else text
+
+    lines = [
+        wrap(
+            f"""{command(doc)}: quota servers written apart from the library's test kit, each in its own
+            process on real sockets, in real time; every request has
+            `Policy(max_elapsed={f['max_elapsed_s']:g})` and the other defaults; {provenance(doc)}. Each cell:
+            succeeded · server calls per request · 429s (503s for the outage) · last success after the
+            release. The ideal is the server's capacity (for `rate=` clients, the slower of that and
+            their own pace). **Bold**: a paced cell missing a target (at least the unpaced success at
+            no more calls per request; with a configured rate or `RateLimit-Policy`, all succeed within
+            {conf['calls_per_request']:g} calls per request and {conf['vs_ideal']:g}x the ideal;
+            learned, within {learned['calls_per_request']:g} and {learned['vs_ideal']:g}x)."""
+        ),
+        "",
+        "| server | clients (ideal) | " + " | ".join(f"`{f['clients'][c]}`" for c in clients) + " |",
+        "|---|---|" + "---:|" * len(clients),
+    ]
+    for server in f["servers"]:
+        kind = server["kind"]
+        for n, shape in enumerate(f["shape_order"]):
+            label = _server_label(server) if n == 0 else ""
+            ideal = next(c["ideal_s"] for c in f["cells"] if c["server"] == kind and c["shape"] == shape)
+            who = f"{_shape_label(shape, f['shapes'][shape])} ({ideal:.1f} s)"
+            lines.append(f"| {label} | {who} | " + " | ".join(cell(kind, shape, c) for c in clients) + " |")
+    within = sum(1 for row in f["local_vs_redis"] if row["within"])
+    processes, gap = f["shapes"]["6x10"]["processes"], targets["local_vs_redis"] * 100
+    lines += [
+        "",
+        wrap(
+            f"""Paced cells meeting every target: {f['cells_meeting_every_target']} of
+            {f['paced_cells']}. `LocalFleet` and `RedisFleet` (the same settings, one process and
+            {processes} processes) within {gap:g}% of each other in success, calls per request and
+            last success: {within} of {len(f['local_vs_redis'])} comparisons. Every cell, with the
+            reasons requests gave up: `benchmarks/results/pacing_matrix.json`."""
+        ),
+    ]
+    return "\n".join(lines)
+
+
 def deploy(results: Results) -> str:
     """A real deployment: gunicorn workers behind a Django view, Redis or the default fleet."""
     doc = results["deploy"]
@@ -600,6 +695,7 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
     "herd": herd,
     "fleet": fleet,
     "fleet-redis": fleet_redis,
+    "pacing-matrix": pacing_matrix,
     "deploy": deploy,
     "comparison": comparison,
     "reliability": reliability,
