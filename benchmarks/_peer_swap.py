@@ -10,6 +10,9 @@ Loaded into urllib3's and requests' own test runs with ``-p _peer_swap``. It
   modules are collected, then puts urllib3's own class back for urllib3's code to use;
 - with ``SUME_PEERS_SWAP=requests`` puts ``SumeSession`` where ``requests.Session``,
   ``requests.session()`` and the ``requests.get``-style helpers find it;
+- with ``SumeSession``, records the waits between retries instead of sleeping them (``no_sleep``);
+- serves pytest-httpbin from one thread per connection, plainly and swapped (see
+  ``_threaded_httpbin``);
 - writes one JSON line per test (node id, outcome) to ``SUME_PEERS_OUT``: a test failed when
   any phase failed, and a module that cannot be imported is recorded as failed by its path.
 """
@@ -21,6 +24,7 @@ import ipaddress
 import json
 import os
 import socket
+import socketserver
 from typing import Any, Dict, Generator, Optional, Tuple
 
 import pytest
@@ -35,6 +39,8 @@ def _loopback(host: Any) -> bool:
     if isinstance(host, bytes):
         host = host.decode("ascii", "replace")
     name = str(host).split("%", 1)[0].strip("[]")
+    if name.lower() in _LOCAL_NAMES:
+        return True
     try:
         address = ipaddress.ip_address(name)
     except ValueError:
@@ -113,7 +119,30 @@ def _swap(target: str) -> None:
         raise ValueError(f"SUME_PEERS_SWAP={target!r}: use urllib3 or requests")
 
 
+def _threaded_httpbin() -> None:
+    """pytest-httpbin's server, one thread per connection (plainly and swapped alike).
+
+    It answers one request at a time: a request the swap resends after a read timeout (a GET
+    of ``/delay/10``) would queue ten-second answers in front of every test that follows.
+    """
+    try:
+        import pytest_httpbin.serve as serve
+    except ImportError:
+        return
+    original = serve.make_server
+
+    def make_server(host: str, port: int, app: Any, server_class: Any = None, **kwargs: Any) -> Any:
+        base = server_class or serve.WSGIServer
+        threaded = type(
+            "Threading" + base.__name__, (socketserver.ThreadingMixIn, base), {"daemon_threads": True}
+        )
+        return original(host, port, app, server_class=threaded, **kwargs)
+
+    serve.make_server = make_server
+
+
 _guard()
+_threaded_httpbin()
 _swap(os.environ.get("SUME_PEERS_SWAP", ""))
 
 
@@ -139,6 +168,8 @@ def pytest_collection(session: Any) -> Generator[None, None, None]:
     finally:
         for module, original in zip(modules, originals):
             module.Retry = original
+
+
 _outcomes: Dict[str, Tuple[int, str]] = {}
 _ORDER = {"passed": 0, "skipped": 1, "xfailed": 1, "failed": 2}
 
@@ -147,6 +178,24 @@ def _note(nodeid: str, outcome: str) -> None:
     rank = _ORDER.get(outcome, 2)
     if nodeid not in _outcomes or rank > _outcomes[nodeid][0]:
         _outcomes[nodeid] = (rank, outcome)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: Any) -> Generator[None, None, None]:
+    """With SumeSession, the waits between retries are recorded, not slept (``no_sleep``).
+
+    A requests test that reaches for a host the loopback guard refuses meets connection errors
+    that the policy retries for up to ``max_elapsed``; sleeping those waits would only make the
+    run long. Socket timeouts stay real. urllib3's tests patch ``time.sleep`` to see the waits,
+    so there ``SumeRetry`` sleeps as it would for a user.
+    """
+    if os.environ.get("SUME_PEERS_SWAP") != "requests":
+        yield
+        return
+    from sume_urllib3.testing import no_sleep
+
+    with no_sleep():
+        yield
 
 
 def pytest_runtest_logreport(report: Any) -> None:

@@ -7,9 +7,10 @@ every behaviour the Sume policy does not decide. This runs the peers' own tests 
    requests it allows and the peers' test dependencies, all from the package index;
 2. the sdists of the urllib3 and requests installed there (``pip download --no-deps
    --no-binary :all:``), unpacked under ``.peers/src/``;
-3. the Retry-related test files of urllib3 and the Session tests of requests, each run twice by
-   the same pytest: plainly, then with the swap (``benchmarks/_peer_swap.py``, which also keeps
-   every connection on loopback);
+3. the Retry-related test files of urllib3 (on each line) and the Session tests of requests (on
+   the 2.x line), each run twice by the same pytest: plainly, then with the swap
+   (``benchmarks/_peer_swap.py``, which also keeps every connection on loopback and, with
+   SumeSession, records the waits between retries instead of sleeping them);
 4. a comparison: a test that passes plainly and fails swapped is a *difference*; every one must
    be listed, with its reason, in ``benchmarks/peers-expected.txt``. A plain failure must be
    listed too (an environment the suite cannot fully run in), and so must nothing else: a listed
@@ -64,7 +65,18 @@ LINES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     ),
     "1.26": (
         "urllib3>=1.26,<1.27",
-        ("trustme", "pytest-timeout", "pysocks", "tornado", "mock", "python-dateutil", "cryptography", "flaky"),
+        # tornado as urllib3 1.26's dev-requirements pin it: its dummy server breaks on 6.5.
+        (
+            "trustme",
+            "pytest-timeout",
+            "pysocks",
+            "tornado==6.4.1",
+            "mock",
+            "python-dateutil",
+            "pytest-freezegun",
+            "cryptography",
+            "flaky",
+        ),
     ),
 }
 #: requests' own test dependencies (httpbin serves test_requests.py on loopback).
@@ -93,6 +105,10 @@ REQUESTS_FILES = (
     "tests/test_hooks.py",
     "tests/test_testserver.py",
 )
+#: requests' suite runs once, on the newest urllib3 line (it tests requests, not urllib3's line).
+REQUESTS_LINES = ("2",)
+#: Left out in both runs, with why (none today).
+DESELECTED: Dict[str, Tuple[str, ...]] = {}
 PYTEST_ARGS = ("-q", "-p", "_peer_swap", "-p", "no:cacheprovider", "--continue-on-collection-errors")
 
 
@@ -217,7 +233,7 @@ def sources(python: str, project: str, version: str) -> str:
         if hasattr(tarfile, "data_filter"):
             tar.extractall(unpack, filter="data")
         else:  # Python < 3.12 without the backport: the archive comes from the index, by name
-            tar.extractall(unpack)  # noqa: S202
+            tar.extractall(unpack)
     os.replace(os.path.join(unpack, f"{project}-{version}"), target)
     return target
 
@@ -225,7 +241,9 @@ def sources(python: str, project: str, version: str) -> str:
 # -- runs -----------------------------------------------------------------------------------
 
 
-def pytest(python: str, cwd: str, files: Sequence[str], swap: str, show: bool) -> Dict[str, str]:
+def pytest(
+    python: str, cwd: str, files: Sequence[str], swap: str, show: bool, deselected: Sequence[str] = ()
+) -> Dict[str, str]:
     """Run ``files`` in ``cwd``; every test's outcome (``_peer_swap`` records them)."""
     out = os.path.join(CACHE, f"outcomes-{os.getpid()}.jsonl")
     env = dict(os.environ, SUME_PEERS_OUT=out, SUME_PEERS_SWAP=swap, PYTHONDONTWRITEBYTECODE="1")
@@ -233,8 +251,9 @@ def pytest(python: str, cwd: str, files: Sequence[str], swap: str, show: bool) -
     for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         env.pop(name, None)
     report = ["-rf"] if show else ["--no-summary"]
+    deselect = [f"--deselect={test}" for test in deselected]
     subprocess.run(
-        [python, "-m", "pytest", *PYTEST_ARGS, *report, *files],
+        [python, "-m", "pytest", *PYTEST_ARGS, *report, *deselect, *files],
         cwd=cwd,
         env=env,
         stdout=None if show else subprocess.DEVNULL,
@@ -260,8 +279,9 @@ def run_suite(python: str, suite: str, line: str, show: bool) -> Run:
         cwd = sources(python, "requests", versions["requests"])
         files, swap = REQUESTS_FILES, "requests"
     started = time.monotonic()
-    plain = pytest(python, cwd, files, "", show)
-    swapped = pytest(python, cwd, files, swap, show)
+    deselected = DESELECTED.get(suite, ())
+    plain = pytest(python, cwd, files, "", show, deselected)
+    swapped = pytest(python, cwd, files, swap, show, deselected)
     run = Run(suite, line, versions, plain, swapped, time.monotonic() - started, tuple(files))
     # Every outcome of the last run, for a closer look: .peers/last-<suite>-<line>.json.
     with open(os.path.join(CACHE, f"last-{suite}-{line}.json"), "w", encoding="utf-8") as f:
@@ -274,6 +294,11 @@ def counts(outcomes: Dict[str, str]) -> Dict[str, int]:
     return {"tests": len(outcomes), "passed": c["passed"], "failed": c["failed"], "skipped": c["skipped"]}
 
 
+def _matches(test: str, pattern: str) -> bool:
+    """``*`` and ``?`` are wildcards; brackets are literal (parametrized ids are full of them)."""
+    return fnmatch.fnmatchcase(test, pattern.replace("[", "[[]"))
+
+
 def judge(runs: Sequence[Run], expected: Sequence[Expected]) -> List[str]:
     """Every problem, as a sentence: an unlisted failure, or a listed line that matched nothing."""
     problems = []
@@ -284,7 +309,7 @@ def judge(runs: Sequence[Run], expected: Sequence[Expected]) -> List[str]:
         }
         for kind, (failures, entries) in lists.items():
             for test in failures:
-                hits = [e for e in entries if fnmatch.fnmatchcase(test, e.pattern)]
+                hits = [e for e in entries if _matches(test, e.pattern)]
                 for entry in hits:
                     entry.matched.append(f"{run.name} {test}")
                 if not hits:
@@ -292,7 +317,8 @@ def judge(runs: Sequence[Run], expected: Sequence[Expected]) -> List[str]:
                     problems.append(f"{run.name}: {test} {what} and is not listed")
     ran = {run.suite for run in runs} | {f"{run.suite}@urllib3-{run.line}" for run in runs}
     for entry in expected:
-        if entry.suite in ran and not entry.matched and _could_match(entry, runs):
+        # A plain line names what may fail on some machines; a swapped line must still be true.
+        if entry.kind == "swapped" and entry.suite in ran and not entry.matched and _could_match(entry, runs):
             problems.append(
                 f"peers-expected.txt:{entry.lineno}: {entry.suite} {entry.kind} {entry.pattern} matched "
                 "no failure (fixed? remove the line)"
@@ -303,7 +329,7 @@ def judge(runs: Sequence[Run], expected: Sequence[Expected]) -> List[str]:
 def _could_match(entry: Expected, runs: Sequence[Run]) -> bool:
     """Whether a run this entry applies to ran a test the pattern names (else it is not stale)."""
     return any(
-        fnmatch.fnmatchcase(test, entry.pattern) for run in runs if entry.applies(run) for test in run.plain
+        _matches(test, entry.pattern) for run in runs if entry.applies(run) for test in run.plain
     )
 
 
@@ -326,7 +352,7 @@ def figures(runs: Sequence[Run], expected: Sequence[Expected]) -> Dict[str, obje
                     1
                     for test in differences
                     if any(
-                        e.kind == "swapped" and e.applies(run) and fnmatch.fnmatchcase(test, e.pattern)
+                        e.kind == "swapped" and e.applies(run) and _matches(test, e.pattern)
                         for e in expected
                     )
                 ),
@@ -350,8 +376,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.makedirs(CACHE, exist_ok=True)
     runs = []
     for line in lines:
-        python = venv(line, suites)
-        for suite in suites:
+        here = [suite for suite in suites if suite != "requests" or line in REQUESTS_LINES]
+        if not here:
+            continue
+        python = venv(line, here)
+        for suite in here:
             run = run_suite(python, suite, line, args.show)
             runs.append(run)
             p, s = counts(run.plain), counts(run.swapped)

@@ -106,7 +106,8 @@ def test_3_a_tls_error_is_counted_as_urllib3_counts_it(vtime: VirtualTime) -> No
     error = SSLError()
 
     twice = lone(vtime, connect=1).increment(error=error).increment(error=error)
-    assert 2 == len(twice.history) and not twice.is_exhausted()
+    assert 2 == len(twice.history)
+    assert not twice.is_exhausted()
 
     once = lone(vtime, other=1).increment(error=error)
     with pytest.raises(MaxRetryError) as raised:
@@ -185,7 +186,9 @@ def test_6_a_429_with_retry_after_out_of_retries_is_returned(fake: FakeSume, vti
     http.clear()
 
 
-def test_6_a_forced_status_out_of_retries_raises_as_urllib3_raises(fake: FakeSume, vtime: VirtualTime) -> None:
+def test_6_a_forced_status_out_of_retries_raises_as_urllib3_raises(
+    fake: FakeSume, vtime: VirtualTime
+) -> None:
     """The same with status_forcelist=[429]: raise_on_status applies, MaxRetryError."""
     fake.script("GET", "/busy", Reply.error(429, retry_after="1"), Reply.error(429, retry_after="1"))
     http = urllib3.PoolManager(retries=lone(vtime, total=1, status_forcelist=[429]))
@@ -233,7 +236,9 @@ def test_raise_on_status_reads_as_set() -> None:
     assert SumeRetry().new(total=2).raise_on_status is True
 
 
-def test_raise_on_status_of_one_give_up_does_not_leak_to_another_retry(fake: FakeSume, vtime: VirtualTime) -> None:
+def test_raise_on_status_of_one_give_up_does_not_leak_to_another_retry(
+    fake: FakeSume, vtime: VirtualTime
+) -> None:
     """A refusal answered False on its own object; a fresh SumeRetry on the same thread still says True."""
     fake.script("GET", "/fix", Reply.error(400, "bad_request"))
     http = urllib3.PoolManager(retries=lone(vtime))
