@@ -608,7 +608,9 @@ def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
     forcelist = kwargs.get("status_forcelist")
     if forcelist:
         if isinstance(forcelist, (str, bytes)) or not isinstance(forcelist, Iterable):
-            raise ConfigurationError(f"status_forcelist must be a collection of int statuses, got {forcelist!r}")
+            raise ConfigurationError(
+                f"status_forcelist must be a collection of int statuses, got {forcelist!r}"
+            )
         forcelist = frozenset(forcelist)
         wrong = sorted(repr(s) for s in forcelist if isinstance(s, bool) or not isinstance(s, int))
         if wrong:
@@ -677,8 +679,10 @@ def _verification_failure(error: BaseException) -> bool:
             return True
         if type(cause).__name__ == "CertificateError":  # urllib3 1.26's own match_hostname
             return True
-        cause = cause.__cause__ or cause.__context__ or next(
-            (arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None
+        cause = (
+            cause.__cause__
+            or cause.__context__
+            or next((arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None)
         )
     return False
 
