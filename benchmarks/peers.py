@@ -109,7 +109,18 @@ REQUESTS_FILES = (
 REQUESTS_LINES = ("2",)
 #: Left out in both runs, with why (none today).
 DESELECTED: Dict[str, Tuple[str, ...]] = {}
-PYTEST_ARGS = ("-q", "-p", "_peer_swap", "-p", "no:cacheprovider", "--continue-on-collection-errors")
+#: --tb=native: pytest's own traceback formatting parses source with ast, which CPython 3.11 can
+#: fail at while urllib3's server threads run ("AST constructor recursion depth mismatch"), and an
+#: INTERNALERROR there ends the session with the rest of the tests unrun.
+PYTEST_ARGS = (
+    "-q",
+    "-p",
+    "_peer_swap",
+    "-p",
+    "no:cacheprovider",
+    "--continue-on-collection-errors",
+    "--tb=native",
+)
 
 
 @dataclass
@@ -328,9 +339,7 @@ def judge(runs: Sequence[Run], expected: Sequence[Expected]) -> List[str]:
 
 def _could_match(entry: Expected, runs: Sequence[Run]) -> bool:
     """Whether a run this entry applies to ran a test the pattern names (else it is not stale)."""
-    return any(
-        _matches(test, entry.pattern) for run in runs if entry.applies(run) for test in run.plain
-    )
+    return any(_matches(test, entry.pattern) for run in runs if entry.applies(run) for test in run.plain)
 
 
 def figures(runs: Sequence[Run], expected: Sequence[Expected]) -> Dict[str, object]:
@@ -352,8 +361,7 @@ def figures(runs: Sequence[Run], expected: Sequence[Expected]) -> Dict[str, obje
                     1
                     for test in differences
                     if any(
-                        e.kind == "swapped" and e.applies(run) and _matches(test, e.pattern)
-                        for e in expected
+                        e.kind == "swapped" and e.applies(run) and _matches(test, e.pattern) for e in expected
                     )
                 ),
                 "seconds": run.seconds,
