@@ -51,8 +51,12 @@ class SumeRetry(Retry):
     deadline counts from the first failure. Error responses that are not retried are
     returned, not raised; giving up raises ``MaxRetryError`` when ``raise_on_status``
     (the default, as in urllib3) after at least one retry; a first response the policy
-    refuses to retry is returned.
+    refuses to retry, and a 413/429/503 with Retry-After out of retries, are returned
+    (as urllib3 returns the latter).
 
+    :param args: by position, as urllib3 takes them: ``SumeRetry(3)`` is ``total=3`` and
+        the rest follow urllib3's order; a :class:`Policy` may come first instead
+        (``SumeRetry(Policy(...), 3)``).
     :param policy: the :class:`Policy` to carry out (default: ``Policy()``).
     :param sleep: how to wait, ``time.sleep`` by default; tests pass their own.
     :param clock: a monotonic clock in seconds, ``time.monotonic`` by default.
@@ -68,8 +72,8 @@ class SumeRetry(Retry):
         still need an Idempotency-Key); ``respect_retry_after_header=False`` ignores
         Retry-After; ``remove_headers_on_redirect`` always also strips ``x-api-key``.
         ``backoff_factor``, ``backoff_max`` and ``backoff_jitter`` are refused with the
-        ``Policy`` field to use instead, and ``allowed_methods=None`` (resend every
-        method, POST without a key included) is refused.
+        ``Policy`` field to use instead, and ``allowed_methods=None``, ``False`` or empty
+        (resend every method, POST without a key included) is refused.
     """
 
     #: The wait ``increment`` decided for the retry this object was made for (None: none).
