@@ -689,6 +689,36 @@ def reliability(results: Results) -> str:
     return "\n".join(bullets)
 
 
+def peers(results: Results) -> str:
+    """The Compatibility section's counts: urllib3's and requests' own suites, plain and swapped."""
+    doc = results["peers"]
+    f = doc["figures"]
+    swap = {"urllib3": "`Retry` -> `SumeRetry`", "requests": "`requests.Session` -> `SumeSession`"}
+
+    def passed(c: Mapping[str, Any]) -> str:
+        return f"{c['passed']}/{c['tests']}"
+
+    lines = [
+        wrap(
+            f"""{command(doc)} runs the peers' own tests from their sdists (the Retry-related urllib3
+            files, requests' Session files), plainly and with the swap, on loopback only
+            (Python {doc['stamp']['python']}, {doc['stamp']['machine']}, commit {doc['stamp']['commit']}).
+            A difference is a test that passes plainly and fails swapped; every one is listed, with its
+            reason, in `benchmarks/peers-expected.txt`:"""
+        ),
+        "",
+        "| suite | swap | urllib3 | requests | passed plainly | passed swapped | differences (all listed) |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
+    for run in f["runs"]:
+        lines.append(
+            f"| {run['suite']} | {swap[run['suite']]} | {run['urllib3']} | {run['requests']} "
+            f"| {passed(run['plain'])} | {passed(run['swapped'])} "
+            f"| {run['differences']} ({run['differences_listed']}) |"
+        )
+    return "\n".join(lines)
+
+
 RENDERERS: Dict[str, Callable[[Results], str]] = {
     "performance": performance,
     "job-polls": job_polls,
@@ -699,6 +729,7 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
     "deploy": deploy,
     "comparison": comparison,
     "reliability": reliability,
+    "peers": peers,
 }
 
 
