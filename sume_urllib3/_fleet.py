@@ -278,8 +278,6 @@ class LocalFleet:
         """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
         self._keys = {}
 
-    _reset = reset  # the name earlier releases used
-
     # -- introspection (tests, benchmarks, metrics) -------------------------------------------
 
     def pace(self, key_id: str) -> Optional[float]:
@@ -362,27 +360,27 @@ class LocalFleet:
         return Grant(wait=max(wait, floor), source=source, token=token)
 
     def _refusal(self, key: _Key, source: Optional[str], wait: float, left: float) -> str:
+        return refusal(self._why(key.state, source), wait, left)
+
+    def _why(self, st: _pacing.State, source: Optional[str]) -> str:
+        """What holds a refused turn, in words (the rule and, with a pace, its rate and origin)."""
         if source == "cooldown":
-            why = "pace: cooldown (the server's Retry-After)"
-        elif source == "pace":
-            st = key.state
-            interval, _ = _pacing.pace(st, self._config, self._now())
-            if st.rem <= 0 and st.rend > self._now():
-                why = "pace: the server's quota is spent until its Reset"
-            elif interval:
-                origin = (
-                    "learned from 429s"
-                    if interval == st.li
-                    else "stated by the server"
-                    if interval == st.pi and interval != self._config.interval
-                    else "configured"
-                )
-                why = f"pace {_describe_rate(_pacing.SECOND / interval)} ({origin})"
-            else:
-                why = "pace"
+            return "pace: cooldown (the server's Retry-After)"
+        if source != "pace":
+            return "pace"
+        now = self._now()
+        if st.rem <= 0 and st.rend > now:
+            return "pace: the server's quota is spent until its Reset"
+        interval, _ = _pacing.pace(st, self._config, now)
+        if not interval:
+            return "pace"
+        if interval == st.li:
+            origin = "learned from 429s"
+        elif interval == st.pi and interval != self._config.interval:
+            origin = "stated by the server"
         else:
-            why = "pace"
-        return f"{why}: next turn in {wait:.1f}s, after the deadline ({max(left, 0.0):.1f}s left)"
+            origin = "configured"
+        return f"pace {_describe_rate(_pacing.SECOND / interval)} ({origin})"
 
     def _release(
         self,
@@ -460,6 +458,11 @@ def read_response(
         -1 if reset is None else round(min(reset, 1e7) * 1_000_000),
         -1 if window is None else round(min(window, 1e7) * 1_000_000),
     )
+
+
+def refusal(why: str, wait: float, time_left: float) -> str:
+    """A refused turn's reason, as every fleet words it: what holds it, and when versus the deadline."""
+    return f"{why}: next turn in {wait:.1f}s, after the deadline ({max(time_left, 0.0):.1f}s left)"
 
 
 def interval_us(rate: Optional[float]) -> int:
@@ -543,4 +546,5 @@ __all__ = [
     "interval_us",
     "parse_rate",
     "read_response",
+    "refusal",
 ]

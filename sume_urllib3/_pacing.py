@@ -158,7 +158,11 @@ def acquire(
     rand: float,
     entry: str,
 ) -> Turn:
-    """Reserve a turn for one attempt (``time_left`` -1: no deadline); mutates ``st`` only on SEND."""
+    """Reserve a turn for one attempt (``time_left`` -1: no deadline).
+
+    Only SEND reserves anything (a turn, an in-flight entry, a unit of budget); AGAIN and
+    REFUSED touch no more than the idle clock, as the Lua port does.
+    """
     _purge(st, now)
     if st.win < 0:
         st.win = cfg.window
@@ -170,7 +174,7 @@ def acquire(
         start, source = st.cd, COOLDOWN
     interval, burst = pace(st, cfg, now)
     budget = _budget_valid(st, now)
-    probe = False
+    probe = 0  # when this attempt goes as the budget's one probe (0: it is not the probe)
     if budget and st.rem <= 0:
         # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
         # quota comes one stated interval after the reading.
@@ -183,7 +187,7 @@ def acquire(
             return Turn(REFUSED, wait, PACE)
         if hold > start:
             start, source = hold, PACE
-        probe = True
+        probe = hold
     turn = start
     if interval > 0:
         turn = max(start, st.tat - (burst - 1) * interval)
@@ -206,7 +210,7 @@ def acquire(
     if interval > 0:
         st.tat = max(st.tat, turn) + interval
     if probe:  # one probe; after it, the window starts again from one
-        st.probe, st.win = min(st.rend, st.rat + st.pi) if st.pi > 0 else st.rend, 1
+        st.probe, st.win = probe, 1
     elif budget:
         st.rem -= 1
     st.seq += 1

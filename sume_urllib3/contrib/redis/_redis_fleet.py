@@ -20,7 +20,17 @@ from redis.retry import Retry
 from ... import _pacing, _sleeping
 from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
-from ..._fleet import Fleet, Grant, Lesson, LocalFleet, fleet_key, interval_us, parse_rate, read_response
+from ..._fleet import (
+    Fleet,
+    Grant,
+    Lesson,
+    LocalFleet,
+    fleet_key,
+    interval_us,
+    parse_rate,
+    read_response,
+    refusal,
+)
 from . import _scripts
 from ._scripts import AGAIN, NO_BUDGET, REFUSED, SOURCES, micros
 
@@ -169,7 +179,7 @@ class RedisFleet:
         wait = turn.pacing.wait / 1_000_000
         source = SOURCES[turn.pacing.source]
         if turn.code == REFUSED:
-            return Grant(wait=wait, refused=_refusal(source, wait, time_left), source=source)
+            return Grant(wait=wait, refused=refusal(source or "pace", wait, time_left), source=source)
         if turn.code == NO_BUDGET:
             return Grant(refused="retry budget: the fleet's retries for this API key are spent")
         if turn.code == AGAIN:
@@ -468,11 +478,6 @@ def _safe_key_id(key_id: str) -> str:
     if isinstance(key_id, str) and _KEY_ID.match(key_id):
         return key_id
     return fleet_key(key_id if isinstance(key_id, str) else repr(key_id))
-
-
-def _refusal(source: Optional[str], wait: float, time_left: float) -> str:
-    what = source or "pace"
-    return f"{what}: next turn in {wait:.1f}s, after the deadline ({max(time_left, 0.0):.1f}s left)"
 
 
 def _describe(exc: BaseException) -> str:

@@ -16,8 +16,10 @@ SOURCES = (None, "pace", "cooldown", "slow_start")
 RETRY_KINDS = {None: 0, "throttle": 1, "error": 2}
 
 _HERE = Path(__file__).parent
-ACQUIRE_LUA = (_HERE / "acquire.lua").read_text(encoding="utf-8")
-RELEASE_LUA = (_HERE / "release.lua").read_text(encoding="utf-8")
+_STATE_LUA = (_HERE / "state.lua").read_text(encoding="utf-8")
+# A Redis script cannot load another: the shared part goes in front of each.
+ACQUIRE_LUA = _STATE_LUA + (_HERE / "acquire.lua").read_text(encoding="utf-8")
+RELEASE_LUA = _STATE_LUA + (_HERE / "release.lua").read_text(encoding="utf-8")
 
 
 def keys(prefix: str, key_id: str) -> Tuple[str, str, str]:
