@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 from multiprocessing.connection import Connection
-from typing import Any, Optional, Set
+from typing import Any, Callable, Optional, Set, Tuple
 
 ERROR_BODY = json.dumps(
     {
@@ -111,31 +111,46 @@ def _run(parent: Connection, max_seconds: float) -> None:
         threading.Thread(target=_serve_connection, args=(conn, counter, seen), daemon=True).start()
 
 
-class LoopbackServer:
-    """The server process; use as a context manager. ``url`` is ``http://127.0.0.1:<port>``."""
+class SpawnedServer:
+    """A server in a spawned process: its first pipe message is its address; closing the pipe stops it.
 
-    def __init__(self, max_seconds: float = 900.0) -> None:
-        self.max_seconds = max_seconds
+    Subclasses say what runs (``_target``, called with the pipe then ``_args()``) and how the
+    first message becomes ``url``.
+    """
+
+    what = "server"
+
+    def __init__(self) -> None:
         self.url = ""
         self._process: Optional[Any] = None
         self._pipe: Optional[Connection] = None
 
-    def __enter__(self) -> LoopbackServer:
+    def _target(self) -> Callable[..., None]:
+        raise NotImplementedError
+
+    def _args(self) -> Tuple[Any, ...]:
+        return ()
+
+    def _url(self, first: Any) -> str:
+        return str(first)
+
+    def start(self) -> None:
+        """Spawn the process and wait (30 s at most) for its address."""
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = ctx.Pipe()
-        self._process = ctx.Process(target=_run, args=(theirs, self.max_seconds), daemon=True)
+        self._process = ctx.Process(target=self._target(), args=(theirs, *self._args()), daemon=True)
         self._process.start()
         theirs.close()
         if not mine.poll(30):
-            self.__exit__()
-            raise RuntimeError("loopback server did not start within 30 s")
-        self.url = f"http://127.0.0.1:{mine.recv()}"
+            self.stop()
+            raise RuntimeError(f"{self.what} did not start within 30 s")
+        self.url = self._url(mine.recv())
         self._pipe = mine
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Close the pipe (the server exits) and reap the process."""
         if self._pipe is not None:
-            self._pipe.close()  # the watcher thread exits the server
+            self._pipe.close()
             self._pipe = None
         if self._process is not None:
             self._process.join(5)
@@ -143,3 +158,29 @@ class LoopbackServer:
                 self._process.terminate()
                 self._process.join(5)
             self._process = None
+
+
+class LoopbackServer(SpawnedServer):
+    """The server process; use as a context manager. ``url`` is ``http://127.0.0.1:<port>``."""
+
+    what = "loopback server"
+
+    def __init__(self, max_seconds: float = 900.0) -> None:
+        super().__init__()
+        self.max_seconds = max_seconds
+
+    def _target(self) -> Callable[..., None]:
+        return _run
+
+    def _args(self) -> Tuple[Any, ...]:
+        return (self.max_seconds,)
+
+    def _url(self, first: Any) -> str:
+        return f"http://127.0.0.1:{first}"
+
+    def __enter__(self) -> LoopbackServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -49,13 +49,14 @@ import contextlib
 import http.client
 import json
 import math
-import multiprocessing
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from _loopback import SpawnedServer  # benchmarks/ is on the path wherever this is imported
 
 Clock = Callable[[], float]
 Headers = Dict[str, str]
@@ -349,7 +350,7 @@ class QuotaServer:
 # -- in its own process -----------------------------------------------------------------------------
 
 
-def _serve_process(kind: str, pipe: Connection) -> None:
+def _serve_process(pipe: Connection, kind: str) -> None:
     """Process entry point: serve ``make(kind)``, report the URL, exit when the parent's pipe closes."""
     server = QuotaServer(make(kind))
     pipe.send(server.url)
@@ -372,28 +373,27 @@ def _request(url: str, method: str, path: str) -> bytes:
         conn.close()
 
 
-class QuotaProcess:
+class QuotaProcess(SpawnedServer):
     """``make(kind)`` served by a spawned process; ``stats()`` and ``reset()`` go over HTTP."""
 
     def __init__(self, kind: str) -> None:
         make(kind)  # an unknown kind fails here, not in the child
+        super().__init__()
         self.kind = kind
-        self.url = ""
-        self._process: Optional[Any] = None
-        self._pipe: Optional[Connection] = None
+        self.what = f"quota server {kind!r}"
+
+    def _target(self) -> Callable[..., None]:
+        return _serve_process
+
+    def _args(self) -> Tuple[Any, ...]:
+        return (self.kind,)
 
     def __enter__(self) -> QuotaProcess:
-        ctx = multiprocessing.get_context("spawn")
-        mine, theirs = ctx.Pipe()
-        self._process = ctx.Process(target=_serve_process, args=(self.kind, theirs), daemon=True)
-        self._process.start()
-        theirs.close()
-        if not mine.poll(30):
-            self.__exit__()
-            raise RuntimeError(f"quota server {self.kind!r} did not start within 30 s")
-        self.url = mine.recv()
-        self._pipe = mine
+        self.start()
         return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def describe(self) -> Dict[str, Any]:
         return {"kind": self.kind, "summary": KINDS[self.kind][0], **make(self.kind).describe()}
@@ -403,14 +403,3 @@ class QuotaProcess:
 
     def reset(self) -> None:
         _request(self.url, "POST", "/_reset")
-
-    def __exit__(self, *exc: object) -> None:
-        if self._pipe is not None:
-            self._pipe.close()
-            self._pipe = None
-        if self._process is not None:
-            self._process.join(5)
-            if self._process.is_alive():
-                self._process.terminate()
-                self._process.join(5)
-            self._process = None
