@@ -201,8 +201,10 @@ def acquire(
     if time_left >= 0 and wait > time_left:
         return Turn(REFUSED, wait, source)
     # Slow start: with nothing known, count first attempts in flight (until the window is wide).
-    track = interval == 0 and not budget and st.win < OPEN_WINDOW
-    if track and retry == FIRST and len(st.flight) >= st.win:
+    # Retries take no slot: a retry sleeping its backoff is not in flight, and counting it
+    # would hold every new request for as long as the herd backs off.
+    track = retry == FIRST and interval == 0 and not budget and st.win < OPEN_WINDOW
+    if track and len(st.flight) >= st.win:
         pause = _pause(st, rand)
         if time_left < 0 or pause < time_left:  # one about to miss its deadline goes instead
             return Turn(AGAIN, pause, SLOW_START)

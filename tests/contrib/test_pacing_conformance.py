@@ -250,6 +250,11 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         *burst(4, 0.0, "a", "send 0.000"),
         (0.0, "acq", "r", {"retry": "error", "not_before": 0.5}, "send 0.500"),
     ]),
+    "a retry sleeping its backoff holds no slot from first attempts": ({}, [
+        *burst(3, 0.0, "a", "send 0.000"),
+        (0.0, "acq", "r", {"retry": "error", "not_before": 8.0}, "send 8.000"),
+        (0.0, "acq", "b", {}, "send 0.000"),
+    ]),
     "a first attempt that would miss its deadline waiting goes instead": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
         (0.0, "acq", "b", {"time_left": 0.01}, "send 0.000"),

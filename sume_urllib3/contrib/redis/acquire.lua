@@ -88,8 +88,8 @@ elseif source == 2 then
 end
 local wait = turn - now
 if time_left >= 0 and wait > time_left then return answer(1, wait, source) end
-local track = interval == 0 and (not budget) and st.win < OPEN
-if track and retry == 0 and flight >= st.win then
+local track = retry == 0 and interval == 0 and (not budget) and st.win < OPEN
+if track and flight >= st.win then
   local p = pause()
   if time_left < 0 or p < time_left then return answer(2, p, 3) end
 end
