@@ -16,7 +16,7 @@ from requests.utils import requote_uri
 
 from . import _sleeping
 from ._budget import RetryBudget
-from ._errors import ConfigurationError, SumeRetryError, give_up_for
+from ._errors import ConfigurationError, SumeRetryError, raisable, throw
 from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet
 from ._helpers import RandomSource, header_value, leaves_origin
 from ._idempotency import (
@@ -266,12 +266,8 @@ class SumeAdapter(HTTPAdapter):
             except requests.exceptions.RequestException as exc:
                 if broken is not None:  # the resend failed too: the caller hears of the body
                     raise self._body_failed(context, request, broken) from exc
-                record = self._finish(context, request, None, None)
-                setattr(exc, "sume", record)
-                give_up = give_up_for(exc, record)
-                if give_up is None:
-                    raise
-                raise give_up from exc  # also requests' own class: its except clauses still work
+                # A give-up that is also requests' own class: its except clauses still work.
+                throw(exc, self._finish(context, request, None, None))
             if context.grant is not None:
                 self._release(context, response.status_code, response.headers)
             if stream or response.status_code >= 400 or response.is_redirect:
@@ -286,11 +282,7 @@ class SumeAdapter(HTTPAdapter):
                     record = self._finish(
                         context, request, response.status_code, response.headers, error=type(exc).__name__
                     )
-                    setattr(exc, "sume", record)
-                    give_up = give_up_for(exc, record)
-                    if give_up is None:
-                        raise
-                    raise give_up from exc
+                    throw(exc, record)
                 response.close()
                 broken = exc
                 self.retry.sleep()
@@ -316,11 +308,7 @@ class SumeAdapter(HTTPAdapter):
                 record = self._finish(
                     context, request, response.status_code, response.headers, error=type(exc).__name__
                 )
-                setattr(exc, "sume", record)
-                give_up = give_up_for(exc, record)
-                if give_up is None:
-                    raise
-                raise give_up from exc
+                throw(exc, record)
         return response
 
     def _take_turn(
@@ -483,10 +471,7 @@ class SumeAdapter(HTTPAdapter):
         (``ChunkedEncodingError``); the resend's own failure is its cause, and its attempts
         are in the record.
         """
-        record = self._finish(context, request, None, None, error=type(broken).__name__)
-        setattr(broken, "sume", record)
-        give_up = give_up_for(broken, record)
-        return give_up if give_up is not None else broken
+        return raisable(broken, self._finish(context, request, None, None, error=type(broken).__name__))
 
     def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
         seen = self.retry.consult(context, response.raw)

@@ -23,7 +23,7 @@ catches what it caught before.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Type, Union
+from typing import Any, Dict, Mapping, NoReturn, Optional, Type, Union
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -172,6 +172,23 @@ def give_up_for(error: BaseException, record: SumeRecord) -> Optional[SumeRetryE
         give_up.message = f"{give_up.message}: {detail}"
         give_up.args = (give_up.message, give_up.args[1])
     return give_up
+
+
+def raisable(error: Exception, record: SumeRecord) -> Exception:
+    """What to raise for a transport error that ended a request: the give-up
+    :func:`give_up_for` builds for it, or ``error`` itself; either way tagged with ``record``
+    (``exc.sume``). Raise it ``from error`` when it is not ``error`` (see :func:`throw`)."""
+    setattr(error, "sume", record)
+    give_up = give_up_for(error, record)
+    return error if give_up is None else give_up
+
+
+def throw(error: Exception, record: SumeRecord) -> NoReturn:
+    """Raise :func:`raisable` for ``error`` (from ``error``, so the traceback keeps both)."""
+    give_up = raisable(error, record)
+    if give_up is error:
+        raise error
+    raise give_up from error
 
 
 def _first_line(text: str, limit: int = 300) -> str:
