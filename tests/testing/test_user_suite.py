@@ -46,7 +46,10 @@ def run_pytest(folder: pathlib.Path, *args: str) -> subprocess.CompletedProcess[
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    plugins = {entry.name for entry in importlib.metadata.entry_points().select(group="pytest11")}
+    found = importlib.metadata.entry_points()
+    # Python < 3.10 answers a dict of groups; later ones an EntryPoints with select().
+    group = found.select(group="pytest11") if hasattr(found, "select") else found.get("pytest11", ())  # type: ignore[attr-defined,unused-ignore]
+    plugins = {entry.name for entry in group}
     assert "sume_urllib3" in plugins, "install the package (pip install -e .) so pytest loads its plugin"
     folder = tmp_path_factory.mktemp("user_suite")
     shutil.copy(SUITE, folder / "test_user_suite.py")
