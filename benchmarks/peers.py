@@ -72,7 +72,10 @@ LINES: Dict[str, Tuple[str, Tuple[str, ...]]] = {
             "pysocks",
             "tornado==6.4.1",
             "mock",
-            "python-dateutil",
+            # As urllib3 1.26's dev-requirements pin it; its tests also import six, which
+            # python-dateutil 4 no longer brings along.
+            "python-dateutil==2.9.0.post0",
+            "six",
             "pytest-freezegun",
             "cryptography",
             "flaky",
