@@ -153,22 +153,46 @@ def test_a_lone_request_is_never_delayed_and_retries_never_get_again(server: Red
 
 
 def test_the_retry_budget_is_shared_and_throttle_waits_do_not_spend_it(server: RedisServer) -> None:
-    """retry="error" spends the fleet-wide budget until refused; retry="throttle" never does."""
+    """retry="error" spends the fleet-wide budget; retry="throttle" never does. Spent, it waits
+    for its floor to refill (each waiting retry counted, so the next waits longer), and is
+    refused only when that wait passes the deadline."""
     from sume_urllib3 import RetryBudget
 
     clock = VirtualTime()
-    budget = RetryBudget(ratio=0.5, window=10.0, min_per_second=0.2)  # floor: 2 retries per window
-    one, two = (make(server, rate="1000/s", retry_budget=budget, server_clock=clock) for _ in range(2))
+    budget = RetryBudget(ratio=0.5, window=10.0, min_per_second=0.3)  # floor: 3 retries per window
+    one, two = (make(server, retry_budget=budget, server_clock=clock) for _ in range(2))  # no pace
     assert all(f.acquire(KID, time_left=math.inf, retry="throttle").refused is None for f in (one, two) * 5)
-    assert one.acquire(KID, time_left=math.inf, retry="error").refused is None
-    assert two.acquire(KID, time_left=math.inf, retry="error").refused is None
-    spent = one.acquire(KID, time_left=math.inf, retry="error")
+    assert 0.0 == one.acquire(KID, time_left=math.inf, retry="error").wait
+    assert 0.0 == two.acquire(KID, time_left=math.inf, retry="error").wait
+    assert 0.0 == one.acquire(KID, time_left=math.inf, retry="error").wait
+    # Spent (3 of 3): 3 * exp(-t / 10) + 1 <= 3 at t = 10 ln 1.5; then 4 counted: 10 ln 2.
+    def due(ln_of: float) -> float:  # whole microseconds, rounded up, as the script computes
+        return math.ceil(10e6 * math.log(ln_of)) / 1e6
+
+    assert due(1.5) == two.acquire(KID, time_left=math.inf, retry="error").wait
+    assert due(2.0) == one.acquire(KID, time_left=math.inf, retry="error").wait
+    late = two.acquire(KID, time_left=5.0, retry="error")
+    assert late.refused == (
+        "retry budget: the fleet's retries for this API key are spent: "
+        "next turn in 9.2s, after the deadline (5.0s left)"
+    )
+    assert due(2.5) == late.wait  # 5 counted over a floor of 3 - 1; the refused one reserved nothing
+    assert due(2.5) == two.acquire(KID, time_left=10.0, retry="error").wait
+
+
+def test_a_retry_budget_whose_floor_never_refills_refuses_at_once(server: RedisServer) -> None:
+    """A floor under one retry per window never lets a waiting retry through: refused now."""
+    from sume_urllib3 import RetryBudget
+
+    clock = VirtualTime()
+    budget = RetryBudget(ratio=0.5, window=10.0, min_per_second=0.05)  # floor: half a retry
+    fleet = make(server, retry_budget=budget, server_clock=clock)
+    for _ in range(4):  # four first attempts allow 0.5 each: 2 retries
+        fleet.acquire(KID, time_left=math.inf)
+    assert fleet.acquire(KID, time_left=math.inf, retry="error").refused is None
+    assert fleet.acquire(KID, time_left=math.inf, retry="error").refused is None
+    spent = fleet.acquire(KID, time_left=math.inf, retry="error")
     assert "retry budget: the fleet's retries for this API key are spent" == spent.refused
-    for _ in range(8):  # eight first attempts allow 0.5 each: 4 retries, above the floor of 2
-        one.acquire(KID, time_left=math.inf)
-    assert two.acquire(KID, time_left=math.inf, retry="error").refused is None
-    assert one.acquire(KID, time_left=math.inf, retry="error").refused is None
-    assert two.acquire(KID, time_left=math.inf, retry="error").refused is not None
 
 
 # -- processes, threads, fork, pickling ---------------------------------------------------------

@@ -72,7 +72,9 @@ class RedisFleet:
     down a configured rate is split among the processes Redis last saw using the key.
 
     ``rate`` and ``burst`` as for :class:`LocalFleet` (``burst`` defaults to 1);
-    ``retry_budget``'s ratio, window and floor set the fleet-wide budget (None: none);
+    ``retry_budget``'s ratio, window and floor set the fleet-wide budget (None: none): a
+    retry finding it spent waits for the floor to refill (so an outage is retried at the
+    floor's rate fleet-wide), refused only when that wait passes its deadline;
     ``ttl`` how long an idle key's state is kept. An in-flight entry of a process that died
     lasts as long as its attempt could have (rule 6), never the request's whole deadline.
     ``clock`` and ``rng`` drive the backoff and spreads; ``server_clock`` replaces Redis
@@ -181,7 +183,10 @@ class RedisFleet:
         if turn.code == REFUSED:
             return Grant(wait=wait, refused=refusal(source or "pace", wait, time_left), source=source)
         if turn.code == NO_BUDGET:
-            return Grant(refused="retry budget: the fleet's retries for this API key are spent")
+            why = "retry budget: the fleet's retries for this API key are spent"
+            if wait > 0:  # it refills: the retry's unit comes back after the deadline
+                return Grant(wait=wait, refused=refusal(why, wait, time_left), source=source)
+            return Grant(refused=why)
         if turn.code == AGAIN:
             return Grant(wait=wait, source=source, again=True)
         floor = max(not_before, 0.0)

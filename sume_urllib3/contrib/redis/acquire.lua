@@ -13,6 +13,7 @@
 --       15 client id  16 client window_us
 -- Returns {code, wait_us, source, slot_us, seq, epoch, inflight, entry held (0/1), clients, learning (0/1)}
 --   code 0 send after wait_us, 1 refused (turn after the deadline), 2 again, 3 retry budget spent
+--   (wait_us: when it refills for this retry, after the deadline; 0: it never refills)
 --   source 0 none, 1 pace, 2 cooldown, 3 slow_start
 local SPREAD, IDLE, OPEN = SECOND, SECOND, 64
 local FIRST_LEASE, MIN_LEASE, LEASE_RTTS = 2 * SECOND, SECOND, 8
@@ -37,11 +38,21 @@ end
 
 -- The fleet-wide retry budget (not a pacing rule; LocalFleet leaves it to the session's
 -- RetryBudget): retries may be `ratio` of recent first attempts, with a floor, both decaying.
+-- A spent budget delays a retry rather than refusing it: the floor refills at `bfloor` per
+-- second, so the retry waits until its unit has decayed in (counted now, so the next one
+-- waits longer). An outage is then retried at the floor's rate fleet-wide, and a short one
+-- costs no request that unpaced clients would have carried through. Refused only when that
+-- wait passes the deadline, or when the floor is under one retry per window.
 if ratio >= 0 then
   local decay = math.exp(-math.max(0, now - rb.bts) / bwindow)
   rb.br, rb.bt, rb.bts = rb.br * decay, rb.bt * decay, now
-  if retry == 2 and rb.bt + 1 > math.max(ratio * rb.br, bfloor * bwindow / 1000000) + 1e-9 then
-    return {3, 0, 0, 0, 0, 0, 0, 0, clients, 0}
+  local floor = bfloor * bwindow / 1000000
+  if retry == 2 and rb.bt + 1 > math.max(ratio * rb.br, floor) + 1e-9 then
+    if floor <= 1 then return {3, 0, 0, 0, 0, 0, 0, 0, clients, 0} end
+    -- bt * exp(-dt / window) + 1 <= floor
+    local due = math.ceil(bwindow * math.log(rb.bt / (floor - 1)))
+    if time_left >= 0 and due > time_left then return {3, due, 0, 0, 0, 0, 0, 0, clients, 0} end
+    not_before = math.max(not_before, due)
   end
 end
 
