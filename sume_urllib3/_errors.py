@@ -23,7 +23,8 @@ catches what it caught before.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, NoReturn, Optional, Type, Union
+import pickle
+from typing import Any, Dict, Mapping, NoReturn, Optional, Tuple, Type, Union
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
@@ -53,10 +54,13 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
     over the pace) and None when retrying cannot help; ``idempotency_key`` the key to send
     again, so a task queue can retry later as the same logical request.
 
-    It pickles with its record (not the live response), and its ``args`` are
-    ``(message, summary)`` with a JSON-safe summary of the record, from which it is built
-    again: a JSON result backend (Celery's) returns the same class with the same
-    ``retry_in``, ``idempotency_key`` and record.
+    It pickles with its record (not the live response), and its ``args`` end with
+    ``(message, summary)``, a JSON-safe summary of the record, from which it is built
+    again: a JSON result backend (Celery's, which calls ``cls(*args)``) returns the same
+    class with the same ``retry_in``, ``idempotency_key`` and record. A transport give-up
+    puts what requests put first in front of them, as requests does: ``args[0]`` is
+    urllib3's error (``exc.args[0].args[0]`` reads ``"... Read timed out ..."``; a JSON
+    backend keeps its repr).
     """
 
     # The last response, body intact. None when no response ended the request: nothing was
@@ -65,14 +69,19 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
 
     def __init__(
         self,
-        record: Union[SumeRecord, str],
+        record: Union[SumeRecord, str, object],
         response: Any = None,
         request: Any = None,
     ) -> None:
         message = None
+        first: Tuple[object, ...] = ()
+        if not isinstance(record, SumeRecord) and isinstance(response, str):
+            # Rebuilt from a transport give-up's ``args``: requests' first argument (urllib3's
+            # error, or its repr after a JSON backend), the message, the record's summary.
+            first, record, response, request = (record,), response, request, None
         if isinstance(record, str):
-            # Rebuilt from ``args`` (a JSON result backend calls ``cls(*args)``): the message
-            # first, then the record's summary.
+            # Rebuilt from ``args`` (a JSON result backend calls ``cls(*args)``): the message,
+            # then the record's summary.
             message = record
             record = record_from_summary(response if isinstance(response, Mapping) else {}, message)
             response = None
@@ -85,7 +94,7 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
             response=response,
             request=request if request is not None else getattr(response, "request", None),
         )
-        self.args = (self.message, summary(record))
+        self.args = (*first, self.message, summary(record))
 
     def __str__(self) -> str:
         return self.message
@@ -107,7 +116,7 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
 
     def __reduce__(self) -> Any:
         # RetryError pickles its args only; keep the record and drop the live response.
-        return (_rebuild_retry_error, (type(self), self.record, self.message))
+        return (_rebuild_retry_error, (type(self), self.record, self.message, *_picklable(self.args[:-2])))
 
 
 class SumeConnectionError(SumeRetryError, requests.exceptions.ConnectionError):
@@ -170,7 +179,9 @@ def give_up_for(error: BaseException, record: SumeRecord) -> Optional[SumeRetryE
     detail = _first_line(str(error))
     if detail:
         give_up.message = f"{give_up.message}: {detail}"
-        give_up.args = (give_up.message, give_up.args[1])
+    # requests' callers read args[0] (urllib3's error, as requests put it there); the message
+    # and the summary follow, so a JSON result backend still rebuilds the give-up.
+    give_up.args = (*error.args[:1], give_up.message, give_up.args[-1])
     return give_up
 
 
@@ -197,12 +208,27 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _rebuild_retry_error(cls: Type[SumeRetryError], record: SumeRecord, message: str = "") -> SumeRetryError:
+def _rebuild_retry_error(
+    cls: Type[SumeRetryError], record: SumeRecord, message: str = "", *first: object
+) -> SumeRetryError:
     error = cls(record)
     if message:
         error.message = message
-        error.args = (message, error.args[1])
+    error.args = (*first, error.message, error.args[-1])
     return error
+
+
+def _picklable(values: Tuple[object, ...]) -> Tuple[object, ...]:
+    """``values``, each one that does not pickle replaced by its repr (as Celery's JSON
+    backend replaces what it cannot encode): a give-up always pickles with its record."""
+    out = []
+    for value in values:
+        try:
+            pickle.dumps(value)
+        except Exception:  # any failure to pickle: the object's own __reduce__ may raise anything
+            value = repr(value)
+        out.append(value)
+    return tuple(out)
 
 
 def describe(record: SumeRecord) -> str:
@@ -278,4 +304,3 @@ def _without_secrets(url: str) -> str:
         return ""
     host = parts.netloc.rpartition("@")[2]  # without user:password
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
-

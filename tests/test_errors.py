@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 import time
 from typing import Any, Callable, Mapping, Optional, Type
 
 import pytest
 import requests
+from urllib3.exceptions import ReadTimeoutError
 
 from sume_urllib3 import (
     ConfigurationError,
@@ -214,6 +216,67 @@ def test_rebuilds_from_json_args_as_a_json_result_backend_does(cls: Type[SumeRet
     assert 1.5 == back.retry_in
     assert a_record().idempotency_key == back.idempotency_key
     assert a_record(url="https://api.example/v1/avatars") == back.record  # query and credentials gone
+
+
+def a_transport_give_up() -> SumeRetryError:
+    """What SumeSession raises when a read times out: requests put urllib3's error in args[0]."""
+    urllib3_error = ReadTimeoutError(None, "/v1/jobs", "Read timed out. (read timeout=2.0)")  # type: ignore[arg-type]
+    give_up = give_up_for(requests.exceptions.ReadTimeout(urllib3_error), a_record())
+    assert give_up is not None
+    return give_up
+
+
+def test_a_transport_give_up_keeps_requests_first_argument() -> None:
+    """args[0] is urllib3's error, as in requests (its own suite reads ``e.args[0].args[0]``)."""
+    error = a_transport_give_up()
+
+    assert isinstance(error.args[0], ReadTimeoutError)
+    assert "Read timed out" in error.args[0].args[0]
+    assert (str(error), summary(a_record())) == error.args[1:]
+
+
+def test_a_transport_give_up_rebuilds_from_json_args() -> None:
+    """A JSON backend keeps urllib3's error as its repr; the give-up, its record and args come back."""
+    error = a_transport_give_up()
+    encodable = [repr(arg) if isinstance(arg, BaseException) else arg for arg in error.args]
+
+    back = type(error)(*json.loads(json.dumps(encodable)))
+
+    assert (SumeReadTimeout, str(error), 1.5) == (type(back), str(back), back.retry_in)
+    assert a_record(url="https://api.example/v1/avatars") == back.record
+    assert "Read timed out" in back.args[0]
+    assert back.args == type(back)(*back.args).args  # stored again, read again: the same
+
+
+def test_a_transport_give_up_round_trips_celerys_json_backend() -> None:
+    """Celery's own prepare_exception / exception_to_python with the JSON serializer."""
+    celery = pytest.importorskip("celery")
+    from celery.backends.base import Backend
+
+    backend = Backend(app=celery.Celery(set_as_current=False), serializer="json")
+    error = a_transport_give_up()
+
+    back = backend.exception_to_python(backend.decode(backend.encode(backend.prepare_exception(error))))
+
+    assert (SumeReadTimeout, str(error), error.idempotency_key) == (
+        type(back),
+        str(back),
+        back.idempotency_key,
+    )
+    assert "Read timed out" in back.args[0]
+
+
+def test_a_transport_give_up_pickles_with_requests_first_argument() -> None:
+    """Pickled it keeps args[0] (urllib3's error pickles); one that does not pickle becomes its repr."""
+    back = pickle.loads(pickle.dumps(a_transport_give_up()))
+
+    assert (SumeReadTimeout, a_record()) == (type(back), back.record)
+    assert "Read timed out" in back.args[0].args[0]
+
+    unpicklable = give_up_for(requests.exceptions.ConnectionError(threading.Lock()), a_record())
+    again = pickle.loads(pickle.dumps(unpicklable))
+    assert (SumeConnectionError, a_record()) == (type(again), again.record)
+    assert "lock" in again.args[0]
 
 
 def test_the_summary_leaves_the_urls_secrets_out() -> None:
