@@ -15,9 +15,10 @@ The rules (README "Pacing", DESIGN.md section 10):
    window/limit (1% slack: an exact spacing meets a fixed window's edge), never faster than a
    configured pace; its burst is the limit only while Remaining is tracked (rule 4), else 1.
 4. **Remaining and Reset are a budget, not a pace** (a learned pace only). "R left, reset in T"
-   allows R more attempts, less those sent after the answered one, until T (at most one stated
-   interval when rule 3 knows one). At 0, one probe goes at T; the others come back after its
-   answer, so they do not all meet an unrefilled quota.
+   allows R more attempts, less those the server may not have seen yet (sent after the answered
+   one, or still in flight), until T (at most one stated interval when rule 3 knows one). At
+   0, one probe goes at T; the others come back after its answer, so they do not all meet an
+   unrefilled quota.
 5. **Unknown pace.** First attempts: at most ``window`` (4) in flight, +1 per success; it
    stops counting at 64. A 429 acts once per round (one answering an attempt sent before the
    last decrease changes nothing): it sets the pace to what the server admitted, successes
@@ -204,6 +205,9 @@ def acquire(
     # Retries take no slot: a retry sleeping its backoff is not in flight, and counting it
     # would hold every new request for as long as the herd backs off.
     track = retry == FIRST and interval == 0 and not budget and st.win < OPEN_WINDOW
+    # Under a budget every attempt holds an entry (no window): a later reading must know
+    # what is still on its way to the server (rule 4).
+    keep = track or budget
     if track and len(st.flight) >= st.win:
         pause = _pause(st, rand)
         if time_left < 0 or pause < time_left:  # one about to miss its deadline goes instead
@@ -216,7 +220,7 @@ def acquire(
     elif budget:
         st.rem -= 1
     st.seq += 1
-    if track:
+    if keep:
         lease = FIRST_LEASE_US if st.rt < 0 else max(MIN_LEASE_US, LEASE_RTTS * st.rt)
         if time_left >= 0:
             lease = min(lease, time_left)
@@ -259,8 +263,11 @@ def release(
         st.pi = _clamp(_ceil_div(window * 101, 100 * limit))
         st.pb = limit
     if remaining >= 0 and reset > 0 and seq >= st.rseq:
-        # The newest reading by send order; attempts granted after this one may be counted yet.
-        st.rem, st.rend, st.rseq, st.rat = remaining - (st.seq - seq), now + reset, seq, now
+        # The newest reading by send order. Not yet counted in it: the attempts granted after
+        # this one, and those still in flight (granted before it, they may reach the server
+        # after it did); counting both as spent, a reading never overstates what is left.
+        unseen = max(st.seq - seq, len(st.flight))
+        st.rem, st.rend, st.rseq, st.rat = remaining - unseen, now + reset, seq, now
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1

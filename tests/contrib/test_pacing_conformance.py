@@ -218,9 +218,18 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
     ]),
     "an older reading (by send order) never replaces a newer one": ({}, [
         *burst(2, 0.0, "a", "send 0.000"),
-        (0.01, "rel", "a1", 200, rl(5, 1)),
+        (0.01, "rel", "a1", 200, rl(5, 1)),  # a0 still in flight: 4 left
         (0.02, "rel", "a0", 200, rl(0, 1)),
-        *burst(5, 0.02, "b", ["send 0.000"] * 5),
+        *burst(5, 0.02, "b", ["send 0.000"] * 4 + ["send 0.990 pace"]),
+    ]),
+    "a reading does not count attempts still in flight: they may reach the server after it": ({}, [
+        *burst(3, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a2", 200, rl(5, 1)),  # a0 and a1, sent before a2, may arrive after it
+        *burst(4, 0.01, "b", ["send 0.000"] * 3 + ["send 1.000 pace"]),
+        *oks(0.02, ["a0", "a1"], rl(4, 1)),  # older readings: they change nothing
+        (0.02, "acq", "c", {}, "again 1.004 pace"),  # after the probe's answer: 0.99 + one RTT
+        (0.03, "rel", "b0", 200, rl(1, 1)),  # b1, b2 and the probe b3 unseen: 1 - 3, overspent
+        (0.03, "acq", "d", {}, "send 1.000 pace"),  # the new reading's own probe, at its Reset
     ]),
     "a budget past its Reset no longer holds": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),

@@ -100,6 +100,7 @@ end
 local wait = turn - now
 if time_left >= 0 and wait > time_left then return answer(1, wait, source) end
 local track = retry == 0 and interval == 0 and (not budget) and st.win < OPEN
+local keep = track or budget
 if track and flight >= st.win then
   local p = pause()
   if time_left < 0 or p < time_left then return answer(2, p, 3) end
@@ -112,7 +113,7 @@ elseif budget then
 end
 st.seq = st.seq + 1
 local held = 0
-if track then
+if keep then
   local lease = FIRST_LEASE
   if st.rt >= 0 then lease = math.max(MIN_LEASE, LEASE_RTTS * st.rt) end
   if time_left >= 0 then lease = math.min(lease, time_left) end

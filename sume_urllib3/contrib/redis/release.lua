@@ -30,7 +30,8 @@ if limit >= 1 and window > 0 then
   st.pb = limit
 end
 if remaining >= 0 and reset > 0 and seq >= st.rseq then
-  st.rem, st.rend, st.rseq, st.rat = remaining - (st.seq - seq), now + reset, seq, now
+  local unseen = math.max(st.seq - seq, redis.call('ZCARD', KEYS[2]))
+  st.rem, st.rend, st.rseq, st.rat = remaining - unseen, now + reset, seq, now
 end
 if status == 429 then
   if epoch == st.epoch then
