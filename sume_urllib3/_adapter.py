@@ -234,13 +234,14 @@ class SumeAdapter(HTTPAdapter):
             if first is not None:  # a plain requests.Session following our last redirect
                 self._redirected(first, request)
             self._join(context, request)
-        policy = context.policy or self.policy
+        retry = self.retry
+        policy = context.policy or retry.policy
         fleet = context.fleet
         if fleet is not None and context.hops and leaves_origin(context.url, request.url or ""):
             fleet = context.fleet = None  # another host's answers must not pace this key
         if fleet is not None:
             key_id = context.key_id or self._key_id(request)
-            left = context.deadline(policy) - _sleeping.now(self.retry.clock)
+            left = context.deadline(policy) - _sleeping.now(retry.clock)
             grant = fleet.acquire(key_id, time_left=left)
             if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
                 context.grant, context.key_id = grant, key_id
@@ -250,7 +251,7 @@ class SumeAdapter(HTTPAdapter):
         timeout = capped(
             check_timeout(timeout) if timeout is not None else self.timeout,
             context.deadline(policy),
-            self.retry.clock,
+            retry.clock,
         )
         broken: Optional[Exception] = None  # a body that broke mid-read, being resent
         while True:
@@ -377,11 +378,13 @@ class SumeAdapter(HTTPAdapter):
                 context.replayable = False
         if not context.owned:
             context.fleet = self.fleet
-        budget = self.retry.retry_budget
+        retry = self.retry
+        budget = retry.retry_budget
         if budget is not None:
             budget.record_request()
-        if self.observers.starts:
-            self.observers.start(RequestStart(method, context.url, key))
+        observers = retry.observers
+        if observers.starts:
+            observers.start(RequestStart(method, context.url, key))
 
     def _redirected(self, first: str, request: requests.PreparedRequest) -> None:
         """A redirect hop: keep the keys only where they still mean the same request."""

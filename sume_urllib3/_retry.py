@@ -212,9 +212,15 @@ class SumeRetry(Retry):
         Added: a status the policy has a retry row for, and, without a ``status_forcelist``
         and with ``Policy.trust_body``, every error status (its body may make it a retry).
         """
+        forced = self.status_forcelist
+        if (
+            status_code < 400
+            and not (forced and status_code in forced)
+            and status_code not in self.RETRY_AFTER_STATUS_CODES
+        ):
+            return False  # a success or redirect: asked on every response, answered first
         if not self._is_method_retryable(method):
             return False
-        forced = self.status_forcelist
         if forced and status_code in forced:
             return True
         if status_code >= 400 and (self._retry_row(status_code) or (not forced and self.policy.trust_body)):

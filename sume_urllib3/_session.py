@@ -236,8 +236,10 @@ class SumeSession(requests.Session):
         """
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        context = RequestContext(_sleeping.now(self.adapter.retry.clock), policy=policy, owned=True)
-        context.fleet = self.adapter.fleet
+        adapter = self.adapter
+        clock = adapter.retry.clock
+        context = RequestContext(_sleeping.now(clock), policy=policy, owned=True)
+        context.fleet = adapter.fleet
         token = current.set(context)
         try:
             return super().request(_text(method), _text(url), *args, **kwargs)
@@ -245,9 +247,7 @@ class SumeSession(requests.Session):
             if context.record is not None and getattr(exc, "sume", None) is None:
                 # Raised by requests after a hop ended (too many redirects, a bad Location):
                 # the request did not end as that hop's record says.
-                context.record = context.finish(
-                    None, None, _sleeping.now(self.adapter.retry.clock), error=type(exc).__name__
-                )
+                context.record = context.finish(None, None, _sleeping.now(clock), error=type(exc).__name__)
                 setattr(exc, "sume", context.record)
             raise
         finally:
@@ -311,9 +311,10 @@ class SumeSession(requests.Session):
     def _report(self, context: RequestContext) -> None:
         """Tell the observers once; an extra SumeAdapter mounted here adds its own."""
         assert context.record is not None
-        self.observers.outcome(context.record)
+        own = self.adapter
+        own.retry.observers.outcome(context.record)  # self.observers, one property hop fewer
         adapter = context.adapter
-        if adapter is not None and adapter is not self.adapter:
+        if adapter is not None and adapter is not own:
             mine = set(map(id, self.observers))
             for observer in adapter.observers:
                 if id(observer) not in mine:
