@@ -75,7 +75,8 @@ class Config:
 class State:
     """Everything known about one key; field for field the Redis hash ``{prefix:kid}:s``.
 
-    ``flight`` (entry -> lease end) is the Redis sorted set ``{prefix:kid}:i``.
+    ``flight`` (member -> lease end) is the Redis sorted set ``{prefix:kid}:i``; a member is
+    ``"<seq>:<entry>"``, so a reading can tell which attempts in flight were granted before it.
     """
 
     tat: int = 0  # GCRA's theoretical arrival time
@@ -88,6 +89,7 @@ class State:
     rend: int = 0  # when the budget reading expires (its Reset; 0: no reading)
     rseq: int = 0  # the grant number whose answer gave the reading
     rat: int = 0  # when that answer came
+    rr: int = 0  # the Remaining that answer said
     probe: int = 0  # the budget-window end a probe was reserved for
     seq: int = 0  # grants so far
     win: int = -1  # slow-start window (-1: not started, Config.window)
@@ -136,6 +138,15 @@ def pace(st: State, cfg: Config, now: int) -> Tuple[int, int]:
     return interval, max(1, burst)
 
 
+def _member(seq: int, entry: str) -> str:
+    return f"{seq}:{entry}"
+
+
+def _granted_before(st: State, seq: int) -> int:
+    """Attempts in flight that were granted before grant ``seq``."""
+    return sum(1 for member in st.flight if int(member.split(":", 1)[0]) < seq)
+
+
 def _purge(st: State, now: int) -> None:
     if st.flight:
         for entry in [e for e, end in st.flight.items() if end <= now]:
@@ -178,8 +189,9 @@ def acquire(
     probe = 0  # when this attempt goes as the budget's one probe (0: it is not the probe)
     if budget and st.rem <= 0:
         # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
-        # quota comes one stated interval after the reading.
-        hold = min(st.rend, st.rat + st.pi) if st.pi > 0 else st.rend
+        # quota comes one stated interval after the reading, and each unit overspent (sent,
+        # not yet seen by the server) takes one more.
+        hold = min(st.rend, st.rat + st.pi * (1 - st.rem)) if st.pi > 0 else st.rend
         if st.probe >= hold:
             # The probe for this reading is out: come back once it should have been answered.
             wait = max(start, hold) - now + _pause(st, rand)
@@ -224,7 +236,7 @@ def acquire(
         lease = FIRST_LEASE_US if st.rt < 0 else max(MIN_LEASE_US, LEASE_RTTS * st.rt)
         if time_left >= 0:
             lease = min(lease, time_left)
-        st.flight[entry] = turn + lease
+        st.flight[_member(st.seq, entry)] = turn + lease
     else:
         entry = ""
     return Turn(SEND, wait, source, turn, st.seq, st.epoch, len(st.flight), entry, st.li > 0)
@@ -251,8 +263,8 @@ def release(
 
     Returns True when this response started a cooldown (nobody was cooling before).
     """
-    if entry:
-        st.flight.pop(entry, None)
+    # Was this attempt in flight (not purged as dead)? Then a reading taken since counted it.
+    was_out = bool(entry) and st.flight.pop(_member(seq, entry), None) is not None
     _purge(st, now)
     if st.win < 0:
         st.win = cfg.window
@@ -263,11 +275,15 @@ def release(
         st.pi = _clamp(_ceil_div(window * 101, 100 * limit))
         st.pb = limit
     if remaining >= 0 and reset > 0 and seq >= st.rseq:
-        # The newest reading by send order. Not yet counted in it: the attempts granted after
-        # this one, and those still in flight (granted before it, they may reach the server
-        # after it did); counting both as spent, a reading never overstates what is left.
-        unseen = max(st.seq - seq, len(st.flight))
-        st.rem, st.rend, st.rseq, st.rat = remaining - unseen, now + reset, seq, now
+        # The newest reading by send order. Not counted in it yet: the attempts granted after
+        # this one, and those granted before it still in flight (they may reach the server
+        # after it did). Counting both as spent, a reading never overstates what is left.
+        unseen = st.seq - seq + _granted_before(st, seq)
+        st.rem, st.rend, st.rseq, st.rat, st.rr = remaining - unseen, now + reset, seq, now, remaining
+    elif was_out and seq < st.rseq and remaining > st.rr and _budget_valid(st, now):
+        # An older answer, counted as unseen by the reading: it left more than the reading
+        # said, so the server had counted it before answering the reading's attempt.
+        st.rem += 1
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1

@@ -79,7 +79,7 @@ local function answer(code, wait, why)
   return {code, wait, why, 0, 0, 0, 0, 0, clients, 0}
 end
 local hold = st.rend
-if st.pi > 0 then hold = math.min(st.rend, st.rat + st.pi) end
+if st.pi > 0 then hold = math.min(st.rend, st.rat + st.pi * (1 - math.min(st.rem, 0))) end
 if budget and st.rem <= 0 then
   if st.probe >= hold then
     local wait = math.max(start, hold) - now + pause()
@@ -117,7 +117,7 @@ if keep then
   local lease = FIRST_LEASE
   if st.rt >= 0 then lease = math.max(MIN_LEASE, LEASE_RTTS * st.rt) end
   if time_left >= 0 then lease = math.min(lease, time_left) end
-  redis.call('ZADD', KEYS[2], fmt(turn + lease), entry)
+  redis.call('ZADD', KEYS[2], fmt(turn + lease), fmt(st.seq) .. ':' .. entry)
   redis.call('PEXPIRE', KEYS[2], math.floor((turn + lease - now) / 1000) + 1000)
   flight, held = flight + 1, 1
 end

@@ -19,7 +19,8 @@ local ttl_ms = num(ARGV[17], 3600000)
 
 local function clamp(x) return math.min(math.max(x, MIN_INTERVAL), MAX_INTERVAL) end
 
-if entry ~= '' then redis.call('ZREM', KEYS[2], entry) end
+-- Was this attempt in flight (not purged as dead)? Then a reading taken since counted it.
+local was_out = entry ~= '' and redis.call('ZREM', KEYS[2], fmt(seq) .. ':' .. entry) == 1
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(now))
 st.last = now
 if status > 0 and slot > 0 and slot <= now then
@@ -30,8 +31,15 @@ if limit >= 1 and window > 0 then
   st.pb = limit
 end
 if remaining >= 0 and reset > 0 and seq >= st.rseq then
-  local unseen = math.max(st.seq - seq, redis.call('ZCARD', KEYS[2]))
-  st.rem, st.rend, st.rseq, st.rat = remaining - unseen, now + reset, seq, now
+  -- Not counted in this reading yet: granted after it, and granted before it still in flight.
+  local unseen = st.seq - seq
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if tonumber(string.match(member, '^(%d+):')) < seq then unseen = unseen + 1 end
+  end
+  st.rem, st.rend, st.rseq, st.rat, st.rr = remaining - unseen, now + reset, seq, now, remaining
+elseif was_out and seq < st.rseq and remaining > st.rr and budget_valid() then
+  -- An older answer the reading counted as unseen, which the server had counted already.
+  st.rem = st.rem + 1
 end
 if status == 429 then
   if epoch == st.epoch then
