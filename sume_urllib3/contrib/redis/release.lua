@@ -34,7 +34,8 @@ if remaining >= 0 and reset > 0 and seq >= st.rseq then
   -- Not counted in this reading yet: granted after it, and granted before it still in flight.
   local unseen = st.seq - seq
   for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-    if tonumber(string.match(member, '^(%d+):')) < seq then unseen = unseen + 1 end
+    local granted = tonumber(string.match(member, '^(%d+):'))  -- nil: an older version's entry
+    if granted ~= nil and granted < seq then unseen = unseen + 1 end
   end
   st.rem, st.rend, st.rseq, st.rat, st.rr = remaining - unseen, now + reset, seq, now, remaining
 elseif was_out and seq < st.rseq and remaining > st.rr and budget_valid() then
