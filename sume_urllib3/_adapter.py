@@ -12,6 +12,7 @@ from urllib.parse import urldefrag, urljoin
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
+from requests.models import REDIRECT_STATI
 from requests.utils import requote_uri
 
 from . import _sleeping
@@ -271,7 +272,10 @@ class SumeAdapter(HTTPAdapter):
                 throw(exc, self._finish(context, request, None, None))
             if context.grant is not None:
                 self._release(context, response.status_code, response.headers)
-            if stream or response.status_code >= 400 or response.is_redirect:
+            status = response.status_code
+            # is_redirect looks for Location in a CaseInsensitiveDict (a KeyError raised and
+            # caught when it is absent): asked only of a redirect status.
+            if stream or status >= 400 or (status in REDIRECT_STATI and response.is_redirect):
                 break  # a redirect's body is requests' to read (it forgives a bad one)
             try:
                 response.content  # noqa: B018 - requests reads it next; read it where we can act
