@@ -22,10 +22,12 @@ The rules (README "Pacing", DESIGN.md section 10):
 5. **Unknown pace.** First attempts: at most ``window`` (4) in flight, +1 per success; it
    stops counting at 64. A 429 acts once per round (one answering an attempt sent before the
    last decrease changes nothing): it sets the pace to what the server admitted, successes
-   since the round began over that time (at least the Retry-After, at least 1 s), or halves
-   a pace learned so, or halves the window when there is nothing to measure. A learned pace
-   creeps up 1% per success and is dropped once no slower than the configured or stated one.
-   A key idle for a second starts measuring afresh: idle time is never counted as time the
+   since the round began over that time (at least the Retry-After, at least 1 s; a success
+   sent before that 429 and answered after it still counts in it), never slower than half a
+   pace already known; or halves a known pace, or the window, when nothing got through. The
+   next turn comes one step of the new pace after the 429 (the quota it reported is empty).
+   A learned pace creeps up 1% per success and is dropped once no slower than the configured
+   or stated one. A key idle for a second starts measuring afresh: idle time is never counted as time the
    server admitted nothing.
 6. **Nothing waits on the dead.** An in-flight entry lasts as long as its attempt may (the
    time left, at most 8 response times, at least 1 s; 2 s before any response was seen).
@@ -90,6 +92,9 @@ class State:
     rseq: int = 0  # the grant number whose answer gave the reading
     rat: int = 0  # when that answer came
     rr: int = 0  # the Remaining that answer said
+    ms: int = 0  # the busy span the last 429 measured the pace over (0: it measured nothing)
+    mo: int = 0  # the successes counted in it
+    me: int = 0  # when that 429 came
     probe: int = 0  # the budget-window end a probe was reserved for
     seq: int = 0  # grants so far
     win: int = -1  # slow-start window (-1: not started, Config.window)
@@ -287,24 +292,37 @@ def release(
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1
+            st.ms = 0
             if remaining >= 0:
                 pass  # the server counts for us: its Remaining and Reset hold the key (rule 4)
             elif st.oks > 0:
                 span = max(now - st.ok0, retry_after, SECOND)
-                st.li = _clamp(_ceil_div(span, st.oks))
+                measured = _ceil_div(span, st.oks)
+                known = st.li or max(cfg.interval, st.pi)
+                # A round at most halves a known pace: a span too short to measure (floored
+                # to a second) must not turn 10/s into 3/s.
+                st.li = _clamp(min(measured, 2 * known) if known > 0 else measured)
+                st.ms, st.mo, st.me = span, st.oks, now
             elif st.li > 0:
                 st.li = _clamp(st.li * 2)
             elif max(cfg.interval, st.pi) > 0:
                 st.li = _clamp(max(cfg.interval, st.pi) * 2)
             else:
                 st.win = max(1, min(st.win, inflight) // 2)
-            st.tat = max(st.tat, now)
+            # The quota is empty now: the next turn one step of the new pace from here (sent
+            # at once, it would meet the same 429 and halve the pace again).
+            st.tat = max(st.tat, now + pace(st, cfg, now)[0])
             st.oks = 0
     elif 0 < status < 400:
         if st.oks == 0:
             st.ok0 = slot if 0 < slot <= now else now
         st.oks += 1
         if st.li > 0:
+            if st.ms > 0 and epoch == st.epoch - 1 and 0 < slot <= st.me:
+                # Sent before the 429 that measured the pace, answered after it: the server
+                # admitted it within that span too (answers of a herd arrive in any order).
+                st.mo += 1
+                st.li = min(st.li, _clamp(_ceil_div(st.ms, st.mo)))
             st.li = _clamp(st.li - st.li // 100)
             if st.li <= max(cfg.interval, st.pi):
                 st.li = 0  # recovered: the configured or stated pace rules again

@@ -116,10 +116,10 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
     "a 429 at a configured pace halves it, successes bring it back": ({"rate": "10/s"}, [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.05, "rel", "a", 429, {}),
-        (0.05, "acq", "b", {}, "send 0.050 pace"),
-        (0.05, "acq", "c", {}, "send 0.250 pace"),
+        (0.05, "acq", "b", {}, "send 0.200 pace"),  # the quota is empty: one new step from now
+        (0.05, "acq", "c", {}, "send 0.400 pace"),
         (0.3, "rel", "b", 200, {}),
-        (0.3, "acq", "d", {}, "send 0.200 pace"),
+        (0.3, "acq", "d", {}, "send 0.350 pace"),
     ]),
     # -- rule 1: cooldowns ----------------------------------------------------------------------
     "a Retry-After holds every new attempt until it ends (spread under a second)": (
@@ -286,15 +286,43 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         *oks(0.01, ["a0", "a1", "a2"]),
         *burst(3, 0.01, "b", "send 0.000"),
         *oks(0.02, ["b0", "b1", "b2"]),
-        (0.02, "rel", "a3", 429, {}),
-        *burst(3, 0.02, "c", ["send 0.000", "send 0.167 pace", "send 0.333 pace"]),
+        (0.02, "rel", "a3", 429, {}),  # 6 over 1 s; the next turn one step after the 429
+        *burst(3, 0.02, "c", ["send 0.167 pace", "send 0.333 pace", "send 0.500 pace"]),
     ]),
     "a 429 answering an attempt sent before the decrease changes nothing": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
         *oks(0.01, ["a0", "a1"]),
         (0.02, "rel", "a2", 429, {}),
         (0.02, "rel", "a3", 429, {}),
-        *burst(2, 0.02, "c", ["send 0.000", "send 0.500 pace"]),
+        *burst(2, 0.02, "c", ["send 0.500 pace", "send 1.000 pace"]),
+    ]),
+    "a success sent before the round's 429 and answered after it still counts in its pace": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1"]),
+        (0.02, "rel", "a2", 429, {}),  # 2 admitted over (at least) 1 s: 0.5 s
+        (0.03, "rel", "a3", 200, {}),  # 3 over 1 s: 0.333334 s, then 1% up: 0.330001 s
+        *burst(2, 0.03, "b", ["send 0.490 pace", "send 0.820 pace"]),  # from 0.02 + 0.5
+    ]),
+    "a round's 429 never slows a known pace by more than half": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1", "a2"]),
+        (0.01, "rel", "a3", 429, {}),  # 3 over 1 s: 0.333334 s
+        (0.01, "acq", "b", {}, "send 0.333 pace"),
+        (0.35, "rel", "b", 200, {}),  # 1% up: 0.330001 s
+        (0.35, "acq", "c", {}, "send 0.327 pace"),
+        (0.70, "rel", "c", 429, {}),  # 1 over 1 s would be 1 s; half the known pace: 0.660002 s
+        *burst(2, 0.70, "d", ["send 0.660 pace", "send 1.320 pace"]),
+    ]),
+    "a success granted before the round's 429 but sent after it does not count in its pace": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1", "a2"]),
+        (0.01, "rel", "a3", 429, {}),  # 0.333334 s
+        *burst(2, 0.01, "b", ["send 0.333 pace", "send 0.667 pace"]),
+        (0.35, "rel", "b0", 200, {}),  # 0.330001 s
+        (0.35, "acq", "c", {}, "send 0.660 pace"),  # granted now, sent at 1.010002
+        (0.69, "rel", "b1", 429, {}),  # a new round: 1 over 1 s, at most half: 0.660002 s
+        (1.02, "rel", "c", 200, {}),  # sent after that 429: only the 1% creep, 0.653402 s
+        *burst(2, 1.02, "d", ["send 0.330 pace", "send 0.983 pace"]),
     ]),
     "429 + Retry-After only: the pace admitted over the Retry-After, from the cooldown's end": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
@@ -314,19 +342,19 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
     "a second round's 429 with nothing admitted halves a learned pace": ({}, [
         *burst(2, 0.0, "a", "send 0.000"),
         (0.01, "rel", "a0", 200, {}),
-        (0.01, "rel", "a1", 429, {}),
-        (0.01, "acq", "b", {}, "send 0.000"),
-        (0.02, "rel", "b", 429, {}),
-        *burst(2, 0.02, "c", ["send 0.990 pace", "send 2.990 pace"]),
+        (0.01, "rel", "a1", 429, {}),  # 1 over 1 s
+        (0.01, "acq", "b", {}, "send 1.000 pace"),
+        (1.02, "rel", "b", 429, {}),  # nothing admitted since: 2 s
+        *burst(2, 1.02, "c", ["send 2.000 pace", "send 4.000 pace"]),
     ]),
     "a learned pace creeps up 1% per success": ({}, [
         *burst(2, 0.0, "a", "send 0.000"),
         (0.01, "rel", "a0", 200, {}),
-        (0.01, "rel", "a1", 429, {}),
-        (0.01, "acq", "b", {}, "send 0.000"),
-        (0.02, "rel", "b", 200, {}),
-        (0.02, "acq", "c", {}, "send 0.990 pace"),
-        (0.02, "acq", "d", {}, "send 1.980 pace"),
+        (0.01, "rel", "a1", 429, {}),  # 1 over 1 s
+        (0.01, "acq", "b", {}, "send 1.000 pace"),
+        (1.02, "rel", "b", 200, {}),  # 0.99 s
+        (1.02, "acq", "c", {}, "send 0.990 pace"),
+        (1.02, "acq", "d", {}, "send 1.980 pace"),
     ]),
     "idle time never counts as time the server admitted nothing": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
@@ -367,7 +395,7 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (1.03, "rel", "b", 429, {RA: "1"}),
         (1.03, "acq", "c", {}, "send 1.000 cooldown"),
         (1.04, "rel", "c", 429, {RA: "1"}),
-        (1.04, "acq", "d", {}, "send 1.990 pace"),
+        (1.04, "acq", "d", {}, "send 2.000 pace"),
     ]),
     "row: an hour of light use, then a 429 in a burst, learns the burst's pace": ({}, [
         *[ev for i in range(5) for ev in ((i * 600.0, "acq", f"l{i}", {}, "send 0.000"),

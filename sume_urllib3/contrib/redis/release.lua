@@ -45,11 +45,18 @@ end
 if status == 429 then
   if epoch == st.epoch then
     st.epoch = st.epoch + 1
+    st.ms = 0
     if remaining >= 0 then
       -- the server counts for us: its Remaining and Reset hold the key
     elseif st.oks > 0 then
       local span = math.max(now - st.ok0, retry_after, SECOND)
-      st.li = clamp(math.ceil(span / st.oks))
+      local measured = math.ceil(span / st.oks)
+      local known = st.li
+      if known == 0 then known = math.max(cfg, st.pi) end
+      -- a round at most halves a known pace (a span floored to a second measures little)
+      if known > 0 then measured = math.min(measured, 2 * known) end
+      st.li = clamp(measured)
+      st.ms, st.mo, st.me = span, st.oks, now
     elseif st.li > 0 then
       st.li = clamp(st.li * 2)
     elseif math.max(cfg, st.pi) > 0 then
@@ -57,7 +64,8 @@ if status == 429 then
     else
       st.win = math.max(1, math.floor(math.min(st.win, inflight) / 2))
     end
-    st.tat = math.max(st.tat, now)
+    -- the quota is empty now: the next turn one step of the new pace from here
+    st.tat = math.max(st.tat, now + pace())
     st.oks = 0
   end
 elseif status > 0 and status < 400 then
@@ -66,6 +74,11 @@ elseif status > 0 and status < 400 then
   end
   st.oks = st.oks + 1
   if st.li > 0 then
+    if st.ms > 0 and epoch == st.epoch - 1 and slot > 0 and slot <= st.me then
+      -- sent before the 429 that measured the pace, answered after it: admitted in that span
+      st.mo = st.mo + 1
+      st.li = math.min(st.li, clamp(math.ceil(st.ms / st.mo)))
+    end
     st.li = clamp(st.li - math.floor(st.li / 100))
     if st.li <= math.max(cfg, st.pi) then st.li = 0 end
   elseif math.max(cfg, st.pi) == 0 and st.win < OPEN then
