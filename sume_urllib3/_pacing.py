@@ -27,8 +27,8 @@ The rules (README "Pacing", DESIGN.md section 10):
    pace already known; or halves a known pace, or the window, when nothing got through. The
    next turn comes one step of the new pace after the 429 (the quota it reported is empty).
    A learned pace creeps up 1% per success and is dropped once no slower than the configured
-   or stated one. A key idle for a second starts measuring afresh: idle time is never counted as time the
-   server admitted nothing.
+   or stated one. A key idle for a second starts measuring afresh: idle time is never counted
+   as time the server admitted nothing.
 6. **Nothing waits on the dead.** An in-flight entry lasts as long as its attempt may (the
    time left, at most 8 response times, at least 1 s; 2 s before any response was seen).
 7. **Deadline.** A turn after ``time_left`` is refused at once and reserves nothing.
