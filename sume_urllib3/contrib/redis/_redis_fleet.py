@@ -63,7 +63,10 @@ class RedisFleet:
     (slow start, a pace learned from 429s). Redis ``TIME`` is the clock.
 
     Keys are ``{prefix:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
-    ``kid`` is :func:`fleet_key`'s hash, never the key), all with TTLs.
+    ``kid`` is :func:`fleet_key`'s hash, never the key), all with TTLs. So a
+    ``redis.cluster.RedisCluster`` client works as ``url_or_client`` (a URL is always one
+    node). A client you pass keeps its own timeouts and retries: give it a short
+    ``socket_timeout`` (and ``retry=Retry(NoBackoff(), 0)``) so a failure falls back at once.
 
     Fails open: when Redis is down, slow (over ``timeout``), full or refuses the script,
     the attempt is paced by a local :class:`LocalFleet` at once (``Grant.fallback``), one
@@ -411,18 +414,40 @@ class _Source:
     def __reduce__(self) -> Any:
         if self.url is not None:
             return (_Source, (self.url, None))
+        nodes = getattr(self.given, "nodes_manager", None)
+        if nodes is not None:  # a redis.cluster.RedisCluster: the nodes it knows, their settings,
+            # and its retry policy (how long a cluster error takes to fail over to local pacing)
+            startup = [(n.host, n.port) for n in nodes.startup_nodes.values()]
+            retry = getattr(self.given, "retry", None)
+            retry = retry if isinstance(retry, Retry) else None
+            return (_source_from_cluster, (startup, _plain(nodes.connection_kwargs), retry))
         pool = getattr(self.given, "connection_pool", None)
         if pool is None:
             raise TypeError("a RedisFleet built from this client cannot be pickled; build it from a URL")
-        # Plain settings only (host, port, db, credentials, timeouts, TLS paths); redis-py's own
-        # helpers in the kwargs hold locks and are rebuilt by the new pool.
-        plain = {k: v for k, v in pool.connection_kwargs.items() if isinstance(v, _PLAIN) or v is None}
-        return (_source_from_pool, (pool.connection_class, plain))
+        return (_source_from_pool, (pool.connection_class, _plain(pool.connection_kwargs)))
+
+
+def _plain(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """Plain settings only (host, port, db, credentials, timeouts, TLS paths); redis-py's own
+    helpers in the kwargs hold locks and callbacks, and are rebuilt by the new client."""
+    return {k: v for k, v in kwargs.items() if isinstance(v, _PLAIN) or v is None}
 
 
 def _source_from_pool(connection_class: Any, kwargs: Dict[str, Any]) -> _Source:
     pool = redis.ConnectionPool(connection_class=connection_class, **kwargs)
     return _Source(None, redis.Redis(connection_pool=pool))
+
+
+def _source_from_cluster(
+    startup: List[Tuple[str, int]], kwargs: Dict[str, Any], retry: Optional[Retry]
+) -> _Source:
+    from redis.cluster import ClusterNode, RedisCluster
+
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("host", "port")}  # each node's own
+    if retry is not None:
+        kwargs["retry"] = retry
+    nodes = [ClusterNode(h, p) for h, p in startup]  # type: ignore[no-untyped-call,unused-ignore]
+    return _Source(None, RedisCluster(startup_nodes=nodes, **kwargs))
 
 
 def _rebuild(source: _Source, config: Dict[str, Any]) -> RedisFleet:
@@ -439,7 +464,8 @@ def _client_source(url_or_client: Any) -> _Source:
     if callable(getattr(url_or_client, "register_script", None)):
         return _Source(None, url_or_client)
     raise ConfigurationError(
-        f"url_or_client must be a Redis URL or a redis.Redis client, got {type(url_or_client).__name__}"
+        "url_or_client must be a Redis URL or a redis.Redis or redis.cluster.RedisCluster client, "
+        f"got {type(url_or_client).__name__}"
     )
 
 
