@@ -30,7 +30,10 @@ outage 3 s); for a configured client, the slower of that and its own pace (``rat
 the default burst of 1 spaces n requests over (n - 1) / 10 s: 5.9 s for 60).
 The issue-22 targets are checked for every paced cell and printed.
 
-Run: ``python benchmarks/pacing_matrix.py`` (about 8 minutes), ``--quick`` for a smoke (smaller
+Every cell runs ``--repeats`` times (3), interleaved with the other clients of its row, and
+reports its median run (by last success) whole, with the spread of all its runs.
+
+Run: ``python benchmarks/pacing_matrix.py`` (about 25 minutes), ``--quick`` for a smoke (smaller
 herds), ``--write`` to record ``benchmarks/results/pacing_matrix.json`` (full default run only).
 Needs redis-server on PATH and redis-py.
 """
@@ -61,6 +64,7 @@ from tests.contrib.redis_server import RedisServer  # noqa: E402
 
 API_KEY = "sk_bench_matrix_0123456789"
 MAX_ELAPSED = 30.0
+REPEATS = 3  # runs of every cell: one run of a herd is noisy on a shared 2-core machine
 RATE = "10/s"
 WINDOW_OFFSET = 0.05  # fixed window: release this long after a window starts
 #: (processes, threads per process, requests per thread) of each shape, full and --quick
@@ -120,7 +124,8 @@ def one_request(session: SumeSession, name: str) -> Dict[str, Any]:
         ok, reason = False, (record.reason if record else f"{type(exc).__name__}: {exc}")
         refused = bool(record and record.fleet_refused)
     return {"ok": ok, "end": time.monotonic(), "reason": reason[:120], "refused": refused,
-            "attempts": record.attempts if record else 0, "paced": record.paced if record else 0.0}
+            "attempts": record.attempts if record else 0, "paced": record.paced if record else 0.0,
+            "fallbacks": record.fleet_fallbacks if record else 0}
 
 
 def worker(index: int, shape: Tuple[int, int, int], client: str, url: str, redis_url: str,
@@ -243,9 +248,32 @@ def summarize(server: str, shape_name: str, shape: Tuple[int, int, int], client:
         "vs_ideal": (last / target) if last is not None and target > 0 else None,
         "last_answer_s": max(r["end"] for r in records) - start,
         "refused_unsent": sum(1 for r in records if r["refused"]),
+        # Turns a RedisFleet served locally because Redis failed or was slow (its 50 ms
+        # timeout on a loaded machine): those attempts were not paced fleet-wide.
+        "fleet_fallbacks": sum(r["fallbacks"] for r in records),
         "executed_twice": stats.executed_twice,
         "gave_up": [{"reason": reason, "count": count} for reason, count in reasons.most_common(3)],
     }
+
+
+def median_run(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The run whose last success is the median (a run with failures counts as the slowest),
+    whole, with the spread of every run: a cell is one real run, never a mix of several."""
+    def key(run: Dict[str, Any]) -> Tuple[int, float]:
+        last = run["last_success_s"]
+        return (run["requests"] - run["succeeded"], math.inf if last is None else last)
+
+    ordered = sorted(runs, key=key)
+    cell = dict(ordered[(len(ordered) - 1) // 2])
+    lasts = [r["last_success_s"] for r in runs if r["last_success_s"] is not None]
+    cell["runs"] = len(runs)
+    cell["spread"] = {
+        "succeeded": [min(r["succeeded"] for r in runs), max(r["succeeded"] for r in runs)],
+        "calls_per_request": [min(r["calls_per_request"] for r in runs),
+                              max(r["calls_per_request"] for r in runs)],
+        "last_success_s": [min(lasts), max(lasts)] if lasts else None,
+    }
+    return cell
 
 
 # -- targets -------------------------------------------------------------------------------------------
@@ -320,8 +348,9 @@ def local_vs_redis(cells: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def cell_text(cell: Dict[str, Any]) -> str:
     last = "-" if cell["last_success_s"] is None else f"{cell['last_success_s']:.2f}s"
     x = "" if cell["vs_ideal"] is None else f" ({cell['vs_ideal']:.2f}x)"
+    fallbacks = f" {cell['fleet_fallbacks']} fallbacks" if cell.get("fleet_fallbacks") else ""
     return (f"{cell['succeeded']}/{cell['requests']} {cell['calls_per_request']:.2f}c "
-            f"{cell['429s']}x429 {cell['503s']}x503 last {last}{x}")
+            f"{cell['429s']}x429 {cell['503s']}x503 last {last}{x}{fallbacks}")
 
 
 def print_cell(cell: Dict[str, Any], verdict: Optional[Dict[str, Any]]) -> None:
@@ -337,9 +366,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller herds (30 and 25 requests): a smoke")
     parser.add_argument("--servers", default=",".join(SERVERS), help="comma-separated subset of the servers")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated subset of the shapes")
+    parser.add_argument("--repeats", type=int, default=REPEATS,
+                        help="runs of every cell, interleaved; each cell reports its median run")
     parser.add_argument("--write", action="store_true", help="record benchmarks/results/pacing_matrix.json")
     args = parser.parse_args(argv)
-    _results.refuse_partial(parser, args, "quick", "servers", "shapes")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    _results.refuse_partial(parser, args, "quick", "servers", "shapes", "repeats")
     servers = [s for s in args.servers.split(",") if s]
     shapes_wanted = [s for s in args.shapes.split(",") if s]
     for name in servers:
@@ -364,9 +397,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 for shape_name in shapes_wanted:
                     shape = shapes[shape_name]
                     clients = SHAPE_CLIENTS[shape_name]
-                    # The unpaced client first: every paced cell is judged against it.
-                    done = {c: run_cell(server, shape_name, shape, c, redis.url)
-                            for c in ("none", *[c for c in clients if c != "none"])}
+                    # The unpaced client first: every paced cell is judged against it. Runs of
+                    # a cell are interleaved with the other clients' (the machine is shared).
+                    order = ("none", *[c for c in clients if c != "none"])
+                    runs: Dict[str, List[Dict[str, Any]]] = {c: [] for c in order}
+                    for _ in range(args.repeats):
+                        for c in order:
+                            runs[c].append(run_cell(server, shape_name, shape, c, redis.url))
+                    done = {c: median_run(runs[c]) for c in order}
                     for client in clients:
                         cell = done[client]
                         verdict = None if client == "none" else {
@@ -394,6 +432,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "clients": CLIENTS,
             "shape_clients": {name: list(SHAPE_CLIENTS[name]) for name in shapes_wanted},
             "max_elapsed_s": MAX_ELAPSED,
+            "repeats": args.repeats,
             "window_offset_s": WINDOW_OFFSET,
             "targets": {
                 "configured": {"calls_per_request": CONFIGURED_CALLS, "vs_ideal": CONFIGURED_TIME},

@@ -479,6 +479,9 @@ def pacing_matrix(results: Results) -> str:
     clients = ["none"] + [c for c in f["clients"] if c != "none"]
     targets = f["targets"]
     conf, learned = targets["configured"], targets["learned"]
+    repeats = ""
+    if f.get("repeats", 1) > 1:
+        repeats = f" each cell is the median run of {f['repeats']}, interleaved (by last success);"
 
     def cell(server: str, shape: str, client: str) -> str:
         c = cells.get((server, shape, client))
@@ -494,7 +497,7 @@ def pacing_matrix(results: Results) -> str:
     lines = [
         wrap(
             f"""{command(doc)}: quota servers written apart from the library's test kit, each in its own
-            process on real sockets, in real time; every request has
+            process on real sockets, in real time;{repeats} every request has
             `Policy(max_elapsed={f['max_elapsed_s']:g})` and the other defaults; {provenance(doc)}. Each cell:
             succeeded · server calls per request · 429s (503s for the outage) · last success after the
             release. The ideal is the server's capacity (for `rate=` clients, the slower of that and
@@ -515,6 +518,11 @@ def pacing_matrix(results: Results) -> str:
             who = f"{_shape_label(shape, f['shapes'][shape])} ({ideal:.1f} s)"
             lines.append(f"| {label} | {who} | " + " | ".join(cell(kind, shape, c) for c in clients) + " |")
     within = sum(1 for row in f["local_vs_redis"] if row["within"])
+    fallbacks = ""
+    if any("fleet_fallbacks" in c for c in f["cells"]):
+        n = sum(c["fleet_fallbacks"] for c in f["cells"])
+        fallbacks = (f" `RedisFleet` turns served by local pacing because Redis failed or answered"
+                     f" after its 50 ms timeout: {n}.")
     processes, gap = f["shapes"]["6x10"]["processes"], targets["local_vs_redis"] * 100
     lines += [
         "",
@@ -522,8 +530,8 @@ def pacing_matrix(results: Results) -> str:
             f"""Paced cells meeting every target: {f['cells_meeting_every_target']} of
             {f['paced_cells']}. `LocalFleet` and `RedisFleet` (the same settings, one process and
             {processes} processes) within {gap:g}% of each other in success, calls per request and
-            last success: {within} of {len(f['local_vs_redis'])} comparisons. Every cell, with the
-            reasons requests gave up: `benchmarks/results/pacing_matrix.json`."""
+            last success: {within} of {len(f['local_vs_redis'])} comparisons.{fallbacks} Every cell,
+            with the reasons requests gave up: `benchmarks/results/pacing_matrix.json`."""
         ),
     ]
     return "\n".join(lines)
