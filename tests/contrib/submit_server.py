@@ -69,8 +69,8 @@ class SubmitServer:
     @property
     def url(self) -> str:
         """The base URL to give SUME_API_BASE_URL."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        port = self._httpd.server_address[1]
+        return f"http://127.0.0.1:{port}/v1"
 
     def start(self) -> SubmitServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="submit-server", daemon=True)
@@ -181,8 +181,8 @@ def _handler(server: SubmitServer) -> type:
             if what == "replay":
                 self._send(201, detail, {"Idempotent-Replayed": "true"})
                 return
-            body = json.dumps({"data": {"id": f"av_{uuid.uuid4().hex[:12]}", "run": job[0], "n": job[1]}})
-            encoded = body.encode()
+            answer = {"data": {"id": f"av_{uuid.uuid4().hex[:12]}", "run": job[0], "n": job[1]}}
+            encoded = json.dumps(answer).encode()
             if detail == "slow":
                 time.sleep(server.slow)  # ran; the answer comes too late for the caller
                 server.stored(key, encoded)  # until now the key was in use
