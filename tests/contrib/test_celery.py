@@ -175,16 +175,6 @@ def assert_exactly_once(run: Run) -> None:
     assert 0 == run.keyless
 
 
-def test_readme_task_under_quota_pressure(stack: Tuple[Any, SubmitServer]) -> None:
-    """Every answer arrives, but TASKS at once against a 5/s quota: 100% succeed, 0 run twice."""
-    run = run_batch(stack, "e2e_local.create_avatar", faults=False)
-    report("retry_later, LocalFleet, quota only", run)
-
-    assert_exactly_once(run)
-    assert {} == run.faulted
-    assert run.calls >= TASKS  # every job was admitted once; refused calls come on top
-
-
 def test_readme_task_on_a_server_that_loses_the_first_answer(stack: Tuple[Any, SubmitServer]) -> None:
     """Lost, slow and dropped first answers under a 5/s quota: 100% succeed, 0 run twice."""
     run = run_batch(stack, "e2e_local.create_avatar")
@@ -219,6 +209,20 @@ def test_readme_task_with_a_redis_fleet(stack: Tuple[Any, SubmitServer]) -> None
     report("retry_later, RedisFleet, faults", run)
 
     assert_exactly_once(run)
+
+
+def test_readme_task_under_quota_pressure(stack: Tuple[Any, SubmitServer]) -> None:
+    """Every answer arrives, but TASKS at once against a 5/s quota: 100% succeed, 0 run twice.
+
+    Last of the default-fleet batches: each worker process's LocalFleet keeps the pace it
+    learned, and a pace learned from this batch's 429s slows the lossy batches after it.
+    """
+    run = run_batch(stack, "e2e_local.create_avatar", faults=False)
+    report("retry_later, LocalFleet, quota only", run)
+
+    assert_exactly_once(run)
+    assert {} == run.faulted
+    assert run.calls >= TASKS  # every job was admitted once; refused calls come on top
 
 
 @pytest.mark.parametrize(
