@@ -26,8 +26,9 @@ The rules (README "Pacing", DESIGN.md section 10):
    sent before that 429 and answered after it still counts in it), never slower than half a
    pace already known; or halves a known pace, or the window, when nothing got through. The
    next turn comes one step of the new pace after the 429 (the quota it reported is empty).
-   A learned pace creeps up 1% per success and is dropped once no slower than the configured
-   or stated one. A key idle for a second starts measuring afresh: idle time is never counted
+   A learned pace creeps up 1% per success, at least a tenth per second of successes (a pace
+   measured over a whole-second Retry-After is slow), and is dropped once no slower than the
+   configured or stated one. A key idle for a second starts measuring afresh: idle time is never counted
    as time the server admitted nothing.
 6. **Nothing waits on the dead.** An in-flight entry lasts as long as its attempt may (the
    time left, at most 8 response times, at least 1 s; 2 s before any response was seen).
@@ -55,6 +56,8 @@ OPEN_WINDOW = 64
 FIRST_LEASE_US = 2 * SECOND
 MIN_LEASE_US = SECOND
 LEASE_RTTS = 8
+#: A learned pace recovers about a tenth per this long of successes (at least 1% per success).
+RECOVERY_US = 10 * SECOND
 #: A learned interval is at least 1 µs and at most a day.
 MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
 
@@ -126,6 +129,13 @@ def _ceil_div(a: int, b: int) -> int:
 
 def _clamp(interval: int) -> int:
     return min(max(interval, MIN_INTERVAL_US), MAX_INTERVAL_US)
+
+
+def _creep(li: int) -> int:
+    """How much one success takes off a learned interval: 1%, and at least a tenth of a second's
+    worth of it, so a slow pace (measured over a whole-second Retry-After) recovers about 10% per
+    second of successes, as a fast one does (1% at 10/s)."""
+    return max(li // 100, li // max(RECOVERY_US // li, 2))
 
 
 def _budget_valid(st: State, now: int) -> bool:
@@ -323,7 +333,7 @@ def release(
                 # admitted it within that span too (answers of a herd arrive in any order).
                 st.mo += 1
                 st.li = min(st.li, _clamp(_ceil_div(st.ms, st.mo)))
-            st.li = _clamp(st.li - st.li // 100)
+            st.li = _clamp(st.li - _creep(st.li))
             if st.li <= max(cfg.interval, st.pi):
                 st.li = 0  # recovered: the configured or stated pace rules again
         elif max(cfg.interval, st.pi) == 0 and st.win < OPEN_WINDOW:

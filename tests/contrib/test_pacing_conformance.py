@@ -300,29 +300,29 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         *burst(4, 0.0, "a", "send 0.000"),
         *oks(0.01, ["a0", "a1"]),
         (0.02, "rel", "a2", 429, {}),  # 2 admitted over (at least) 1 s: 0.5 s
-        (0.03, "rel", "a3", 200, {}),  # 3 over 1 s: 0.333334 s, then 1% up: 0.330001 s
-        *burst(2, 0.03, "b", ["send 0.490 pace", "send 0.820 pace"]),  # from 0.02 + 0.5
+        (0.03, "rel", "a3", 200, {}),  # 3 over 1 s: 0.333334 s, then its creep: 0.321840 s
+        *burst(2, 0.03, "b", ["send 0.490 pace", "send 0.812 pace"]),  # from 0.02 + 0.5
     ]),
     "a round's 429 never slows a known pace by more than half": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
         *oks(0.01, ["a0", "a1", "a2"]),
         (0.01, "rel", "a3", 429, {}),  # 3 over 1 s: 0.333334 s
         (0.01, "acq", "b", {}, "send 0.333 pace"),
-        (0.35, "rel", "b", 200, {}),  # 1% up: 0.330001 s
+        (0.35, "rel", "b", 200, {}),  # creep (1 s / 0.333334 s = 29 steps a second): 0.321840 s
         (0.35, "acq", "c", {}, "send 0.327 pace"),
-        (0.70, "rel", "c", 429, {}),  # 1 over 1 s would be 1 s; half the known pace: 0.660002 s
-        *burst(2, 0.70, "d", ["send 0.660 pace", "send 1.320 pace"]),
+        (0.70, "rel", "c", 429, {}),  # 1 over 1 s would be 1 s; half the known pace: 0.643680 s
+        *burst(2, 0.70, "d", ["send 0.644 pace", "send 1.287 pace"]),
     ]),
     "a success granted before the round's 429 but sent after it does not count in its pace": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
         *oks(0.01, ["a0", "a1", "a2"]),
         (0.01, "rel", "a3", 429, {}),  # 0.333334 s
         *burst(2, 0.01, "b", ["send 0.333 pace", "send 0.667 pace"]),
-        (0.35, "rel", "b0", 200, {}),  # 0.330001 s
+        (0.35, "rel", "b0", 200, {}),  # 0.321840 s
         (0.35, "acq", "c", {}, "send 0.660 pace"),  # granted now, sent at 1.010002
-        (0.69, "rel", "b1", 429, {}),  # a new round: 1 over 1 s, at most half: 0.660002 s
-        (1.02, "rel", "c", 200, {}),  # sent after that 429: only the 1% creep, 0.653402 s
-        *burst(2, 1.02, "d", ["send 0.330 pace", "send 0.983 pace"]),
+        (0.69, "rel", "b1", 429, {}),  # a new round: 1 over 1 s, at most half: 0.643680 s
+        (1.02, "rel", "c", 200, {}),  # sent after that 429: only the creep, 0.600768 s
+        *burst(2, 1.02, "d", ["send 0.314 pace", "send 0.914 pace"]),
     ]),
     "429 + Retry-After only: the pace admitted over the Retry-After, from the cooldown's end": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
@@ -347,14 +347,14 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (1.02, "rel", "b", 429, {}),  # nothing admitted since: 2 s
         *burst(2, 1.02, "c", ["send 2.000 pace", "send 4.000 pace"]),
     ]),
-    "a learned pace creeps up 1% per success": ({}, [
+    "a learned pace creeps up 1% per success, at least a tenth per second of successes": ({}, [
         *burst(2, 0.0, "a", "send 0.000"),
         (0.01, "rel", "a0", 200, {}),
         (0.01, "rel", "a1", 429, {}),  # 1 over 1 s
         (0.01, "acq", "b", {}, "send 1.000 pace"),
-        (1.02, "rel", "b", 200, {}),  # 0.99 s
+        (1.02, "rel", "b", 200, {}),  # one success a second: a tenth off, 0.9 s
         (1.02, "acq", "c", {}, "send 0.990 pace"),
-        (1.02, "acq", "d", {}, "send 1.980 pace"),
+        (1.02, "acq", "d", {}, "send 1.890 pace"),
     ]),
     "idle time never counts as time the server admitted nothing": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),

@@ -11,6 +11,7 @@
 -- Returns {cooldown started (0/1), cooldown until us, interval us (0: unknown)}
 local MAX_COOLDOWN, OPEN = 600 * SECOND, 64
 local MIN_INTERVAL, MAX_INTERVAL = 1, 86400 * SECOND
+local RECOVERY = 10 * SECOND  -- a learned pace recovers about a tenth per this long of successes
 
 local entry, slot, seq, epoch, inflight = ARGV[6], num(ARGV[7], 0), num(ARGV[8], 0), num(ARGV[9], 0), num(ARGV[10], 0)
 local status, retry_after = num(ARGV[11], 0), num(ARGV[12], 0)
@@ -79,7 +80,9 @@ elseif status > 0 and status < 400 then
       st.mo = st.mo + 1
       st.li = math.min(st.li, clamp(math.ceil(st.ms / st.mo)))
     end
-    st.li = clamp(st.li - math.floor(st.li / 100))
+    -- 1%, and at least a tenth of a second's worth (about 10% per second of successes)
+    local creep = math.max(math.floor(st.li / 100), math.floor(st.li / math.max(math.floor(RECOVERY / st.li), 2)))
+    st.li = clamp(st.li - creep)
     if st.li <= math.max(cfg, st.pi) then st.li = 0 end
   elseif math.max(cfg, st.pi) == 0 and st.win < OPEN then
     st.win = st.win + 1
