@@ -220,11 +220,14 @@ def _rebuild_retry_error(
 
 def _picklable(values: Tuple[object, ...]) -> Tuple[object, ...]:
     """``values``, each one that does not pickle replaced by its repr (as Celery's JSON
-    backend replaces what it cannot encode): a give-up always pickles with its record."""
+    backend replaces what it cannot encode): a give-up always pickles with its record. One
+    that pickles but comes back saying something else (older urllib3's pool errors come back
+    as "None: None") is replaced by its repr too, so the message survives."""
     out = []
     for value in values:
         try:
-            pickle.dumps(value)
+            if str(pickle.loads(pickle.dumps(value))) != str(value):
+                value = repr(value)
         except Exception:  # any failure to pickle: the object's own __reduce__ may raise anything
             value = repr(value)
         out.append(value)
