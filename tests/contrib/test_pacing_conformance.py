@@ -64,6 +64,11 @@ def burst(n: int, t: float, prefix: str, expect: Union[str, List[str]], **kw: An
     return [(t, "acq", f"{prefix}{i}", kw, answers[i]) for i in range(n)]
 
 
+def light(t: float, name: str) -> List[Event]:
+    """One request at t, answered 10 ms later: light use, nothing else in flight."""
+    return [(t, "acq", name, {}, "send 0.000"), (t + 0.01, "rel", name, 200, {})]
+
+
 def oks(t: float, names: List[str], headers: Optional[Dict[str, str]] = None) -> List[Event]:
     return [(t, "rel", name, 200, headers or {}) for name in names]
 
@@ -398,8 +403,7 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (1.04, "acq", "d", {}, "send 2.000 pace"),
     ]),
     "row: an hour of light use, then a 429 in a burst, learns the burst's pace": ({}, [
-        *[ev for i in range(5) for ev in ((i * 600.0, "acq", f"l{i}", {}, "send 0.000"),
-                                         (i * 600.0 + 0.01, "rel", f"l{i}", 200, {}))],
+        *[ev for i in range(5) for ev in light(i * 600.0, f"l{i}")],
         *burst(4, 3600.0, "c", "send 0.000"),
         *oks(3600.01, ["c0", "c1", "c2"]),
         (3600.01, "rel", "c3", 429, {RA: "1"}),
