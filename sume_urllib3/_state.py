@@ -141,8 +141,6 @@ class RequestContext:
         ``error`` names a failure after the last decision (a body that broke mid-read);
         ``auth_conflict`` adds the "send only one auth header" hint to a 401.
         """
-        if not self.attempts and error is None and status is not None and status < 400:
-            return self._succeeded(status, headers, now)  # the usual request: nothing consulted
         retries = self.retries
         last = self.attempts[-1] if self.attempts else None
         if last is not None and (last.decision.verdict is Verdict.RETRY or last.status != status):
@@ -207,32 +205,6 @@ class RequestContext:
             fleet_refused=self.fleet_refused,
             retry_in=retry_in,
             error=error,
-        )
-
-    def _succeeded(self, status: int, headers: Optional[Mapping[str, str]], now: float) -> SumeRecord:
-        """:meth:`finish` for a success no decision was asked about (no attempt noted): the
-        same record, without the walk over attempts the general case needs."""
-        request_id = _request_id(headers)
-        return frozen(
-            SumeRecord,
-            idempotency_key=self.key,
-            attempts=self.hops,
-            outcome=Outcome.OK,
-            status=status,
-            code=None,
-            request_id=request_id,
-            request_ids=(request_id,) if request_id else (),
-            waits=(),
-            elapsed=max(now - self.start, 0.0),
-            reason="succeeded",
-            next_action=None,
-            method=self.method,
-            url=self.url,
-            paced=self.paced,
-            fleet_fallbacks=self.fallbacks,
-            fleet_refused=self.fleet_refused,
-            retry_in=None,
-            error=None,
         )
 
 

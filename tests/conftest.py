@@ -6,6 +6,7 @@ for users (tests/testing/test_plugin_isolation.py).
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any, Callable, Iterator, List
 
@@ -15,6 +16,23 @@ from sume_urllib3 import Policy, SumeSession
 from sume_urllib3.testing import FakeSume
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
+
+
+def in_a_forked_child(report: Callable[[], str]) -> str:
+    """Run ``report`` in a child made by ``os.fork()`` and return what it returned (the child
+    exits at once, whatever happens; an exception there returns "")."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            os.write(write, report().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        answer = pipe.read()
+    os.waitpid(pid, 0)
+    return answer
 
 
 class VirtualTime:

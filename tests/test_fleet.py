@@ -15,7 +15,7 @@ import pytest
 from sume_urllib3 import ConfigurationError
 from sume_urllib3._fleet import GRANT_NOW, Grant, LocalFleet, fleet_key, parse_rate
 
-from .conftest import VirtualTime
+from .conftest import VirtualTime, in_a_forked_child
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 KEY = fleet_key(API_KEY)
@@ -270,17 +270,7 @@ def test_a_forked_child_starts_with_no_state() -> None:
     first(fleet)
     fleet.release(KEY, first(fleet), 429, {"Retry-After": "100"})
     assert first(fleet).wait > 100
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            os.write(write, repr(first(fleet).wait).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        child_wait = float(pipe.read())
-    os.waitpid(pid, 0)
+    child_wait = float(in_a_forked_child(lambda: repr(first(fleet).wait)))
     assert child_wait == 0.0
     assert first(fleet).wait > 100  # the parent keeps its own
 

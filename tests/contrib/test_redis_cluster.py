@@ -34,7 +34,7 @@ from sume_urllib3._pacing import Turn
 from sume_urllib3.contrib.redis import RedisFleet
 from sume_urllib3.contrib.redis._scripts import keys
 
-from ..conftest import VirtualTime
+from ..conftest import VirtualTime, in_a_forked_child
 from .conftest import _missing
 from .redis_cluster import RedisCluster
 from .test_pacing_conformance import SCENARIOS, _check
@@ -252,20 +252,12 @@ def test_a_forked_child_paces_through_the_cluster(client: ClusterClient) -> None
     """After os.fork() the child's cluster client opens its own connections; the parent still works."""
     fleet = make(client, rate="1000/s")
     assert not fleet.acquire(KID, time_left=math.inf).fallback
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            grants = [fleet.acquire(kid, time_left=math.inf) for kid in KIDS[:6]]
-            ok = all(not g.fallback for g in grants) and fleet.fallbacks == 0
-            os.write(write, b"ok" if ok else b"fallback")
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        answer = pipe.read()
-    os.waitpid(pid, 0)
-    assert b"ok" == answer
+
+    def child() -> str:
+        grants = [fleet.acquire(kid, time_left=math.inf) for kid in KIDS[:6]]
+        return "ok" if all(not g.fallback for g in grants) and fleet.fallbacks == 0 else "fallback"
+
+    assert "ok" == in_a_forked_child(child)
     assert not any(fleet.acquire(kid, time_left=math.inf).fallback for kid in KIDS[:6])
     assert fleet.fallbacks == 0
 

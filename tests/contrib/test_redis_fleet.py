@@ -24,7 +24,7 @@ from sume_urllib3._keyid import origin_name
 from sume_urllib3._pacing import Turn
 from sume_urllib3.contrib.redis import RedisFleet
 
-from ..conftest import VirtualTime
+from ..conftest import VirtualTime, in_a_forked_child
 from .redis_server import RedisServer
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
@@ -241,20 +241,12 @@ def test_a_forked_child_gets_its_own_connections(server: RedisServer) -> None:
     """After os.fork() the child paces through Redis on fresh connections; the parent still works."""
     fleet = make(server, rate="1000/s")
     assert not fleet.acquire(KID, time_left=math.inf).fallback
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            grants = [fleet.acquire(KID, time_left=math.inf) for _ in range(3)]
-            ok = all(not g.fallback for g in grants) and fleet.fallbacks == 0
-            os.write(write, b"ok" if ok else b"fallback")
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        answer = pipe.read()
-    os.waitpid(pid, 0)
-    assert b"ok" == answer
+
+    def child() -> str:
+        grants = [fleet.acquire(KID, time_left=math.inf) for _ in range(3)]
+        return "ok" if all(not g.fallback for g in grants) and fleet.fallbacks == 0 else "fallback"
+
+    assert "ok" == in_a_forked_child(child)
     assert not fleet.acquire(KID, time_left=math.inf).fallback
     assert fleet.fallbacks == 0
 
