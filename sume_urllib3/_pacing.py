@@ -26,8 +26,11 @@ The rules (README "Pacing", DESIGN.md section 10):
    sent before that 429 and answered after it still counts in it), never slower than half a
    pace already known; or halves a known pace, or the window, when nothing got through. The
    next turn comes one step of the new pace after the 429 (the quota it reported is empty).
-   A learned pace creeps up 1% per success, at least a tenth per second of successes (a pace
-   measured over a whole-second Retry-After is slow), and is dropped once no slower than the
+   A round never brings back the pace it met: the new pace is at most its plateau, a sixteenth
+   slower (a measurement can read fast; with a whole-second Retry-After every 429 costs the key
+   a second). A learned pace creeps up 1% per success, at least a quarter per second of
+   successes (a pace measured over a whole-second Retry-After is slow), but no further than
+   the plateau; from there about 1% per second. It is dropped once no slower than the
    configured or stated one. A key idle for a second starts measuring afresh: idle time is never counted
    as time the server admitted nothing.
 6. **Nothing waits on the dead.** An in-flight entry lasts as long as its attempt may (the
@@ -56,8 +59,11 @@ OPEN_WINDOW = 64
 FIRST_LEASE_US = 2 * SECOND
 MIN_LEASE_US = SECOND
 LEASE_RTTS = 8
-#: A learned pace recovers about a tenth per this long of successes (at least 1% per success).
-RECOVERY_US = 10 * SECOND
+#: Below its plateau (or before any 429 met a known pace) a learned pace recovers by about all of
+#: itself per RECOVERY_US of successes (a quarter per second; at least 1% per success); from the
+#: plateau on, by about all of itself per PROBE_US (1% per second).
+RECOVERY_US = 4 * SECOND
+PROBE_US = 100 * SECOND
 #: A learned interval is at least 1 µs and at most a day.
 MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
 
@@ -90,6 +96,7 @@ class State:
     pi: int = 0  # interval the server stated (RateLimit-Policy / window), 0 unknown
     pb: int = 1  # the stated limit (burst while Remaining is tracked)
     li: int = 0  # interval learned from 429s, 0 none
+    lx: int = 0  # the interval in force when the last 429 round began (0: none was known)
     rem: int = 0  # budget: attempts left before rend (< 0: overspent)
     rend: int = 0  # when the budget reading expires (its Reset; 0: no reading)
     rseq: int = 0  # the grant number whose answer gave the reading
@@ -131,11 +138,25 @@ def _clamp(interval: int) -> int:
     return min(max(interval, MIN_INTERVAL_US), MAX_INTERVAL_US)
 
 
-def _creep(li: int) -> int:
-    """How much one success takes off a learned interval: 1%, and at least a tenth of a second's
-    worth of it, so a slow pace (measured over a whole-second Retry-After) recovers about 10% per
-    second of successes, as a fast one does (1% at 10/s)."""
-    return max(li // 100, li // max(RECOVERY_US // li, 2))
+def _plateau(lx: int) -> int:
+    """A little slower (1/16) than the pace the last 429 met: where fast recovery stops."""
+    return lx + lx // 16 if lx > 0 else 0
+
+
+def _creep(li: int, lx: int) -> int:
+    """How much one success takes off a learned interval.
+
+    Below the plateau: 1%, and at least a tenth of a second's worth of it, so a slow pace
+    (measured over a whole-second Retry-After) recovers about 10% per second of successes, as a
+    fast one does (1% at 10/s); never past the plateau. At the plateau and past it, about 1% per
+    second: the server refused that pace, so it is probed again slowly (a 429 with a whole-second
+    Retry-After costs a second of every attempt of the key).
+    """
+    plateau = _plateau(lx)
+    if li <= plateau:
+        return li // max(PROBE_US // li, 2)
+    fast = max(li // 100, li // max(RECOVERY_US // li, 2))
+    return min(fast, li - plateau) if plateau else fast
 
 
 def _budget_valid(st: State, now: int) -> bool:
@@ -303,6 +324,7 @@ def release(
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1
             st.ms = 0
+            before = pace(st, cfg, now)[0]  # the pace this 429 met (0: none known, slow start)
             if remaining >= 0:
                 pass  # the server counts for us: its Remaining and Reset hold the key (rule 4)
             elif st.oks > 0:
@@ -319,6 +341,11 @@ def release(
                 st.li = _clamp(max(cfg.interval, st.pi) * 2)
             else:
                 st.win = max(1, min(st.win, inflight) // 2)
+            if remaining < 0 and before > 0:
+                # Never back to the pace the server just refused: at most its plateau, from
+                # where it is probed slowly (a measurement can read a little fast).
+                st.lx = before
+                st.li = _clamp(max(st.li, _plateau(before)))
             # The quota is empty now: the next turn one step of the new pace from here (sent
             # at once, it would meet the same 429 and halve the pace again).
             st.tat = max(st.tat, now + pace(st, cfg, now)[0])
@@ -332,8 +359,8 @@ def release(
                 # Sent before the 429 that measured the pace, answered after it: the server
                 # admitted it within that span too (answers of a herd arrive in any order).
                 st.mo += 1
-                st.li = min(st.li, _clamp(_ceil_div(st.ms, st.mo)))
-            st.li = _clamp(st.li - _creep(st.li))
+                st.li = min(st.li, max(_clamp(_ceil_div(st.ms, st.mo)), _plateau(st.lx)))
+            st.li = _clamp(st.li - _creep(st.li, st.lx))
             if st.li <= max(cfg.interval, st.pi):
                 st.li = 0  # recovered: the configured or stated pace rules again
         elif max(cfg.interval, st.pi) == 0 and st.win < OPEN_WINDOW:

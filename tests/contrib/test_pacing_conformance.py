@@ -305,29 +305,29 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         *burst(4, 0.0, "a", "send 0.000"),
         *oks(0.01, ["a0", "a1"]),
         (0.02, "rel", "a2", 429, {}),  # 2 admitted over (at least) 1 s: 0.5 s
-        (0.03, "rel", "a3", 200, {}),  # 3 over 1 s: 0.333334 s, then its creep: 0.321840 s
-        *burst(2, 0.03, "b", ["send 0.490 pace", "send 0.812 pace"]),  # from 0.02 + 0.5
+        (0.03, "rel", "a3", 200, {}),  # 3 over 1 s: 0.333334 s, then its creep: 0.303031 s
+        *burst(2, 0.03, "b", ["send 0.490 pace", "send 0.793 pace"]),  # from 0.02 + 0.5
     ]),
     "a round's 429 never slows a known pace by more than half": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
         *oks(0.01, ["a0", "a1", "a2"]),
         (0.01, "rel", "a3", 429, {}),  # 3 over 1 s: 0.333334 s
         (0.01, "acq", "b", {}, "send 0.333 pace"),
-        (0.35, "rel", "b", 200, {}),  # creep (1 s / 0.333334 s = 29 steps a second): 0.321840 s
+        (0.35, "rel", "b", 200, {}),  # creep (4 s / 0.333334 s = 11 steps): 0.303031 s
         (0.35, "acq", "c", {}, "send 0.327 pace"),
-        (0.70, "rel", "c", 429, {}),  # 1 over 1 s would be 1 s; half the known pace: 0.643680 s
-        *burst(2, 0.70, "d", ["send 0.644 pace", "send 1.287 pace"]),
+        (0.70, "rel", "c", 429, {}),  # 1 over 1 s would be 1 s; half the known pace: 0.606062 s
+        *burst(2, 0.70, "d", ["send 0.606 pace", "send 1.212 pace"]),
     ]),
     "a success granted before the round's 429 but sent after it does not count in its pace": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
         *oks(0.01, ["a0", "a1", "a2"]),
         (0.01, "rel", "a3", 429, {}),  # 0.333334 s
         *burst(2, 0.01, "b", ["send 0.333 pace", "send 0.667 pace"]),
-        (0.35, "rel", "b0", 200, {}),  # 0.321840 s
+        (0.35, "rel", "b0", 200, {}),  # 0.303031 s
         (0.35, "acq", "c", {}, "send 0.660 pace"),  # granted now, sent at 1.010002
-        (0.69, "rel", "b1", 429, {}),  # a new round: 1 over 1 s, at most half: 0.643680 s
-        (1.02, "rel", "c", 200, {}),  # sent after that 429: only the creep, 0.600768 s
-        *burst(2, 1.02, "d", ["send 0.314 pace", "send 0.914 pace"]),
+        (0.69, "rel", "b1", 429, {}),  # a new round: 1 over 1 s, at most half: 0.606062 s
+        (1.02, "rel", "c", 200, {}),  # sent after that 429: only the creep, 0.505052 s
+        *burst(2, 1.02, "d", ["send 0.293 pace", "send 0.798 pace"]),
     ]),
     "429 + Retry-After only: the pace admitted over the Retry-After, from the cooldown's end": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
@@ -352,14 +352,40 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (1.02, "rel", "b", 429, {}),  # nothing admitted since: 2 s
         *burst(2, 1.02, "c", ["send 2.000 pace", "send 4.000 pace"]),
     ]),
-    "a learned pace creeps up 1% per success, at least a tenth per second of successes": ({}, [
+    "a learned pace creeps up 1% per success, at least a quarter per second of successes": ({}, [
         *burst(2, 0.0, "a", "send 0.000"),
         (0.01, "rel", "a0", 200, {}),
         (0.01, "rel", "a1", 429, {}),  # 1 over 1 s
         (0.01, "acq", "b", {}, "send 1.000 pace"),
-        (1.02, "rel", "b", 200, {}),  # one success a second: a tenth off, 0.9 s
+        (1.02, "rel", "b", 200, {}),  # one success a second: a quarter off, 0.75 s
         (1.02, "acq", "c", {}, "send 0.990 pace"),
-        (1.02, "acq", "d", {}, "send 1.890 pace"),
+        (1.02, "acq", "d", {}, "send 1.740 pace"),
+    ]),
+    "a 429 never brings back the pace it met: a round measured faster holds a sixteenth slower": ({"rate": "10/s"}, [
+        (0.0, "acq", "a", {}, "send 0.000"),
+        (0.05, "rel", "a", 429, {}),  # nothing measured: twice the configured pace, 0.2 s; plateau 0.10625 s
+        # 17 successes bring it to the plateau (0.19, 0.180953, ... 0.108578, 0.10625 s)
+        *[ev for i in range(1, 18) for ev in light(0.5 * i, f"p{i}")],
+        # idle, so a new measurement; 10 at the plateau pace, each success creeping 1% a second
+        *burst(10, 10.5, "c", ["send 0.000"] + [f"send {i * 0.10625:.3f} pace" for i in range(1, 10)]),
+        *[(10.5 + i * 0.10625 + 0.001, "rel", f"c{i}", 200, {}) for i in range(9)],  # 0.105247 s
+        # 9 admitted over (at least) 1 s read 0.111112 s: faster than a sixteenth slower than the
+        # 0.105247 s this 429 met, 0.111824 s, which holds
+        (10.5 + 9 * 0.10625 + 0.001, "rel", "c9", 429, {}),
+        (10.5 + 9 * 0.10625 + 0.001, "acq", "d", {}, "send 0.112 pace"),
+    ]),
+    "a learned pace recovers quickly up to its plateau, then a 1% a second": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1", "a2"]),
+        (0.01, "rel", "a3", 429, {}),  # 0.333334 s; nothing met before: no plateau
+        (0.01, "acq", "b", {}, "send 0.333 pace"),
+        (0.35, "rel", "b", 200, {}),  # 0.303031 s
+        (0.35, "acq", "c", {}, "send 0.327 pace"),
+        (0.70, "rel", "c", 429, {}),  # half of it, 0.606062 s; the plateau 0.303031 + 1/16: 0.321970 s
+        # One success every 2 s: 0.505052, 0.432902, 0.384802, 0.346322, then the plateau, 0.321970,
+        # then 1% a second (100 s / 0.32197 s = 310 steps): 0.320932 s
+        *[ev for i in range(1, 7) for ev in light(2.0 * i, f"r{i}")],
+        *burst(2, 14.0, "x", ["send 0.000", "send 0.321 pace"]),
     ]),
     "idle time never counts as time the server admitted nothing": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),

@@ -11,7 +11,8 @@
 -- Returns {cooldown started (0/1), cooldown until us, interval us (0: unknown)}
 local MAX_COOLDOWN, OPEN = 600 * SECOND, 64
 local MIN_INTERVAL, MAX_INTERVAL = 1, 86400 * SECOND
-local RECOVERY = 10 * SECOND  -- a learned pace recovers about a tenth per this long of successes
+-- a learned pace recovers about all of itself per RECOVERY of successes below its plateau, per PROBE from it
+local RECOVERY, PROBE = 4 * SECOND, 100 * SECOND
 
 local entry, slot, seq, epoch, inflight = ARGV[6], num(ARGV[7], 0), num(ARGV[8], 0), num(ARGV[9], 0), num(ARGV[10], 0)
 local status, retry_after = num(ARGV[11], 0), num(ARGV[12], 0)
@@ -19,6 +20,19 @@ local limit, remaining, reset, window = num(ARGV[13], -1), num(ARGV[14], -1), nu
 local ttl_ms = num(ARGV[17], 3600000)
 
 local function clamp(x) return math.min(math.max(x, MIN_INTERVAL), MAX_INTERVAL) end
+-- _pacing._plateau: a little slower (1/16) than the pace the last 429 met
+local function plateau(lx)
+  if lx > 0 then return lx + math.floor(lx / 16) end
+  return 0
+end
+-- _pacing._creep: fast below the plateau (never past it), slowly from there
+local function creep(li, lx)
+  local top = plateau(lx)
+  if li <= top then return math.floor(li / math.max(math.floor(PROBE / li), 2)) end
+  local fast = math.max(math.floor(li / 100), math.floor(li / math.max(math.floor(RECOVERY / li), 2)))
+  if top > 0 then return math.min(fast, li - top) end
+  return fast
+end
 
 -- Was this attempt in flight (not purged as dead)? Then a reading taken since counted it.
 local was_out = entry ~= '' and redis.call('ZREM', KEYS[2], fmt(seq) .. ':' .. entry) == 1
@@ -47,6 +61,7 @@ if status == 429 then
   if epoch == st.epoch then
     st.epoch = st.epoch + 1
     st.ms = 0
+    local before = pace()  -- the pace this 429 met (0: none known, slow start)
     if remaining >= 0 then
       -- the server counts for us: its Remaining and Reset hold the key
     elseif st.oks > 0 then
@@ -65,6 +80,11 @@ if status == 429 then
     else
       st.win = math.max(1, math.floor(math.min(st.win, inflight) / 2))
     end
+    if remaining < 0 and before > 0 then
+      -- never back to the pace the server just refused: at most its plateau, probed slowly
+      st.lx = before
+      st.li = clamp(math.max(st.li, plateau(before)))
+    end
     -- the quota is empty now: the next turn one step of the new pace from here
     st.tat = math.max(st.tat, now + pace())
     st.oks = 0
@@ -78,11 +98,9 @@ elseif status > 0 and status < 400 then
     if st.ms > 0 and epoch == st.epoch - 1 and slot > 0 and slot <= st.me then
       -- sent before the 429 that measured the pace, answered after it: admitted in that span
       st.mo = st.mo + 1
-      st.li = math.min(st.li, clamp(math.ceil(st.ms / st.mo)))
+      st.li = math.min(st.li, math.max(clamp(math.ceil(st.ms / st.mo)), plateau(st.lx)))
     end
-    -- 1%, and at least a tenth of a second's worth (about 10% per second of successes)
-    local creep = math.max(math.floor(st.li / 100), math.floor(st.li / math.max(math.floor(RECOVERY / st.li), 2)))
-    st.li = clamp(st.li - creep)
+    st.li = clamp(st.li - creep(st.li, st.lx))
     if st.li <= math.max(cfg, st.pi) then st.li = 0 end
   elseif math.max(cfg, st.pi) == 0 and st.win < OPEN then
     st.win = st.win + 1

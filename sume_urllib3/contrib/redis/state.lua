@@ -26,7 +26,7 @@ local cfg, cfg_burst, cfg_window = num(ARGV[3], 0), num(ARGV[4], 1), num(ARGV[5]
 -- _pacing.State's fields; a field not stored yet takes State's default.
 local FIELDS = {'tat', 'cd', 'cl', 'pi', 'pb', 'li', 'rem', 'rend', 'rseq', 'probe', 'seq', 'win',
   'epoch', 'oks', 'ok0', 'rt', 'last', 'rat', 'rr', 'ms', 'mo',
-  'me'}
+  'me', 'lx'}
 local DEFAULTS = {pb = 1, win = -1, rt = -1, bts = now}
 
 local function load(names)
