@@ -361,7 +361,7 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (1.02, "acq", "c", {}, "send 0.990 pace"),
         (1.02, "acq", "d", {}, "send 1.740 pace"),
     ]),
-    "a 429 never brings back the pace it met: a round measured faster holds a sixteenth slower": ({"rate": "10/s"}, [
+    "a 429 never brings back the pace it met: a faster reading holds a sixteenth slower": ({"rate": "10/s"}, [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.05, "rel", "a", 429, {}),  # nothing measured: twice the configured pace, 0.2 s; plateau 0.10625 s
         # 17 successes bring it to the plateau (0.19, 0.180953, ... 0.108578, 0.10625 s)
