@@ -63,7 +63,7 @@ LEASE_RTTS = 8
 #: itself per RECOVERY_US of successes (a quarter per second; at least 1% per success); from the
 #: plateau on, by about all of itself per PROBE_US (1% per second).
 RECOVERY_US = 4 * SECOND
-PROBE_US = 100 * SECOND
+PROBE_US = 200 * SECOND
 #: A learned interval is at least 1 µs and at most a day.
 MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
 
@@ -140,7 +140,7 @@ def _clamp(interval: int) -> int:
 
 def _plateau(lx: int) -> int:
     """A little slower (1/16) than the pace the last 429 met: where fast recovery stops."""
-    return lx + lx // 16 if lx > 0 else 0
+    return lx + lx // 8 if lx > 0 else 0
 
 
 def _creep(li: int, lx: int) -> int:
@@ -335,22 +335,29 @@ def release(
                 # to a second) must not turn 10/s into 3/s.
                 st.li = _clamp(min(measured, 2 * known) if known > 0 else measured)
                 st.ms, st.mo, st.me = span, st.oks, now
+                if 0 < before and measured <= 2 * before:
+                    # The round admitted at least half the pace it met, so that pace was in
+                    # use and the server refused it: never back to it, at most its plateau,
+                    # probed slowly from there (a measurement can read a little fast).
+                    st.lx = before
+                    st.li = _clamp(max(st.li, _plateau(before)))
             elif st.li > 0:
                 st.li = _clamp(st.li * 2)
             elif max(cfg.interval, st.pi) > 0:
                 st.li = _clamp(max(cfg.interval, st.pi) * 2)
-            else:
+            elif st.win > 1:
                 st.win = max(1, min(st.win, inflight) // 2)
-            if remaining < 0 and before > 0:
-                # Never back to the pace the server just refused: at most its plateau, from
-                # where it is probed slowly (a measurement can read a little fast).
-                st.lx = before
-                st.li = _clamp(max(st.li, _plateau(before)))
+            else:
+                # Nothing got through one attempt at a time (answers lost, or too slow to count
+                # as successes): a window cannot go lower, so pace at one per Retry-After.
+                st.li = _clamp(max(retry_after, SECOND))
             # The quota is empty now: the next turn one step of the new pace from here (sent
             # at once, it would meet the same 429 and halve the pace again).
             st.tat = max(st.tat, now + pace(st, cfg, now)[0])
             st.oks = 0
-    elif 0 < status < 400:
+    elif 0 < status < 400 or (status == 0 and st.li > 0):
+        # Admitted: a success, or (with a learned pace) an attempt whose answer was lost on
+        # the way; no 429 refused it, and a server that loses answers must not slow the pace.
         if st.oks == 0:
             st.ok0 = slot if 0 < slot <= now else now
         st.oks += 1
@@ -363,7 +370,7 @@ def release(
             st.li = _clamp(st.li - _creep(st.li, st.lx))
             if st.li <= max(cfg.interval, st.pi):
                 st.li = 0  # recovered: the configured or stated pace rules again
-        elif max(cfg.interval, st.pi) == 0 and st.win < OPEN_WINDOW:
+        elif status > 0 and max(cfg.interval, st.pi) == 0 and st.win < OPEN_WINDOW:
             st.win += 1
     started = False
     if retry_after > 0 and (status == 429 or status == 503):

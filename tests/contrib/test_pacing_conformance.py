@@ -73,6 +73,21 @@ def oks(t: float, names: List[str], headers: Optional[Dict[str, str]] = None) ->
     return [(t, "rel", name, 200, headers or {}) for name in names]
 
 
+#: Two rounds of 429s on a learned pace: the first (3 admitted, floored to 1 s) reads 0.333334 s
+#: and sets no plateau (nothing was known); three successes creep it a quarter a second
+#: (0.303031, 0.279721, 0.259741 s); the second round's 3 over 1.001366 s read 0.333789 s,
+#: within twice the 0.259741 s it met, so that pace was in use: its plateau, an eighth slower,
+#: is 0.292208 s, and the pace 0.333789 s.
+PLATEAU_ROUND: List[Event] = [
+    *burst(4, 0.0, "a", "send 0.000"),
+    *oks(0.01, ["a0", "a1", "a2"]),
+    (0.01, "rel", "a3", 429, {}),
+    *burst(4, 0.01, "b", ["send 0.333 pace", "send 0.667 pace", "send 1.000 pace", "send 1.333 pace"]),
+    *[(0.01 + 0.333334 * (i + 1) + 0.001, "rel", f"b{i}", 200, {}) for i in range(3)],
+    (1.3447, "rel", "b3", 429, {}),
+]
+
+
 #: name -> (fleet settings, events). rand: the random draws, cycled (0.5 when not given).
 SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
     # -- rule 7 and the lone request -------------------------------------------------------------
@@ -361,31 +376,24 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (1.02, "acq", "c", {}, "send 0.990 pace"),
         (1.02, "acq", "d", {}, "send 1.740 pace"),
     ]),
-    "a 429 never brings back the pace it met: a faster reading holds a sixteenth slower": ({"rate": "10/s"}, [
-        (0.0, "acq", "a", {}, "send 0.000"),
-        (0.05, "rel", "a", 429, {}),  # nothing measured: twice the configured pace, 0.2 s; plateau 0.10625 s
-        # 17 successes bring it to the plateau (0.19, 0.180953, ... 0.108578, 0.10625 s)
-        *[ev for i in range(1, 18) for ev in light(0.5 * i, f"p{i}")],
-        # idle, so a new measurement; 10 at the plateau pace, each success creeping 1% a second
-        *burst(10, 10.5, "c", ["send 0.000"] + [f"send {i * 0.10625:.3f} pace" for i in range(1, 10)]),
-        *[(10.5 + i * 0.10625 + 0.001, "rel", f"c{i}", 200, {}) for i in range(9)],  # 0.105247 s
-        # 9 admitted over (at least) 1 s read 0.111112 s: faster than a sixteenth slower than the
-        # 0.105247 s this 429 met, 0.111824 s, which holds
-        (10.5 + 9 * 0.10625 + 0.001, "rel", "c9", 429, {}),
-        (10.5 + 9 * 0.10625 + 0.001, "acq", "d", {}, "send 0.112 pace"),
+    # A round that sets a plateau: the pace it met was in use (the round admitted at least half of it).
+    "a learned pace recovers quickly up to its plateau, then half a percent a second": ({}, [
+        *PLATEAU_ROUND,
+        # 0.303445 s, then the plateau 0.292208 s (not 0.280104), then half a percent a second
+        # (200 s / 0.292208 s = 684 steps): 0.291781 s
+        *[ev for i in range(1, 4) for ev in light(2.0 * i, f"r{i}")],
+        *burst(2, 8.0, "x", ["send 0.000", "send 0.292 pace"]),
     ]),
-    "a learned pace recovers quickly up to its plateau, then a 1% a second": ({}, [
-        *burst(4, 0.0, "a", "send 0.000"),
-        *oks(0.01, ["a0", "a1", "a2"]),
-        (0.01, "rel", "a3", 429, {}),  # 0.333334 s; nothing met before: no plateau
-        (0.01, "acq", "b", {}, "send 0.333 pace"),
-        (0.35, "rel", "b", 200, {}),  # 0.303031 s
-        (0.35, "acq", "c", {}, "send 0.327 pace"),
-        (0.70, "rel", "c", 429, {}),  # half of it, 0.606062 s; the plateau 0.303031 + 1/16: 0.321970 s
-        # One success every 2 s: 0.505052, 0.432902, 0.384802, 0.346322, then the plateau, 0.321970,
-        # then 1% a second (100 s / 0.32197 s = 310 steps): 0.320932 s
-        *[ev for i in range(1, 7) for ev in light(2.0 * i, f"r{i}")],
-        *burst(2, 14.0, "x", ["send 0.000", "send 0.321 pace"]),
+    "a 429 never brings back the pace it met: a faster reading holds an eighth slower": ({}, [
+        *PLATEAU_ROUND,
+        *[ev for i in range(1, 4) for ev in light(2.0 * i, f"r{i}")],  # 0.291781 s, as above
+        # idle, so a new measurement: 5 at that pace, 4 admitted, each creeping: 0.290087 s
+        *burst(5, 8.0, "c", ["send 0.000"] + [f"send {i * 0.291781:.3f} pace" for i in range(1, 5)]),
+        *[(8.0 + i * 0.291781 + 0.001, "rel", f"c{i}", 200, {}) for i in range(4)],
+        # 4 over 1.168124 s read 0.292031 s: faster than an eighth slower than the 0.290087 s
+        # this 429 met, 0.326347 s, which holds
+        (8.0 + 4 * 0.291781 + 0.001, "rel", "c4", 429, {}),
+        (8.0 + 4 * 0.291781 + 0.001, "acq", "d", {}, "send 0.326 pace"),
     ]),
     "idle time never counts as time the server admitted nothing": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),

@@ -12,7 +12,7 @@
 local MAX_COOLDOWN, OPEN = 600 * SECOND, 64
 local MIN_INTERVAL, MAX_INTERVAL = 1, 86400 * SECOND
 -- a learned pace recovers about all of itself per RECOVERY of successes below its plateau, per PROBE from it
-local RECOVERY, PROBE = 4 * SECOND, 100 * SECOND
+local RECOVERY, PROBE = 4 * SECOND, 200 * SECOND
 
 local entry, slot, seq, epoch, inflight = ARGV[6], num(ARGV[7], 0), num(ARGV[8], 0), num(ARGV[9], 0), num(ARGV[10], 0)
 local status, retry_after = num(ARGV[11], 0), num(ARGV[12], 0)
@@ -22,7 +22,7 @@ local ttl_ms = num(ARGV[17], 3600000)
 local function clamp(x) return math.min(math.max(x, MIN_INTERVAL), MAX_INTERVAL) end
 -- _pacing._plateau: a little slower (1/16) than the pace the last 429 met
 local function plateau(lx)
-  if lx > 0 then return lx + math.floor(lx / 16) end
+  if lx > 0 then return lx + math.floor(lx / 8) end
   return 0
 end
 -- _pacing._creep: fast below the plateau (never past it), slowly from there
@@ -73,23 +73,27 @@ if status == 429 then
       if known > 0 then measured = math.min(measured, 2 * known) end
       st.li = clamp(measured)
       st.ms, st.mo, st.me = span, st.oks, now
+      if before > 0 and math.ceil(span / st.oks) <= 2 * before then
+        -- the round admitted at least half the pace it met: never back to it, at most its plateau
+        st.lx = before
+        st.li = clamp(math.max(st.li, plateau(before)))
+      end
     elseif st.li > 0 then
       st.li = clamp(st.li * 2)
     elseif math.max(cfg, st.pi) > 0 then
       st.li = clamp(math.max(cfg, st.pi) * 2)
-    else
+    elseif st.win > 1 then
       st.win = math.max(1, math.floor(math.min(st.win, inflight) / 2))
-    end
-    if remaining < 0 and before > 0 then
-      -- never back to the pace the server just refused: at most its plateau, probed slowly
-      st.lx = before
-      st.li = clamp(math.max(st.li, plateau(before)))
+    else
+      -- nothing got through one attempt at a time: one per Retry-After, at least a second
+      st.li = clamp(math.max(retry_after, SECOND))
     end
     -- the quota is empty now: the next turn one step of the new pace from here
     st.tat = math.max(st.tat, now + pace())
     st.oks = 0
   end
-elseif status > 0 and status < 400 then
+elseif (status > 0 and status < 400) or (status == 0 and st.li > 0) then
+  -- admitted: a success, or (with a learned pace) an attempt whose answer was lost on the way
   if st.oks == 0 then
     if slot > 0 and slot <= now then st.ok0 = slot else st.ok0 = now end
   end
@@ -102,7 +106,7 @@ elseif status > 0 and status < 400 then
     end
     st.li = clamp(st.li - creep(st.li, st.lx))
     if st.li <= math.max(cfg, st.pi) then st.li = 0 end
-  elseif math.max(cfg, st.pi) == 0 and st.win < OPEN then
+  elseif status > 0 and math.max(cfg, st.pi) == 0 and st.win < OPEN then
     st.win = st.win + 1
   end
 end
