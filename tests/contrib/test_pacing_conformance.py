@@ -395,6 +395,38 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (8.0 + 4 * 0.291781 + 0.001, "rel", "c4", 429, {}),
         (8.0 + 4 * 0.291781 + 0.001, "acq", "d", {}, "send 0.326 pace"),
     ]),
+    "a round that admitted under half the pace it met sets no plateau": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1", "a2"]),
+        (0.01, "rel", "a3", 429, {}),  # 0.333334 s
+        (0.01, "acq", "b", {}, "send 0.333 pace"),
+        (0.35, "rel", "b", 200, {}),  # 0.303031 s
+        (0.35, "acq", "c", {}, "send 0.327 pace"),
+        # 1 over 1 s: 1 s, more than twice the 0.303031 s met (it was not in use): half, 0.606062 s
+        (0.70, "rel", "c", 429, {}),
+        # a quarter a second, on past 0.340909 s (what a plateau would hold): 0.505052, 0.432902,
+        # 0.384802, 0.346322, 0.314839 s
+        *[ev for i in range(1, 6) for ev in light(2.0 * i, f"r{i}")],
+        *burst(2, 12.0, "x", ["send 0.000", "send 0.315 pace"]),
+    ]),
+    "an answer lost under a learned pace counts as admitted": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        *oks(0.01, ["a0", "a1", "a2"]),
+        (0.01, "rel", "a3", 429, {}),  # 0.333334 s
+        (0.01, "acq", "b", {}, "send 0.333 pace"),
+        (0.35, "rel", "b", None, None),  # no answer, and no 429 either: it creeps, 0.303031 s
+        *burst(2, 0.35, "c", ["send 0.327 pace", "send 0.630 pace"]),
+    ]),
+    "nothing through one attempt at a time: one per Retry-After": ({}, [
+        *burst(4, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a3", 429, {}),  # nothing admitted: the window (4 in flight) halves, 2
+        *[(0.02, "rel", f"a{i}", None, None) for i in (0, 1, 2)],  # answers lost: nothing learned
+        (0.03, "acq", "b", {}, "send 0.000"),
+        (0.04, "rel", "b", 429, {}),  # a new round, one in flight: the window 1
+        (0.05, "acq", "c", {}, "send 0.000"),
+        (0.06, "rel", "c", 429, {RA: "1"}),  # and again: one per Retry-After (at least 1 s)
+        *burst(2, 0.07, "d", ["send 0.990 cooldown", "send 1.990 pace"]),
+    ]),
     "idle time never counts as time the server admitted nothing": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.01, "rel", "a", 200, {}),
