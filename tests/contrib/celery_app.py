@@ -7,8 +7,9 @@ environment the test gives the worker, after the example has run:
 
 - the per-call deadline, ``quick``: ``SUME_E2E_DEADLINE`` seconds instead of 10, so a lost
   answer costs a test seconds, not minutes;
-- the session's fleet in the ``nofleet`` (``fleet=None``) and ``redis`` (``RedisFleet`` on
-  ``SUME_E2E_REDIS_FLEET``) variants; ``local`` keeps the README's default.
+- the session's fleet in the ``nofleet`` (``fleet=None``) and ``local`` (``SumeSession()``'s
+  default, a ``LocalFleet`` per process) variants; ``readme`` keeps the README's
+  ``RedisFleet`` on the broker's Redis.
 
 The broker, result backend, API key and base URL come from the usual variables
 (``CELERY_BROKER_URL``, ``CELERY_RESULT_BACKEND``, ``SUME_API_KEY``, ``SUME_API_BASE_URL``).
@@ -28,7 +29,7 @@ from sume_urllib3 import SumeSession
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 #: The README example's line that runs a task in its own process: the worker stops before it.
 RUN_HERE = "# Here the task runs in this process"
-VARIANTS = ("local", "nofleet", "redis")
+VARIANTS = ("readme", "local", "nofleet")
 
 app = Celery("sume_e2e")
 app.conf.update(
@@ -54,11 +55,7 @@ def readme_tasks() -> str:
 
 
 def _session(variant: str) -> SumeSession:
-    if variant == "nofleet":
-        return SumeSession(fleet=None)
-    from sume_urllib3.contrib.redis import RedisFleet
-
-    return SumeSession(fleet=RedisFleet(os.environ["SUME_E2E_REDIS_FLEET"]))
+    return SumeSession(fleet=None) if variant == "nofleet" else SumeSession()
 
 
 def load(variant: str) -> Dict[str, Any]:
@@ -66,7 +63,7 @@ def load(variant: str) -> Dict[str, Any]:
     namespace: Dict[str, Any] = {"__name__": f"e2e_{variant}"}
     exec(compile(readme_tasks(), str(README), "exec"), namespace)
     deadline = float(os.environ.get("SUME_E2E_DEADLINE", "10"))
-    if variant != "local":
+    if variant != "readme":
         namespace["session"] = _session(variant)
     namespace["quick"] = namespace["session"].policy.replace(max_elapsed=deadline)
     return namespace
@@ -86,8 +83,4 @@ def give_up(payload: Dict[str, Any]) -> Dict[str, Any]:
     return dict(session.post("/avatars", json=payload, policy=policy).json())
 
 
-TASKS = {
-    variant: load(variant)
-    for variant in VARIANTS
-    if variant != "redis" or os.environ.get("SUME_E2E_REDIS_FLEET")
-}
+TASKS = {variant: load(variant) for variant in VARIANTS}
