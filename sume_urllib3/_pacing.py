@@ -335,10 +335,10 @@ def release(
                 # to a second) must not turn 10/s into 3/s.
                 st.li = _clamp(min(measured, 2 * known) if known > 0 else measured)
                 st.ms, st.mo, st.me = span, st.oks, now
-                if 0 < before and measured <= 2 * before:
-                    # The round admitted at least half the pace it met, so that pace was in
-                    # use and the server refused it: never back to it, at most its plateau,
-                    # probed slowly from there (a measurement can read a little fast).
+                if 0 < before:
+                    # The server admitted some and refused the pace this round met: never back
+                    # to it, at most its plateau, probed slowly from there (a measurement can
+                    # read a little fast; with nothing admitted, the 429 says less: no plateau).
                     st.lx = before
                     st.li = _clamp(max(st.li, _plateau(before)))
             elif st.li > 0:

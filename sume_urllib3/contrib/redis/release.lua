@@ -73,8 +73,8 @@ if status == 429 then
       if known > 0 then measured = math.min(measured, 2 * known) end
       st.li = clamp(measured)
       st.ms, st.mo, st.me = span, st.oks, now
-      if before > 0 and math.ceil(span / st.oks) <= 2 * before then
-        -- the round admitted at least half the pace it met: never back to it, at most its plateau
+      if before > 0 then
+        -- the server admitted some and refused the pace this round met: at most its plateau
         st.lx = before
         st.li = clamp(math.max(st.li, plateau(before)))
       end
