@@ -23,16 +23,18 @@ The rules (README "Pacing", DESIGN.md section 10):
    stops counting at 64. A 429 acts once per round (one answering an attempt sent before the
    last decrease changes nothing): it sets the pace to what the server admitted, successes
    since the round began over that time (at least the Retry-After, at least 1 s; a success
-   sent before that 429 and answered after it still counts in it), never slower than half a
-   pace already known; or halves a known pace, or the window, when nothing got through. The
-   next turn comes one step of the new pace after the 429 (the quota it reported is empty).
-   A round never brings back the pace it met: the new pace is at most its plateau, a sixteenth
-   slower (a measurement can read fast; with a whole-second Retry-After every 429 costs the key
-   a second). A learned pace creeps up 1% per success, at least a quarter per second of
-   successes (a pace measured over a whole-second Retry-After is slow), but no further than
-   the plateau; from there about 1% per second. It is dropped once no slower than the
-   configured or stated one. A key idle for a second starts measuring afresh: idle time is never counted
-   as time the server admitted nothing.
+   sent before that 429 and answered after it still counts in it; under a learned pace, so
+   does an attempt whose answer was lost: no 429 refused it), never slower than half a pace
+   already known, and never faster than the plateau of the pace it met, an eighth slower (the
+   server refused that pace, and a measurement can read fast). When nothing got through, it
+   halves a known pace, or the window; at a window of 1, it paces at one per Retry-After (at
+   least 1 s). The next turn comes one step of the new pace after the 429 (the quota it
+   reported is empty). A learned pace creeps up 1% per success, at least a quarter per second
+   of successes (a pace measured over a whole-second Retry-After is slow), up to the plateau;
+   from there half a percent a second (every 429 with a whole-second Retry-After costs the
+   key a second). It is dropped once no slower than the configured or stated one. A key idle
+   for a second starts measuring afresh: idle time is never counted as time the server
+   admitted nothing.
 6. **Nothing waits on the dead.** An in-flight entry lasts as long as its attempt may (the
    time left, at most 8 response times, at least 1 s; 2 s before any response was seen).
 7. **Deadline.** A turn after ``time_left`` is refused at once and reserves nothing.
@@ -61,7 +63,7 @@ MIN_LEASE_US = SECOND
 LEASE_RTTS = 8
 #: Below its plateau (or before any 429 met a known pace) a learned pace recovers by about all of
 #: itself per RECOVERY_US of successes (a quarter per second; at least 1% per success); from the
-#: plateau on, by about all of itself per PROBE_US (1% per second).
+#: plateau on, by about all of itself per PROBE_US (half a percent per second).
 RECOVERY_US = 4 * SECOND
 PROBE_US = 200 * SECOND
 #: A learned interval is at least 1 µs and at most a day.
@@ -139,18 +141,19 @@ def _clamp(interval: int) -> int:
 
 
 def _plateau(lx: int) -> int:
-    """A little slower (1/16) than the pace the last 429 met: where fast recovery stops."""
+    """An eighth slower than the pace the last measuring 429 met: where fast recovery stops."""
     return lx + lx // 8 if lx > 0 else 0
 
 
 def _creep(li: int, lx: int) -> int:
     """How much one success takes off a learned interval.
 
-    Below the plateau: 1%, and at least a tenth of a second's worth of it, so a slow pace
-    (measured over a whole-second Retry-After) recovers about 10% per second of successes, as a
-    fast one does (1% at 10/s); never past the plateau. At the plateau and past it, about 1% per
-    second: the server refused that pace, so it is probed again slowly (a 429 with a whole-second
-    Retry-After costs a second of every attempt of the key).
+    Below the plateau: 1%, and at least a quarter of a second's worth of it, so a slow pace
+    (measured over a whole-second Retry-After) recovers about a quarter per second of
+    successes (1% per success at 25/s and faster); never past the plateau. At the plateau and
+    past it, about half a percent per second: the server refused the pace just above, so it is
+    probed again slowly (a 429 with a whole-second Retry-After costs every attempt of the key a
+    second).
     """
     plateau = _plateau(lx)
     if li <= plateau:

@@ -20,7 +20,7 @@ local limit, remaining, reset, window = num(ARGV[13], -1), num(ARGV[14], -1), nu
 local ttl_ms = num(ARGV[17], 3600000)
 
 local function clamp(x) return math.min(math.max(x, MIN_INTERVAL), MAX_INTERVAL) end
--- _pacing._plateau: a little slower (1/16) than the pace the last 429 met
+-- _pacing._plateau: an eighth slower than the pace the last measuring 429 met
 local function plateau(lx)
   if lx > 0 then return lx + math.floor(lx / 8) end
   return 0
