@@ -15,6 +15,7 @@ end within 1.5x of it. The tasks are the README's, executed from README.md itsel
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pathlib
 import signal
@@ -163,6 +164,16 @@ def run_batch(stack: Tuple[Any, SubmitServer], task: str, *, faults: bool = True
 
 
 def report(name: str, run: Run) -> None:
+    """Print the batch; with ``SUME_E2E_RESULTS`` (benchmarks/celery_e2e.py) also append it there."""
+    results = os.environ.get("SUME_E2E_RESULTS")
+    if results:
+        with open(results, "a", encoding="utf-8") as out:
+            out.write(json.dumps({
+                "batch": name, "tasks": TASKS, "succeeded": run.states.get("SUCCESS", 0),
+                "twice": len(run.twice), "keyless": run.keyless, "calls": run.calls, "refused": run.refused,
+                "retries": sum(run.retries), "most_retries": max(run.retries, default=0),
+                "last_success_s": run.last_success, "ideal_s": run.ideal,
+            }) + "\n")
     print(
         f"\n{name}: {run.states}, executions {sum(run.executions)} for {TASKS} jobs, twice {len(run.twice)}, "
         f"keyless {run.keyless}, server calls {run.calls} ({run.refused} refused 429), "
