@@ -93,7 +93,7 @@ def test_every_block_has_a_renderer_and_every_renderer_a_block() -> None:
 def test_every_block_names_the_command_that_made_it() -> None:
     """Each block cites a ``python benchmarks/<script>.py`` command that exists."""
     for match in render.BLOCK.finditer(readme()):
-        commands = re.findall(r"`python (benchmarks/[a-z_]+\.py)[^`]*`", match.group(3))
+        commands = re.findall(r"`python (benchmarks/[a-z0-9_]+\.py)[^`]*`", match.group(3))
         assert commands, f"block {match.group(2)} names no command"
         for script in commands:
             assert (ROOT / script).is_file(), f"block {match.group(2)} cites {script}, which does not exist"
