@@ -98,7 +98,7 @@ class State:
     pi: int = 0  # interval the server stated (RateLimit-Policy / window), 0 unknown
     pb: int = 1  # the stated limit (burst while Remaining is tracked)
     li: int = 0  # interval learned from 429s, 0 none
-    lx: int = 0  # the interval in force when the last 429 round began (0: none was known)
+    lx: int = 0  # the interval the last measuring 429 round met (its plateau is 1/8 slower; 0 none)
     rem: int = 0  # budget: attempts left before rend (< 0: overspent)
     rend: int = 0  # when the budget reading expires (its Reset; 0: no reading)
     rseq: int = 0  # the grant number whose answer gave the reading
