@@ -13,6 +13,7 @@ pytest.importorskip("django")
 from sume_urllib3.contrib.django import get_session, sessions
 from sume_urllib3.testing import FakeSume, no_sleep
 
+from ...conftest import in_a_forked_child
 from .settings import API_KEY
 
 
@@ -74,18 +75,8 @@ def test_a_forked_child_starts_from_zero(fake: FakeSume, dj_settings: Any) -> No
     fake.script("GET", "/v1/me", 200)
     dj_settings.SUME = {"API_KEY": API_KEY, "BASE_URL": fake.url + "/v1"}
     get_session().get("/me")
-    read, write = os.pipe()
 
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        try:
-            os.write(write, str(sessions.process_metrics().total).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        child_total = pipe.read()
-    os.waitpid(pid, 0)
+    child_total = in_a_forked_child(lambda: str(sessions.process_metrics().total))
 
     assert "0" == child_total
     assert 1 == sessions.process_metrics().total
