@@ -100,3 +100,43 @@ def test_the_committed_list_reads_and_gives_every_line_a_reason() -> None:
     assert all(line.reason for line in lines)
     keys = [(line.suite, line.kind, line.pattern) for line in lines]
     assert len(keys) == len(set(keys))
+
+
+def test_an_unlisted_failure_that_passes_when_run_again_alone_is_flaky_not_a_finding(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A socket race on a loaded machine is not a difference: a second look, alone, tells it apart.
+
+    Real pytest runs (the same plugin, the same way peers.py runs a suite): one test fails only
+    the first time it runs, one always fails. The first is reported flaky and its outcome
+    replaced; the second still fails the judgement.
+    """
+    monkeypatch.setattr(peers, "CACHE", str(tmp_path))
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_flip.py").write_text(
+        "import pathlib\n\n"
+        "def test_fails_once():\n"
+        "    marker = pathlib.Path(__file__).with_name('ran-before')\n"
+        "    first = not marker.exists()\n"
+        "    marker.write_text('yes')\n"
+        "    assert not first\n\n"
+        "def test_always_fails():\n"
+        "    assert False\n",
+        encoding="utf-8",
+    )
+    outcomes = peers.pytest(sys.executable, str(suite), ["test_flip.py"], "", show=False)
+    r = run(outcomes, dict(outcomes))
+    r.cwd = str(suite)
+    assert ["test_flip.py::test_always_fails", "test_flip.py::test_fails_once"] == r.plain_failures()
+
+    peers.second_look(sys.executable, r, [], show=False)
+
+    # Failed both ways at first; passing plainly made it a difference, so it was run swapped too.
+    assert [
+        ("test_flip.py::test_fails_once", "plain"),
+        ("test_flip.py::test_fails_once", "swapped"),
+    ] == r.flaky
+    assert [
+        "urllib3@urllib3-2: test_flip.py::test_always_fails fails plainly and is not listed"
+    ] == peers.judge([r], [])
