@@ -760,13 +760,17 @@ def peers(results: Results) -> str:
     def passed(c: Mapping[str, Any]) -> str:
         return f"{c['passed']}/{c['tests']}"
 
+    # Recorded since the second look (runs written before it had none to record).
+    flaky = sum(len(run.get("flaky", ())) for run in f["runs"]) or "none"
+
     lines = [
         wrap(
             f"""{command(doc)} runs the peers' own tests from their sdists (the Retry-related urllib3
             files, requests' Session files), plainly and with the swap, on loopback only
             (Python {doc['stamp']['python']}, {doc['stamp']['machine']}, commit {doc['stamp']['commit']}).
             A difference is a test that passes plainly and fails swapped; every one is listed, with its
-            reason, in `benchmarks/peers-expected.txt`:"""
+            reason, in `benchmarks/peers-expected.txt`. A failure the file does not list runs once
+            more, alone, and counts as flaky if it passes then ({flaky} in this run):"""
         ),
         "",
         "| suite | swap | urllib3 | requests | passed plainly | passed swapped | differences (all listed) |",
