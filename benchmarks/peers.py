@@ -292,17 +292,16 @@ def pytest(
 
 def run_suite(python: str, suite: str, line: str, show: bool) -> Run:
     versions = installed(python)
+    cwd = sources(python, suite, versions[suite])
     if suite == "urllib3":
-        cwd = sources(python, "urllib3", versions["urllib3"])
         files = URLLIB3_FILES + (URLLIB3_126_ONLY if line == "1.26" else ())
-        swap = "urllib3"
     else:
-        cwd = sources(python, "requests", versions["requests"])
-        files, swap = REQUESTS_FILES, "requests"
+        files = REQUESTS_FILES
     started = time.monotonic()
     deselected = DESELECTED.get(suite, ())
     plain = pytest(python, cwd, files, "", show, deselected)
-    swapped = pytest(python, cwd, files, swap, show, deselected)
+    # The swap is named after the suite (_peer_swap): SumeRetry into urllib3's, SumeSession into requests'.
+    swapped = pytest(python, cwd, files, suite, show, deselected)
     run = Run(suite, line, versions, plain, swapped, time.monotonic() - started, tuple(files), cwd)
     # Every outcome of the last run, for a closer look: .peers/last-<suite>-<line>.json.
     with open(os.path.join(CACHE, f"last-{suite}-{line}.json"), "w", encoding="utf-8") as f:
@@ -320,13 +319,10 @@ def _matches(test: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(test, pattern.replace("[", "[[]"))
 
 
-def unlisted(run: Run, expected: Sequence[Expected]) -> Dict[str, List[str]]:
-    """The failures no line of ``peers-expected.txt`` names, by kind (plain, swapped)."""
-    found: Dict[str, List[str]] = {}
-    for kind, failures in (("plain", run.plain_failures()), ("swapped", run.differences())):
-        entries = [e for e in expected if e.kind == kind and e.applies(run)]
-        found[kind] = [t for t in failures if not any(_matches(t, e.pattern) for e in entries)]
-    return found
+def _failures(run: Run, kind: str, expected: Sequence[Expected]) -> Tuple[List[str], List[Expected]]:
+    """A run's failures of one kind (plain failures, or differences) and the lines that may list them."""
+    failures = run.plain_failures() if kind == "plain" else run.differences()
+    return failures, [e for e in expected if e.kind == kind and e.applies(run)]
 
 
 def second_look(python: str, run: Run, expected: Sequence[Expected], show: bool) -> None:
@@ -336,14 +332,14 @@ def second_look(python: str, run: Run, expected: Sequence[Expected], show: bool)
     A failure that repeats stays a failure; a pass replaces the outcome and is listed in
     ``run.flaky``, printed with the results.
     """
-    swap = "urllib3" if run.suite == "urllib3" else "requests"
     for kind in ("plain", "swapped"):  # plain first: a plain flake that passes may be a difference
-        tests = unlisted(run, expected)[kind]
+        failures, entries = _failures(run, kind, expected)
         outcomes = run.plain if kind == "plain" else run.swapped
-        again = [t for t in tests if "::" in t and t in outcomes][:20]  # more than 20 is not a flake
+        unlisted = [t for t in failures if not any(_matches(t, e.pattern) for e in entries)]
+        again = [t for t in unlisted if "::" in t and t in outcomes][:20]  # more than 20 is not a flake
         if not again:
             continue
-        seen = pytest(python, run.cwd, again, "" if kind == "plain" else swap, show)
+        seen = pytest(python, run.cwd, again, "" if kind == "plain" else run.suite, show)
         for test in again:
             if seen.get(test) in ("passed", "skipped", "xfailed"):
                 outcomes[test] = seen[test]
@@ -354,11 +350,8 @@ def judge(runs: Sequence[Run], expected: Sequence[Expected]) -> List[str]:
     """Every problem, as a sentence: an unlisted failure, or a listed line that matched nothing."""
     problems = []
     for run in runs:
-        lists = {
-            "plain": (run.plain_failures(), [e for e in expected if e.kind == "plain" and e.applies(run)]),
-            "swapped": (run.differences(), [e for e in expected if e.kind == "swapped" and e.applies(run)]),
-        }
-        for kind, (failures, entries) in lists.items():
+        for kind in ("plain", "swapped"):
+            failures, entries = _failures(run, kind, expected)
             for test in failures:
                 hits = [e for e in entries if _matches(test, e.pattern)]
                 for entry in hits:

@@ -327,10 +327,10 @@ def release(
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1
             st.ms = 0
-            before = pace(st, cfg, now)[0]  # the pace this 429 met (0: none known, slow start)
             if remaining >= 0:
                 pass  # the server counts for us: its Remaining and Reset hold the key (rule 4)
             elif st.oks > 0:
+                before = pace(st, cfg, now)[0]  # the pace this 429 met (0: none known, slow start)
                 span = max(now - st.ok0, retry_after, SECOND)
                 measured = _ceil_div(span, st.oks)
                 known = st.li or max(cfg.interval, st.pi)

@@ -61,10 +61,10 @@ if status == 429 then
   if epoch == st.epoch then
     st.epoch = st.epoch + 1
     st.ms = 0
-    local before = pace()  -- the pace this 429 met (0: none known, slow start)
     if remaining >= 0 then
       -- the server counts for us: its Remaining and Reset hold the key
     elseif st.oks > 0 then
+      local before = pace()  -- the pace this 429 met (0: none known, slow start)
       local span = math.max(now - st.ok0, retry_after, SECOND)
       local measured = math.ceil(span / st.oks)
       local known = st.li
