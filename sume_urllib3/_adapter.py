@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -15,7 +14,7 @@ from requests.adapters import HTTPAdapter
 from requests.models import REDIRECT_STATI
 from requests.utils import requote_uri
 
-from . import _sleeping
+from . import _fork, _sleeping
 from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeRetryError, raisable, throw
 from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet
@@ -189,6 +188,7 @@ class SumeAdapter(HTTPAdapter):
         proxies: Optional[Mapping[str, str]] = None,
     ) -> requests.Response:
         """Send with the policy; see the class docstring for what is added."""
+        _fork.check()  # a worker forked without at-fork hooks must not send on the parent's sockets
         context = current.get()
         # Join only a session's request that no other adapter serves; a context a lone
         # SumeRetry left behind on this thread, or another adapter's, is not ours.
@@ -568,5 +568,4 @@ def _drop_inherited_pools() -> None:
             proxy_manager.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_drop_inherited_pools)
+_fork.in_child(_drop_inherited_pools)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 import weakref
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Type
 
+from . import _fork
 from ._errors import ConfigurationError
 
 # The window is cut into this many buckets, so an entry expires between
@@ -202,8 +202,7 @@ def _fresh_in_child() -> None:
         budget._start_over()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_in_child)
+_fork.in_child(_fresh_in_child)
 
 
 def _blank(cls: Type[RetryBudget]) -> RetryBudget:

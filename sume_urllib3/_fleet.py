@@ -11,7 +11,6 @@ import hashlib
 import itertools
 import logging
 import math
-import os
 import random
 import re
 import threading
@@ -20,7 +19,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Dict, Mapping, NamedTuple, Optional, Protocol, Union
 
-from . import _pacing, _sleeping
+from . import _fork, _pacing, _sleeping
 from ._envelope import header
 from ._errors import ConfigurationError
 from ._ratelimit import may_carry_ratelimit, parse_ratelimit
@@ -480,8 +479,7 @@ def _after_fork_in_child() -> None:
         fleet.reset()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_fork.in_child(_after_fork_in_child)
 
 
 def _rebuild(cls: type, rate: Rate, burst: Optional[int], window: int) -> LocalFleet:

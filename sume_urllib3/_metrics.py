@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import weakref
 from typing import Any, Collection, Counter, Dict
 
+from . import _fork
 from ._helpers import LockFreePickle
 from ._record import Outcome, RetryEvent, SumeRecord
 
@@ -142,5 +142,4 @@ def _fresh_in_child() -> None:
         metrics._reset()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_in_child)
+_fork.in_child(_fresh_in_child)

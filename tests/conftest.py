@@ -6,6 +6,7 @@ for users (tests/testing/test_plugin_isolation.py).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 from typing import Any, Callable, Iterator, List
@@ -26,6 +27,27 @@ def in_a_forked_child(report: Callable[[], str]) -> str:
     if pid == 0:  # pragma: no cover - runs in the child
         try:
             os.write(write, report().encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        answer = pipe.read()
+    os.waitpid(pid, 0)
+    return answer
+
+
+def in_a_child_forked_from_c(report: Callable[[], str]) -> str:
+    """As :func:`in_a_forked_child`, but forked by libc's ``fork()`` as uWSGI forks its workers:
+    no ``os.register_at_fork`` hook runs in the child (nor in the parent)."""
+    fork = ctypes.PyDLL(None).fork  # PyDLL: the GIL stays held across the call, as in a C fork
+    fork.restype = ctypes.c_int
+    read, write = os.pipe()
+    pid = fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            os.write(write, report().encode())
+        except BaseException as exc:  # the parent reads what went wrong
+            os.write(write, f"child failed: {exc!r}".encode())
         finally:
             os._exit(0)
     os.close(write)

@@ -15,6 +15,7 @@ import os
 import threading
 from typing import Any, Optional, Tuple
 
+from ... import _fork
 from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
 from ..._fleet import LocalFleet
@@ -104,8 +105,7 @@ def reset() -> None:
         _generation += 1
 
 
-if hasattr(os, "register_at_fork"):  # not on Windows
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_fork.in_child(_after_fork_in_child)
 
 
 def _build(generation: int) -> SumeSession:

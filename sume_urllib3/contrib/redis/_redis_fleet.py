@@ -17,7 +17,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ... import _pacing, _sleeping
+from ... import _fork, _pacing, _sleeping
 from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
 from ..._fleet import (
@@ -524,5 +524,4 @@ def _after_fork_in_child() -> None:
         fleet._after_fork()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_fork.in_child(_after_fork_in_child)
