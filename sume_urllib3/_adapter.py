@@ -16,7 +16,7 @@ from requests.utils import requote_uri
 
 from . import _fork, _sleeping
 from ._budget import RetryBudget
-from ._errors import ConfigurationError, SumeRetryError, raisable, throw
+from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
 from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet
 from ._helpers import RandomSource, header_value, leaves_origin
 from ._idempotency import (
@@ -31,6 +31,7 @@ from ._observers import Observers
 from ._peek import body_in_hand
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
+from ._redact import redact_url
 from ._retry import SumeRetry, refused_retry_in
 from ._state import Attempt, RequestContext, current
 from ._timeouts import TimeoutSpec, capped, check_timeout
@@ -267,7 +268,7 @@ class SumeAdapter(HTTPAdapter):
                 )
             except requests.exceptions.RequestException as exc:
                 if broken is not None:  # the resend failed too: the caller hears of the body
-                    raise self._body_failed(context, request, broken) from exc
+                    raise self._body_failed(context, request, broken) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(exc, self._finish(context, request, None, None))
             if context.grant is not None:
@@ -388,7 +389,7 @@ class SumeAdapter(HTTPAdapter):
             budget.record_request()
         observers = retry.observers
         if observers.starts:
-            observers.start(RequestStart(method, context.url, key))
+            observers.start(RequestStart(method, redact_url(context.url), key))
 
     def _redirected(self, first: str, request: requests.PreparedRequest) -> None:
         """A redirect hop: keep the keys only where they still mean the same request."""

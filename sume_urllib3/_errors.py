@@ -25,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from typing import Any, Dict, Mapping, NoReturn, Optional, Tuple, Type, Union
-from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
 from ._helpers import plural
 from ._record import Outcome, SumeRecord, status_label
+from ._redact import redact_error, redact_url, secrets_of
 
 
 class SumeError(Exception):
@@ -170,11 +170,14 @@ def give_up_for(error: BaseException, record: SumeRecord) -> Optional[SumeRetryE
 
     The new exception is also an instance of the error's class, keeps its request and
     response, and says what requests said after the record's own message; raise it
-    ``from`` the original so the traceback keeps both.
+    ``from`` the original so the traceback keeps both. ``error`` and its chain are
+    redacted first (:func:`redact`): the give-up repeats urllib3's message, and the
+    traceback shows the original's.
     """
     cls = _TRANSPORT.get(type(error))
     if cls is None or isinstance(error, SumeRetryError):
         return None
+    redact(error)
     give_up = cls(record, getattr(error, "response", None), getattr(error, "request", None))
     detail = _first_line(str(error))
     if detail:
@@ -190,6 +193,7 @@ def raisable(error: Exception, record: SumeRecord) -> Exception:
     :func:`give_up_for` builds for it, or ``error`` itself; either way tagged with ``record``
     (``exc.sume``). Raise it ``from error`` when it is not ``error`` (see :func:`throw`)."""
     setattr(error, "sume", record)
+    redact(error)  # raised as is or chained, it must not carry the URL's query or a key
     give_up = give_up_for(error, record)
     return error if give_up is None else give_up
 
@@ -200,6 +204,15 @@ def throw(error: Exception, record: SumeRecord) -> NoReturn:
     if give_up is error:
         raise error
     raise give_up from error
+
+
+def redact(error: BaseException) -> BaseException:
+    """``error`` with the secrets of the request it names (requests' ``error.request``: its
+    query, userinfo, key and Authorization values) and every URL's query taken out of its
+    text, its ``args`` and its chain, in place (see :mod:`sume_urllib3._redact`)."""
+    request = getattr(error, "request", None)
+    secrets = secrets_of(getattr(request, "url", None), getattr(request, "headers", None))
+    return redact_error(error, secrets)
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -255,8 +268,9 @@ _TUPLES = ("request_ids", "waits")
 def summary(record: SumeRecord) -> Dict[str, Any]:
     """The record as JSON-safe values (what a JSON result backend can keep).
 
-    The URL loses its query string and any user:password (a presigned URL's signature
-    must not land in a result store); everything else is the record's own fields.
+    The URL keeps no query string (``?<redacted>``) and no user:password (a presigned URL's
+    signature must not land in a result store), whatever record it is given; everything
+    else is the record's own fields.
     """
     out: Dict[str, Any] = {}
     for field in dataclasses.fields(SumeRecord):
@@ -266,7 +280,7 @@ def summary(record: SumeRecord) -> Dict[str, Any]:
         elif isinstance(value, tuple):
             value = list(value)
         out[field.name] = value
-    out["url"] = _without_secrets(record.url)
+    out["url"] = redact_url(record.url)
     return out
 
 
@@ -296,14 +310,3 @@ def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecor
         return SumeRecord(**values)
     except TypeError:
         return SumeRecord(None, 0, Outcome.GAVE_UP, None, None, None, (), (), 0.0, message or "unknown")
-
-
-def _without_secrets(url: str) -> str:
-    if not url:
-        return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return ""
-    host = parts.netloc.rpartition("@")[2]  # without user:password
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))

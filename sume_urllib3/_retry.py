@@ -25,6 +25,7 @@ from ._observers import Observers
 from ._peek import discard_body, peek_body
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
 from ._record import RetryEvent, key_prefix, status_label
+from ._redact import redact_url
 from ._retry_after import parse_retry_after
 from ._state import Attempt, RequestContext, current
 
@@ -500,7 +501,7 @@ class SumeRetry(Retry):
                 frozen(
                     RetryEvent,
                     method=(method or context.method or "").upper(),
-                    url=context.url or url or "",
+                    url=redact_url(context.url or url or ""),
                     attempt=context.retries,
                     max_retries=policy.max_retries,
                     wait=context.next_wait or 0.0,

@@ -23,6 +23,7 @@ from ._metrics import SumeMetrics
 from ._observers import Observers
 from ._policy import Policy
 from ._record import SumeObserver
+from ._redact import redact_error, secrets_of
 from ._state import RequestContext, current
 from ._timeouts import TimeoutSpec, check_timeout
 from ._version import __version__
@@ -244,6 +245,9 @@ class SumeSession(requests.Session):
         try:
             return super().request(_text(method), _text(url), *args, **kwargs)
         except Exception as exc:
+            # Raised before the adapter could redact it (requests' InvalidHeader, InvalidURL
+            # and the like echo what they refused): the secrets this call carried come out.
+            redact_error(exc, secrets_of(url, kwargs.get("headers"), self.headers, self._api_key))
             if context.record is not None and getattr(exc, "sume", None) is None:
                 # Raised by requests after a hop ended (too many redirects, a bad Location):
                 # the request did not end as that hop's record says.

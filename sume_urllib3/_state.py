@@ -36,6 +36,7 @@ from ._envelope import REQUEST_ID_HEADERS, short_text
 from ._helpers import frozen, header_value, plural
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
+from ._redact import redact_url
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class RequestContext:
             reason=reason,
             next_action=next_action,
             method=self.method,
-            url=self.url,
+            url=redact_url(self.url),
             paced=self.paced,
             fleet_fallbacks=self.fallbacks,
             fleet_refused=self.fleet_refused,

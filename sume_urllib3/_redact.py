@@ -1,0 +1,184 @@
+"""Secrets out of every text the library makes or passes on: one set of rules, used everywhere.
+
+A presigned URL's signature, ``user:password@`` in a URL, the API key, an ``Authorization``
+value, another request's Idempotency-Key: none of them may reach an error's ``str``,
+``repr`` or ``args``, a log line, a metric label, a span attribute, a record, a pickle or a
+result backend's JSON. Three functions apply the same rules to the three kinds of thing
+that carry text:
+
+- :func:`redact_url` for a URL the library keeps (records, retry events, spans): no
+  userinfo, no fragment, and a query string becomes ``?<redacted>``;
+- :func:`redact_text` for free text someone else wrote (urllib3's and requests' messages):
+  the same rules for every URL-shaped word in it, and every known secret replaced;
+- :func:`redact_error` for an exception the library raises or chains: its ``args``, its
+  URL attributes and every exception in its ``__cause__``/``__context__`` chain, in place,
+  so ``isinstance(e.args[0], MaxRetryError)`` and ``e.args[0].reason`` keep working.
+
+Redacting in place, rather than raising copies, is deliberate: the urllib3 error requests
+put in ``args[0]`` is also the ``__context__`` of requests' error, and a traceback printer,
+Sentry or a JSON result backend each reach it by a different road.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any, Iterable, List, Mapping, Sequence, Set, Tuple
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
+
+#: What stands where a secret was.
+REDACTED = "<redacted>"
+
+#: Headers whose values are secrets (lower-case).
+SECRET_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "idempotency-key", "cookie")
+
+#: A known secret shorter than this is not searched for in text: it would match ordinary words.
+MIN_SECRET = 6
+
+#: Characters that close a word in a message (quotes, brackets, punctuation): kept after a
+#: redacted query so the message keeps its shape ("... url: /x?<redacted> (Caused by ...").
+_CLOSERS = "'\")]}>,.;:!"
+
+#: Words that may carry a URL: with a query (``?``) or a scheme (``://``).
+_URL_WORD = re.compile(r"\S*(?:\?|://)\S*")
+
+#: URL attributes of urllib3's and requests' errors (``MaxRetryError.url``, ``LocationParseError.location``).
+_URL_ATTRIBUTES = ("url", "location", "redirect_location")
+#: Exception attributes that hold another exception (``MaxRetryError.reason``, ``ProxyError.original_error``).
+_LINKED_ATTRIBUTES = ("reason", "original_error")
+#: Text attributes of OSError, shown by its ``str``.
+_TEXT_ATTRIBUTES = ("strerror", "filename", "filename2")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without userinfo or fragment, its query string (if any) replaced by ``<redacted>``."""
+    if "?" not in url and "@" not in url and "#" not in url:
+        return url  # the usual case: nothing to take out
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unparsable URL (a bad port, a bad IPv6 literal): cut it by hand
+        return _redact_word(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, REDACTED if parts.query else "", ""))
+
+
+def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` with every known secret and every URL-shaped word's secrets replaced."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    if "?" not in text and "://" not in text:
+        return text
+    return _URL_WORD.sub(lambda match: _redact_word(match.group(0)), text)
+
+
+def redact_error(error: BaseException, secrets: Sequence[str] = ()) -> BaseException:
+    """``error`` itself, every text in it and in its chain redacted (see the module docstring).
+
+    Exceptions of this library are left as built (their text comes from records, whose URL
+    is already redacted, and their ``args`` end with the record's summary), but their chain
+    is walked all the same.
+    """
+    from ._errors import SumeError  # _errors imports this module
+
+    seen: Set[int] = set()
+    pending: List[BaseException] = [error]
+    while pending:
+        exc = pending.pop()
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if not isinstance(exc, SumeError):
+            _redact_one(exc, secrets, pending)
+        for linked in (exc.__cause__, exc.__context__):
+            if linked is not None:
+                pending.append(linked)
+    return error
+
+
+def secrets_of(url: Any = None, *carriers: Any) -> Tuple[str, ...]:
+    """The secrets a request carries, as they may appear in a message: its URL's query,
+    fragment and userinfo (raw and unquoted), and from ``carriers`` (header mappings, or
+    secrets themselves such as an API key) every secret header's value (a Bearer token
+    alone too). Short values are left out (see ``MIN_SECRET``)."""
+    found: List[str] = []
+    if isinstance(url, bytes):
+        url = url.decode("latin-1")
+    if isinstance(url, str) and url:
+        try:
+            parts = urlsplit(url)
+        except ValueError:
+            parts = None
+        if parts is not None:
+            userinfo = parts.netloc.rpartition("@")[0]
+            for value in (parts.query, parts.fragment, userinfo, *userinfo.split(":", 1)):
+                found.extend((value, unquote(value), unquote_plus(value)))
+    for carrier in carriers:
+        if isinstance(carrier, str):
+            found.append(carrier)
+            continue
+        for name, value in _items(carrier):
+            if name.lower() in SECRET_HEADERS:
+                text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+                found.append(text)
+                scheme, _, token = text.partition(" ")
+                if token and scheme.isalpha():
+                    found.append(token.strip())
+    unique = {value for value in found if len(value) >= MIN_SECRET}
+    # The longest first: a secret that contains another is replaced whole.
+    return tuple(sorted(unique, key=len, reverse=True))
+
+
+def _items(headers: Any) -> Iterable[Tuple[str, Any]]:
+    if not isinstance(headers, Mapping) and not hasattr(headers, "items"):
+        return ()
+    try:
+        return [(name, value) for name, value in headers.items() if isinstance(name, str)]
+    except Exception:  # a header mapping of the caller's own kind may misbehave: no secrets known
+        return ()
+
+
+def _redact_word(word: str) -> str:
+    """One whitespace-free word of a message: userinfo and fragment of a URL out, query redacted."""
+    body = word.rstrip(_CLOSERS)
+    tail = word[len(body) :]
+    head, scheme_sep, rest = body.partition("://")
+    if scheme_sep:
+        cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+        rest = rest[:cut].rpartition("@")[2] + rest[cut:]
+        fragment = rest.find("#")
+        if fragment >= 0:
+            rest = rest[:fragment]
+        body = head + scheme_sep + rest
+    query = body.find("?")
+    if 0 <= query < len(body) - 1 and not (body + tail).startswith(REDACTED, query + 1):
+        body = body[: query + 1] + REDACTED
+    return body + tail
+
+
+def _redact_value(value: Any, secrets: Sequence[str], pending: List[BaseException]) -> Any:
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, BaseException):
+        pending.append(value)  # redacted in place: the same object stays in args
+        return value
+    if isinstance(value, tuple):
+        return tuple(_redact_value(item, secrets, pending) for item in value)
+    if isinstance(value, list):
+        return [_redact_value(item, secrets, pending) for item in value]
+    return value
+
+
+def _redact_one(exc: BaseException, secrets: Sequence[str], pending: List[BaseException]) -> None:
+    # A foreign exception class may refuse new values: it keeps them, its chain is still walked.
+    with contextlib.suppress(Exception):
+        exc.args = tuple(_redact_value(arg, secrets, pending) for arg in exc.args)
+    for name in _URL_ATTRIBUTES + _TEXT_ATTRIBUTES:
+        value = getattr(exc, name, None)
+        if isinstance(value, str):
+            with contextlib.suppress(Exception):
+                setattr(exc, name, redact_text(value, secrets))
+    for name in _LINKED_ATTRIBUTES:
+        value = getattr(exc, name, None)
+        if isinstance(value, BaseException):
+            pending.append(value)
