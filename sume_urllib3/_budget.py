@@ -44,12 +44,13 @@ class RetryBudget:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ratio = _check(ratio, "ratio", high=1000.0)
-        self._window = _check(window, "window", positive=True)
+        # A day at most: a budget counts recent traffic, and RedisFleet hands the window to Lua
+        # in microseconds, exact as a double only up to about 285 years (absurd far sooner).
+        self._window = _check(window, "window", positive=True, high=86_400.0)
         if self._window < 1e-3:  # buckets of window/10 must stay a usable float divisor
             raise ConfigurationError(f"window must be at least 0.001 seconds, got {window!r}")
-        self._min_per_second = _check(min_per_second, "min_per_second")
-        if not callable(clock):
-            raise ConfigurationError(f"clock must be callable, got {clock!r}")
+        self._min_per_second = _check(min_per_second, "min_per_second", high=1e6)
+        _check_clock(clock)
         self._clock = clock
         self._width = self._window / _BUCKETS
         self._reserve = self._min_per_second * self._window
@@ -207,6 +208,20 @@ _fork.in_child(_fresh_in_child)
 
 def _blank(cls: Type[RetryBudget]) -> RetryBudget:
     return cls.__new__(cls)
+
+
+def _check_clock(clock: Any) -> None:
+    """Checked once here, so a clock that cannot be read fails the constructor, not a request."""
+    if not callable(clock):
+        raise ConfigurationError(f"clock must be a callable returning seconds, got {type(clock).__name__}")
+    try:
+        now = clock()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"clock must be a callable returning seconds; reading it raised {type(exc).__name__}"
+        ) from None
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise ConfigurationError(f"clock must return a finite number of seconds, got {type(now).__name__}")
 
 
 def _check(value: Any, name: str, *, high: float = math.inf, positive: bool = False) -> float:

@@ -240,12 +240,27 @@ def test_repr_shows_balance() -> None:
         ({"min_per_second": math.inf}, "min_per_second"),
         ({"min_per_second": None}, "min_per_second"),
         ({"clock": 5}, "clock"),
+        ({"ratio": math.inf}, "ratio"),
+        ({"ratio": None}, "ratio"),
+        ({"window": math.nan}, "window"),
+        ({"window": 1e300}, "window"),
+        ({"window": 86_401}, "window"),
+        ({"window": "10"}, "window"),
+        ({"window": True}, "window"),
+        ({"min_per_second": math.nan}, "min_per_second"),
+        ({"min_per_second": 1e300}, "min_per_second"),
+        ({"min_per_second": False}, "min_per_second"),
+        ({"clock": None}, "clock"),
+        ({"clock": lambda: "now"}, "clock"),
+        ({"clock": lambda: math.nan}, "clock"),
+        ({"clock": lambda: 1 / 0}, "clock"),
     ],
 )
 def test_validation_names_the_argument(kwargs: Any, name: str) -> None:
-    """Bad arguments raise ConfigurationError naming the argument."""
-    with pytest.raises(ConfigurationError, match=name):
+    """Bad arguments raise ConfigurationError naming the argument and what it accepts."""
+    with pytest.raises(ConfigurationError, match=name) as raised:
         RetryBudget(**kwargs)
+    assert "must" in str(raised.value)
 
 
 def test_edge_values_are_accepted() -> None:
