@@ -12,7 +12,11 @@ that carry text:
   the same rules for every URL-shaped word in it, and every known secret replaced;
 - :func:`redact_error` for an exception the library raises or chains: its ``args``, its
   URL attributes and every exception in its ``__cause__``/``__context__`` chain, in place,
-  so ``isinstance(e.args[0], MaxRetryError)`` and ``e.args[0].reason`` keep working.
+  so ``isinstance(e.args[0], MaxRetryError)`` and ``e.args[0].reason`` keep working;
+- :class:`RedactingFilter` for urllib3's own log lines, which name the request target with
+  its query string ("Retrying (...) after connection broken by ...: /upload?X-Amz-Signature=..."
+  at WARNING, the request line at DEBUG): installed on urllib3's loggers when this module
+  is imported, it costs nothing unless a line is logged.
 
 Redacting in place, rather than raising copies, is deliberate: the urllib3 error requests
 put in ``args[0]`` is also the ``__context__`` of requests' error, and a traceback printer,
@@ -22,6 +26,7 @@ Sentry or a JSON result backend each reach it by a different road.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from typing import Any, Iterable, List, Mapping, Sequence, Set, Tuple
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
@@ -182,3 +187,41 @@ def _redact_one(exc: BaseException, secrets: Sequence[str], pending: List[BaseEx
         value = getattr(exc, name, None)
         if isinstance(value, BaseException):
             pending.append(value)
+
+
+#: urllib3's loggers (1.26 and 2.x) whose lines name a request's URL; a filter only sees the
+#: records logged on its own logger, so each gets one.
+URLLIB3_LOGGERS = (
+    "urllib3.connectionpool",
+    "urllib3.poolmanager",
+    "urllib3.util.retry",
+    "urllib3.connection",
+    "urllib3.response",
+)
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a log record's message with :func:`redact_text` when it names a URL."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Redact the record in place; never drops it."""
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is logging's to report, not ours
+            return True
+        if "?" in message or "://" in message:
+            redacted = redact_text(message)
+            if redacted != message:
+                record.msg, record.args = redacted, None
+        return True
+
+
+def redact_urllib3_logs() -> None:
+    """Install :class:`RedactingFilter` on urllib3's loggers (once: importing again adds none)."""
+    for name in URLLIB3_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(existing, RedactingFilter) for existing in logger.filters):
+            logger.addFilter(RedactingFilter())
+
+
+redact_urllib3_logs()

@@ -9,29 +9,45 @@ and the reprs of the session, adapter and retry.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import pickle
+import random
+import socket
 import traceback
-from typing import Any, Callable, Iterable, Iterator, List
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
+import prometheus_client
 import pytest
 import requests
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from sume_urllib3 import (
     ConfigurationError,
+    JobFailed,
     Policy,
+    RequestStart,
     RetryEvent,
+    SumeChunkedEncodingError,
+    SumeConnectionError,
+    SumeReadTimeout,
     SumeRecord,
     SumeRetryError,
     SumeSession,
 )
+from sume_urllib3.contrib.opentelemetry import OpenTelemetryObserver
+from sume_urllib3.contrib.prometheus import PrometheusObserver
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 MakeSession = Callable[..., SumeSession]
 API_KEY = "sk_live_Q7zLEAKCHECKx9f3a91c2e5b8d046"
 #: Any of these in a text means (part of) the key escaped.
 FRAGMENTS = (API_KEY, API_KEY[8:], "LEAKCHECK")
-
 
 
 def texts_of(thing: Any) -> Iterator[str]:
@@ -228,3 +244,320 @@ def test_a_bad_base_url_error_does_not_echo_credentials(base_url: str) -> None:
         SumeSession("sk_other", base_url=base_url)
 
     assert not [t for t in texts_of(info.value) if any(f in t for f in FRAGMENTS)]
+
+
+# -- every place a secret goes, every outcome, everything the library emitted ------------------------
+#
+# One request carries a secret in every place a caller can put one: the query string (a presigned
+# signature), the URL's userinfo, the API key (in x-api-key or in an Authorization value), a
+# header of the caller's own, the Idempotency-Key and the body. It then ends each way a request can end, on
+# a real loopback server, and everything the library emitted is searched for every secret: log
+# records at DEBUG (ours, urllib3's, requests'), the record, retry events and request starts, the
+# session's metrics and Prometheus' exposition, OpenTelemetry spans and metrics from the real SDK,
+# and the error: str, repr, args, traceback (cause and context included), pickle and the payload
+# a JSON result backend stores. Before it, a neighbour request sent another Idempotency-Key
+# through the same session: that key must show up nowhere in what the second request left.
+
+SIGNATURE = "SIGvalue0SECRETsignature"
+CREDENTIAL = "AKIAcredSECRETcredential"
+PASSWORD = "pw0USERINFOsecret"
+TENANT_TOKEN = "tok0TENANTsecretHeader"
+BODY_SECRET = "card0BODYsecret4242"
+OWN_KEY = "idem0OWNsecret0key0123456789"
+NEIGHBOUR_KEY = "idem0NEIGHBOURsecret0key01234"
+#: Secrets that must show up nowhere: not even in the request's own error or record.
+HIDDEN = (SIGNATURE, CREDENTIAL, PASSWORD, TENANT_TOKEN, BODY_SECRET, NEIGHBOUR_KEY, *FRAGMENTS)
+#: The request's own key is not hidden from its own record (``error.idempotency_key`` is how a
+#: task queue sends the same logical request again), so it is looked for where people read text.
+SHOWN_ONLY_TO_ITS_OWNER = (OWN_KEY,)
+
+
+class Everything:
+    """An observer that keeps every start, retry, outcome and job event it is told of."""
+
+    def __init__(self) -> None:
+        self.seen: List[Any] = []
+
+    def on_start(self, start: RequestStart) -> None:
+        """Keep a request's start."""
+        self.seen.append(start)
+
+    def on_retry(self, event: RetryEvent) -> None:
+        """Keep a retry."""
+        self.seen.append(event)
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        """Keep an outcome."""
+        self.seen.append(record)
+
+    def on_job(self, event: Any) -> None:
+        """Keep a job event."""
+        self.seen.append(event)
+
+
+class Emitted:
+    """Everything a session reports to: Prometheus, OpenTelemetry (real SDK, in memory), our observer."""
+
+    def __init__(self) -> None:
+        self.everything = Everything()
+        self.registry = prometheus_client.CollectorRegistry()
+        self.spans = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = InMemoryMetricReader()
+        meter_provider = MeterProvider(metric_readers=[self.reader])
+        self.observers = [
+            self.everything,
+            PrometheusObserver(self.registry),
+            OpenTelemetryObserver(tracer_provider, meter_provider),
+        ]
+
+    def forget(self, caplog: pytest.LogCaptureFixture) -> None:
+        """Drop what was emitted so far (the neighbour request's own)."""
+        self.everything.seen.clear()
+        self.spans.clear()
+        caplog.clear()
+
+    def texts(self, session: SumeSession) -> List[str]:
+        """Every text the observers and the session's metrics hold."""
+        texts = [text for thing in self.everything.seen for text in texts_of(thing)]
+        texts.append(prometheus_client.generate_latest(self.registry).decode())
+        texts.append(self.reader.get_metrics_data().to_json())
+        texts.extend(span.to_json() for span in self.spans.get_finished_spans())
+        texts.extend([repr(session.metrics), repr(session.metrics.snapshot())])
+        return texts
+
+
+def result_backend_payload(error: BaseException) -> str:
+    """What a JSON result backend stores for a failed task: Celery's own encoding when Celery is
+    installed, else the same shape by hand (type, module, each arg JSON-encoded or its repr)."""
+    try:
+        import celery
+        from celery.backends.base import Backend
+    except ImportError:
+        encoded = []
+        for arg in error.args:
+            try:
+                json.dumps(arg)
+                encoded.append(arg)
+            except TypeError:
+                encoded.append(repr(arg))
+        payload = {
+            "exc_type": type(error).__name__,
+            "exc_module": type(error).__module__,
+            "exc_message": encoded,
+        }
+        return json.dumps(payload)
+    backend = Backend(app=celery.Celery(set_as_current=False), serializer="json")
+    return str(backend.encode(backend.prepare_exception(error)))
+
+
+def error_texts(outcome: Any) -> List[str]:
+    """Texts of the outcome, the result backend's payload of an error included."""
+    texts = list(texts_of(outcome))
+    if isinstance(outcome, BaseException):
+        texts.append(result_backend_payload(outcome))
+        texts.append(pickle.dumps(outcome).decode("latin-1"))
+    return texts
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+#: name: (replies for PUT /v1/upload, or None for no server; what the caller gets)
+OUTCOMES: Dict[str, Tuple[Optional[List[Reply]], type]] = {
+    "success": ([Reply(200, json={"ok": True})], requests.Response),
+    "retry-then-success": (
+        [Reply.error(503, "queue_full"), Reply(200, json={"ok": True})],
+        requests.Response,
+    ),
+    "give-up": ([Reply.error(503, "queue_full")] * 3, SumeRetryError),
+    "fix": ([Reply.error(400, "invalid_request", message="bad upload")], requests.Response),
+    "dropped": ([Reply(drop="before_headers")] * 3, SumeConnectionError),
+    "refused-connection": (None, SumeConnectionError),
+    "read-timeout": ([Reply(200, json={"ok": True}, delay=1.0)], SumeReadTimeout),
+    "cut-body": (
+        [Reply(200, json={"a": "x" * 100}, chunked=True, truncate=30)] * 3,
+        SumeChunkedEncodingError,
+    ),
+}
+
+
+@pytest.mark.parametrize("auth_header", ["x-api-key", "bearer"])
+@pytest.mark.parametrize("outcome_name", sorted(OUTCOMES))
+def test_no_secret_anywhere_whatever_the_outcome(
+    fake: FakeSume, vtime: Any, debug_logs: pytest.LogCaptureFixture, outcome_name: str, auth_header: str
+) -> None:
+    """A secret in the query, userinfo, key, a header, Idempotency-Key or body shows up in nothing emitted."""
+    replies, expected = OUTCOMES[outcome_name]
+    emitted = Emitted()
+    port = closed_port() if replies is None else int(fake.url.rsplit(":", 1)[1])
+    if replies is not None:
+        fake.script("PUT", "/v1/upload", *replies)
+    fake.script("POST", "/v1/neighbour", Reply(201, json={"id": 1}))
+    session = SumeSession(
+        API_KEY,
+        base_url=f"http://127.0.0.1:{port}/v1",
+        auth_header=auth_header,
+        policy=Policy(max_retries=2, max_elapsed=10.0),
+        timeout=(2, 0.2),
+        observers=emitted.observers,
+        sleep=vtime.sleep,
+        clock=vtime.clock,
+        rng=random.Random(7),
+    )
+    with session:
+        if replies is not None:
+            session.post("/neighbour", json={}, headers={"Idempotency-Key": NEIGHBOUR_KEY})
+        emitted.forget(debug_logs)
+
+        outcome = run(
+            session,
+            "PUT",
+            f"http://uploader:{PASSWORD}@127.0.0.1:{port}/v1/upload"
+            f"?X-Amz-Credential={CREDENTIAL}&X-Amz-Signature={SIGNATURE}",
+            json={"card": BODY_SECRET},
+            headers={"Idempotency-Key": OWN_KEY, "X-Tenant-Token": TENANT_TOKEN},
+        )
+        texts = [*error_texts(outcome), *emitted.texts(session), *texts_of(session)]
+
+    assert isinstance(outcome, expected)
+    assert [] == found(HIDDEN, texts, debug_logs)
+    assert [] == found(SHOWN_ONLY_TO_ITS_OWNER, shown_to_people(outcome, emitted, session), debug_logs)
+    if replies is not None:  # every secret was sent, so there was something to leak
+        sent = fake.requests_for("PUT", "/v1/upload")[0]
+        key = sent.headers.get("x-api-key") or sent.headers.get("Authorization", "").replace("Bearer ", "")
+        assert (API_KEY, TENANT_TOKEN, OWN_KEY) == (
+            key,
+            sent.headers.get("X-Tenant-Token"),
+            sent.headers.get("Idempotency-Key"),
+        )
+        assert SIGNATURE in sent.path
+        assert BODY_SECRET.encode() in sent.body
+
+
+def shown_to_people(outcome: Any, emitted: Emitted, session: SumeSession) -> List[str]:
+    """Texts people read (messages, reprs, tracebacks, spans, metrics), not the record's data."""
+    texts = [str(outcome)]
+    if isinstance(outcome, BaseException):
+        texts.append("".join(traceback.format_exception(type(outcome), outcome, outcome.__traceback__)))
+    texts.append(prometheus_client.generate_latest(emitted.registry).decode())
+    texts.extend(span.to_json() for span in emitted.spans.get_finished_spans())
+    texts.append(repr(session.metrics.snapshot()))
+    return texts
+
+
+def found(secrets: Iterable[str], texts: Iterable[str], caplog: pytest.LogCaptureFixture) -> List[str]:
+    """Each (secret, text around it) where a secret shows up in the texts or the log records."""
+    everything = [
+        caplog.text,
+        *(r.getMessage() for r in caplog.records),
+        *(repr(vars(r)) for r in caplog.records),
+    ]
+    everything.extend(texts)
+    hits = []
+    for text in everything:
+        for secret in secrets:
+            at = text.find(secret)
+            if at >= 0:
+                hits.append(f"{secret}: …{text[max(at - 120, 0) : at + 40]}…")
+    return hits
+
+
+def test_no_secret_in_a_refused_turn(
+    fake: FakeSume, vtime: Any, debug_logs: pytest.LogCaptureFixture
+) -> None:
+    """A request the fleet refuses unsent (a cooldown past its deadline) shows its secrets nowhere."""
+    fake.script("PUT", "/v1/upload", Reply.error(429, "rate_limit_exceeded", retry_after="30"))
+    emitted = Emitted()
+    session = SumeSession(
+        API_KEY,
+        base_url=fake.url + "/v1",
+        policy=Policy(max_elapsed=5.0),
+        observers=emitted.observers,
+        sleep=vtime.sleep,
+        clock=vtime.clock,
+    )
+    url = fake.url.replace("//", f"//uploader:{PASSWORD}@") + f"/v1/upload?X-Amz-Signature={SIGNATURE}"
+    with session:
+        throttled = run(session, "PUT", url, data=b"x", headers={"Idempotency-Key": NEIGHBOUR_KEY})
+        emitted.forget(debug_logs)
+
+        refused = run(
+            session,
+            "PUT",
+            url.replace(SIGNATURE, CREDENTIAL),
+            json={"card": BODY_SECRET},
+            headers={"Idempotency-Key": OWN_KEY, "X-Tenant-Token": TENANT_TOKEN},
+        )
+        texts = [*error_texts(refused), *emitted.texts(session)]
+
+    assert isinstance(throttled, SumeRetryError)
+    assert isinstance(refused, SumeRetryError)
+    assert (True, 0) == (refused.record.fleet_refused, refused.record.attempts)
+    assert [] == found(HIDDEN, texts, debug_logs)
+    assert [] == found(SHOWN_ONLY_TO_ITS_OWNER, shown_to_people(refused, emitted, session), debug_logs)
+    assert 1 == len(fake.requests_for("PUT", "/v1/upload"))
+
+
+def test_no_secret_in_a_failed_job(fake: FakeSume, vtime: Any, debug_logs: pytest.LogCaptureFixture) -> None:
+    """A job that fails while polled with the key and a tenant header shows neither anywhere."""
+    fake.job("job_1", ["processing", ("failed", {"error": {"code": "nsfw", "message": "refused"}})])
+    emitted = Emitted()
+    session = SumeSession(
+        API_KEY, base_url=fake.url + "/v1", observers=emitted.observers, sleep=vtime.sleep, clock=vtime.clock
+    )
+    session.headers["X-Tenant-Token"] = TENANT_TOKEN
+    with session:
+        try:
+            session.jobs.wait("job_1", timeout=60)
+            failed: Any = None
+        except JobFailed as error:
+            failed = error
+        texts = [*error_texts(failed), *emitted.texts(session)]
+
+    assert isinstance(failed, JobFailed)
+    assert [] == found(HIDDEN, texts, debug_logs)
+    assert any(r.name.startswith("urllib3") for r in debug_logs.records)
+    assert TENANT_TOKEN == fake.requests[0].headers.get("X-Tenant-Token")
+
+
+@pytest.mark.parametrize(
+    ("scheme", "port", "refused"),
+    [("ftp", "", requests.exceptions.InvalidSchema), ("http", ":99999", requests.exceptions.InvalidURL)],
+)
+def test_an_error_requests_raises_as_is_is_passed_on_redacted(
+    debug_logs: pytest.LogCaptureFixture, scheme: str, port: str, refused: type
+) -> None:
+    """requests' own refusal of a URL (no adapter, a bad port) echoes the URL: without its secrets."""
+    session = SumeSession(API_KEY, base_url="http://127.0.0.1:9/v1", fleet=None)
+    with session, pytest.raises(refused) as raised:
+        session.get(f"{scheme}://uploader:{PASSWORD}@127.0.0.1{port}/x?X-Amz-Signature={SIGNATURE}")
+
+    assert [] == found(HIDDEN, error_texts(raised.value), debug_logs)
+    assert f"{scheme}://127.0.0.1{port}/x?<redacted>" in str(raised.value)
+
+
+def test_the_chained_urllib3_error_is_redacted_in_place(debug_logs: pytest.LogCaptureFixture) -> None:
+    """The give-up's args[0] is urllib3's MaxRetryError itself, with its reason, and says ``?<redacted>``."""
+    port = closed_port()
+    session = SumeSession(
+        API_KEY, base_url=f"http://127.0.0.1:{port}/v1", fleet=None, policy=Policy(max_retries=0)
+    )
+    with session, pytest.raises(SumeConnectionError) as raised:
+        session.put(f"/avatar.mp4?X-Amz-Credential={CREDENTIAL}&X-Amz-Signature={SIGNATURE}", data=b"x")
+
+    error = raised.value
+    first = error.args[0]
+    assert isinstance(first, MaxRetryError)
+    assert isinstance(first.reason, NewConnectionError)
+    assert "Max retries exceeded with url: /v1/avatar.mp4?<redacted> (Caused by" in str(first)
+    assert first.url == "/v1/avatar.mp4?<redacted>"
+    assert error.__cause__ is not None
+    assert error.__cause__.args[0] is first
+    assert [] == found(HIDDEN, error_texts(error), debug_logs)
