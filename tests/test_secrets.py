@@ -35,6 +35,7 @@ from sume_urllib3 import (
     RetryEvent,
     SumeChunkedEncodingError,
     SumeConnectionError,
+    SumeObserver,
     SumeReadTimeout,
     SumeRecord,
     SumeRetryError,
@@ -306,7 +307,7 @@ class Emitted:
         tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
         self.reader = InMemoryMetricReader()
         meter_provider = MeterProvider(metric_readers=[self.reader])
-        self.observers = [
+        self.observers: List[SumeObserver] = [
             self.everything,
             PrometheusObserver(self.registry),
             OpenTelemetryObserver(tracer_provider, meter_provider),
@@ -322,7 +323,8 @@ class Emitted:
         """Every text the observers and the session's metrics hold."""
         texts = [text for thing in self.everything.seen for text in texts_of(thing)]
         texts.append(prometheus_client.generate_latest(self.registry).decode())
-        texts.append(self.reader.get_metrics_data().to_json())
+        data = self.reader.get_metrics_data()
+        texts.append(data.to_json() if data is not None else "")
         texts.extend(span.to_json() for span in self.spans.get_finished_spans())
         texts.extend([repr(session.metrics), repr(session.metrics.snapshot())])
         return texts
