@@ -39,8 +39,6 @@ ANONYMOUS = "anonymous"
 _MIN_RATE = 1.0 / 86400.0  # one a day: below any real quota, so never a floor that beats one
 _MAX_RATE = 1e6
 _MAX_BURST = 1_000_000
-_SOURCES = (None, "pace", "cooldown", "slow_start")
-_KINDS = {None: _pacing.FIRST, "throttle": _pacing.THROTTLE, "error": _pacing.ERROR}
 _UNITS = {
     "s": 1.0,
     "sec": 1.0,
@@ -330,7 +328,7 @@ class LocalFleet:
                 key.state,
                 self._config,
                 now,
-                retry=_KINDS.get(retry, _pacing.ERROR),
+                retry=_pacing.RETRY_KINDS.get(retry, _pacing.ERROR),
                 not_before=round(floor * 1_000_000),
                 time_left=-1 if math.isinf(left) else round(left * 1_000_000),
                 rand=self._random(),
@@ -341,7 +339,7 @@ class LocalFleet:
 
     def _grant(self, key: _Key, turn: _pacing.Turn, floor: float, left: float) -> Grant:
         wait = turn.wait / 1_000_000
-        source = _SOURCES[turn.source]
+        source = _pacing.SOURCES[turn.source]
         if turn.code == _pacing.REFUSED:
             key.refused += 1
             return Grant(wait=wait, refused=self._refusal(key, source, wait, left), source=source)
@@ -368,14 +366,14 @@ class LocalFleet:
         if source != "pace":
             return "pace"
         now = self._now()
-        if st.rem <= 0 and st.rend > now:
+        if st.budget_left <= 0 and st.budget_until > now:
             return "pace: the server's quota is spent until its Reset"
         interval, _ = _pacing.pace(st, self._config, now)
         if not interval:
             return "pace"
-        if interval == st.li:
+        if interval == st.learned_interval:
             origin = "learned from 429s"
-        elif interval == st.pi and interval != self._config.interval:
+        elif interval == st.stated_interval and interval != self._config.interval:
             origin = "stated by the server"
         else:
             origin = "configured"

@@ -45,10 +45,13 @@ numbers exactly; ``rand`` in [0, 1) is an argument, never drawn here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Dict, NamedTuple, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
-SECOND = 1_000_000
+# contrib/redis/_scripts.py writes every upper-case number of this module into the Lua scripts'
+# header, under the same name: no number is typed in both runtimes.
+SECOND, MILLISECOND = 1_000_000, 1_000
 #: The longest cooldown one Retry-After can start (microseconds).
 MAX_COOLDOWN_US = 600 * SECOND
 #: With no pace known, held attempts are spread over at most this long after a cooldown.
@@ -62,17 +65,45 @@ FIRST_LEASE_US = 2 * SECOND
 MIN_LEASE_US = SECOND
 LEASE_RTTS = 8
 #: Below its plateau (or before any 429 met a known pace) a learned pace recovers by about all of
-#: itself per RECOVERY_US of successes (a quarter per second; at least 1% per success); from the
-#: plateau on, by about all of itself per PROBE_US (half a percent per second).
+#: itself per RECOVERY_US of successes (a quarter per second; at least 1/CREEP_SHARE per success);
+#: from the plateau on, by about all of itself per PROBE_US (half a percent per second).
 RECOVERY_US = 4 * SECOND
 PROBE_US = 200 * SECOND
+CREEP_SHARE = 100
+#: The plateau is the pace a 429 met, 1/PLATEAU_SHARE slower.
+PLATEAU_SHARE = 8
+#: A stated window/limit is paced SLACK_PERCENT % of it: an exact spacing meets a fixed window's edge.
+SLACK_PERCENT = 101
+#: Each response weighs 1/RT_SHARE in the smoothed response time.
+RT_SHARE = 5
+#: A first attempt kept out of the window asks again after [0.5, 1.5) response times (this
+#: before any is known), never under MIN_PAUSE_US or over a second.
+FIRST_PAUSE_US = 50_000
+MIN_PAUSE_US = MILLISECOND
 #: A learned interval is at least 1 µs and at most a day.
 MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
+#: ratio * count is a float product: without this slack 0.57 * 100 = 56.99999... refuses the 57th.
+EPSILON = 1e-9
 
-# Attempt kinds (``retry``), grant codes and wait sources, as both implementations number them.
+#: Attempt kinds (``retry``), grant codes and wait sources, as both runtimes number them.
 FIRST, THROTTLE, ERROR = 0, 1, 2
-SEND, REFUSED, AGAIN = 0, 1, 2
+SEND, REFUSED, AGAIN, NO_BUDGET = 0, 1, 2, 3
 NONE, PACE, COOLDOWN, SLOW_START = 0, 1, 2, 3
+#: The names the fleets' callers use for the codes above.
+SOURCES = (None, "pace", "cooldown", "slow_start")
+RETRY_KINDS = {None: FIRST, "throttle": THROTTLE, "error": ERROR}
+
+
+@dataclass(frozen=True)
+class RetryAllowance:
+    """A retry budget: error retries may be ``ratio`` of recent first attempts, or ``floor`` per second.
+
+    Both counts decay by e every ``window`` µs (a spent budget refills smoothly, never all at once).
+    """
+
+    ratio: float
+    window: int
+    floor: float
 
 
 @dataclass(frozen=True)
@@ -82,44 +113,54 @@ class Config:
     interval: int = 0
     burst: int = 1
     window: int = 4
+    retries: Optional[RetryAllowance] = None
 
 
 @dataclass
-class State:
-    """Everything known about one key; field for field the Redis hash ``{prefix:kid}:s``.
+class RetryCounts:
+    """A retry budget's counts (``RetryAllowance``), decayed to ``counted_at``."""
 
-    ``flight`` (member -> lease end) is the Redis sorted set ``{prefix:kid}:i``; a member is
+    recent_firsts: float = 0.0
+    recent_retries: float = 0.0
+    counted_at: int = 0
+
+
+@dataclass
+class State(RetryCounts):
+    """Everything known about one key; field for field the Redis hash ``{prefix:v2:kid}:s``.
+
+    ``flight`` (member -> lease end) is the Redis sorted set ``{prefix:v2:kid}:i``; a member is
     ``"<seq>:<entry>"``, so a reading can tell which attempts in flight were granted before it.
     """
 
-    tat: int = 0  # GCRA's theoretical arrival time
-    cd: int = 0  # cooldown until
-    cl: int = 0  # length of the cooldown that set cd
-    pi: int = 0  # interval the server stated (RateLimit-Policy / window), 0 unknown
-    pb: int = 1  # the stated limit (burst while Remaining is tracked)
-    li: int = 0  # interval learned from 429s, 0 none
-    lx: int = 0  # the interval the last measuring 429 round met (its plateau is 1/8 slower; 0 none)
-    rem: int = 0  # budget: attempts left before rend (< 0: overspent)
-    rend: int = 0  # when the budget reading expires (its Reset; 0: no reading)
-    rseq: int = 0  # the grant number whose answer gave the reading
-    rat: int = 0  # when that answer came
-    rr: int = 0  # the Remaining that answer said
-    ms: int = 0  # the busy span the last 429 measured the pace over (0: it measured nothing)
-    mo: int = 0  # the successes counted in it
-    me: int = 0  # when that 429 came
-    probe: int = 0  # the budget-window end a probe was reserved for
+    theoretical_arrival: int = 0  # GCRA's: the next turn at a burst of 1
+    cooldown_until: int = 0
+    cooldown_length: int = 0
+    stated_interval: int = 0  # a RateLimit-Policy's window / limit (0: none stated)
+    stated_limit: int = 1
+    learned_interval: int = 0  # from 429s (0: none)
+    refused_interval: int = 0  # the pace the last measuring 429 round met (0: none)
+    budget_left: int = 0  # Remaining, less the attempts the server may not have seen (< 0: overspent)
+    budget_until: int = 0  # the reading's Reset (0: no reading)
+    reading_seq: int = 0  # the grant whose answer gave the reading
+    reading_at: int = 0
+    reading_remaining: int = 0
+    measured_span: int = 0  # what the last 429 measured the pace over (0: it measured nothing)
+    measured_successes: int = 0
+    measured_at: int = 0
+    probe_at: int = 0  # the hold a budget probe was reserved for
     seq: int = 0  # grants so far
-    win: int = -1  # slow-start window (-1: not started, Config.window)
+    slow_start_window: int = -1  # -1: not started (Config.window)
     epoch: int = 0  # rounds of 429s
-    oks: int = 0  # successes since ok0
-    ok0: int = 0  # the send time of the first of them
-    rt: int = -1  # smoothed response time (-1: none yet)
-    last: int = 0  # the last acquire or release
+    successes: int = 0
+    successes_since: int = 0  # the send time of the first of them
+    response_time: int = -1  # smoothed (-1: none yet)
+    last_seen: int = 0  # the last acquire or release
     flight: Dict[str, int] = field(default_factory=dict)
 
 
 class Turn(NamedTuple):
-    """An acquire's answer: ``code`` SEND/REFUSED/AGAIN after ``wait`` µs, and the grant's stamp."""
+    """An acquire's answer: ``code`` SEND/REFUSED/AGAIN/NO_BUDGET after ``wait`` µs, and the grant's stamp."""
 
     code: int
     wait: int
@@ -140,12 +181,12 @@ def _clamp(interval: int) -> int:
     return min(max(interval, MIN_INTERVAL_US), MAX_INTERVAL_US)
 
 
-def _plateau(lx: int) -> int:
+def _plateau(refused: int) -> int:
     """An eighth slower than the pace the last measuring 429 met: where fast recovery stops."""
-    return lx + lx // 8 if lx > 0 else 0
+    return refused + refused // PLATEAU_SHARE if refused > 0 else 0
 
 
-def _creep(li: int, lx: int) -> int:
+def _creep(learned: int, refused: int) -> int:
     """How much one success takes off a learned interval.
 
     Below the plateau: 1%, and at least a quarter of a second's worth of it, so a slow pace
@@ -155,25 +196,55 @@ def _creep(li: int, lx: int) -> int:
     probed again slowly (a 429 with a whole-second Retry-After costs every attempt of the key a
     second).
     """
-    plateau = _plateau(lx)
-    if li <= plateau:
-        return li // max(PROBE_US // li, 2)
-    fast = max(li // 100, li // max(RECOVERY_US // li, 2))
-    return min(fast, li - plateau) if plateau else fast
+    plateau = _plateau(refused)
+    if learned <= plateau:
+        return learned // max(PROBE_US // learned, 2)
+    fast = max(learned // CREEP_SHARE, learned // max(RECOVERY_US // learned, 2))
+    return min(fast, learned - plateau) if plateau else fast
 
 
 def _budget_valid(st: State, now: int) -> bool:
-    return now < st.rend  # a reading exists and its Reset has not passed (rem may be < 0: overspent)
+    return now < st.budget_until  # a reading whose Reset has not passed (budget_left < 0: overspent)
+
+
+def retry_wait(counts: RetryCounts, allowance: RetryAllowance, now: int, retry: int) -> int:
+    """µs until the budget has room for this attempt (0: now; -1: never); decays the counts to now.
+
+    Only an ERROR retry spends (a server-paced retry waits its turn instead). A spent budget
+    delays the retry until the floor has decayed room for it rather than refusing it: an outage
+    is then retried at the floor's rate, and a short one costs no request an unbudgeted client
+    would have carried through (the server matrix's outage rows). Never when the floor is under
+    one retry per window.
+    """
+    decay = math.exp(-max(0, now - counts.counted_at) / allowance.window)
+    counts.recent_firsts, counts.recent_retries = counts.recent_firsts * decay, counts.recent_retries * decay
+    counts.counted_at = now
+    floor = allowance.floor * allowance.window / SECOND
+    room = max(allowance.ratio * counts.recent_firsts, floor) + EPSILON
+    if retry != ERROR or counts.recent_retries + 1 <= room:
+        return 0
+    if floor <= 1:
+        return -1
+    # When recent_retries * exp(-wait / window) + 1 <= floor.
+    return math.ceil(allowance.window * math.log(counts.recent_retries / (floor - 1)))
+
+
+def count_attempt(counts: RetryCounts, retry: int) -> None:
+    """Count a granted attempt in its budget (after ``retry_wait``: the counts are now's)."""
+    if retry == FIRST:
+        counts.recent_firsts += 1
+    elif retry == ERROR:
+        counts.recent_retries += 1
 
 
 def pace(st: State, cfg: Config, now: int) -> Tuple[int, int]:
     """The interval (µs, 0 unknown) and burst a key is held to now."""
-    interval = max(cfg.interval, st.pi, st.li)
+    interval = max(cfg.interval, st.stated_interval, st.learned_interval)
     if interval == 0:
         return 0, 1
     burst = cfg.burst if cfg.interval > 0 else 1
-    if st.pi > 0 and _budget_valid(st, now):
-        burst = min(burst, st.pb) if cfg.interval > 0 else st.pb
+    if st.stated_interval > 0 and _budget_valid(st, now):
+        burst = min(burst, st.stated_limit) if cfg.interval > 0 else st.stated_limit
     return interval, max(1, burst)
 
 
@@ -194,7 +265,7 @@ def _purge(st: State, now: int) -> None:
 
 def _pause(st: State, rand: float) -> int:
     """How long a first attempt kept out of the window waits before asking again."""
-    base = min(max(st.rt if st.rt >= 0 else 50_000, 1_000), SECOND)
+    base = min(max(st.response_time if st.response_time >= 0 else FIRST_PAUSE_US, MIN_PAUSE_US), SECOND)
     return int(base * (0.5 + rand))
 
 
@@ -211,27 +282,34 @@ def acquire(
 ) -> Turn:
     """Reserve a turn for one attempt (``time_left`` -1: no deadline).
 
-    Only SEND reserves anything (a turn, an in-flight entry, a unit of budget); AGAIN and
-    REFUSED touch no more than the idle clock, as the Lua port does.
+    Only SEND reserves anything (a turn, an in-flight entry, a unit of budget); AGAIN, REFUSED
+    and NO_BUDGET touch no more than the idle clock and the retry budget's decay, as in Lua.
     """
+    if cfg.retries is not None:
+        due = retry_wait(st, cfg.retries, now, retry)
+        if due < 0 or (time_left >= 0 and due > time_left):
+            return Turn(NO_BUDGET, max(due, 0), NONE)  # the budget refills after the deadline (or never)
+        not_before = max(not_before, due)
     _purge(st, now)
-    if st.win < 0:
-        st.win = cfg.window
-    if not st.flight and now - st.last >= IDLE_US:
-        st.oks = 0  # a new busy spell: what the server admits is measured from here
-    st.last = now
+    if st.slow_start_window < 0:
+        st.slow_start_window = cfg.window
+    if not st.flight and now - st.last_seen >= IDLE_US:
+        st.successes = 0  # a new busy spell: what the server admits is measured from here
+    st.last_seen = now
     start, source = now + max(not_before, 0), NONE
-    if st.cd > start:
-        start, source = st.cd, COOLDOWN
+    if st.cooldown_until > start:
+        start, source = st.cooldown_until, COOLDOWN
     interval, burst = pace(st, cfg, now)
     budget = _budget_valid(st, now)
     probe = 0  # when this attempt goes as the budget's one probe (0: it is not the probe)
-    if budget and st.rem <= 0:
+    if budget and st.budget_left <= 0:
         # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
         # quota comes one stated interval after the reading, and each unit overspent (sent,
         # not yet seen by the server) takes one more.
-        hold = min(st.rend, st.rat + st.pi * (1 - st.rem)) if st.pi > 0 else st.rend
-        if st.probe >= hold:
+        hold = st.budget_until
+        if st.stated_interval > 0:
+            hold = min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))
+        if st.probe_at >= hold:
             # The probe for this reading is out: come back once it should have been answered.
             wait = max(start, hold) - now + _pause(st, rand)
             if time_left < 0 or wait <= time_left:
@@ -242,11 +320,11 @@ def acquire(
         probe = hold
     turn = start
     if interval > 0:
-        turn = max(start, st.tat - (burst - 1) * interval)
+        turn = max(start, st.theoretical_arrival - (burst - 1) * interval)
         if turn > start:
             source = PACE
     elif source == COOLDOWN:
-        turn = start + int(rand * min(st.cl, SPREAD_US))
+        turn = start + int(rand * min(st.cooldown_length, SPREAD_US))
         if retry == FIRST and time_left >= 0 and turn - now <= time_left:
             return Turn(AGAIN, turn - now, COOLDOWN)  # ask again then: the state may have changed
     wait = turn - now
@@ -255,30 +333,33 @@ def acquire(
     # Slow start: with nothing known, count first attempts in flight (until the window is wide).
     # Retries take no slot: a retry sleeping its backoff is not in flight, and counting it
     # would hold every new request for as long as the herd backs off.
-    track = retry == FIRST and interval == 0 and not budget and st.win < OPEN_WINDOW
+    track = retry == FIRST and interval == 0 and not budget and st.slow_start_window < OPEN_WINDOW
     # Under a budget every attempt holds an entry (no window): a later reading must know
     # what is still on its way to the server (rule 4).
     keep = track or budget
-    if track and len(st.flight) >= st.win:
+    if track and len(st.flight) >= st.slow_start_window:
         pause = _pause(st, rand)
         if time_left < 0 or pause < time_left:  # one about to miss its deadline goes instead
             return Turn(AGAIN, pause, SLOW_START)
     # Granted: from here on the state changes.
     if interval > 0:
-        st.tat = max(st.tat, turn) + interval
+        st.theoretical_arrival = max(st.theoretical_arrival, turn) + interval
     if probe:  # one probe; after it, the window starts again from one
-        st.probe, st.win = probe, 1
+        st.probe_at, st.slow_start_window = probe, 1
     elif budget:
-        st.rem -= 1
+        st.budget_left -= 1
     st.seq += 1
+    if cfg.retries is not None:
+        count_attempt(st, retry)
     if keep:
-        lease = FIRST_LEASE_US if st.rt < 0 else max(MIN_LEASE_US, LEASE_RTTS * st.rt)
+        rt = st.response_time
+        lease = FIRST_LEASE_US if rt < 0 else max(MIN_LEASE_US, LEASE_RTTS * rt)
         if time_left >= 0:
             lease = min(lease, time_left)
         st.flight[_member(st.seq, entry)] = turn + lease
     else:
         entry = ""
-    return Turn(SEND, wait, source, turn, st.seq, st.epoch, len(st.flight), entry, st.li > 0)
+    return Turn(SEND, wait, source, turn, st.seq, st.epoch, len(st.flight), entry, st.learned_interval > 0)
 
 
 def release(
@@ -305,86 +386,91 @@ def release(
     # Was this attempt in flight (not purged as dead)? Then a reading taken since counted it.
     was_out = bool(entry) and st.flight.pop(_member(seq, entry), None) is not None
     _purge(st, now)
-    if st.win < 0:
-        st.win = cfg.window
-    st.last = now
+    if st.slow_start_window < 0:
+        st.slow_start_window = cfg.window
+    st.last_seen = now
     if status > 0 and 0 < slot <= now:
-        st.rt = now - slot if st.rt < 0 else (4 * st.rt + (now - slot)) // 5
+        rt, sample = st.response_time, now - slot
+        st.response_time = sample if rt < 0 else ((RT_SHARE - 1) * rt + sample) // RT_SHARE
     if limit >= 1 and window > 0:
-        st.pi = _clamp(_ceil_div(window * 101, 100 * limit))
-        st.pb = limit
-    if remaining >= 0 and reset > 0 and seq >= st.rseq:
+        st.stated_interval = _clamp(_ceil_div(window * SLACK_PERCENT, 100 * limit))
+        st.stated_limit = limit
+    if remaining >= 0 and reset > 0 and seq >= st.reading_seq:
         # The newest reading by send order. Not counted in it yet: the attempts granted after
         # this one, and those granted before it still in flight (they may reach the server
         # after it did). Counting both as spent, a reading never overstates what is left.
         unseen = st.seq - seq + _granted_before(st, seq)
-        st.rem, st.rend, st.rseq, st.rat, st.rr = remaining - unseen, now + reset, seq, now, remaining
-    elif was_out and seq < st.rseq and remaining > st.rr and _budget_valid(st, now):
+        st.budget_left, st.budget_until = remaining - unseen, now + reset
+        st.reading_seq, st.reading_at, st.reading_remaining = seq, now, remaining
+    elif was_out and seq < st.reading_seq and remaining > st.reading_remaining and _budget_valid(st, now):
         # An older answer, counted as unseen by the reading: it left more than the reading
         # said, so the server had counted it before answering the reading's attempt.
-        st.rem += 1
+        st.budget_left += 1
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1
-            st.ms = 0
+            st.measured_span = 0
             if remaining >= 0:
                 pass  # the server counts for us: its Remaining and Reset hold the key (rule 4)
-            elif st.oks > 0:
+            elif st.successes > 0:
                 before = pace(st, cfg, now)[0]  # the pace this 429 met (0: none known, slow start)
-                span = max(now - st.ok0, retry_after, SECOND)
-                measured = _ceil_div(span, st.oks)
-                known = st.li or max(cfg.interval, st.pi)
+                span = max(now - st.successes_since, retry_after, SECOND)
+                measured = _ceil_div(span, st.successes)
+                known = st.learned_interval or max(cfg.interval, st.stated_interval)
                 # A round at most halves a known pace: a span too short to measure (floored
                 # to a second) must not turn 10/s into 3/s.
-                st.li = _clamp(min(measured, 2 * known) if known > 0 else measured)
-                st.ms, st.mo, st.me = span, st.oks, now
+                st.learned_interval = _clamp(min(measured, 2 * known) if known > 0 else measured)
+                st.measured_span, st.measured_successes, st.measured_at = span, st.successes, now
                 if 0 < before:
                     # The server admitted some and refused the pace this round met: never back
                     # to it, at most its plateau, probed slowly from there (a measurement can
                     # read a little fast; with nothing admitted, the 429 says less: no plateau).
-                    st.lx = before
-                    st.li = _clamp(max(st.li, _plateau(before)))
-            elif st.li > 0:
-                st.li = _clamp(st.li * 2)
-            elif max(cfg.interval, st.pi) > 0:
-                st.li = _clamp(max(cfg.interval, st.pi) * 2)
-            elif st.win > 1:
-                st.win = max(1, min(st.win, inflight) // 2)
+                    st.refused_interval = before
+                    st.learned_interval = _clamp(max(st.learned_interval, _plateau(before)))
+            elif st.learned_interval > 0:
+                st.learned_interval = _clamp(st.learned_interval * 2)
+            elif max(cfg.interval, st.stated_interval) > 0:
+                st.learned_interval = _clamp(max(cfg.interval, st.stated_interval) * 2)
+            elif st.slow_start_window > 1:
+                st.slow_start_window = max(1, min(st.slow_start_window, inflight) // 2)
             else:
                 # Nothing got through one attempt at a time (answers lost, or too slow to count
                 # as successes): a window cannot go lower, so pace at one per Retry-After.
-                st.li = _clamp(max(retry_after, SECOND))
+                st.learned_interval = _clamp(max(retry_after, SECOND))
             # The quota is empty now: the next turn one step of the new pace from here (sent
             # at once, it would meet the same 429 and halve the pace again).
-            st.tat = max(st.tat, now + pace(st, cfg, now)[0])
-            st.oks = 0
-    elif 0 < status < 400 or (status == 0 and st.li > 0):
+            st.theoretical_arrival = max(st.theoretical_arrival, now + pace(st, cfg, now)[0])
+            st.successes = 0
+    elif 0 < status < 400 or (status == 0 and st.learned_interval > 0):
         # Admitted: a success, or (with a learned pace) an attempt whose answer was lost on
         # the way; no 429 refused it, and a server that loses answers must not slow the pace.
-        if st.oks == 0:
-            st.ok0 = slot if 0 < slot <= now else now
-        st.oks += 1
-        if st.li > 0:
-            if st.ms > 0 and epoch == st.epoch - 1 and 0 < slot <= st.me:
+        if st.successes == 0:
+            st.successes_since = slot if 0 < slot <= now else now
+        st.successes += 1
+        if st.learned_interval > 0:
+            if st.measured_span > 0 and epoch == st.epoch - 1 and 0 < slot <= st.measured_at:
                 # Sent before the 429 that measured the pace, answered after it: the server
                 # admitted it within that span too (answers of a herd arrive in any order).
-                st.mo += 1
-                st.li = min(st.li, max(_clamp(_ceil_div(st.ms, st.mo)), _plateau(st.lx)))
-            st.li = _clamp(st.li - _creep(st.li, st.lx))
-            if st.li <= max(cfg.interval, st.pi):
-                st.li = 0  # recovered: the configured or stated pace rules again
-        elif status > 0 and max(cfg.interval, st.pi) == 0 and st.win < OPEN_WINDOW:
-            st.win += 1
+                st.measured_successes += 1
+                remeasured = _clamp(_ceil_div(st.measured_span, st.measured_successes))
+                st.learned_interval = min(st.learned_interval, max(remeasured, _plateau(st.refused_interval)))
+            st.learned_interval -= _creep(st.learned_interval, st.refused_interval)
+            st.learned_interval = _clamp(st.learned_interval)
+            if st.learned_interval <= max(cfg.interval, st.stated_interval):
+                st.learned_interval = 0  # recovered: the configured or stated pace rules again
+        elif status > 0 and max(cfg.interval, st.stated_interval) == 0 and st.slow_start_window < OPEN_WINDOW:
+            st.slow_start_window += 1
     started = False
     if retry_after > 0 and (status == 429 or status == 503):
         until = now + min(retry_after, MAX_COOLDOWN_US)
-        if until > st.cd:
-            started = st.cd <= now
-            st.cd, st.cl = until, min(retry_after, MAX_COOLDOWN_US)
+        if until > st.cooldown_until:
+            started = st.cooldown_until <= now
+            st.cooldown_until, st.cooldown_length = until, min(retry_after, MAX_COOLDOWN_US)
             interval, burst = pace(st, cfg, now)
             if interval > 0:
                 # An empty quota when the cooldown ends: one turn then, the rest a step apart.
-                st.tat = max(st.tat, st.cd + (burst - 1) * interval)
+                after = st.cooldown_until + (burst - 1) * interval
+                st.theoretical_arrival = max(st.theoretical_arrival, after)
     return started
 
 
@@ -409,9 +495,10 @@ def is_open(st: State, cfg: Config, now: int) -> bool:
     """Nothing held, nothing to pace, nothing counted: an attempt may go without asking."""
     return (
         cfg.interval == 0
-        and st.pi == 0
-        and st.li == 0
-        and st.cd <= now
+        and st.stated_interval == 0
+        and st.learned_interval == 0
+        and st.cooldown_until <= now
+        and cfg.retries is None
         and not _budget_valid(st, now)
-        and st.win >= OPEN_WINDOW
+        and st.slow_start_window >= OPEN_WINDOW
     )

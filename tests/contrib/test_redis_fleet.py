@@ -289,13 +289,13 @@ def test_redis_holds_no_key_text_and_everything_expires(server: RedisServer) -> 
         fleet.release(key_id, grant, 429, {"Retry-After": "1", "RateLimit-Limit": "10"})
     names = server.cli("--scan").split()
     assert names
-    assert all(n.startswith("{sume:k") for n in names)
+    assert all(n.startswith("{sume:v2:k") for n in names)
     dump = " ".join(names + [server.cli("--no-raw", "DUMP", n) for n in names])
     assert API_KEY not in dump
     assert API_KEY[:12] not in dump
     assert all(0 < int(server.cli("PTTL", n)) for n in names)
     tags = {n.split("}")[0] for n in names}
-    assert {"{sume:" + KID, "{sume:" + fleet_key(API_KEY)} == tags  # each key in one cluster slot
+    assert {"{sume:v2:" + KID, "{sume:v2:" + fleet_key(API_KEY)} == tags  # each key in one cluster slot
 
 
 # -- failing open ------------------------------------------------------------------------------------
@@ -446,6 +446,6 @@ def test_a_session_paces_through_redis_without_the_key_reaching_it(
             assert 200 == session.get("models").status_code
     names = server.cli("--scan").split()
     kid = fleet_key(API_KEY, origin_name(fake.url))  # one entry per (origin, key sent)
-    assert {"{sume:" + kid + "}:s", "{sume:" + kid + "}:c"} == set(names)
+    assert {"{sume:v2:" + kid + "}:s", "{sume:v2:" + kid + "}:c"} == set(names)
     assert API_KEY not in " ".join(server.cli("--no-raw", "DUMP", n) for n in names)
     assert 0 == fleet.fallbacks

@@ -62,8 +62,9 @@ class RedisFleet:
     something: a 429, a Retry-After, rate-limit headers, or while the pace is being learned
     (slow start, a pace learned from 429s). Redis ``TIME`` is the clock.
 
-    Keys are ``{prefix:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
-    ``kid`` is :func:`fleet_key`'s hash, never the key), all with TTLs. So a
+    Keys are ``{prefix:v2:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
+    ``kid`` is :func:`fleet_key`'s hash, never the key; ``v2`` the state's layout, so during a
+    rolling upgrade each version keeps keys of its own), all with TTLs. So a
     ``redis.cluster.RedisCluster`` client works as ``url_or_client`` (a URL is always one
     node). A client you pass keeps its own timeouts and retries: give it a short
     ``socket_timeout`` (and ``retry=Retry(NoBackoff(), 0)``) so a failure falls back at once.

@@ -4,27 +4,47 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Sequence, Tuple, Union
 
 from ... import _pacing
+from ..._pacing import AGAIN, NO_BUDGET, REFUSED, RETRY_KINDS, SEND, SOURCES
 
-#: Codes the acquire script answers with.
-SEND, REFUSED, AGAIN, NO_BUDGET = 0, 1, 2, 3
-#: Why a turn waits, as the acquire script numbers it.
-SOURCES = (None, "pace", "cooldown", "slow_start")
-#: Retry kinds as the acquire script numbers them.
-RETRY_KINDS = {None: 0, "throttle": 1, "error": 2}
+__all__ = ["AGAIN", "NO_BUDGET", "REFUSED", "RETRY_KINDS", "SEND", "SOURCES"]
+
+#: The layout of the keys below: a process of another layout never reads this one's state (its
+#: field names differ), and its own keys expire. Bump it with any change to State's fields.
+LAYOUT = "v2"
+
+
+def constants() -> Dict[str, Union[int, float]]:
+    """The numbers the scripts share with Python: every upper-case number of ``_pacing``."""
+    return {k: v for k, v in vars(_pacing).items() if k.isupper() and type(v) in (int, float)}
+
+
+def fields() -> Dict[str, Union[int, float]]:
+    """``_pacing.State``'s fields (the state hash's, by the same names) and their defaults."""
+    return {name: value for name, value in vars(_pacing.State()).items() if name != "flight"}
+
+
+def header() -> str:
+    """The Lua that goes in front of both scripts: ``_pacing``'s constants and State's fields."""
+    numbers = [f"local {name} = {value!r}" for name, value in constants().items()]
+    names = ", ".join(f"'{name}'" for name in fields())
+    defaults = ", ".join(f"{name} = {value!r}" for name, value in fields().items())
+    return "\n".join(["-- Written by _scripts.header() from sume_urllib3/_pacing.py.", *numbers,
+                      f"local FIELDS = {{{names}}}", f"local DEFAULTS = {{{defaults}}}", ""])
+
 
 _HERE = Path(__file__).parent
-_STATE_LUA = (_HERE / "state.lua").read_text(encoding="utf-8")
 # A Redis script cannot load another: the shared part goes in front of each.
-ACQUIRE_LUA = _STATE_LUA + (_HERE / "acquire.lua").read_text(encoding="utf-8")
-RELEASE_LUA = _STATE_LUA + (_HERE / "release.lua").read_text(encoding="utf-8")
+_SHARED = header() + (_HERE / "state.lua").read_text(encoding="utf-8")
+ACQUIRE_LUA = _SHARED + (_HERE / "acquire.lua").read_text(encoding="utf-8")
+RELEASE_LUA = _SHARED + (_HERE / "release.lua").read_text(encoding="utf-8")
 
 
 def keys(prefix: str, key_id: str) -> Tuple[str, str, str]:
     """The state, in-flight and clients keys of one API key, all in one cluster hash slot."""
-    tag = "{" + prefix + ":" + key_id + "}"
+    tag = "{" + prefix + ":" + LAYOUT + ":" + key_id + "}"
     return tag + ":s", tag + ":i", tag + ":c"
 
 
@@ -48,10 +68,8 @@ def parse_turn(reply: Sequence[Any], entry: str) -> Turn:
     code, wait, source, slot, seq, epoch, inflight, held, clients, learning = (int(v) for v in reply)
     if code not in (SEND, REFUSED, AGAIN, NO_BUDGET) or not 0 <= source < len(SOURCES):
         raise ValueError(f"unexpected acquire reply {list(reply)!r}")
-    turn = _pacing.Turn(
-        min(code, _pacing.AGAIN), max(0, wait), source, slot, seq, epoch, inflight, entry if held else "",
-        bool(learning),
-    )
+    kept, wait = (entry if held else ""), max(0, wait)
+    turn = _pacing.Turn(min(code, AGAIN), wait, source, slot, seq, epoch, inflight, kept, learning > 0)
     return Turn(code, turn, clients)
 
 
