@@ -11,13 +11,14 @@ import hashlib
 import itertools
 import logging
 import math
+import os
 import random
 import re
 import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, Mapping, NamedTuple, Optional, Protocol, Union
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Union
 
 from . import _fork, _pacing, _sleeping
 from ._envelope import header
@@ -36,9 +37,41 @@ MAX_COOLDOWN = 600.0
 
 #: The KeyId of requests sent without an API key.
 ANONYMOUS = "anonymous"
+#: Keys (origin and API key pairs) a LocalFleet holds state for at most, by default (about
+#: 1 KB each): past it, the least recently used idle entry goes first.
+MAX_KEYS = 10_000
+#: Seconds an entry may stay unused before a LocalFleet forgets it, by default, when it holds
+#: nothing that still runs (a cooldown, a turn reserved ahead, an attempt in flight, a quota
+#: reading before its Reset) and no pace; one holding a pace (stated by the server or learned
+#: from its 429s) is kept PACE_KEPT times as long (an hour, as RedisFleet's ttl keeps it): a
+#: quota outlasts minutes of quiet, a slow-start window does not (TCP restarts its own after
+#: an idle spell too).
+IDLE = 300.0
+PACE_KEPT = 12
+_MAX_IDLE = 86_400.0
+_MAX_MAX_KEYS = 10_000_000
+# Lock-free acquires between two looks at the clock (is a sweep due?): a counter is cheaper
+# than a clock read on the path that answers GRANT_NOW.
+_SWEEP_EVERY = 1024
+# Entries a sweep for room leaves, as a share of max_keys: the next one is that many new keys
+# away, so its O(n log n) sorting is paid once per tenth of the cap, not per new key.
+_ROOM = 0.9
 _MIN_RATE = 1.0 / 86400.0  # one a day: below any real quota, so never a floor that beats one
 _MAX_RATE = 1e6
 _MAX_BURST = 1_000_000
+_STATS = (
+    "held",
+    "refused",
+    "again",
+    "cooldowns",
+    "throttled",
+    "waited_pace",
+    "waited_cooldown",
+    "waited_slow_start",
+)
+# How much an entry holds, in the order a sweep for room evicts: nothing but a slow-start
+# window; a pace (stated or learned); something still running.
+_PLAIN, _PACE, _RUNNING = 0, 1, 2
 _UNITS = {
     "s": 1.0,
     "sec": 1.0,
@@ -52,7 +85,8 @@ _UNITS = {
     "d": 86400.0,
     "day": 86400.0,
 }
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*/\s*([a-z]+?)s?\s*$")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*/\s*([a-z]+)\s*$")
+_UNIT_NAMES = "s, sec, second, m, min, minute, h, hr, hour, d, day (the words also plural)"
 
 
 def fleet_key(api_key: Union[str, bytes, None], origin: str = "") -> str:
@@ -124,17 +158,37 @@ class _Token:
 
 
 class _Key:
-    """One key's pacing state (the core's), its lock, and counters. Guarded by ``lock``."""
+    """One key's pacing state (the core's), its lock, and counters. Guarded by ``lock``.
 
-    __slots__ = ("again", "cooldowns", "held", "lock", "open", "refused", "state", "throttled", "waited")
+    ``used`` is set by every lock-free acquire and cleared by each sweep, which then stamps
+    ``seen``: how a sweep knows when a key that only took the lock-free path was last used
+    (that path reads no clock). ``gone`` marks an entry a sweep evicted.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "again",
+        "cooldowns",
+        "gone",
+        "held",
+        "lock",
+        "open",
+        "refused",
+        "seen",
+        "state",
+        "throttled",
+        "used",
+        "waited",
+    )
+
+    def __init__(self, now: int = 0) -> None:
         self.lock = threading.Lock()
         self.state = _pacing.State()
         # Nothing known, nothing held, the window wide: acquire answers GRANT_NOW without the lock.
         self.open = False
         self.held = self.refused = self.again = self.cooldowns = self.throttled = 0
         self.waited: Dict[str, float] = {"pace": 0.0, "cooldown": 0.0, "slow_start": 0.0}
+        self.used = self.gone = False
+        self.seen = now
 
 
 class LocalFleet:
@@ -157,7 +211,19 @@ class LocalFleet:
     that ``no_sleep()`` drives), ``wall`` (Unix time, for ``X-RateLimit-Reset``
     timestamps) and ``rng`` (a ``random.Random`` or a callable returning [0, 1)) are
     injectable. ``reset()`` forgets every key. After ``os.fork()`` the child starts with
-    no state; a pickled fleet keeps its configuration only.
+    no state, whether or not the fork ran Python's at-fork hooks (uWSGI forks from C: every
+    path that takes a lock first compares ``os.getpid()`` with the fleet's); a pickled fleet
+    keeps its configuration only.
+
+    Bounded: an entry that holds nothing still running (a cooldown, a turn reserved ahead,
+    an attempt in flight, a quota reading before its Reset) is forgotten once unused for
+    ``idle`` seconds (default :data:`IDLE`, five minutes), or :data:`PACE_KEPT` times as
+    long when it holds a pace; at most ``max_keys`` entries (default :data:`MAX_KEYS`) are
+    kept, the least recently used idle ones going first. Entries still running go only when
+    they alone pass ``max_keys`` (one WARNING says so). Sweeps are amortized: one runs when a
+    new key passes ``max_keys`` (and frees a tenth of it), or, at most every ``idle / 4``
+    seconds, from an acquire that looks at the clock (every one that takes a lock, and every
+    1024th lock-free one), so a request never pays for a scan of its own.
     """
 
     _default: ClassVar[Optional[LocalFleet]] = None
@@ -172,6 +238,8 @@ class LocalFleet:
         rng: Union[random.Random, Callable[[], float], None] = None,
         initial_window: int = 4,
         wall: Callable[[], float] = time.time,
+        max_keys: int = MAX_KEYS,
+        idle: float = IDLE,
     ) -> None:
         self._rate_config = rate
         self._rate = parse_rate(rate)
@@ -179,11 +247,14 @@ class LocalFleet:
         if burst is not None and self._rate is None:
             raise ConfigurationError("burst needs a rate: LocalFleet(rate='10/min', burst=5)")
         self._window = _check_int(initial_window, "initial_window", 1, 10_000)
+        self._max_keys = _check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
+        self._idle = check_seconds(idle, "idle", 1.0, _MAX_IDLE)
         for name, value in (("clock", clock), ("wall", wall)):
-            if not callable(value):
-                raise ConfigurationError(f"{name} must be callable, got {type(value).__name__}")
+            check_clock(value, name)
         if rng is not None and not isinstance(rng, random.Random) and not callable(rng):
-            raise ConfigurationError(f"rng must be a random.Random or a callable, got {type(rng).__name__}")
+            raise ConfigurationError(
+                f"rng must be a random.Random or a callable returning [0, 1), got {type(rng).__name__}"
+            )
         self._clock = clock
         self._wall = wall
         self._rng = rng
@@ -195,7 +266,20 @@ class LocalFleet:
         )
         self._entries = itertools.count(1)
         self._keys: Dict[str, _Key] = {}
+        self._idle_us = round(self._idle * 1_000_000)
+        self._start_afresh()
         _FLEETS.add(self)
+
+    def _start_afresh(self) -> None:
+        """What belongs to this process: the sweeper's lock and clock, and the pid they are for."""
+        self._pid = os.getpid()
+        # Never waited on: a thread that finds another sweeping goes on with its request.
+        self._sweep_lock = threading.Lock()
+        self._countdown = _SWEEP_EVERY
+        self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
+        self._warned_live = False
+        # Counters of evicted entries, so stats() still counts what they did.
+        self._retired: Dict[str, float] = dict.fromkeys(_STATS, 0)
 
     @classmethod
     def default(cls) -> LocalFleet:
@@ -225,6 +309,21 @@ class LocalFleet:
         """First attempts in flight at once for a key whose pace is unknown."""
         return self._window
 
+    @property
+    def max_keys(self) -> int:
+        """Entries (origin and API key pairs) the fleet holds state for at most."""
+        return self._max_keys
+
+    @property
+    def idle(self) -> float:
+        """Seconds unused after which an entry holding nothing still running is forgotten."""
+        return self._idle
+
+    @property
+    def entries(self) -> int:
+        """Entries the fleet holds state for now."""
+        return len(self._keys)
+
     def __repr__(self) -> str:
         rate = "learned" if self._rate is None else _describe_rate(self._rate)
         return f"<LocalFleet rate={rate} burst={self._burst} keys={len(self._keys)}>"
@@ -232,7 +331,8 @@ class LocalFleet:
     def __reduce__(self) -> Any:
         if self is LocalFleet._default:
             return (LocalFleet.default, ())
-        return (_rebuild, (type(self), self._rate_config, self._burst if self._rate else None, self._window))
+        burst = self._burst if self._rate else None
+        return (_rebuild, (type(self), self._rate_config, burst, self._window, self._max_keys, self._idle))
 
     # -- the protocol --------------------------------------------------------------------
 
@@ -242,12 +342,16 @@ class LocalFleet:
         """Reserve a turn for one attempt; see :class:`Fleet` and the class docstring."""
         key = self._keys.get(key_id)
         if key is not None and key.open:
+            key.used = True
             if not not_before:
-                return GRANT_NOW
+                self._countdown -= 1  # racy, and fine: a lost decrement delays one look at the clock
+                if self._countdown > 0:
+                    return GRANT_NOW
+                return self._tick()
             if retry is not None and 0.0 < not_before <= time_left:
                 return Grant(wait=not_before)  # nothing paces an open key: the caller's wait is the turn
         try:
-            return self._acquire(key_id, key, time_left, retry, not_before)
+            return self._acquire(key_id, time_left, retry, not_before)
         except Exception:  # pacing must never cost a request
             log.debug("sume_urllib3: fleet acquire failed; sending unpaced", exc_info=True)
             return GRANT_NOW
@@ -267,6 +371,9 @@ class LocalFleet:
                 return  # a grant from before a reset or a fork: nothing of ours to account
             if key.open and status != 429 and not may_carry_ratelimit(headers) and status != 503:
                 return  # the lock-free path: an open key and nothing to learn
+            if self._pid != os.getpid():
+                self._forked()
+                return  # a grant from before a fork no hook told us about
             self._release(key_id, key, token, status, headers)
         except Exception:
             log.debug("sume_urllib3: fleet release failed; ignored", exc_info=True)
@@ -274,11 +381,13 @@ class LocalFleet:
     def reset(self) -> None:
         """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
         self._keys = {}
+        self._start_afresh()
 
     # -- introspection (tests, benchmarks, metrics) -------------------------------------------
 
     def pace(self, key_id: str) -> Optional[float]:
         """The pace a key is held to now, in requests per second, or None while unknown."""
+        self._check_pid()
         key = self._keys.get(key_id)
         if key is None:
             return self._rate
@@ -288,25 +397,11 @@ class LocalFleet:
 
     def stats(self) -> Dict[str, float]:
         """Counters over every key: requests held, refused, sent ``again``, seconds waited."""
-        totals: Dict[str, float] = {
-            "held": 0,
-            "refused": 0,
-            "again": 0,
-            "cooldowns": 0,
-            "throttled": 0,
-            "waited_pace": 0.0,
-            "waited_cooldown": 0.0,
-            "waited_slow_start": 0.0,
-        }
+        self._check_pid()
+        totals = dict(self._retired)  # what evicted entries did still counts
         for key in list(self._keys.values()):
             with key.lock:
-                totals["held"] += key.held
-                totals["refused"] += key.refused
-                totals["again"] += key.again
-                totals["cooldowns"] += key.cooldowns
-                totals["throttled"] += key.throttled
-                for source, seconds in key.waited.items():
-                    totals["waited_" + source] += seconds
+                _add_counters(totals, key)
         return totals
 
     # -- inside ----------------------------------------------------------------------------
@@ -314,28 +409,156 @@ class LocalFleet:
     def _now(self) -> int:
         return round(self._clock() * 1_000_000)
 
-    def _acquire(
-        self, key_id: str, key: Optional[_Key], time_left: float, retry: Optional[str], not_before: float
-    ) -> Grant:
-        if key is None:
-            # setdefault is atomic: two threads creating one key both get the same state.
-            key = self._keys.setdefault(key_id, _Key())
+    def _acquire(self, key_id: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
+        self._check_pid()  # before any lock: one a parent's thread held at a fork stays held
         floor = _seconds(not_before)
         left = _seconds(time_left, default=math.inf)
-        with key.lock:
+        while True:
+            key = self._entry(key_id)
+            with key.lock:
+                if key.gone:
+                    continue  # a sweep evicted it between the look-up and the lock: a new entry
+                now = self._now()
+                turn = _pacing.acquire(
+                    key.state,
+                    self._config,
+                    now,
+                    retry=_pacing.RETRY_KINDS.get(retry, _pacing.ERROR),
+                    not_before=round(floor * 1_000_000),
+                    time_left=-1 if math.isinf(left) else round(left * 1_000_000),
+                    rand=self._random(),
+                    entry=str(next(self._entries)),
+                )
+                key.open = _pacing.is_open(key.state, self._config, now)
+                grant = self._grant(key, turn, floor, left)
+            if now >= self._sweep_at:
+                self._sweep(now)
+            return grant
+
+    # -- bounded state ---------------------------------------------------------------------
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():
+            self._forked()
+
+    def _forked(self) -> None:
+        """A process forked without at-fork hooks (uWSGI's workers): start afresh, as a hook would.
+
+        Every per-process reset runs (the HTTP pools' too, once per process); this fleet's
+        own, if it was somehow not among them, after.
+        """
+        _fork.check()
+        if self._pid != os.getpid():
+            self.reset()
+
+    def _entry(self, key_id: str) -> _Key:
+        """The key's entry, made if new (evicting for room when that passes max_keys)."""
+        key = self._keys.get(key_id)
+        if key is not None and not key.gone:
+            return key
+        now = self._now()
+        new = _Key(now)  # seen now: no sweep takes it before its acquire does
+        # setdefault is atomic: two threads creating one key both get the same state.
+        key = self._keys.setdefault(key_id, new)
+        if key.gone:  # evicted, still in the dict for an instant: replace it
+            self._keys.pop(key_id, None)
+            key = self._keys.setdefault(key_id, new)
+        if key is new and len(self._keys) > self._max_keys:
+            self._sweep(now, spare=key_id)
+        return key
+
+    def _tick(self) -> Grant:
+        """Every _SWEEP_EVERY lock-free acquires: a look at the clock, and a sweep when one is due."""
+        self._countdown = _SWEEP_EVERY
+        try:
+            self._check_pid()
             now = self._now()
-            turn = _pacing.acquire(
-                key.state,
-                self._config,
-                now,
-                retry=_pacing.RETRY_KINDS.get(retry, _pacing.ERROR),
-                not_before=round(floor * 1_000_000),
-                time_left=-1 if math.isinf(left) else round(left * 1_000_000),
-                rand=self._random(),
-                entry=str(next(self._entries)),
-            )
-            key.open = _pacing.is_open(key.state, self._config, now)
-            return self._grant(key, turn, floor, left)
+            if now >= self._sweep_at:
+                self._sweep(now)
+        except Exception:  # pacing must never cost a request
+            log.debug("sume_urllib3: fleet sweep failed", exc_info=True)
+        return GRANT_NOW
+
+    def _sweep(self, now: int, spare: Optional[str] = None) -> None:
+        """Evict idle entries, and when past max_keys, the least recently used (``spare`` aside).
+
+        One thread sweeps at a time; another finding it busy goes on with its request.
+        """
+        lock = self._sweep_lock
+        if not lock.acquire(blocking=False):
+            return
+        try:
+            self._sweep_at = now + self._idle_us // 4
+            keys = self._keys
+            before = len(keys)
+            kept: List[Tuple[int, int, str, _Key]] = []  # (rank, last use, key_id, entry) of those left
+            for key_id, key in list(keys.items()):
+                if key.used:
+                    key.used = False
+                    key.seen = now
+                rank = _rank(key.state, now)
+                since = max(key.seen, _last_use(key.state))
+                limit = self._idle_us if rank == _PLAIN else self._idle_us * PACE_KEPT
+                if rank == _RUNNING or now - since < limit or key_id == spare or not self._evict(key_id, key):
+                    kept.append((rank, since, key_id, key))
+            room = max(1, int(self._max_keys * _ROOM))
+            if len(keys) > self._max_keys and len(kept) > room:
+                self._make_room(kept, len(kept) - room, spare)
+            if before >= 1024 and len(keys) < before // 4:
+                self._compact()
+        finally:
+            lock.release()
+
+    def _make_room(self, kept: List[Tuple[int, int, str, _Key]], excess: int, spare: Optional[str]) -> None:
+        """Evict ``excess`` entries, least recently used first; one still running only past max_keys."""
+        kept.sort(key=lambda entry: (entry[0], entry[1]))
+        over = len(kept) - self._max_keys  # entries still running go only to bring it back to the cap
+        for rank, _since, key_id, key in kept:
+            if excess <= 0:
+                break
+            if key_id == spare:
+                continue
+            if rank == _RUNNING:
+                if over <= 0:
+                    break
+                if not self._warned_live:
+                    self._warned_live = True
+                    log.warning(
+                        "sume_urllib3: LocalFleet holds more than max_keys=%d keys with a cooldown, "
+                        "a reserved turn or an attempt in flight; forgetting the least recently used "
+                        "of them (raise max_keys)",
+                        self._max_keys,
+                    )
+            if self._evict(key_id, key):
+                excess -= 1
+                over -= 1
+
+    def _evict(self, key_id: str, key: _Key) -> bool:
+        """Remove one entry unless a thread holds or has just used it; keep what it counted."""
+        if not key.lock.acquire(blocking=False):
+            return False  # in use this instant
+        try:
+            if key.used or self._keys.get(key_id) is not key:
+                return False
+            key.gone = True
+            self._keys.pop(key_id, None)
+            _add_counters(self._retired, key)
+            return True
+        finally:
+            key.lock.release()
+
+    def _compact(self) -> None:
+        """A dict keeps the table of its largest size: copy it once most of its entries are gone.
+
+        An entry another thread inserts into the old dict meanwhile is carried over; one
+        inserted after that pass (a thread that read the attribute just before the swap) is a
+        new entry again at its next acquire.
+        """
+        old = self._keys
+        self._keys = new = dict(old)
+        for key_id, key in list(old.items()):
+            if not key.gone:
+                new.setdefault(key_id, key)
 
     def _grant(self, key: _Key, turn: _pacing.Turn, floor: float, left: float) -> Grant:
         wait = turn.wait / 1_000_000
@@ -480,8 +703,10 @@ def _after_fork_in_child() -> None:
 _fork.in_child(_after_fork_in_child)
 
 
-def _rebuild(cls: type, rate: Rate, burst: Optional[int], window: int) -> LocalFleet:
-    fleet = cls(rate, burst, initial_window=window)
+def _rebuild(
+    cls: type, rate: Rate, burst: Optional[int], window: int, max_keys: int = MAX_KEYS, idle: float = IDLE
+) -> LocalFleet:
+    fleet = cls(rate, burst, initial_window=window, max_keys=max_keys, idle=idle)
     assert isinstance(fleet, LocalFleet)
     return fleet
 
@@ -496,9 +721,14 @@ def parse_rate(rate: Rate) -> Optional[float]:
         value = float(rate)
     elif isinstance(rate, str):
         match = _RATE.match(rate.lower())
-        unit = _UNITS.get(match.group(2)) if match else None
-        if match is None or unit is None:
+        if match is None:
             raise ConfigurationError(f"rate must be like '10/min', '20/s' or '100/h', got {rate[:40]!r}")
+        unit = _unit(match.group(2))
+        if unit is None:
+            unknown = match.group(2)[:20]
+            raise ConfigurationError(
+                f"rate has an unknown unit {unknown!r} in {rate[:40]!r}; the units are {_UNIT_NAMES}"
+            )
         value = float(match.group(1)) / unit
     else:
         raise ConfigurationError(f"rate must be a str or a number, got {type(rate).__name__}")
@@ -509,12 +739,73 @@ def parse_rate(rate: Rate) -> Optional[float]:
     return value
 
 
+def _unit(name: str) -> Optional[float]:
+    """Seconds in a rate's unit, or None. Only the words take a plural "s": "ms" is not
+    "m" (minutes) plus a plural, it is milliseconds, which no quota is counted in."""
+    if name in _UNITS:
+        return _UNITS[name]
+    if len(name) > 2 and name.endswith("s") and len(name[:-1]) > 1:
+        return _UNITS.get(name[:-1])
+    return None
+
+
 def _describe_rate(rate: float) -> str:
     if rate >= 1.0:
         return f"{rate:.3g}/s"
     if rate * 60.0 >= 1.0:
         return f"{rate * 60.0:.3g}/min"
     return f"{rate * 3600.0:.3g}/h"
+
+
+def _rank(st: _pacing.State, now: int) -> int:
+    """What an entry holds: something still running (a cooldown, a turn reserved ahead, an attempt
+    in flight, a quota reading before its Reset), else a pace, else nothing worth keeping."""
+    if (
+        st.cooldown_until > now
+        or st.theoretical_arrival > now
+        or st.budget_until > now
+        or any(end > now for end in list(st.flight.values()))  # list(): one atomic copy
+    ):
+        return _RUNNING
+    return _PACE if st.learned_interval > 0 or st.stated_interval > 0 else _PLAIN
+
+
+def _last_use(st: _pacing.State) -> int:
+    """When the core last saw the entry (an acquire or a release that took the lock)."""
+    return st.last_seen
+
+
+def _add_counters(totals: Dict[str, float], key: _Key) -> None:
+    totals["held"] += key.held
+    totals["refused"] += key.refused
+    totals["again"] += key.again
+    totals["cooldowns"] += key.cooldowns
+    totals["throttled"] += key.throttled
+    for source, seconds in key.waited.items():
+        totals["waited_" + source] += seconds
+
+
+def check_seconds(value: Any, name: str, low: float, high: float) -> float:
+    """``value`` as seconds when a finite number within [low, high]; else ConfigurationError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ConfigurationError(f"{name} must be between {low:g} and {high:g} seconds, got {value!r}")
+    return float(value)
+
+
+def check_clock(clock: Any, name: str) -> None:
+    """A clock must be callable and read as a finite number: checked once, here, not per request."""
+    if not callable(clock):
+        raise ConfigurationError(f"{name} must be a callable returning seconds, got {type(clock).__name__}")
+    try:
+        now = clock()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"{name} must be a callable returning seconds; reading it raised {type(exc).__name__}"
+        ) from None
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise ConfigurationError(f"{name} must return a finite number of seconds, got {type(now).__name__}")
 
 
 def _check_int(value: Any, name: str, low: int, high: int) -> int:

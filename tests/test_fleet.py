@@ -7,6 +7,7 @@ import math
 import os
 import pickle
 import random
+import signal
 import threading
 from typing import Any, Dict, List, Optional
 
@@ -15,7 +16,7 @@ import pytest
 from sume_urllib3 import ConfigurationError
 from sume_urllib3._fleet import GRANT_NOW, Grant, LocalFleet, fleet_key, parse_rate
 
-from .conftest import VirtualTime, in_a_forked_child
+from .conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 KEY = fleet_key(API_KEY)
@@ -330,15 +331,74 @@ def test_rate_forms(text: Any, per_second: float) -> None:
         ({"rate": "1/s", "burst": 1.5}, "burst"),
         ({"rate": "1/s", "burst": True}, "burst"),
         ({"burst": 5}, "burst"),
+        ({"rate": "10/ms"}, "rate"),
+        ({"rate": "10/hs"}, "rate"),
+        ({"rate": "10/"}, "rate"),
+        ({"rate": "/s"}, "rate"),
+        ({"rate": "-1/s"}, "rate"),
+        ({"rate": "1e3/s"}, "rate"),
+        ({"rate": "1/week"}, "rate"),
+        ({"rate": 1e7}, "rate"),
+        ({"rate": 1e-9}, "rate"),
+        ({"rate": b"10/s"}, "rate"),
+        ({"rate": "1/s", "burst": -1}, "burst"),
+        ({"rate": "1/s", "burst": 10**9}, "burst"),
+        ({"rate": "1/s", "burst": "5"}, "burst"),
         ({"initial_window": 0}, "initial_window"),
+        ({"initial_window": -4}, "initial_window"),
+        ({"initial_window": 10_001}, "initial_window"),
+        ({"initial_window": 4.0}, "initial_window"),
+        ({"initial_window": True}, "initial_window"),
+        ({"initial_window": None}, "initial_window"),
+        ({"max_keys": 0}, "max_keys"),
+        ({"max_keys": -1}, "max_keys"),
+        ({"max_keys": 10**12}, "max_keys"),
+        ({"max_keys": 1e4}, "max_keys"),
+        ({"max_keys": False}, "max_keys"),
+        ({"max_keys": None}, "max_keys"),
+        ({"idle": 0}, "idle"),
+        ({"idle": -300.0}, "idle"),
+        ({"idle": 0.5}, "idle"),
+        ({"idle": math.nan}, "idle"),
+        ({"idle": math.inf}, "idle"),
+        ({"idle": 1e9}, "idle"),
+        ({"idle": "300"}, "idle"),
+        ({"idle": True}, "idle"),
         ({"clock": 5}, "clock"),
+        ({"clock": None}, "clock"),
+        ({"clock": lambda: "now"}, "clock"),
+        ({"clock": lambda: math.nan}, "clock"),
+        ({"clock": lambda: 1 / 0}, "clock"),
+        ({"wall": 5}, "wall"),
+        ({"wall": lambda: math.inf}, "wall"),
         ({"rng": "seed"}, "rng"),
+        ({"rng": 5}, "rng"),
+        ({"rng": True}, "rng"),
     ],
 )
 def test_bad_configuration_names_the_field(kwargs: Dict[str, Any], field: str) -> None:
-    """Bad values raise ConfigurationError naming the field."""
-    with pytest.raises(ConfigurationError, match=field):
+    """Bad values raise ConfigurationError naming the field and what it accepts."""
+    with pytest.raises(ConfigurationError, match=field) as raised:
         LocalFleet(**kwargs)
+    assert any(word in str(raised.value) for word in ("must", "needs", "units are"))
+
+
+def test_an_unknown_rate_unit_is_refused_listing_the_units() -> None:
+    """'10/ms' was read as 10 per minute: a unit the fleet does not know is refused, units listed."""
+    with pytest.raises(ConfigurationError) as raised:
+        LocalFleet(rate="10/ms")
+    assert "unknown unit 'ms'" in str(raised.value)
+    assert "s, sec, second, m, min, minute, h, hr, hour, d, day" in str(raised.value)
+    assert parse_rate("10/mins") == parse_rate("10/min") == parse_rate("10/m")
+    assert parse_rate("3/hrs") == parse_rate("3/hours") == parse_rate("3/h")
+
+
+def test_bounds_at_their_limits_are_accepted() -> None:
+    """The smallest and largest max_keys and idle are usable settings, and pickling keeps them."""
+    for max_keys, idle in ((1, 1.0), (10_000_000, 86_400.0)):
+        fleet = LocalFleet(max_keys=max_keys, idle=idle)
+        copy = pickle.loads(pickle.dumps(fleet))
+        assert (copy.max_keys, copy.idle) == (max_keys, idle)
 
 
 def test_rng_may_be_a_random_instance() -> None:
@@ -350,3 +410,236 @@ def test_rng_may_be_a_random_instance() -> None:
         waits.append(fleet.acquire(KEY, time_left=60).wait)
     assert waits[0] == waits[1]
     assert 10 <= waits[0] < 20
+
+
+# -- bounded state ----------------------------------------------------------------------------
+
+
+def tenant(n: int) -> str:
+    return fleet_key(f"sk_tenant_{n}", "https://api.sume.example")
+
+
+def once(fleet: LocalFleet, key_id: str, status: int = 200, headers: Optional[Dict[str, str]] = None) -> None:
+    """One request of ``key_id``: a turn, then its answer."""
+    fleet.release(key_id, fleet.acquire(key_id, time_left=30.0), status, headers or {})
+
+
+def test_ten_thousand_tenants_once_each_then_an_idle_spell_leave_one_entry() -> None:
+    """The issue's case: after idle seconds unused, entries holding nothing running are forgotten."""
+    fleet, clock = make()
+    for n in range(10_000):
+        once(fleet, tenant(n))
+    assert fleet.entries == 10_000
+    clock.advance(fleet.idle)
+    once(fleet, KEY)  # the next acquire that looks at the clock sweeps
+    assert fleet.entries == 1
+
+
+def test_an_entry_is_kept_while_it_is_used_within_idle_seconds() -> None:
+    """Idle means unused: a tenant calling every few minutes keeps its entry."""
+    fleet, clock = make(idle=60.0)
+    for _ in range(5):
+        once(fleet, tenant(1))
+        clock.advance(59.0)
+        once(fleet, tenant(2))
+    assert fleet.entries == 2
+
+
+def test_a_pace_is_kept_pace_kept_times_as_long() -> None:
+    """A pace the server stated outlives a plain entry: gone after PACE_KEPT x idle, not idle."""
+    fleet, clock = make(idle=60.0)
+    once(fleet, tenant(1), headers={"RateLimit-Policy": "10;w=1"})
+    once(fleet, tenant(2))
+    clock.advance(61.0)
+    once(fleet, KEY)
+    assert fleet.pace(tenant(1)) == pytest.approx(10 / 1.01)
+    assert fleet.entries == 2
+    clock.advance(60.0 * 12)
+    once(fleet, KEY)
+    assert fleet.entries == 1
+
+
+def test_a_running_cooldown_is_never_forgotten_for_idleness() -> None:
+    """A key cooling down for ten minutes keeps its entry past idle, then goes once it ends."""
+    fleet, clock = make(idle=60.0)
+    fleet.release(KEY, first(fleet), 429, {"Retry-After": "600"})
+    clock.advance(500.0)
+    once(fleet, tenant(1))
+    assert first(fleet, time_left=30.0).refused is not None  # still held, still known
+    clock.advance(100.0 + 61.0)
+    once(fleet, tenant(1))
+    assert fleet.entries == 1
+
+
+def test_an_attempt_in_flight_keeps_its_entry() -> None:
+    """An entry with an attempt still out is not idle, whatever the clock says."""
+    fleet, clock = make(idle=1.0)
+    fleet.acquire(KEY, time_left=math.inf)  # in flight for its lease: 2 s before any answer
+    clock.advance(1.5)
+    once(fleet, tenant(1))
+    assert fleet.entries == 2
+
+
+def test_past_max_keys_the_least_recently_used_go_first() -> None:
+    """A new key past max_keys evicts the least recently used entries (a tenth of the cap)."""
+    fleet, clock = make(max_keys=10)
+    for n in range(10):
+        once(fleet, tenant(n))
+        clock.advance(1.0)
+    once(fleet, tenant(0))  # used again: now the most recent
+    once(fleet, tenant(10))
+    assert fleet.entries == 9
+    kept = set(fleet._keys)
+    assert {tenant(0), tenant(10)} <= kept
+    assert not {tenant(1), tenant(2)} & kept
+
+
+def test_past_max_keys_a_running_cooldown_outlasts_idle_entries() -> None:
+    """Room is made from entries holding nothing running first, however old the cooldown is."""
+    fleet, clock = make(max_keys=3)
+    fleet.release(KEY, first(fleet), 429, {"Retry-After": "600"})
+    for n in range(4):
+        clock.advance(1.0)
+        once(fleet, tenant(n))
+    assert KEY in fleet._keys
+    assert first(fleet, time_left=30.0).refused is not None
+
+
+def test_running_entries_past_max_keys_go_least_recently_used_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only when entries still running alone pass the cap do they go, the oldest first; logged once."""
+    fleet, clock = make(max_keys=2)
+    with caplog.at_level(logging.WARNING, logger="sume_urllib3"):
+        for n in range(4):
+            clock.advance(1.0)
+            once(fleet, tenant(n), 429, {"Retry-After": "600"})
+    assert set(fleet._keys) == {tenant(2), tenant(3)}
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "max_keys=2" in warnings[0].getMessage()
+
+
+def test_an_open_key_used_only_lock_free_is_not_idle() -> None:
+    """A key past slow start (acquire reads no clock for it) keeps its entry while it is used."""
+    fleet, clock = make(initial_window=1, idle=60.0)
+    for _ in range(63):
+        once(fleet, KEY)
+    assert first(fleet) is GRANT_NOW
+    for _ in range(3):
+        clock.advance(50.0)
+        assert first(fleet) is GRANT_NOW  # lock-free: only marks the entry used
+        once(fleet, tenant(1))  # a new key's acquire reads the clock, and sweeps when due
+    assert KEY in fleet._keys
+    clock.advance(121.0)  # unused for idle seconds, and one sweep period to see it
+    once(fleet, tenant(2))
+    assert KEY not in fleet._keys
+
+
+def test_lock_free_acquires_look_at_the_clock_once_per_1024() -> None:
+    """The lock-free path reads no clock per call, yet an idle spell ends with a sweep there too."""
+    reads: List[int] = []
+    clock = VirtualTime(now=5000.0)
+
+    def counting() -> float:
+        reads.append(1)
+        return clock.now
+
+    fleet = LocalFleet(clock=counting, initial_window=1)
+    for _ in range(63):
+        once(fleet, KEY)
+    once(fleet, tenant(1))
+    clock.advance(fleet.idle)
+    del reads[:]
+    for _ in range(2048):
+        assert fleet.acquire(KEY, time_left=30.0) is GRANT_NOW
+    assert len(reads) == 2
+    assert fleet.entries == 1  # tenant(1) went at the first of them
+
+
+def test_new_keys_past_max_keys_sweep_once_per_tenth_of_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Room is made in batches, so a stream of new keys costs O(log n) each, not a scan each."""
+    sweeps: List[int] = []
+    sweep = LocalFleet._sweep
+
+    def counted(self: LocalFleet, now: int, spare: Optional[str] = None) -> None:
+        sweeps.append(now)
+        sweep(self, now, spare)
+
+    monkeypatch.setattr(LocalFleet, "_sweep", counted)
+    fleet, _ = make(max_keys=100)
+    for n in range(1_000):
+        once(fleet, tenant(n))
+        assert fleet.entries <= 100
+    assert len(sweeps) <= 1 + 900 // 10 + 1
+
+
+def test_stats_keep_counting_what_forgotten_entries_did() -> None:
+    """Evicting an entry never takes its holds, refusals or waits out of stats()."""
+    fleet, clock = make("1/s", idle=1.0)
+    first(fleet)
+    assert first(fleet).source == "pace"
+    before = fleet.stats()
+    clock.advance(5.0)
+    fleet.acquire(tenant(1), time_left=30.0)
+    assert KEY not in fleet._keys
+    assert fleet.stats() == before
+
+
+def test_a_grant_of_a_forgotten_entry_is_released_harmlessly() -> None:
+    """An answer arriving after its entry was evicted changes nothing and raises nothing."""
+    fleet, clock = make(idle=1.0)
+    grant = first(fleet)
+    clock.advance(10.0)  # past its lease: the attempt is presumed dead
+    once(fleet, tenant(1))
+    assert KEY not in fleet._keys
+    fleet.release(KEY, grant, 429, {"Retry-After": "60"})
+    assert first(fleet).wait == 0.0
+
+
+# -- fork without at-fork hooks -------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_from_c_starts_with_no_state() -> None:
+    """uWSGI forks from C (no at-fork hook runs): the child's first use still starts afresh."""
+    fleet, _ = make(initial_window=1)
+    fleet.release(KEY, first(fleet), 429, {"Retry-After": "100"})
+    first(fleet)
+    other = fleet.acquire(tenant(1), time_left=30.0)  # in flight, holding the only slot
+    assert fleet.acquire(tenant(1), time_left=30.0).again
+
+    def child() -> str:
+        waits = (first(fleet).wait, fleet.acquire(tenant(1), time_left=30.0).again)
+        return repr((waits, fleet.stats()["cooldowns"], fleet._pid == os.getpid()))
+
+    assert in_a_child_forked_from_c(child) == repr(((0.0, False), 0, True))
+    assert first(fleet).wait > 90  # the parent keeps its own
+    fleet.release(tenant(1), other, 200, {})
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_lock_held_at_a_c_fork_does_not_hang_the_child() -> None:
+    """A key's lock some thread of the parent held at the fork is never waited on in the child."""
+    fleet, _ = make(initial_window=1)
+    first(fleet)
+    lock = fleet._keys[KEY].lock
+    lock.acquire()  # as a parent thread inside acquire() at the moment uWSGI forks
+    try:
+
+        def child() -> str:
+            signal.alarm(5)  # a hang kills the child, and the parent reads nothing
+            return repr(first(fleet).wait)
+
+        assert in_a_child_forked_from_c(child) == "0.0"
+    finally:
+        lock.release()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_an_open_key_answers_at_once_in_a_child_forked_from_c() -> None:
+    """The lock-free path (no pid check) holds no lock and no attempt: a child may use it as is."""
+    fleet, _ = make(initial_window=1)
+    for _ in range(63):
+        once(fleet, KEY)
+    assert in_a_child_forked_from_c(lambda: repr(first(fleet) is GRANT_NOW)) == "True"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 import re
@@ -25,6 +24,8 @@ from ..._fleet import (
     Grant,
     Lesson,
     LocalFleet,
+    check_clock,
+    check_seconds,
     fleet_key,
     interval_us,
     parse_rate,
@@ -41,6 +42,10 @@ _PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DEFAULT_BUDGET = RetryBudget()
 _PLAIN = (str, bytes, int, float, bool)
 _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
+_MAX_BURST = 1_000_000  # as LocalFleet's
+_MAX_WINDOW = 10_000  # as LocalFleet's
+_MAX_TTL = 1e9
+_MAX_BACKOFF = 86_400.0  # a day: past that, an outage would never be retried in a process's life
 
 
 class _Local(NamedTuple):
@@ -68,6 +73,10 @@ class RedisFleet:
     ``redis.cluster.RedisCluster`` client works as ``url_or_client`` (a URL is always one
     node). A client you pass keeps its own timeouts and retries: give it a short
     ``socket_timeout`` (and ``retry=Retry(NoBackoff(), 0)``) so a failure falls back at once.
+
+    Thread-safe and fork-safe: a child process gets its own connections and client id (so
+    Redis counts each worker as one process), whether or not its fork ran Python's at-fork
+    hooks (uWSGI forks from C: each acquire compares ``os.getpid()`` with the fleet's).
 
     Fails open: when Redis is down, slow (over ``timeout``), full or refuses the script,
     the attempt is paced by a local :class:`LocalFleet` at once (``Grant.fallback``), one
@@ -117,23 +126,27 @@ class RedisFleet:
         self._interval, self._burst = _pace(rate, burst)
         self._config_interval = interval_us(1.0 / self._interval) if self._interval > 0 else 0
         self._prefix = _check_prefix(prefix)
-        self._timeout = _positive(timeout, "timeout", high=60.0)
-        self._initial_window = _count(initial_window, "initial_window")
+        # Below a millisecond no Redis answers in time: every call would fall back.
+        self._timeout = check_seconds(timeout, "timeout", 0.001, 60.0)
+        self._initial_window = _count(initial_window, "initial_window", high=_MAX_WINDOW)
         if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
             raise ConfigurationError(
                 f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
             )
         self._budget = retry_budget
-        self._ttl = _positive(ttl, "ttl")
-        self._backoff = _positive(backoff, "backoff")
-        self._max_backoff = max(self._backoff, _positive(max_backoff, "max_backoff"))
-        for name, fn in (("clock", clock), ("server_clock", server_clock)):
-            if fn is not None and not callable(fn):
-                raise ConfigurationError(f"{name} must be callable, got {fn!r}")
+        # Scripts get it in whole milliseconds: under a second, a key could expire between calls.
+        self._ttl = check_seconds(ttl, "ttl", 1.0, _MAX_TTL)
+        self._backoff = check_seconds(backoff, "backoff", 0.001, _MAX_BACKOFF)
+        self._max_backoff = max(self._backoff, check_seconds(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF))
+        check_clock(clock, "clock")
+        if server_clock is not None:
+            check_clock(server_clock, "server_clock")
         self._clock = clock
         self._server_clock = server_clock
         if rng is not None and not isinstance(rng, random.Random) and not callable(rng):
-            raise ConfigurationError(f"rng must be a random.Random or a callable, got {type(rng).__name__}")
+            raise ConfigurationError(
+                f"rng must be a random.Random or a callable returning [0, 1), got {type(rng).__name__}"
+            )
         self._random: Callable[[], float] = (
             random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
         )
@@ -152,7 +165,8 @@ class RedisFleet:
         self._client = self._source.client(self._timeout)
         self._acquire_script = self._client.register_script(_scripts.ACQUIRE_LUA)
         self._release_script = self._client.register_script(_scripts.RELEASE_LUA)
-        self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._pid = os.getpid()
+        self._client_id = f"{self._pid}-{uuid.uuid4().hex[:12]}"
         self._down_until = 0.0  # clock() before which Redis is not asked
         self._delay = self._backoff  # the next backoff after a failure
         self._outage = False
@@ -172,6 +186,8 @@ class RedisFleet:
         not_before: float = 0.0,
     ) -> Grant:
         """Reserve a turn for one attempt; never raises, never blocks longer than ``timeout``."""
+        if self._pid != os.getpid():
+            self._forked()
         kid = _safe_key_id(key_id)
         if self._clock() < self._down_until:
             return self._fallback(kid, time_left, retry, not_before)
@@ -376,6 +392,17 @@ class RedisFleet:
         self._lock = threading.Lock()
         self._start_process()
 
+    def _forked(self) -> None:
+        """A process forked without at-fork hooks (uWSGI's workers): start afresh, as a hook would.
+
+        Every per-process reset runs once (this fleet's among them: a new client id, so Redis
+        counts this worker; new connections, lock, counters and outage state); this fleet's own
+        after, if it was somehow not among them.
+        """
+        _fork.check()
+        if self._pid != os.getpid():
+            self._after_fork()
+
     def __repr__(self) -> str:
         pace = "learned" if self._interval <= 0 else f"{1.0 / self._interval:g}/s burst {self._burst}"
         return f"RedisFleet({self._source.describe()}, prefix={self._prefix!r}, pace={pace})"
@@ -480,18 +507,10 @@ def _pace(rate: Union[str, float, None], burst: Optional[int]) -> Tuple[float, i
     return 1.0 / per_second, 1 if burst is None else _count(burst, "burst")
 
 
-def _count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+def _count(value: Any, name: str, high: int = _MAX_BURST) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ConfigurationError(f"{name} must be an integer between 1 and {high}, got {value!r}")
     return value
-
-
-def _positive(value: Any, name: str, high: float = 1e9) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
-    if not (math.isfinite(value) and 0 < value <= high):
-        raise ConfigurationError(f"{name} must be > 0 and <= {high:g} seconds, got {value!r}")
-    return float(value)
 
 
 def _check_prefix(prefix: Any) -> str:
