@@ -18,13 +18,13 @@ if os.environ.get("SUME_REQUIRE_REDIS") != "1":  # CI requires redis-py: an Impo
 
 import redis
 
-from sume_urllib3 import ConfigurationError
+from sume_urllib3 import ConfigurationError, RetryBudget
 from sume_urllib3._fleet import GRANT_NOW, Grant, fleet_key
 from sume_urllib3._keyid import origin_name
 from sume_urllib3._pacing import Turn
 from sume_urllib3.contrib.redis import RedisFleet
 
-from ..conftest import VirtualTime, in_a_forked_child
+from ..conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
 from .redis_server import RedisServer
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
@@ -251,6 +251,44 @@ def test_a_forked_child_gets_its_own_connections(server: RedisServer) -> None:
     assert fleet.fallbacks == 0
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_worker_forked_from_c_counts_as_a_process_of_its_own(server: RedisServer) -> None:
+    """uWSGI forks from C (no at-fork hook runs): the worker still gets a client id of its own,
+    so Redis counts two processes sharing the key, not one (the outage share would be wrong)."""
+    fleet = make(server, rate="1000/s")
+    assert not fleet.acquire(KID, time_left=math.inf).fallback
+    parent_id = fleet._client_id
+
+    def child() -> str:
+        grant = fleet.acquire(KID, time_left=math.inf)
+        mine = fleet._client_id
+        named = mine.split("-")[0] == str(os.getpid())
+        return f"{grant.fallback} {fleet._clients} {named} {mine != parent_id}"
+
+    assert in_a_child_forked_from_c(child) == "False 2 True True"
+    members = server.cli("ZRANGE", "{sume:v2:" + KID + "}:c", "0", "-1").split()
+    assert len(members) == 2
+    assert parent_id in members
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_worker_forked_from_c_starts_without_the_parents_outage(server: RedisServer) -> None:
+    """Counters, the outage and its backoff are the parent's: a worker forked from C asks Redis at once."""
+    clock = VirtualTime()
+    fleet = make(server, clock=clock, backoff=30.0)
+    server.kill()
+    assert fleet.acquire(KID, time_left=math.inf).fallback
+    server.start()
+    assert fleet.acquire(KID, time_left=math.inf).fallback  # the parent waits out its backoff
+
+    def child() -> str:
+        grant = fleet.acquire(KID, time_left=math.inf)
+        return f"{grant.fallback} {fleet.fallbacks} {fleet.errors} {fleet.healthy}"
+
+    assert in_a_child_forked_from_c(child) == "False 0 0 True"
+    assert (fleet.fallbacks, fleet.errors, fleet.healthy) == (2, 1, False)
+
+
 def test_pickling_keeps_the_configuration_and_nothing_else(server: RedisServer) -> None:
     """A pickled fleet is rebuilt from its URL and settings, with fresh counters and connections."""
     fleet = make(server, rate="10/min", burst=2, prefix="app1", timeout=0.2)
@@ -296,6 +334,44 @@ def test_redis_holds_no_key_text_and_everything_expires(server: RedisServer) -> 
     assert all(0 < int(server.cli("PTTL", n)) for n in names)
     tags = {n.split("}")[0] for n in names}
     assert {"{sume:v2:" + KID, "{sume:v2:" + fleet_key(API_KEY)} == tags  # each key in one cluster slot
+
+
+def _ttls(server: RedisServer, kid: str) -> Dict[str, int]:
+    """Every key of one API key in Redis, with its PTTL (-1: no expiry)."""
+    names = server.cli("--scan", "--pattern", "{sume:v2:" + kid + "}:*").split()
+    return {name.rsplit(":", 1)[1]: int(server.cli("PTTL", name)) for name in names}
+
+
+def test_every_key_a_script_writes_carries_a_ttl(server: RedisServer) -> None:
+    """Whatever path a script takes (a turn, again, refused, no budget, an answer), every key it
+    writes expires: an idle tenant's keys leave Redis within ttl (and any cooldown or turn it holds)."""
+    fleet = make(server, initial_window=1, ttl=60.0)
+    no_budget = make(server, ttl=60.0, retry_budget=RetryBudget(ratio=0, window=1.0, min_per_second=0))
+    tenants = [fleet_key(f"sk_tenant_{n}") for n in range(6)]
+    send, again, refused, spent, answered, throttled = tenants
+    fleet.acquire(send, time_left=math.inf)  # a turn and an attempt in flight
+    fleet.acquire(again, time_left=math.inf)
+    assert fleet.acquire(again, time_left=math.inf).again
+    fleet.release(refused, fleet.acquire(refused, time_left=math.inf), 429, {"Retry-After": "30"})
+    assert fleet.acquire(refused, time_left=1.0).refused
+    assert no_budget.acquire(spent, time_left=math.inf, retry="error").refused
+    fleet.release(answered, fleet.acquire(answered, time_left=math.inf), 200, {"RateLimit-Policy": "5;w=1"})
+    fleet.release(throttled, fleet.acquire(throttled, time_left=math.inf), 429, {"Retry-After": "300"})
+    for kid in tenants:
+        ttls = _ttls(server, kid)
+        assert {"s", "c"} <= set(ttls), kid
+        assert all(0 < ttl for ttl in ttls.values()), (kid, ttls)
+        cooling = 300_000 if kid == throttled else 30_000 if kid == refused else 0
+        assert ttls["s"] <= max(60_000, cooling + 1_000), (kid, ttls)
+        assert ttls["c"] <= 61_000
+
+
+def test_the_in_flight_set_outlives_every_lease_in_it(server: RedisServer) -> None:
+    """A later attempt with a short deadline never shortens the set's expiry under an earlier lease."""
+    fleet = make(server, initial_window=4)
+    fleet.acquire(KID, time_left=math.inf)  # out for up to 2 s before any answer
+    fleet.acquire(KID, time_left=0.1)
+    assert _ttls(server, KID)["i"] > 2_000
 
 
 # -- failing open ------------------------------------------------------------------------------------
@@ -417,13 +493,51 @@ def test_release_never_raises(server: RedisServer) -> None:
         ({"backoff": math.nan}, "backoff"),
         ({"clock": 3}, "clock"),
         ({"rng": "seed"}, "rng"),
+        ({"url_or_client": None}, "url_or_client"),
+        ({"rate": "10/ms"}, "rate"),
+        ({"rate": math.nan}, "rate"),
+        ({"rate": True}, "rate"),
+        ({"rate": "10/s", "burst": 10**9}, "burst"),
+        ({"rate": "10/s", "burst": 2.0}, "burst"),
+        ({"rate": "10/s", "burst": True}, "burst"),
+        ({"prefix": None}, "prefix"),
+        ({"prefix": "x" * 65}, "prefix"),
+        ({"prefix": "a b"}, "prefix"),
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": 1e-6}, "timeout"),
+        ({"timeout": 61}, "timeout"),
+        ({"timeout": math.nan}, "timeout"),
+        ({"timeout": True}, "timeout"),
+        ({"initial_window": -1}, "initial_window"),
+        ({"initial_window": 10_001}, "initial_window"),
+        ({"initial_window": 4.0}, "initial_window"),
+        ({"retry_budget": True}, "retry_budget"),
+        ({"ttl": 0}, "ttl"),
+        ({"ttl": 0.5}, "ttl"),
+        ({"ttl": -1}, "ttl"),
+        ({"ttl": 1e12}, "ttl"),
+        ({"ttl": math.nan}, "ttl"),
+        ({"ttl": "3600"}, "ttl"),
+        ({"backoff": 0}, "backoff"),
+        ({"backoff": 1e9}, "backoff"),
+        ({"backoff": False}, "backoff"),
+        ({"max_backoff": -30}, "max_backoff"),
+        ({"max_backoff": math.inf}, "max_backoff"),
+        ({"max_backoff": 1e9}, "max_backoff"),
+        ({"clock": None}, "clock"),
+        ({"clock": lambda: "now"}, "clock"),
+        ({"clock": lambda: math.inf}, "clock"),
+        ({"server_clock": 5}, "server_clock"),
+        ({"server_clock": lambda: math.nan}, "server_clock"),
+        ({"rng": 5}, "rng"),
     ],
 )
 def test_bad_settings_name_the_field(kwargs: Dict[str, Any], field: str) -> None:
-    """Each bad argument raises ConfigurationError naming it, before any connection."""
+    """Each bad argument raises ConfigurationError naming it and what it accepts, before any connection."""
     url = kwargs.pop("url_or_client", "redis://127.0.0.1:1/0")
-    with pytest.raises(ConfigurationError, match=field):
+    with pytest.raises(ConfigurationError, match=field) as raised:
         RedisFleet(url, **kwargs)
+    assert any(word in str(raised.value) for word in ("must", "needs", "units are"))
 
 
 def test_a_bad_url_is_not_echoed() -> None:

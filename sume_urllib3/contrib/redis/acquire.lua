@@ -105,7 +105,10 @@ if keep then
   if st.response_time >= 0 then lease = math.max(MIN_LEASE_US, LEASE_RTTS * st.response_time) end
   if time_left >= 0 then lease = math.min(lease, time_left) end
   redis.call('ZADD', KEYS[2], fmt(turn + lease), fmt(st.seq) .. ':' .. entry)
-  redis.call('PEXPIRE', KEYS[2], math.floor((turn + lease - now) / MILLISECOND) + SECOND / MILLISECOND)
+  -- Never shortened: an entry granted before this one may hold a longer lease (no deadline, or
+  -- slower answers then), and the set expiring would free its slot while it is still out.
+  local lease_ms = math.floor((turn + lease - now) / MILLISECOND) + SECOND / MILLISECOND
+  if redis.call('PTTL', KEYS[2]) < lease_ms then redis.call('PEXPIRE', KEYS[2], lease_ms) end
   flight, held = flight + 1, 1
 end
 save(ttl_ms)
