@@ -1,35 +1,31 @@
-"""A Finagle-style retry budget: retries may add only a fraction of recent traffic."""
+"""A Finagle-style retry budget: retries may add only a fraction of recent traffic (the rule is
+``_pacing.retry_wait``, the one RedisFleet runs in Lua)."""
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
 import weakref
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Type
+from typing import Any, Callable, ClassVar, Dict, Optional, Type
 
-from . import _fork
+from . import _fork, _pacing
 from ._errors import ConfigurationError
-
-# The window is cut into this many buckets, so an entry expires between
-# (1 - 1/_BUCKETS) * window and window after it was made; memory and time per call
-# stay constant however busy the session is.
-_BUCKETS = 10
-# ratio * requests is a float product; without a little slack 0.57 * 100 = 56.99999...
-# would refuse the 57th token.
-_EPSILON = 1e-9
 
 
 class RetryBudget:
-    """Allows retries up to ``ratio`` of the last ``window`` seconds' requests, with a floor.
+    """Allows retries up to ``ratio`` of recent requests, with a floor of ``min_per_second``.
 
-    The allowance is the larger of ``ratio`` per logical request and a floor of
-    ``min_per_second * window``; the balance is that allowance minus the retries made,
-    where requests and retries count only while they are younger than ``window``. A new
-    budget can therefore retry a burst of ``min_per_second * window`` at once (low
-    traffic such as cron jobs can always retry), a spent budget refills as its old
-    retries age out and new requests arrive, and under sustained failure of busy
-    traffic retries settle at ``ratio`` of it. Thread-safe; O(1) per call.
+    Requests and retries are counted with a weight that decays by e every ``window``
+    seconds; the allowance is the larger of ``ratio`` per request and the floor's
+    ``min_per_second * window``, and a retry needs one unit of it free. A new budget can
+    therefore retry a burst of ``min_per_second * window`` at once (low traffic such as cron
+    jobs can always retry), a spent one refills smoothly, and under sustained failure of busy
+    traffic retries settle at ``ratio`` of it. The same rule as a fleet's budget
+    (``RedisFleet(retry_budget=...)``, ``LocalFleet(retry_budget=...)``): :meth:`reserve`
+    says how long a retry waits for its unit, as the fleet's turn does; :meth:`try_spend`
+    is a retry that cannot wait. Thread-safe; O(1) per call.
     """
 
     _shared: ClassVar[Optional[RetryBudget]] = None
@@ -47,20 +43,16 @@ class RetryBudget:
         # A day at most: a budget counts recent traffic, and RedisFleet hands the window to Lua
         # in microseconds, exact as a double only up to about 285 years (absurd far sooner).
         self._window = _check(window, "window", positive=True, high=86_400.0)
-        if self._window < 1e-3:  # buckets of window/10 must stay a usable float divisor
+        if self._window < 1e-3:  # counts decay per window, in whole microseconds
             raise ConfigurationError(f"window must be at least 0.001 seconds, got {window!r}")
         self._min_per_second = _check(min_per_second, "min_per_second", high=1e6)
         _check_clock(clock)
         self._clock = clock
-        self._width = self._window / _BUCKETS
-        self._reserve = self._min_per_second * self._window
+        self._allowance = _pacing.RetryAllowance(
+            self._ratio, round(self._window * _pacing.SECOND), self._min_per_second
+        )
         self._lock = threading.Lock()
-        self._bucket_requests: List[int] = [0] * _BUCKETS
-        self._bucket_retries: List[int] = [0] * _BUCKETS
-        self._head: Optional[int] = None  # absolute index of the newest bucket
-        # The newest bucket's time span: a deposit inside it needs no lock and no advance.
-        self._head_start = math.inf
-        self._head_end = -math.inf
+        self._counts = _pacing.RetryCounts()
         _LIVE.add(self)
 
     @classmethod
@@ -76,12 +68,12 @@ class RetryBudget:
 
     @property
     def ratio(self) -> float:
-        """Retry tokens deposited per logical request."""
+        """Retries each logical request earns."""
         return self._ratio
 
     @property
     def window(self) -> float:
-        """Seconds a deposit or a withdrawal counts for."""
+        """Seconds in which a request or a retry counts for 1/e of what it did."""
         return self._window
 
     @property
@@ -90,35 +82,42 @@ class RetryBudget:
         return self._min_per_second
 
     @property
+    def allowance(self) -> _pacing.RetryAllowance:
+        """The rule in microseconds, as a fleet applies it to each key (its counts are the key's)."""
+        return self._allowance
+
+    @property
     def balance(self) -> float:
-        """Retry tokens available now."""
+        """Retry units available now."""
         with self._lock:
-            self._advance()
-            return self._balance()
+            counts, allowance = self._counts, self._allowance
+            _pacing.retry_wait(counts, allowance, self._now(), _pacing.FIRST)  # decays to now
+            floor = allowance.floor * allowance.window / _pacing.SECOND
+            return max(floor, allowance.ratio * counts.recent_firsts) - counts.recent_retries
 
     def record_request(self) -> None:
-        """Deposit ``ratio`` tokens for one logical request (not for its retries).
-
-        Every request makes one deposit, so the common case takes no lock: two threads
-        depositing at the same instant may count one request instead of two, which only
-        makes the budget a little stricter; buckets are still advanced under the lock.
-        """
-        now = self._clock()
-        if self._head_start <= now < self._head_end:
-            self._bucket_requests[self._head % _BUCKETS] += 1  # type: ignore[operator]
-            return
+        """Count one logical request (not its retries): it earns ``ratio`` of a retry."""
         with self._lock:
-            slot = self._advance()
-            self._bucket_requests[slot] += 1
+            _pacing.retry_wait(self._counts, self._allowance, self._now(), _pacing.FIRST)
+            _pacing.count_attempt(self._counts, _pacing.FIRST)
+
+    def reserve(self, time_left: float = math.inf) -> Optional[float]:
+        """Spend one unit for a retry: the seconds it waits for the unit to be free (0: now), or
+        None (nothing spent) when that wait passes ``time_left`` or the floor never refills."""
+        with self._lock:
+            wait = _pacing.retry_wait(self._counts, self._allowance, self._now(), _pacing.ERROR)
+            if wait < 0 or wait > time_left * _pacing.SECOND:
+                return None
+            _pacing.count_attempt(self._counts, _pacing.ERROR)
+            return wait / _pacing.SECOND
 
     def try_spend(self) -> bool:
-        """Withdraw one token for a retry; False (and nothing withdrawn) when too few are left."""
-        with self._lock:
-            slot = self._advance()
-            if self._balance() < 1.0 - _EPSILON:
-                return False
-            self._bucket_retries[slot] += 1
-            return True
+        """Spend one unit for a retry that cannot wait; False (and nothing spent) when none is free."""
+        return self.reserve(0.0) is not None
+
+    def _now(self) -> int:
+        now = self._clock()
+        return round(now * _pacing.SECOND) if math.isfinite(now) else self._counts.counted_at
 
     def __reduce__(self) -> Any:
         if self is RetryBudget._shared:
@@ -126,10 +125,9 @@ class RetryBudget:
         return (_blank, (type(self),), self.__getstate__())
 
     def __getstate__(self) -> Dict[str, Any]:
-        with self._lock:  # a consistent picture, with bucket lists of its own
+        with self._lock:  # a consistent picture, with counts of its own
             state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
-            state["_bucket_requests"] = list(self._bucket_requests)
-            state["_bucket_retries"] = list(self._bucket_retries)
+            state["_counts"] = copy.copy(self._counts)
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
@@ -138,60 +136,15 @@ class RetryBudget:
         _LIVE.add(self)
 
     def _start_over(self) -> None:
-        """Forget every deposit and withdrawal, with a new lock (after a fork)."""
+        """Forget every request and retry, with a new lock (after a fork)."""
         self._lock = threading.Lock()
-        self._clear()
-        self._head, self._head_start, self._head_end = None, math.inf, -math.inf
+        self._counts = _pacing.RetryCounts()
 
     def __repr__(self) -> str:
         return (
             f"RetryBudget(ratio={self._ratio:g}, window={self._window:g}, "
             f"min_per_second={self._min_per_second:g}, balance={self.balance:.1f})"
         )
-
-    def _balance(self) -> float:
-        # The floor is a minimum allowance, not a bonus: at busy times only the ratio counts,
-        # so a total outage amplifies traffic by 1 + ratio, not 1 + ratio + floor/rate.
-        return max(self._reserve, self._ratio * sum(self._bucket_requests)) - sum(self._bucket_retries)
-
-    def _advance(self) -> int:
-        """Expire buckets older than the window; return the slot of the current bucket."""
-        now = self._clock()
-        head = self._head
-        if head is not None and self._head_start <= now < self._head_end:
-            return head % _BUCKETS  # still the newest bucket: nothing expires
-        index = math.floor(now / self._width) if math.isfinite(now) else None
-        if head is None:
-            head = index if index is not None else 0
-        elif index is not None and index > head:
-            if index - head >= _BUCKETS:
-                self._clear()
-            else:
-                for absolute in range(head + 1, index + 1):
-                    self._bucket_requests[absolute % _BUCKETS] = 0
-                    self._bucket_retries[absolute % _BUCKETS] = 0
-            head = index
-        elif index is not None and index < head:
-            # The clock stepped back (a wall clock, or a budget unpickled on another host):
-            # keep the counts, all in the newest bucket, so they age out within one window
-            # instead of the budget waiting for the clock to catch up.
-            requests, retries = sum(self._bucket_requests), sum(self._bucket_retries)
-            self._clear()
-            head = index
-            self._bucket_requests[head % _BUCKETS] = requests
-            self._bucket_retries[head % _BUCKETS] = retries
-        self._set_head(head)
-        return head % _BUCKETS
-
-    def _set_head(self, head: int) -> None:
-        self._head = head
-        # Publish the span last: the lock-free deposit reads it before the head.
-        self._head_start, self._head_end = head * self._width, (head + 1) * self._width
-
-    def _clear(self) -> None:
-        self._bucket_requests = [0] * _BUCKETS
-        self._bucket_retries = [0] * _BUCKETS
-
 
 # Budgets made in this process: a forked child starts each one afresh, as a new process
 # would (the parent's traffic is not the child's).

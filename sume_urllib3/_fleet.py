@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Union
 
 from . import _fork, _pacing, _sleeping
+from ._budget import RetryBudget
 from ._envelope import header
 from ._errors import ConfigurationError
 from ._ratelimit import may_carry_ratelimit, parse_ratelimit
@@ -203,7 +204,10 @@ class LocalFleet:
     attempts in flight, with the pace the server admitted learned from its 429s. A turn
     that would come after the request's deadline is refused at once, reserving nothing.
     A lone request is never delayed. One INFO line on the ``sume_urllib3`` logger says
-    when a cooldown starts (naming the key's hash, never the key).
+    when a cooldown starts (naming the key's hash, never the key). With ``retry_budget`` (a
+    :class:`RetryBudget` whose ratio, window and floor it applies per key, as ``RedisFleet``
+    does fleet-wide) a ``retry="error"`` turn waits until the budget has room for it, and is
+    refused only when that comes after its deadline.
 
     ``contrib.redis.RedisFleet`` runs the same rules in Redis (a conformance table in the
     tests checks both). Thread-safe; when nothing is known and nothing is held, ``acquire``
@@ -240,6 +244,7 @@ class LocalFleet:
         wall: Callable[[], float] = time.time,
         max_keys: int = MAX_KEYS,
         idle: float = IDLE,
+        retry_budget: Optional[RetryBudget] = None,
     ) -> None:
         self._rate_config = rate
         self._rate = parse_rate(rate)
@@ -261,8 +266,14 @@ class LocalFleet:
         self._random: Callable[[], float] = (
             random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
         )
+        if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
+            raise ConfigurationError(
+                f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
+            )
+        self._retry_budget = retry_budget
         self._config = _pacing.Config(
-            interval=interval_us(self._rate), burst=self._burst, window=self._window
+            interval=interval_us(self._rate), burst=self._burst, window=self._window,
+            retries=None if retry_budget is None else retry_budget.allowance,
         )
         self._entries = itertools.count(1)
         self._keys: Dict[str, _Key] = {}
@@ -332,7 +343,8 @@ class LocalFleet:
         if self is LocalFleet._default:
             return (LocalFleet.default, ())
         burst = self._burst if self._rate else None
-        return (_rebuild, (type(self), self._rate_config, burst, self._window, self._max_keys, self._idle))
+        config = (self._rate_config, burst, self._window, self._max_keys, self._idle, self._retry_budget)
+        return (_rebuild, (type(self), *config))
 
     # -- the protocol --------------------------------------------------------------------
 
@@ -563,6 +575,9 @@ class LocalFleet:
     def _grant(self, key: _Key, turn: _pacing.Turn, floor: float, left: float) -> Grant:
         wait = turn.wait / 1_000_000
         source = _pacing.SOURCES[turn.source]
+        if turn.code == _pacing.NO_BUDGET:
+            key.refused += 1
+            return budget_refused(wait, left)
         if turn.code == _pacing.REFUSED:
             key.refused += 1
             return Grant(wait=wait, refused=self._refusal(key, source, wait, left), source=source)
@@ -703,10 +718,19 @@ def _after_fork_in_child() -> None:
 _fork.in_child(_after_fork_in_child)
 
 
+def budget_refused(wait: float, time_left: float) -> Grant:
+    """A retry the fleet's retry budget holds past its deadline (``wait`` > 0) or for good (0)."""
+    why = "retry budget: the fleet's retries for this API key are spent"
+    if wait > 0:  # it refills: the retry's unit comes back after the deadline
+        return Grant(wait=wait, refused=refusal(why, wait, time_left))
+    return Grant(refused=why)
+
+
 def _rebuild(
-    cls: type, rate: Rate, burst: Optional[int], window: int, max_keys: int = MAX_KEYS, idle: float = IDLE
+    cls: type, rate: Rate, burst: Optional[int], window: int, max_keys: int = MAX_KEYS, idle: float = IDLE,
+    retry_budget: Optional[RetryBudget] = None,
 ) -> LocalFleet:
-    fleet = cls(rate, burst, initial_window=window, max_keys=max_keys, idle=idle)
+    fleet = cls(rate, burst, initial_window=window, max_keys=max_keys, idle=idle, retry_budget=retry_budget)
     assert isinstance(fleet, LocalFleet)
     return fleet
 

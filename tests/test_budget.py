@@ -1,4 +1,4 @@
-"""RetryBudget: a floor for bursts, a ratio under load, refill as the window slides."""
+"""RetryBudget: a floor for bursts, a ratio under load, a smooth refill as old counts decay."""
 
 from __future__ import annotations
 
@@ -49,26 +49,42 @@ def test_refuses_once_the_balance_is_spent() -> None:
     assert budget.balance == pytest.approx(0.0)
 
 
-def test_refills_after_the_window() -> None:
-    """Spent tokens come back once their withdrawals are older than the window."""
+def test_refills_smoothly_as_its_retries_fade() -> None:
+    """Spent units come back as the retries' weight decays: after one window, 1/e of them count."""
     clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     assert spend_all(budget) == 100
-    clock.advance(5.0)
-    assert budget.try_spend() is False  # still inside the window
-    clock.advance(5.0)
-    assert budget.balance == 100.0
+    clock.advance(0.05)
+    assert budget.try_spend() is False  # 100 * e^-0.005 + 1 is still over the floor of 100
+    clock.advance(9.95)
+    assert budget.balance == pytest.approx(100 - 100 / math.e)
+    assert spend_all(budget) == 63
+
+
+def test_a_spent_budget_tells_a_retry_when_its_unit_is_free() -> None:
+    """reserve() spends the unit and says when the floor has room for it; a retry that would
+    wait past its time left is refused and spends nothing (the rule a fleet's budget applies)."""
+    clock = VirtualTime()
+    budget = RetryBudget(clock=clock)
     assert spend_all(budget) == 100
+    assert budget.reserve(time_left=0.05) is None
+    assert budget.reserve() == pytest.approx(10 * math.log(100 / 99), abs=1e-6)  # 0.1005 s
+    assert budget.reserve() == pytest.approx(10 * math.log(101 / 99), abs=1e-6)  # counted: 0.2 s
+    clock.advance(0.2)
+    assert budget.try_spend() is False  # both units above are taken
+    assert budget.reserve() == pytest.approx(10 * math.log(102 * math.exp(-0.02) / 99), abs=1e-6)
 
 
 def test_refills_gradually_never_sticks_at_zero() -> None:
-    """Spending 10 per second forever keeps working: each second's retries expire in turn."""
+    """Retrying at the floor's rate (10 a second) forever works: no retry waits half a second."""
     clock = VirtualTime()
     budget = RetryBudget(clock=clock)
-    for second in range(60):
-        allowed = sum(budget.try_spend() for _ in range(10))
-        assert allowed == 10, f"second {second}"
+    waits = []
+    for _ in range(60):
+        waits += [budget.reserve() for _ in range(10)]
         clock.advance(1.0)
+    assert None not in waits
+    assert max(w for w in waits if w is not None) < 0.5
 
 
 def test_sustained_failure_settles_at_the_ratio() -> None:
@@ -114,38 +130,22 @@ def test_float_products_do_not_lose_a_token() -> None:
     assert spend_all(budget) == 57
 
 
-def test_deposits_expire_too() -> None:
-    """Requests older than the window no longer earn retries."""
+def test_requests_fade_too() -> None:
+    """Requests earn retries by a weight that decays the same way: old traffic earns nothing."""
     clock = VirtualTime()
     budget = RetryBudget(min_per_second=0, clock=clock)
     for _ in range(100):
         budget.record_request()
     assert budget.balance == pytest.approx(20.0)
     clock.advance(10.0)
-    assert budget.balance == 0.0
+    assert budget.balance == pytest.approx(20 / math.e)
+    clock.advance(20.0)
+    assert budget.balance < 1
     assert budget.try_spend() is False
 
 
-def test_expiry_is_bucketed_within_one_tenth_of_the_window() -> None:
-    """An entry counts for at least 9/10 of the window and never longer than the window."""
-    clock = VirtualTime(0.0)
-    budget = RetryBudget(clock=clock)
-    clock.advance(0.95)  # late in the first 1-second bucket
-    assert budget.try_spend()
-    clock.advance(9.0)  # 9.0 s later, still in the window's last bucket
-    assert budget.balance == 99.0
-    clock.advance(0.05)  # t = 10.0: the first bucket has aged out
-    assert budget.balance == 100.0
-
-    assert budget.try_spend()  # at the very start of a bucket
-    clock.advance(9.99)
-    assert budget.balance == 99.0
-    clock.advance(0.01)
-    assert budget.balance == 100.0
-
-
 def test_clock_going_backwards_does_not_resurrect_or_crash() -> None:
-    """A clock that steps back keeps counting in the newest bucket."""
+    """A clock that steps back keeps the counts, decaying from the earlier time on."""
     clock = VirtualTime()
     budget = RetryBudget(clock=clock)
     assert budget.try_spend()
@@ -280,8 +280,7 @@ def test_a_clock_stepping_back_does_not_freeze_the_budget() -> None:
 
     assert 0.0 == budget.balance
     clock.advance(10.0)
-    assert 100.0 == budget.balance
-
+    assert budget.balance == pytest.approx(100 - 100 / math.e)  # as from any other spend
 
 class MyBudget(RetryBudget):
     """A user's subclass (must survive copy and pickle as itself)."""

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import pytest
 
-from sume_urllib3 import LocalFleet
+from sume_urllib3 import LocalFleet, RetryBudget
 from sume_urllib3._fleet import Fleet, Grant
 
 from .redis_server import RedisServer
@@ -87,7 +87,14 @@ PLATEAU_ROUND: List[Event] = [
 ]
 
 
+#: A fleet retry budget of 3 units (0.3 a second over 10 s) that requests earn nothing from.
+FLOOR_3 = RetryBudget(ratio=0, window=10, min_per_second=0.3)
+#: One that only requests fill, half a retry each.
+HALF_NO_FLOOR = RetryBudget(ratio=0.5, window=10, min_per_second=0)
+ERR = {"retry": "error"}
+
 #: name -> (fleet settings, events). rand: the random draws, cycled (0.5 when not given).
+#: Every fleet has a retry budget (RetryBudget()'s unless the settings give one).
 SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
     # -- rule 7 and the lone request -------------------------------------------------------------
     "a lone request is never delayed": ({}, [
@@ -453,6 +460,31 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         *[(0.0, "die", f"dead{i}") for i in range(4)],
         (0.25, "acq", "b", {}, "send 0.000"),
     ]),
+    # -- the fleet's retry budget (Python's RetryBudget rule, per key) ----------------------------
+    "retry budget: a spent budget delays an error retry until its floor has room": (
+        {"retry_budget": FLOOR_3},
+        [
+            *[(0.0, "acq", f"r{i}", ERR, "send 0.000") for i in range(3)],
+            (0.0, "acq", "r3", ERR, "send 4.055"),  # 3 e^(-t / 10 s) + 1 <= 3: t = 10 ln 1.5 s
+            (0.0, "acq", "r4", {**ERR, "time_left": 5.0}, "refused 6.931"),  # 10 ln 2 s: past its deadline
+            (0.0, "acq", "r5", ERR, "send 6.931"),  # the refused retry spent nothing
+            (0.0, "acq", "t", {"retry": "throttle", "not_before": 1.0}, "send 1.000"),  # server-paced: free
+            (0.0, "acq", "a", {}, "send 0.000"),  # first attempts never wait for it
+        ],
+    ),
+    "retry budget: the units refill as the retries' weight decays": ({"retry_budget": FLOOR_3}, [
+        *[(0.0, "acq", f"r{i}", ERR, "send 0.000") for i in range(3)],
+        (5.0, "acq", "b", ERR, "send 0.000"),  # 3 e^-0.5 = 1.82: room for one
+        (5.0, "acq", "c", ERR, "send 3.434"),  # 2.82 e^(-t / 10 s) + 1 <= 3: t = 10 ln 1.41 s
+    ]),
+    "retry budget: first attempts earn their ratio of retries; with no floor, none beyond": (
+        {"retry_budget": HALF_NO_FLOOR},
+        [
+            *burst(4, 0.0, "a", "send 0.000"),
+            *[(0.0, "acq", f"r{i}", ERR, "send 0.000") for i in range(2)],
+            (0.0, "acq", "r2", ERR, "refused 0.000"),  # a floor under one retry never refills
+        ],
+    ),
     # -- the server matrix's rows, as event sequences ------------------------------------------
     "row: 429 + Retry-After only never collapses the pace (once per round)": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
@@ -511,6 +543,7 @@ def run(
     clock = _Clock()
     start = clock.now
     config = dict(settings)
+    config.setdefault("retry_budget", RetryBudget())
     fleet = make(clock, _draws(config.pop("rand", [0.5])), **config)
     grants: Dict[str, Grant] = {}
     for event in events:
@@ -549,7 +582,6 @@ def redis_fleet(redis_server: RedisServer) -> Callable[..., Fleet]:
             clock=clock,
             rng=rng,
             prefix=f"conf{next(prefixes)}",
-            retry_budget=None,
             timeout=5.0,
             **config,
         )
@@ -589,6 +621,29 @@ def test_local_fleet(name: str) -> None:
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_redis_fleet(name: str, redis_fleet: Callable[..., Fleet]) -> None:
     _check(redis_fleet, name)
+
+
+@pytest.mark.parametrize("name", [name for name in SCENARIOS if name.startswith("retry budget")])
+def test_a_sessions_retry_budget_answers_as_the_fleets_do(name: str) -> None:
+    """RetryBudget.reserve() is the fleets' rule: a retry waits as long, or is refused alike."""
+    settings, events = SCENARIOS[name]
+    rule = settings["retry_budget"]
+    clock = _Clock()
+    start = clock.now
+    budget = RetryBudget(rule.ratio, rule.window, rule.min_per_second, clock=clock)
+    got, want = [], []
+    for event in events:
+        kw = event[3]
+        if event[1] != "acq" or kw.get("retry") == "throttle":
+            continue
+        clock.now = start + event[0]
+        if kw.get("retry") is None:
+            budget.record_request()
+            continue
+        wait = budget.reserve(kw.get("time_left", 60.0))
+        got.append("refused" if wait is None else f"send {wait:.3f}")
+        want.append("refused" if event[4].startswith("refused") else event[4])
+    assert got == want
 
 
 if __name__ == "__main__":  # print LocalFleet's answers, to write or review an expectation

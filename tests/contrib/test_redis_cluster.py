@@ -202,8 +202,7 @@ def test_conformance_table_on_the_cluster(name: str, shared: ClusterClient) -> N
 
     def fleet(clock: Callable[[], float], rng: Callable[[], float], **config: Any) -> Fleet:
         return RedisFleet(
-            shared, server_clock=clock, clock=clock, rng=rng, prefix=f"conf{next(_prefixes)}",
-            retry_budget=None, **config,
+            shared, server_clock=clock, clock=clock, rng=rng, prefix=f"conf{next(_prefixes)}", **config
         )
 
     _check(fleet, name)

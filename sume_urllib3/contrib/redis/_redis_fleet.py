@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 import weakref
+from dataclasses import astuple
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import redis
@@ -24,6 +25,7 @@ from ..._fleet import (
     Grant,
     Lesson,
     LocalFleet,
+    budget_refused,
     check_clock,
     check_seconds,
     fleet_key,
@@ -203,10 +205,7 @@ class RedisFleet:
         if turn.code == REFUSED:
             return Grant(wait=wait, refused=refusal(source or "pace", wait, time_left), source=source)
         if turn.code == NO_BUDGET:
-            why = "retry budget: the fleet's retries for this API key are spent"
-            if wait > 0:  # it refills: the retry's unit comes back after the deadline
-                return Grant(wait=wait, refused=refusal(why, wait, time_left), source=source)
-            return Grant(refused=why)
+            return budget_refused(wait, time_left)
         if turn.code == AGAIN:
             return Grant(wait=wait, source=source, again=True)
         floor = max(not_before, 0.0)
@@ -288,9 +287,7 @@ class RedisFleet:
             self._random(),
             entry,
             int(self._ttl * 1000),
-            -1 if budget is None else budget.ratio,
-            micros(budget.window if budget is not None else 10.0),
-            0 if budget is None else budget.min_per_second,
+            *((-1, 0, 0) if budget is None else astuple(budget.allowance)),
             self._client_id,
             micros(_CLIENT_WINDOW),
         ]
