@@ -1,7 +1,12 @@
-"""A real deployment: gunicorn workers behind a Django view, one quota server, 60 requests at once.
+"""A real deployment: gunicorn or uWSGI workers behind a Django view, one quota server, 60 requests at once.
 
-gunicorn ``--preload`` with 4 workers, of two classes (``sync``, and ``gthread --threads 8``),
-serves the minimal Django project in ``benchmarks/deploy_project/`` whose view posts once through
+Five ways to serve the minimal Django project in ``benchmarks/deploy_project/``, 4 worker
+processes each: gunicorn ``--preload`` (``sync``, and ``gthread --threads 8``), and uWSGI's
+default prefork ``--master --processes 4`` (alone, with ``--threads 8``, and with
+``--lazy-apps``). Except under ``--lazy-apps``, the app is loaded in the master, which builds the
+session and uses it once (a GET of the quota server's stats page: a pooled keep-alive connection,
+and with Redis a fleet client id, before any worker exists), then forks the workers; uWSGI forks
+from C, so no at-fork hook runs in its workers. The view posts once through
 ``sume_urllib3.contrib.django.get_session()`` to a token-bucket quota server (10/s, burst 10,
 written independently of FakeSume: ``RateLimit-Limit/-Remaining/-Reset`` with Reset in whole
 seconds, no ``RateLimit-Policy``, 429 + Retry-After over the quota). A client of 60 threads,
@@ -12,19 +17,21 @@ held at a barrier, posts to the view all at once. Scenarios (``SUME["FLEET"]``):
 - ``redis_learned``: ``{"REDIS_URL": ...}``, the pace learned from the server's replies;
 - ``default``: no ``FLEET`` key, the library's default (one ``LocalFleet`` per worker process).
 
-Each run starts a fresh gunicorn, an empty Redis and a full bucket. Per run: success (the view
+Each run starts a fresh server, an empty Redis and a full bucket. Per run: success (the view
 answered 200 because Sume did), calls per request at the quota server, jobs executed twice
 (Idempotency-Keys the server admitted more than once), 429s, and the time from the release to the
 last success. Each scenario runs ``--runs`` times per worker class; the table gives the median and
-the spread (lowest-highest run).
+the spread (lowest-highest run). A worker that read another's answer would show as a job
+executed twice, a failure or extra calls per request.
 
-    python benchmarks/deploy.py            # the full run (4-10 minutes), printed
+    python benchmarks/deploy.py            # the full run (8-15 minutes), printed
     python benchmarks/deploy.py --write    # also record benchmarks/results/deploy.json
-    python benchmarks/deploy.py --smoke    # CI: gthread, Redis configured, 20 requests, 1 run;
-                                           # exits 1 unless every request succeeded, no job twice
+    python benchmarks/deploy.py --smoke    # CI: gunicorn gthread and uWSGI --threads 8, Redis
+                                           # configured, 20 requests, 1 run; exits 1 unless
+                                           # every request succeeded, no job twice
 
-Needs gunicorn, Django and redis-py (``pip install gunicorn`` on top of the test extra; the
-``bench`` extra lists them) and redis-server on PATH.
+Needs gunicorn, uWSGI, Django and redis-py (``pip install gunicorn uwsgi`` on top of the test
+extra; the ``bench`` extra lists them) and redis-server on PATH.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -58,10 +66,14 @@ from _quota_servers import QuotaProcess  # noqa: E402
 from tests.contrib.redis_server import RedisServer, free_port  # noqa: E402
 
 WORKERS = 4
-#: (id, label, gunicorn arguments)
-WORKER_CLASSES: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
-    ("sync", "sync", ("--worker-class", "sync")),
-    ("gthread", "gthread --threads 8", ("--worker-class", "gthread", "--threads", "8")),
+#: (id, label, server, the server's arguments beside the workers' count)
+WORKER_CLASSES: Tuple[Tuple[str, str, str, Tuple[str, ...]], ...] = (
+    ("sync", "gunicorn `--preload`, sync", "gunicorn", ("--worker-class", "sync")),
+    ("gthread", "gunicorn `--preload`, gthread `--threads 8`", "gunicorn",
+     ("--worker-class", "gthread", "--threads", "8")),
+    ("uwsgi", "uWSGI `--master`", "uwsgi", ()),
+    ("uwsgi-threads", "uWSGI `--master --threads 8`", "uwsgi", ("--threads", "8")),
+    ("uwsgi-lazy-apps", "uWSGI `--master --lazy-apps`", "uwsgi", ("--lazy-apps",)),
 )
 QUOTA = "token-bucket"  # 10/s burst 10, RateLimit-Limit/-Remaining/-Reset (whole seconds), no Policy
 RATE, BURST = 10.0, 10  # the ideal last success follows from these: (REQUESTS - BURST) / RATE
@@ -72,10 +84,13 @@ SCENARIOS: Tuple[Tuple[str, str], ...] = (
     ("default", "none (library default)"),
 )
 REQUESTS, RUNS = 60, 5  # runs differ (a 2-core machine, 60 threads): the median of 5, and the spread
-SMOKE = {"requests": 20, "runs": 1, "classes": ["gthread"], "scenarios": ["redis_configured"]}
+SMOKE = {
+    "requests": 20, "runs": 1, "classes": ["gthread", "uwsgi-threads"], "scenarios": ["redis_configured"]
+}
 API_KEY = "sk_deploy_bench_0123456789"
-# gunicorn kills a worker whose request runs past --timeout; the default (30 s) is shorter than
-# the library's own max_elapsed (90 s), so it would cut a slow run short instead of measuring it.
+# gunicorn kills a worker whose request runs past --timeout (uWSGI: --harakiri); gunicorn's default
+# (30 s) is shorter than the library's own max_elapsed (90 s), so it would cut a slow run short
+# instead of measuring it.
 GUNICORN_TIMEOUT = 150
 CLIENT_TIMEOUT = 200.0
 
@@ -91,38 +106,76 @@ def fleet_setting(scenario: str, redis_url: str) -> Optional[Dict[str, Any]]:
     raise ValueError(f"unknown scenario {scenario!r}")
 
 
-# -- gunicorn ----------------------------------------------------------------------------------
+# -- gunicorn and uWSGI --------------------------------------------------------------------------
+
+
+def uwsgi_executable() -> Optional[str]:
+    """The uwsgi next to this interpreter (``pip install uwsgi``), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "uwsgi")
+    return beside if os.access(beside, os.X_OK) else shutil.which("uwsgi")
+
+
+def _command(server: str, worker_args: Sequence[str], port: int, log_path: str) -> List[str]:
+    if server == "gunicorn":
+        return [
+            sys.executable, "-m", "gunicorn", "--preload", "--workers", str(WORKERS), *worker_args,
+            "--bind", f"127.0.0.1:{port}", "--chdir", PROJECT, "--timeout", str(GUNICORN_TIMEOUT),
+            "--graceful-timeout", "5", "--log-level", "info", "--error-logfile", log_path,
+            "deploy_site.wsgi:application",
+        ]
+    uwsgi = uwsgi_executable()
+    if uwsgi is None:
+        raise RuntimeError("uwsgi is not installed (pip install uwsgi)")
+    command = [
+        uwsgi, "--master", "--processes", str(WORKERS), *worker_args,
+        "--http-socket", f"127.0.0.1:{port}", "--chdir", PROJECT, "--module", "deploy_site.wsgi:application",
+        "--need-app", "--die-on-term", "--harakiri", str(GUNICORN_TIMEOUT), "--disable-logging",
+        "--logto", log_path,
+    ]
+    if sys.prefix != sys.base_prefix:  # this interpreter's virtualenv, where the packages are
+        command += ["--virtualenv", sys.prefix]
+    return command
+
+
+def _booted(server: str, worker_args: Sequence[str], log: str) -> bool:
+    """Every worker has started, with the app loaded (in the master, or in each worker)."""
+    if server == "gunicorn":
+        return len(re.findall(r"Booting worker with pid", log)) >= WORKERS
+    apps = WORKERS if "--lazy-apps" in worker_args else 1
+    return (
+        len(re.findall(r"spawned uWSGI worker \d+", log)) >= WORKERS
+        and len(re.findall(r"WSGI app 0 \(mountpoint=''\) ready", log)) >= apps
+    )
 
 
 @contextlib.contextmanager
-def gunicorn(worker_args: Sequence[str], env: Mapping[str, str], log_path: str) -> Iterator[str]:
-    """gunicorn --preload serving the project on a free loopback port; yields its base URL."""
+def serving(
+    server: str, worker_args: Sequence[str], env: Mapping[str, str], log_path: str
+) -> Iterator[str]:
+    """gunicorn --preload, or uWSGI --master, serving the project on a free loopback port; its URL."""
     port = free_port()
-    command = [
-        sys.executable, "-m", "gunicorn", "--preload", "--workers", str(WORKERS), *worker_args,
-        "--bind", f"127.0.0.1:{port}", "--chdir", PROJECT, "--timeout", str(GUNICORN_TIMEOUT),
-        "--graceful-timeout", "5", "--log-level", "info", "--error-logfile", log_path,
-        "deploy_site.wsgi:application",
-    ]
     process = subprocess.Popen(
-        command, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+        _command(server, worker_args, port, log_path), env=dict(env), stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT, start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(process, url, log_path)
+        _wait_ready(process, server, worker_args, url, log_path)
         yield url
     finally:
         _stop(process)
 
 
-def _wait_ready(process: subprocess.Popen[bytes], url: str, log_path: str, timeout: float = 60.0) -> None:
+def _wait_ready(
+    process: subprocess.Popen[bytes], server: str, worker_args: Sequence[str], url: str, log_path: str,
+    timeout: float = 60.0,
+) -> None:
     """Until every worker has booted and the view answers."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with {process.returncode}:\n{_tail(log_path)}")
-        booted = len(re.findall(r"Booting worker with pid", _read(log_path)))
-        if booted >= WORKERS:
+            raise RuntimeError(f"{server} exited with {process.returncode}:\n{_tail(log_path)}")
+        if _booted(server, worker_args, _read(log_path)):
             try:
                 response = requests.get(url + "/ready", timeout=2)
             except requests.RequestException:
@@ -131,14 +184,14 @@ def _wait_ready(process: subprocess.Popen[bytes], url: str, log_path: str, timeo
                 library = response.json()["sume_urllib3"]
                 # The figures are stamped with this checkout's commit: the workers must run its code.
                 if os.path.realpath(library) != os.path.realpath(os.path.join(ROOT, "sume_urllib3")):
-                    raise RuntimeError(f"gunicorn's workers import sume_urllib3 from {library}, not {ROOT}")
+                    raise RuntimeError(f"{server}'s workers import sume_urllib3 from {library}, not {ROOT}")
                 return
         time.sleep(0.1)
-    raise RuntimeError(f"gunicorn did not serve within {timeout:.0f} s:\n{_tail(log_path)}")
+    raise RuntimeError(f"{server} did not serve within {timeout:.0f} s:\n{_tail(log_path)}")
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the master (it stops its workers); SIGKILL its process group if it lingers."""
+    """SIGTERM the master (it stops its workers; uWSGI: --die-on-term); SIGKILL the group if it lingers."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
@@ -176,7 +229,7 @@ def herd(url: str, n: int) -> List[Dict[str, Any]]:
             try:
                 response = client.post(url + "/generate", timeout=CLIENT_TIMEOUT)
                 body = response.json() if response.headers.get("Content-Type", "").startswith(
-                    "application/json") else {"reason": f"HTTP {response.status_code} from gunicorn"}
+                    "application/json") else {"reason": f"HTTP {response.status_code} from the server"}
                 ok = response.status_code == 200 and bool(body.get("ok"))
             except (requests.RequestException, ValueError) as exc:
                 ok, body = False, {"reason": f"{type(exc).__name__}: {exc}"[:200]}
@@ -194,10 +247,10 @@ def herd(url: str, n: int) -> List[Dict[str, Any]]:
 
 
 def run_once(
-    scenario: str, worker_args: Sequence[str], n: int, quota: QuotaProcess, redis: RedisServer,
-    workdir: str,
+    scenario: str, server: str, worker_args: Sequence[str], n: int, quota: QuotaProcess,
+    redis: RedisServer, workdir: str,
 ) -> Dict[str, Any]:
-    """A fresh gunicorn, an empty Redis, a full bucket; 60 (``n``) requests; the row of this run."""
+    """A fresh server, an empty Redis, a full bucket; 60 (``n``) requests; the row of this run."""
     redis.cli("FLUSHALL")
     quota.reset()
     setting = fleet_setting(scenario, redis.url)
@@ -206,10 +259,12 @@ def run_once(
         "SUME_API_KEY": API_KEY,
         "SUME_API_BASE_URL": quota.url + "/v1",
         "DEPLOY_SUME_FLEET": "default" if setting is None else json.dumps(setting),
+        # The master's one call: the quota server's stats page, which takes nothing from the bucket.
+        "DEPLOY_WARM_UP_URL": quota.url + "/_stats",
         "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     }
-    log_path = os.path.join(workdir, f"gunicorn-{scenario}-{time.monotonic_ns()}.log")
-    with gunicorn(worker_args, env, log_path) as url:
+    log_path = os.path.join(workdir, f"{server}-{scenario}-{time.monotonic_ns()}.log")
+    with serving(server, worker_args, env, log_path) as url:
         records = herd(url, n)
     stats = quota.stats()
     oks = [r for r in records if r["ok"]]
@@ -225,7 +280,7 @@ def run_once(
         "keys_at_server": len(stats.calls_per_key),
         "workers_served": len({r.get("pid") for r in records if r.get("pid")}),
         "redis_fallbacks": sum(int(r.get("fallbacks", 0)) for r in records),
-        "worker_errors": len(re.findall(r"Traceback|\[CRITICAL\]|WORKER TIMEOUT", log)),
+        "worker_errors": len(re.findall(r"Traceback|\[CRITICAL\]|WORKER TIMEOUT|HARAKIRI", log)),
         "failures": sorted({str(r.get("reason", "")) for r in records if not r["ok"]})[:5],
     }
 
@@ -255,11 +310,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the scenarios; print the table; with --write record results/deploy.json; --smoke checks."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--write", action="store_true", help="record benchmarks/results/deploy.json")
-    parser.add_argument("--smoke", action="store_true", help="CI: one class, Redis configured, 20 requests")
+    parser.add_argument("--smoke", action="store_true", help="CI: two classes, Redis configured, 20 requests")
     parser.add_argument("--runs", type=int, default=RUNS, help="runs per scenario and worker class")
     parser.add_argument("--requests", type=int, default=REQUESTS, help="requests released at once")
     parser.add_argument("--classes", nargs="+", default=[c[0] for c in WORKER_CLASSES],
-                        choices=[c[0] for c in WORKER_CLASSES], help="gunicorn worker classes")
+                        choices=[c[0] for c in WORKER_CLASSES], help="servers and worker classes")
     parser.add_argument("--scenarios", nargs="+", default=[s[0] for s in SCENARIOS],
                         choices=[s[0] for s in SCENARIOS], help="SUME['FLEET'] scenarios")
     args = parser.parse_args(argv)
@@ -274,26 +329,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if redis is None:
         parser.error("redis-server is not on PATH")
     classes = [c for c in WORKER_CLASSES if c[0] in args.classes]
+    if any(c[2] == "uwsgi" for c in classes) and uwsgi_executable() is None:
+        parser.error("uwsgi is not installed (pip install uwsgi; the bench extra lists it)")
     scenarios = [s for s in SCENARIOS if s[0] in args.scenarios]
     rows: List[Dict[str, Any]] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sume-deploy-") as workdir, redis, QuotaProcess(QUOTA) as quota:
         quota_description = quota.describe()
-        for class_id, class_label, worker_args in classes:
+        for class_id, class_label, server, worker_args in classes:
             for scenario, scenario_label in scenarios:
                 runs = []
                 for i in range(args.runs):
-                    run = run_once(scenario, worker_args, args.requests, quota, redis, workdir)
+                    run = run_once(scenario, server, worker_args, args.requests, quota, redis, workdir)
                     runs.append(run)
                     print(
-                        f"{class_id:8} {scenario:17} run {i + 1}: {run['succeeded']}/{run['requests']} "
+                        f"{class_id:15} {scenario:17} run {i + 1}: {run['succeeded']}/{run['requests']} "
                         f"calls/req {run['calls_per_request']:.2f} 429s {run['throttled']} "
                         f"twice {run['executed_twice']} last {run['last_success_s'] or float('nan'):.2f} s"
                         + (f" failures: {run['failures']}" if run["failures"] else ""),
                         flush=True,
                     )
                 rows.append({
-                    "worker_class": class_id, "worker_class_label": class_label,
+                    "server": server, "worker_class": class_id, "worker_class_label": class_label,
                     "scenario": scenario, "scenario_label": scenario_label,
                     "fleet_setting": _shown_setting(scenario),
                     "summary": summarize(runs), "runs": runs,
@@ -321,6 +378,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "quota": quota_description,
             "ideal_last_success_s": (args.requests - BURST) / RATE,
             "gunicorn": _version("gunicorn"),
+            "uwsgi": _version("uwsgi"),
             "django": _version("django"),
             "redis_py": _version("redis"),
             "rows": rows,
