@@ -16,6 +16,7 @@ from requests.utils import requote_uri
 
 from . import _fork, _sleeping
 from ._budget import RetryBudget
+from ._checks import check_flag, check_pool_arguments
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
 from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet
 from ._helpers import RandomSource, header_value, leaves_origin
@@ -52,13 +53,14 @@ def check_fleet(fleet: Any) -> Optional[Fleet]:
     """The fleet to use: the process-wide one for the default, None for no pacing."""
     if fleet is DEFAULT_FLEET:
         return LocalFleet.default()
-    if fleet is not None and not (
-        callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None))
+    if fleet is not None and (
+        isinstance(fleet, type)  # LocalFleet rather than LocalFleet(): its methods need an instance
+        or not (callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None)))
     ):
         raise ConfigurationError(
             f"fleet must be a Fleet (LocalFleet, RedisFleet) or None, got {type(fleet).__name__}"
         )
-    return fleet  # type: ignore[no-any-return]
+    return fleet
 
 
 #: Auth headers that never leave the origin they were meant for.
@@ -126,7 +128,7 @@ class SumeAdapter(HTTPAdapter):
         self.fleet = check_fleet(fleet)
         if max_retries is None:
             max_retries = SumeRetry(
-                policy,
+                policy=policy,  # by name: SumeRetry(5) would be urllib3's total=5
                 sleep=sleep,
                 clock=clock,
                 rng=rng,
@@ -144,7 +146,8 @@ class SumeAdapter(HTTPAdapter):
         else:
             # The adapter raises SumeRetryError itself; urllib3 must hand responses back.
             max_retries = max_retries.new(raise_on_status=False)
-        self.raise_on_give_up = bool(raise_on_give_up)
+        self.raise_on_give_up = check_flag(raise_on_give_up, "raise_on_give_up")
+        check_pool_arguments(adapter_kwargs)
         super().__init__(max_retries=max_retries, **adapter_kwargs)
         _after_fork.add(self)
 

@@ -85,7 +85,8 @@ def observer_tuple(observers: object) -> Tuple[SumeObserver, ...]:
     for observer in found:
         if not any(hasattr(observer, hook) for hook in _HOOKS):
             raise ConfigurationError(
-                f"observers: {type(observer).__name__} has none of the hooks {', '.join(_HOOKS)}"
+                f"observers: {type(observer).__name__} has none of the hooks {', '.join(_HOOKS)}: "
+                "each observer must have at least one"
             )
     return found
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
+from ._checks import check_seconds
 from ._envelope import ErrorEnvelope
 from ._errors import ConfigurationError
 from ._helpers import RandomSource, StrEnum, plural, seconds, uniform
@@ -47,20 +48,23 @@ class Rule:
         if isinstance(self.status, bool) or not isinstance(self.status, int):
             raise ConfigurationError(f"rules: status must be an int, got {self.status!r}")
         if not 100 <= self.status <= 599:
-            raise ConfigurationError(f"rules: status {self.status} is not an HTTP status")
+            raise ConfigurationError(
+                f"rules: status {self.status} is not an HTTP status (must be 100 to 599)"
+            )
         if self.code is not None and not isinstance(self.code, str):
             raise ConfigurationError(f"rules: code must be a str or ANY, got {self.code!r}")
         try:
             object.__setattr__(self, "verdict", Verdict(self.verdict))
         except ValueError:
-            raise ConfigurationError(f"rules: unknown verdict {self.verdict!r}") from None
+            verdicts = ", ".join(verdict.value for verdict in Verdict)
+            raise ConfigurationError(
+                f"rules: unknown verdict {self.verdict!r} (must be one of {verdicts})"
+            ) from None
         wait = self.wait
         if wait is not None and wait != IN_USE_WAIT:
             if isinstance(wait, bool) or not isinstance(wait, (int, float)):
                 raise ConfigurationError(f"rules: wait must be seconds, None or IN_USE_WAIT, got {wait!r}")
-            if not math.isfinite(wait) or wait < 0:
-                raise ConfigurationError(f"rules: wait must be finite and >= 0, got {wait!r}")
-            object.__setattr__(self, "wait", float(wait))
+            object.__setattr__(self, "wait", check_seconds(wait, "rules: wait"))
 
     def matches(self, status: int, code: Optional[str]) -> bool:
         """True when this row applies to the status and code."""
@@ -353,12 +357,7 @@ def _check_int(value: Any, name: str, low: int, high: int) -> None:
 
 
 def _check_seconds(value: Any, name: str, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        need = "> 0" if positive else ">= 0"
-        raise ConfigurationError(f"{name} must be finite and {need}, got {value!r}")
-    return float(value)
+    return check_seconds(value, name, positive=positive)
 
 
 def _check_jitter(value: Any) -> Tuple[float, float]:
@@ -366,13 +365,14 @@ def _check_jitter(value: Any) -> Tuple[float, float]:
         raise ConfigurationError(f"jitter must be a (low, high) pair, got {value!r}")
     low = _check_seconds(value[0], "jitter")
     high = _check_seconds(value[1], "jitter")
+    accepted = "a (low, high) pair with 0 <= low <= high <= 1.0 and high > 0"
     if low > high:
-        raise ConfigurationError(f"jitter range is inverted: {value!r}")
+        raise ConfigurationError(f"jitter range is inverted: jitter must be {accepted}, got {value!r}")
     if high > 1.0:
         # Jitter only ever shortens a wait, so backoff_max stays a real ceiling.
-        raise ConfigurationError(f"jitter multipliers must be at most 1.0, got {value!r}")
+        raise ConfigurationError(f"jitter multipliers must be at most 1.0: {accepted}, got {value!r}")
     if high == 0:
-        raise ConfigurationError(f"jitter range is empty: {value!r}")
+        raise ConfigurationError(f"jitter range is empty: jitter must be {accepted}, got {value!r}")
     return (low, high)
 
 

@@ -16,6 +16,7 @@ from urllib3.util.retry import Retry
 
 from . import _sleeping
 from ._budget import RetryBudget
+from ._checks import check_retry_arguments, check_rng
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
 from ._fleet import ANONYMOUS
@@ -104,6 +105,8 @@ class SumeRetry(Retry):
             raise ConfigurationError("clock must be callable")
         if retry_budget is not None and not callable(getattr(retry_budget, "try_spend", None)):
             raise ConfigurationError("retry_budget must be a RetryBudget or None")
+        check_rng(rng)
+        check_retry_arguments(retry_kwargs)
         policy = _absorb_urllib3_arguments(policy, retry_kwargs)
         raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Callable, Dict, Iterable, Optional, Union
 from urllib.parse import urlsplit
 
@@ -13,6 +12,7 @@ from requests.utils import default_user_agent
 from . import _sleeping
 from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
 from ._budget import RetryBudget
+from ._checks import check_url, setting
 from ._errors import ConfigurationError
 from ._fleet import Fleet, LocalFleet
 from ._helpers import RandomSource, header_value, is_loopback, is_visible_ascii, origin, plain_http_refusal
@@ -123,10 +123,10 @@ class SumeSession(requests.Session):
         rng: RandomSource = None,
     ) -> None:
         super().__init__()
-        if api_key is None or api_key == "":  # os.environ.get("SUME_API_KEY", "") means unset too
-            api_key = os.environ.get("SUME_API_KEY") or None
-        self._api_key = check_api_key(api_key)
-        self.base_url = check_base_url(base_url or os.environ.get("SUME_API_BASE_URL") or DEFAULT_BASE_URL)
+        # None or "" reads the variable (os.environ.get("SUME_API_KEY", "") means unset too); a
+        # bad variable is refused under its own name.
+        self._api_key = setting(api_key, "SUME_API_KEY", check_api_key)
+        self.base_url = setting(base_url, "SUME_API_BASE_URL", check_base_url, DEFAULT_BASE_URL)
         self._prefix = self.base_url + "/"
         self._origin = origin(self.base_url)
         self._base_refusal = plain_http_refusal(self.base_url)
@@ -490,6 +490,7 @@ def check_base_url(url: Any) -> str:
     """An http(s) base URL with a host and nothing secret in it, without the trailing slash."""
     if not isinstance(url, str):
         raise ConfigurationError(f"base_url must be a str, got {type(url).__name__}")
+    check_url(url, "base_url")  # a bad port or host would fail every request (InvalidURL)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         # The URL may carry credentials: name only the parts that are wrong.

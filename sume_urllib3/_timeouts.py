@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import math
 import time
 from typing import Any, Callable, Optional, Tuple, Union
 
 from urllib3.util.timeout import Timeout
 
 from . import _sleeping
+from ._checks import MAX_SECONDS
 from ._errors import ConfigurationError
 
 #: What ``timeout=`` may be: seconds, a (connect, read) pair whose members may be None
@@ -22,28 +22,40 @@ MIN_ATTEMPT_TIMEOUT = 0.1
 
 
 def check_timeout(timeout: Any, name: str = "timeout") -> TimeoutSpec:
-    """``timeout`` unchanged when requests would accept it; else a ConfigurationError."""
-    if timeout is None or isinstance(timeout, Timeout):
+    """``timeout`` unchanged when requests would accept it and a socket can use it (at most
+    ``MAX_SECONDS``: a longer one raises ``OverflowError`` on every request); else a
+    ConfigurationError."""
+    if timeout is None:
+        return timeout
+    if isinstance(timeout, Timeout):
+        values = (timeout._connect, timeout._read, timeout.total)
+        if not all(v is None or v is Timeout.DEFAULT_TIMEOUT or _seconds(v) for v in values):
+            raise ConfigurationError(
+                f"{name}: a urllib3 Timeout's connect, read and total must be None or seconds > 0 "
+                f"and at most {MAX_SECONDS:.0f}, got {timeout!r}"
+            )
         return timeout
     if isinstance(timeout, tuple):
         if len(timeout) != 2 or not all(v is None or _seconds(v) for v in timeout):
             raise ConfigurationError(
-                f"{name} must be seconds > 0, a (connect, read) pair of them (None: no limit) "
-                f"or a urllib3 Timeout, got {timeout!r}"
+                f"{name} must be seconds > 0 and at most {MAX_SECONDS:.0f}, a (connect, read) pair of "
+                f"them (None: no limit) or a urllib3 Timeout, got {timeout!r}"
             )
         return timeout
     if not _seconds(timeout):
         # requests' own wording is kept ("must be an int, float or None"): callers match on it.
         raise ConfigurationError(
-            f"{name} must be seconds > 0 (it must be an int, float or None), a (connect, read) pair "
-            f"or a urllib3 Timeout, got {timeout!r}"
+            f"{name} must be seconds > 0 and at most {MAX_SECONDS:.0f} (it must be an int, float or "
+            f"None), a (connect, read) pair or a urllib3 Timeout, got {timeout!r}"
         )
     return timeout  # type: ignore[no-any-return]
 
 
 def _seconds(value: Any) -> bool:
     return (
-        not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and 0 < value <= MAX_SECONDS  # NaN and inf fail this too, and an int past float range
     )
 
 

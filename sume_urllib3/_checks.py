@@ -1,0 +1,155 @@
+"""Checks of the values constructors are given: refuse at construction what would fail later.
+
+A value a constructor accepts must work on every request: ``Policy(max_elapsed=1e10)``
+made every request raise ``OverflowError`` (the socket timeout it became is past what a
+socket accepts), ``SumeSession(rng=5)`` turned the first 503 into "internal error while
+deciding". Each check raises :class:`ConfigurationError` naming the argument and what it
+accepts, and never echoes a value that may be a secret.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import threading
+from typing import Any, Callable, Dict, Iterable, Optional, TypeVar
+from urllib.parse import urlsplit
+
+from urllib3.exceptions import LocationParseError
+from urllib3.util import parse_url
+
+from ._errors import ConfigurationError
+
+#: The longest duration any setting may be, in seconds: what ``time.sleep``, socket
+#: timeouts and lock waits all accept (``threading.TIMEOUT_MAX``, about 49 days on Windows),
+#: and never more than 10**9 s (about 31 years; a socket timeout of 10**10 s overflows).
+MAX_SECONDS: float = min(float(threading.TIMEOUT_MAX), 1e9)
+
+T = TypeVar("T")
+
+
+def check_seconds(value: Any, name: str, *, positive: bool = False) -> float:
+    """``value`` as float seconds: finite, >= 0 (> 0 when ``positive``), at most ``MAX_SECONDS``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past float range
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0) or seconds > MAX_SECONDS:
+        need = "> 0" if positive else ">= 0"
+        raise ConfigurationError(
+            f"{name} must be finite and {need}, at most {MAX_SECONDS:.0f} seconds "
+            f"(what time.sleep and socket timeouts accept), got {value!r}"
+        )
+    return seconds
+
+
+def check_optional_seconds(value: Any, name: str, *, positive: bool = False) -> Optional[float]:
+    """None, or :func:`check_seconds` of ``value``."""
+    return None if value is None else check_seconds(value, name, positive=positive)
+
+
+def check_int(value: Any, name: str, low: int, high: int) -> int:
+    """``value``, an int (not a bool) between ``low`` and ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name} must be an int, got {value!r}")
+    if not low <= value <= high:
+        raise ConfigurationError(f"{name} must be between {low} and {high}, got {value!r}")
+    return value
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """``value``, True or False: a string such as "false" is a mistake, not a truthy value."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {type(value).__name__}")
+    return value
+
+
+def check_callable(value: Any, name: str, what: str) -> Any:
+    """``value`` when it is None or callable; ``what`` says what the call must do."""
+    if value is not None and not callable(value):
+        raise ConfigurationError(f"{name} must be None or a callable {what}, got {type(value).__name__}")
+    return value
+
+
+def check_rng(value: Any, name: str = "rng") -> Any:
+    """A source of jitter, as every part of the library takes one (``LocalFleet``, ``Jobs``):
+    None (the ``random`` module), a ``random.Random`` (``SystemRandom`` too), or a callable
+    returning a float in [0, 1)."""
+    if value is None or isinstance(value, random.Random) or callable(value):
+        return value
+    raise ConfigurationError(
+        f"{name} must be None, a random.Random or a callable returning a float in [0, 1), "
+        f"got {type(value).__name__}"
+    )
+
+
+#: urllib3's retry counters: None (no limit of its own), False (``total``/``redirect``: no
+#: retries, errors raised as they are) or an int (negative ones are urllib3's own "exhausted").
+RETRY_COUNTERS = ("total", "connect", "read", "redirect", "status", "other")
+#: The most connections (or pools) an adapter may keep: requests' default is 10; each pool
+#: fills a queue of ``pool_maxsize`` slots up front.
+MAX_POOL = 10_000
+
+
+def check_retry_arguments(kwargs: Dict[str, Any]) -> None:
+    """urllib3's own ``Retry`` arguments that would fail only when a request first retries."""
+    for name in RETRY_COUNTERS:
+        value = kwargs.get(name)
+        if value is not None and not isinstance(value, (bool, int)):
+            raise ConfigurationError(
+                f"{name} must be None, True/False or an int (a urllib3 retry counter), got {value!r}"
+            )
+    headers = kwargs.get("remove_headers_on_redirect")
+    if headers is not None and (
+        isinstance(headers, (str, bytes))
+        or not isinstance(headers, Iterable)
+        or not all(isinstance(h, str) for h in headers)
+    ):
+        raise ConfigurationError(
+            f"remove_headers_on_redirect must be a collection of header names (str), got {headers!r}"
+        )
+
+
+def check_pool_arguments(kwargs: Dict[str, Any]) -> None:
+    """requests' ``HTTPAdapter`` pool arguments, which urllib3 would only use at the first request."""
+    for name in ("pool_connections", "pool_maxsize"):
+        if name in kwargs:
+            check_int(kwargs[name], name, 1, MAX_POOL)
+    if "pool_block" in kwargs:
+        check_flag(kwargs["pool_block"], "pool_block")
+
+
+def setting(value: Any, variable: str, check: Callable[[Any], T], default: Any = None) -> T:
+    """``check(value)``; when ``value`` is None or "" the environment ``variable`` (a bad one is
+    refused under its own name), else ``check(default)``."""
+    if value is not None and value != "":
+        return check(value)
+    from_env = os.environ.get(variable)
+    if not from_env:
+        return check(default)
+    try:
+        return check(from_env)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"the {variable} environment variable: {exc}") from None
+
+
+def check_url(url: str, name: str) -> None:
+    """``url`` parses as requests will parse it when sending: a port from 1 to 65535, a valid
+    host. The URL may carry credentials, so the message names the part, never the URL."""
+    try:
+        port = urlsplit(url).port
+    except ValueError:  # "http://host:abc", "http://host:99999", "http://[::1"
+        raise ConfigurationError(
+            f"{name} must be a URL with a valid host and, if any, a port from 1 to 65535"
+        ) from None
+    if port == 0:
+        raise ConfigurationError(f"{name} must have a port from 1 to 65535, got port 0")
+    try:
+        parse_url(url)
+    except LocationParseError:  # what every request would raise (requests' InvalidURL)
+        raise ConfigurationError(
+            f"{name} must be a URL with a valid host (urllib3 cannot parse it)"
+        ) from None
