@@ -1,43 +1,10 @@
 """The pacing rules, once: a pure state machine over integer microseconds.
 
 ``LocalFleet`` runs it in one process; ``contrib/redis/acquire.lua`` and ``release.lua`` are its
-line-for-line port, run atomically inside Redis. ``tests/test_pacing_conformance.py`` feeds both
-the same timestamped scenarios and requires the same grants, so the two cannot drift apart.
-
-The rules (README "Pacing", DESIGN.md section 10):
-
-1. **Cooldown.** A 429/503 ``Retry-After`` (capped at 10 min) holds every new attempt of the key
-   until it ends. Held attempts come back one pace step apart, or, with no pace known, spread
-   at random over at most one second.
-2. **Configured pace** (``rate``, ``burst``): GCRA. Headers never change it; a 429 slows it
-   (rule 5) and successes bring it back. A turn deferred by a backoff keeps its spacing.
-3. **Exact server pace.** A limit with a stated window (``RateLimit-Policy: 10;w=1``) paces at
-   window/limit (1% slack: an exact spacing meets a fixed window's edge), never faster than a
-   configured pace; its burst is the limit only while Remaining is tracked (rule 4), else 1.
-4. **Remaining and Reset are a budget, not a pace** (a learned pace only). "R left, reset in T"
-   allows R more attempts, less those the server may not have seen yet (sent after the answered
-   one, or still in flight), until T (at most one stated interval when rule 3 knows one). At
-   0, one probe goes at T; the others come back after its answer, so they do not all meet an
-   unrefilled quota.
-5. **Unknown pace.** First attempts: at most ``window`` (4) in flight, +1 per success; it
-   stops counting at 64. A 429 acts once per round (one answering an attempt sent before the
-   last decrease changes nothing): it sets the pace to what the server admitted, successes
-   since the round began over that time (at least the Retry-After, at least 1 s; a success
-   sent before that 429 and answered after it still counts in it; under a learned pace, so
-   does an attempt whose answer was lost: no 429 refused it), never slower than half a pace
-   already known, and never faster than the plateau of the pace it met, an eighth slower (the
-   server refused that pace, and a measurement can read fast). When nothing got through, it
-   halves a known pace, or the window; at a window of 1, it paces at one per Retry-After (at
-   least 1 s). The next turn comes one step of the new pace after the 429 (the quota it
-   reported is empty). A learned pace creeps up 1% per success, at least a quarter per second
-   of successes (a pace measured over a whole-second Retry-After is slow), up to the plateau;
-   from there half a percent a second (every 429 with a whole-second Retry-After costs the
-   key a second). It is dropped once no slower than the configured or stated one. A key idle
-   for a second starts measuring afresh: idle time is never counted as time the server
-   admitted nothing.
-6. **Nothing waits on the dead.** An in-flight entry lasts as long as its attempt may (the
-   time left, at most 8 response times, at least 1 s; 2 s before any response was seen).
-7. **Deadline.** A turn after ``time_left`` is refused at once and reserves nothing.
+line-for-line port, run atomically inside Redis. ``tests/contrib/test_pacing_conformance.py``
+feeds both the same timestamped scenarios and requires the same grants, so the two cannot drift
+apart. The rules in prose, numbered as the comments here cite them: the docs' "How it works"
+page, "The pacing rules" (``docs/how-it-works.md``).
 
 Times are integer microseconds (``now``, turns, leases), so the Lua port computes the same
 numbers exactly; ``rand`` in [0, 1) is an argument, never drawn here.
@@ -187,15 +154,8 @@ def _plateau(refused: int) -> int:
 
 
 def _creep(learned: int, refused: int) -> int:
-    """How much one success takes off a learned interval.
-
-    Below the plateau: 1%, and at least a quarter of a second's worth of it, so a slow pace
-    (measured over a whole-second Retry-After) recovers about a quarter per second of
-    successes (1% per success at 25/s and faster); never past the plateau. At the plateau and
-    past it, about half a percent per second: the server refused the pace just above, so it is
-    probed again slowly (a 429 with a whole-second Retry-After costs every attempt of the key a
-    second).
-    """
+    """How much one success takes off a learned interval (rule 5): below the plateau 1%, at least a
+    quarter of a second's worth, never past it; from it, about half a percent a second."""
     plateau = _plateau(refused)
     if learned <= plateau:
         return learned // max(PROBE_US // learned, 2)
@@ -210,11 +170,8 @@ def _budget_valid(st: State, now: int) -> bool:
 def retry_wait(counts: RetryCounts, allowance: RetryAllowance, now: int, retry: int) -> int:
     """µs until the budget has room for this attempt (0: now; -1: never); decays the counts to now.
 
-    Only an ERROR retry spends (a server-paced retry waits its turn instead). A spent budget
-    delays the retry until the floor has decayed room for it rather than refusing it: an outage
-    is then retried at the floor's rate, and a short one costs no request an unbudgeted client
-    would have carried through (the server matrix's outage rows). Never when the floor is under
-    one retry per window.
+    Only an ERROR retry spends. A spent budget delays it until the floor has room (rule 8): an
+    outage is retried at the floor's rate, and a short one costs no request it would carry through.
     """
     decay = math.exp(-max(0, now - counts.counted_at) / allowance.window)
     counts.recent_firsts, counts.recent_retries = counts.recent_firsts * decay, counts.recent_retries * decay
@@ -475,30 +432,14 @@ def release(
 
 
 def must_release(turn: Turn, status: int, retry_after: int, limit: int, remaining: int, window: int) -> bool:
-    """Whether a response can change anything worth a call (else both fleets skip release()).
-
-    An attempt holding no in-flight entry, sent with no learned pace, whose answer is not a 429
-    and says nothing about the quota teaches nothing the rules use: with a configured pace (or
-    a key past slow start) a plain success costs no second round trip.
-    """
-    return bool(
-        turn.entry
-        or turn.learning
-        or status == 429
-        or retry_after > 0
-        or remaining >= 0
-        or (limit >= 1 and window > 0)
-    )
+    """Whether a response can change anything worth a call (else both fleets skip release()): with
+    a configured pace (or a key past slow start) a plain success costs no second round trip."""
+    quota = retry_after > 0 or remaining >= 0 or (limit >= 1 and window > 0)
+    return bool(turn.entry or turn.learning or status == 429 or quota)
 
 
 def is_open(st: State, cfg: Config, now: int) -> bool:
     """Nothing held, nothing to pace, nothing counted: an attempt may go without asking."""
-    return (
-        cfg.interval == 0
-        and st.stated_interval == 0
-        and st.learned_interval == 0
-        and st.cooldown_until <= now
-        and cfg.retries is None
-        and not _budget_valid(st, now)
-        and st.slow_start_window >= OPEN_WINDOW
-    )
+    paced = cfg.interval or st.stated_interval or st.learned_interval or cfg.retries is not None
+    held = st.cooldown_until > now or _budget_valid(st, now)
+    return not paced and not held and st.slow_start_window >= OPEN_WINDOW

@@ -1,7 +1,5 @@
--- sume_urllib3 RedisFleet: what acquire.lua and release.lua share. _scripts.py puts this in
--- front of each (a Redis script cannot load another), after a header it writes from
--- sume_urllib3/_pacing.py: its constants, FIELDS (State's fields) and DEFAULTS, by their names.
---
+-- sume_urllib3 RedisFleet: what acquire.lua and release.lua share. _scripts.py puts it in front
+-- of each, after a header it writes from _pacing.py: its constants, FIELDS and DEFAULTS (State's).
 -- ARGV 1-5 of both scripts: 1 now_us (0: Redis TIME)  2 skew_us (added to now: no_sleep's
 -- virtual time)  3 configured interval_us (0: learned)  4 configured burst  5 initial window
 -- KEYS[1] is the state hash {prefix:vN:kid}:s: the fields of _pacing.State, by the same names.
