@@ -10,7 +10,8 @@ read by the wrong worker names another caller's id.
 
 To see the failure these tests guard against, run them with the check switched off in the
 app (``UWSGI_APP_NO_PID_CHECK=1 python -m pytest tests/contrib/test_uwsgi.py``): answers
-cross, workers retry after transport errors, and Redis counts one process.
+cross, and workers retry after transport errors (a job may then run twice). ``RedisFleet``
+compares pids on each acquire too, so its client ids stay apart even then.
 """
 
 from __future__ import annotations
@@ -321,16 +322,16 @@ def _spawned_workers(log: str) -> List[int]:
 
 
 @pytest.mark.slow
-def test_uwsgi_runs_no_at_fork_hook_in_its_workers(tmp_path: Any, redis_server: RedisServer) -> None:
-    """Without the pid check, uWSGI's workers keep the master's state: the check is what resets them."""
+def test_uwsgi_runs_no_at_fork_hook_in_its_workers(tmp_path: Any) -> None:
+    """Without the pid check the library in uWSGI's workers still holds the master's pid: no hook ran."""
     with EchoServer() as backend:
-        env = _environment(backend, redis_server.url)
+        env = _environment(backend, None)
         env["UWSGI_APP_NO_PID_CHECK"] = "1"
         with uwsgi(MODES["prefork"], env, str(tmp_path / "uwsgi.log")) as server:
             master = server.process.pid
             answers = call_at_once(server.url)
     served = [a for a in answers if "pid" in a]
     print(f"without the check: {len(_workers(answers))} workers served; {counted(summary(answers, backend))}")
-    assert {a["fork_pid"] for a in served} == {master}  # no hook told the library of the fork
-    assert {a["client_id"].split("-")[0] for a in served} == {str(master)}
-    assert [m.split("-")[0] for m in _clients_in_redis(redis_server.url)] == [str(master)]
+    assert len(_workers(answers)) >= 2
+    assert master not in _workers(answers)
+    assert {a["fork_pid"] for a in served} == {master}
