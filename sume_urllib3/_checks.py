@@ -136,17 +136,26 @@ def setting(value: Any, variable: str, check: Callable[[Any], T], default: Any =
         raise ConfigurationError(f"the {variable} environment variable: {exc}") from None
 
 
+#: What RFC 3986 allows in a host name besides letters and digits (non-ASCII is IDNA's to check).
+_HOST_CHARS = "-._~%!$&'()*+,;="
+
+
 def check_url(url: str, name: str) -> None:
     """``url`` parses as requests will parse it when sending: a port from 1 to 65535, a valid
     host. The URL may carry credentials, so the message names the part, never the URL."""
     try:
-        port = urlsplit(url).port
+        parts = urlsplit(url)
+        port = parts.port
     except ValueError:  # "http://host:abc", "http://host:99999", "http://[::1"
         raise ConfigurationError(
             f"{name} must be a URL with a valid host and, if any, a port from 1 to 65535"
         ) from None
     if port == 0:
         raise ConfigurationError(f"{name} must have a port from 1 to 65535, got port 0")
+    host = parts.hostname or ""
+    if ":" not in host and any(ch.isascii() and not (ch.isalnum() or ch in _HOST_CHARS) for ch in host):
+        # urllib3 1.26 lets "exa mple.com" through to a DNS lookup that fails on every request.
+        raise ConfigurationError(f"{name} must be a URL with a valid host name (letters, digits, '-', '.')")
     try:
         parse_url(url)
     except LocationParseError:  # what every request would raise (requests' InvalidURL)
