@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import logging
 import math
+import operator
 import os
 import random
 import re
@@ -71,8 +72,12 @@ _STATS = (
     "waited_slow_start",
 )
 # How much an entry holds, in the order a sweep for room evicts: nothing but a slow-start
-# window; a pace (stated or learned); something still running.
+# window; a pace (stated or learned); something still running (a cooldown, a turn reserved
+# ahead, a quota reading before its Reset, an attempt in flight).
 _PLAIN, _PACE, _RUNNING = 0, 1, 2
+# A sweep sorts entries by rank, then last use, as one int (µs clocks stay far below 2**62).
+_RANK_SHIFT = 62
+_ORDER = operator.itemgetter(0)
 _UNITS = {
     "s": 1.0,
     "sec": 1.0,
@@ -503,16 +508,35 @@ class LocalFleet:
             self._sweep_at = now + self._idle_us // 4
             keys = self._keys
             before = len(keys)
-            kept: List[Tuple[int, int, str, _Key]] = []  # (rank, last use, key_id, entry) of those left
+            # (eviction order: rank, then last use, as one int; key_id; entry) of the entries left
+            kept: List[Tuple[int, str, _Key]] = []
+            plain_after, pace_after = now - self._idle_us, now - self._idle_us * PACE_KEPT
+            # The loop runs once per entry and sweep: its tests are written out, not called.
             for key_id, key in list(keys.items()):
                 if key.used:
                     key.used = False
                     key.seen = now
-                rank = _rank(key.state, now)
-                since = max(key.seen, _last_use(key.state))
-                limit = self._idle_us if rank == _PLAIN else self._idle_us * PACE_KEPT
-                if rank == _RUNNING or now - since < limit or key_id == spare or not self._evict(key_id, key):
-                    kept.append((rank, since, key_id, key))
+                st = key.state
+                flight = st.flight
+                if (
+                    st.cooldown_until > now
+                    or st.theoretical_arrival > now  # a turn reserved ahead (a configured pace)
+                    or st.budget_until > now  # a quota reading before its Reset
+                    or (flight and max(flight.values()) > now)  # max() runs in C: atomic
+                ):
+                    rank = _RUNNING
+                elif st.learned_interval or st.stated_interval:
+                    rank = _PACE
+                else:
+                    rank = _PLAIN
+                since = st.last_seen if st.last_seen > key.seen else key.seen  # an acquire or release
+                if (
+                    rank == _RUNNING
+                    or since > (plain_after if rank == _PLAIN else pace_after)
+                    or key_id == spare
+                    or not self._evict(key_id, key)
+                ):
+                    kept.append(((rank << _RANK_SHIFT) + since, key_id, key))
             room = max(1, int(self._max_keys * _ROOM))
             if len(keys) > self._max_keys and len(kept) > room:
                 self._make_room(kept, len(kept) - room, spare)
@@ -521,16 +545,16 @@ class LocalFleet:
         finally:
             lock.release()
 
-    def _make_room(self, kept: List[Tuple[int, int, str, _Key]], excess: int, spare: Optional[str]) -> None:
+    def _make_room(self, kept: List[Tuple[int, str, _Key]], excess: int, spare: Optional[str]) -> None:
         """Evict ``excess`` entries, least recently used first; one still running only past max_keys."""
-        kept.sort(key=lambda entry: (entry[0], entry[1]))
+        kept.sort(key=_ORDER)  # by rank, then last use
         over = len(kept) - self._max_keys  # entries still running go only to bring it back to the cap
-        for rank, _since, key_id, key in kept:
+        for order, key_id, key in kept:
             if excess <= 0:
                 break
             if key_id == spare:
                 continue
-            if rank == _RUNNING:
+            if order >> _RANK_SHIFT == _RUNNING:
                 if over <= 0:
                     break
                 if not self._warned_live:
@@ -779,24 +803,6 @@ def _describe_rate(rate: float) -> str:
     if rate * 60.0 >= 1.0:
         return f"{rate * 60.0:.3g}/min"
     return f"{rate * 3600.0:.3g}/h"
-
-
-def _rank(st: _pacing.State, now: int) -> int:
-    """What an entry holds: something still running (a cooldown, a turn reserved ahead, an attempt
-    in flight, a quota reading before its Reset), else a pace, else nothing worth keeping."""
-    if (
-        st.cooldown_until > now
-        or st.theoretical_arrival > now
-        or st.budget_until > now
-        or any(end > now for end in list(st.flight.values()))  # list(): one atomic copy
-    ):
-        return _RUNNING
-    return _PACE if st.learned_interval > 0 or st.stated_interval > 0 else _PLAIN
-
-
-def _last_use(st: _pacing.State) -> int:
-    """When the core last saw the entry (an acquire or a release that took the lock)."""
-    return st.last_seen
 
 
 def _add_counters(totals: Dict[str, float], key: _Key) -> None:
