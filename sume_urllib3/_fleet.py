@@ -23,6 +23,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple, Opt
 
 from . import _fork, _pacing, _sleeping
 from ._budget import RetryBudget
+from ._checks import check_rng
 from ._envelope import header
 from ._errors import ConfigurationError
 from ._ratelimit import may_carry_ratelimit, parse_ratelimit
@@ -258,13 +259,10 @@ class LocalFleet:
             raise ConfigurationError("burst needs a rate: LocalFleet(rate='10/min', burst=5)")
         self._window = _check_int(initial_window, "initial_window", 1, 10_000)
         self._max_keys = _check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
-        self._idle = check_seconds(idle, "idle", 1.0, _MAX_IDLE)
+        self._idle = check_seconds_between(idle, "idle", 1.0, _MAX_IDLE)
         for name, value in (("clock", clock), ("wall", wall)):
             check_clock(value, name)
-        if rng is not None and not isinstance(rng, random.Random) and not callable(rng):
-            raise ConfigurationError(
-                f"rng must be a random.Random or a callable returning [0, 1), got {type(rng).__name__}"
-            )
+        check_rng(rng)
         self._clock = clock
         self._wall = wall
         self._rng = rng
@@ -815,7 +813,7 @@ def _add_counters(totals: Dict[str, float], key: _Key) -> None:
         totals["waited_" + source] += seconds
 
 
-def check_seconds(value: Any, name: str, low: float, high: float) -> float:
+def check_seconds_between(value: Any, name: str, low: float, high: float) -> float:
     """``value`` as seconds when a finite number within [low, high]; else ConfigurationError naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")

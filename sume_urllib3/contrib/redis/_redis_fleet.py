@@ -19,6 +19,7 @@ from redis.retry import Retry
 
 from ... import _fork, _pacing, _sleeping
 from ..._budget import RetryBudget
+from ..._checks import check_rng
 from ..._errors import ConfigurationError
 from ..._fleet import (
     Fleet,
@@ -27,7 +28,7 @@ from ..._fleet import (
     LocalFleet,
     budget_refused,
     check_clock,
-    check_seconds,
+    check_seconds_between,
     fleet_key,
     interval_us,
     parse_rate,
@@ -129,7 +130,7 @@ class RedisFleet:
         self._config_interval = interval_us(1.0 / self._interval) if self._interval > 0 else 0
         self._prefix = _check_prefix(prefix)
         # Below a millisecond no Redis answers in time: every call would fall back.
-        self._timeout = check_seconds(timeout, "timeout", 0.001, 60.0)
+        self._timeout = check_seconds_between(timeout, "timeout", 0.001, 60.0)
         self._initial_window = _count(initial_window, "initial_window", high=_MAX_WINDOW)
         if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
             raise ConfigurationError(
@@ -137,18 +138,16 @@ class RedisFleet:
             )
         self._budget = retry_budget
         # Scripts get it in whole milliseconds: under a second, a key could expire between calls.
-        self._ttl = check_seconds(ttl, "ttl", 1.0, _MAX_TTL)
-        self._backoff = check_seconds(backoff, "backoff", 0.001, _MAX_BACKOFF)
-        self._max_backoff = max(self._backoff, check_seconds(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF))
+        self._ttl = check_seconds_between(ttl, "ttl", 1.0, _MAX_TTL)
+        self._backoff = check_seconds_between(backoff, "backoff", 0.001, _MAX_BACKOFF)
+        most = check_seconds_between(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF)
+        self._max_backoff = max(self._backoff, most)
         check_clock(clock, "clock")
         if server_clock is not None:
             check_clock(server_clock, "server_clock")
         self._clock = clock
         self._server_clock = server_clock
-        if rng is not None and not isinstance(rng, random.Random) and not callable(rng):
-            raise ConfigurationError(
-                f"rng must be a random.Random or a callable returning [0, 1), got {type(rng).__name__}"
-            )
+        check_rng(rng)
         self._random: Callable[[], float] = (
             random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
         )
