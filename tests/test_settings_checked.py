@@ -10,9 +10,11 @@ oddest values construction does accept go through a retried request on a loopbac
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import random
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import requests
@@ -27,6 +29,7 @@ from sume_urllib3 import (
     SumeMetrics,
     SumeRetry,
     SumeSession,
+    sume_record,
 )
 from sume_urllib3._checks import MAX_SECONDS
 from sume_urllib3.testing import FakeSume, Reply
@@ -69,108 +72,109 @@ BAD_BASE_URLS = (
     b"https://api.sume.com/v1",
 )
 
-#: (constructor, argument, build(value), bad values)
-Row = Tuple[str, str, Callable[[Any], Any], Tuple[Any, ...]]
+
+def session(**kwargs: Any) -> SumeSession:
+    """A SumeSession with a key, and the arguments under test."""
+    kwargs.setdefault("api_key", "sk_test")
+    return SumeSession(**kwargs)
 
 
-def rows() -> Iterator[Row]:
-    """Every argument of every constructor, with the values it cannot use."""
-    for field in ("max_elapsed",):
-        yield "Policy", field, lambda v, f=field: Policy(**{f: v}), (*BAD_SECONDS, 0)
-    for field in ("backoff_base", "backoff_max", "in_use_wait", "retry_after_spread"):
-        yield "Policy", field, lambda v, f=field: Policy(**{f: v}), BAD_SECONDS
-    yield "Policy", "retry_after_jitter", lambda v: Policy(retry_after_jitter=v), (*BAD_SECONDS, 1.5)
-    yield "Policy", "max_retries", lambda v: Policy(max_retries=v), (-1, 1.5, "3", True, None, 10**6)
-    yield "Policy", "peek_limit", lambda v: Policy(peek_limit=v), (-1, 1.5, "3", True, None, 2**40)
-    yield (
-        "Policy",
-        "jitter",
-        lambda v: Policy(jitter=v),
-        ((0.5,), (1, 0.5), (0, 2), (0, 0), "0.5,1", (math.nan, 1)),
-    )
-    yield "Policy", "trust_body", lambda v: Policy(trust_body=v), BAD_FLAGS
-    yield (
-        "Policy",
-        "rules",
-        lambda v: Policy(rules=v),
-        (
-            5,
-            "429",
-            [(429,)],
-            [(999, None, "retry")],
-            [(429, None, "maybe")],
-            [(429, None, "retry", TOO_LONG)],
-            [(429, None, "retry", math.nan)],
-            [("429", None, "retry")],
-        ),
-    )
-    for name, build in (
-        ("SumeRetry", lambda **kw: SumeRetry(**kw)),
-        ("SumeAdapter", lambda **kw: SumeAdapter(**kw)),
-        ("SumeSession", lambda **kw: SumeSession("sk_test", **kw)),
-    ):
-        yield name, "policy", lambda v, b=build: b(policy=v), (5, {"max_retries": 3}, "Policy()")
-        yield name, "sleep", lambda v, b=build: b(sleep=v), BAD_CALLABLES
-        yield name, "clock", lambda v, b=build: b(clock=v), BAD_CALLABLES
-        yield name, "rng", lambda v, b=build: b(rng=v), BAD_RNGS
-        yield name, "retry_budget", lambda v, b=build: b(retry_budget=v), (5, "10%", True)
-        yield name, "observers", lambda v, b=build: b(observers=v), (5, "LoggingObserver", [object()])
-    for name, build in (
-        ("SumeAdapter", lambda **kw: SumeAdapter(**kw)),
-        ("SumeSession", lambda **kw: SumeSession("sk_test", **kw)),
-    ):
-        yield name, "timeout", lambda v, b=build: b(timeout=v), BAD_TIMEOUTS
-        yield name, "raise_on_give_up", lambda v, b=build: b(raise_on_give_up=v), BAD_FLAGS
-        yield name, "fleet", lambda v, b=build: b(fleet=v), (5, "local", LocalFleet)
-    yield "SumeRetry", "total", lambda v: SumeRetry(total=v), ("3", 1.5, math.nan, [3])
-    for counter in ("connect", "read", "redirect", "status", "other"):
-        yield "SumeRetry", counter, lambda v, c=counter: SumeRetry(**{c: v}), ("3", 1.5, math.nan)
-    yield (
-        "SumeRetry",
-        "allowed_methods",
-        lambda v: SumeRetry(allowed_methods=v),
-        (None, "GET", ["GET", "CONNECT"]),
-    )
-    yield "SumeRetry", "status_forcelist", lambda v: SumeRetry(status_forcelist=v), ("503", ["503"], 503)
-    yield "SumeRetry", "backoff_factor", lambda v: SumeRetry(backoff_factor=v), (0.5, 2)
-    yield (
-        "SumeRetry",
-        "remove_headers_on_redirect",
-        lambda v: SumeRetry(remove_headers_on_redirect=v),
-        (5, [5]),
-    )
-    yield "SumeAdapter", "max_retries", lambda v: SumeAdapter(max_retries=v), (3, "3", SumeRetry)
-    yield (
-        "SumeAdapter",
-        "pool_connections",
-        lambda v: SumeAdapter(pool_connections=v),
-        (0, -1, "10", 1.5, 10**7),
-    )
-    yield "SumeAdapter", "pool_maxsize", lambda v: SumeAdapter(pool_maxsize=v), (0, -1, "10", 1.5, 10**7)
-    yield "SumeAdapter", "pool_block", lambda v: SumeAdapter(pool_block=v), BAD_FLAGS
-    yield "SumeSession", "api_key", lambda v: SumeSession(v), (5, b"sk_test", f"{SECRET} ", f"{SECRET}\n")
-    yield "SumeSession", "base_url", lambda v: SumeSession("sk_test", base_url=v), BAD_BASE_URLS
-    yield "SumeSession", "auth_header", lambda v: SumeSession("sk_test", auth_header=v), ("basic", 5, SECRET)
-    yield "SumeSession", "metrics", lambda v: SumeSession("sk_test", metrics=v), (5, "prometheus", {})
+#: What builds each constructor from keyword arguments.
+BUILD: Dict[str, Callable[..., Any]] = {
+    "Policy": Policy,
+    "SumeRetry": SumeRetry,
+    "SumeAdapter": SumeAdapter,
+    "SumeSession": session,
+}
+SHARED: Dict[str, Tuple[Any, ...]] = {
+    "policy": (5, {"max_retries": 3}, "Policy()"),
+    "sleep": BAD_CALLABLES,
+    "clock": BAD_CALLABLES,
+    "rng": BAD_RNGS,
+    "retry_budget": (5, "10%", True),
+    "observers": (5, "LoggingObserver", [object()]),
+}
+SENDING: Dict[str, Tuple[Any, ...]] = {
+    "timeout": BAD_TIMEOUTS,
+    "raise_on_give_up": BAD_FLAGS,
+    "fleet": (5, "local", LocalFleet),
+}
+#: (constructor, argument): the values it cannot use.
+TABLE: Dict[Tuple[str, str], Tuple[Any, ...]] = {
+    ("Policy", "max_elapsed"): (*BAD_SECONDS, 0),
+    ("Policy", "backoff_base"): BAD_SECONDS,
+    ("Policy", "backoff_max"): BAD_SECONDS,
+    ("Policy", "in_use_wait"): BAD_SECONDS,
+    ("Policy", "retry_after_spread"): BAD_SECONDS,
+    ("Policy", "retry_after_jitter"): (*BAD_SECONDS, 1.5),
+    ("Policy", "max_retries"): (-1, 1.5, "3", True, None, 10**6),
+    ("Policy", "peek_limit"): (-1, 1.5, "3", True, None, 2**40),
+    ("Policy", "jitter"): ((0.5,), (1, 0.5), (0, 2), (0, 0), "0.5,1", (math.nan, 1)),
+    ("Policy", "trust_body"): BAD_FLAGS,
+    ("Policy", "rules"): (
+        5,
+        "429",
+        [(429,)],
+        [(999, None, "retry")],
+        [(429, None, "maybe")],
+        [(429, None, "retry", TOO_LONG)],
+        [(429, None, "retry", math.nan)],
+        [("429", None, "retry")],
+    ),
+    **{
+        (owner, name): values
+        for owner in ("SumeRetry", "SumeAdapter", "SumeSession")
+        for name, values in SHARED.items()
+    },
+    **{(owner, name): values for owner in ("SumeAdapter", "SumeSession") for name, values in SENDING.items()},
+    ("SumeRetry", "total"): ("3", 1.5, math.nan, [3]),
+    **{
+        ("SumeRetry", name): ("3", 1.5, math.nan)
+        for name in ("connect", "read", "redirect", "status", "other")
+    },
+    ("SumeRetry", "allowed_methods"): (None, "GET", ["GET", "CONNECT"]),
+    ("SumeRetry", "status_forcelist"): ("503", ["503"], 503),
+    ("SumeRetry", "backoff_factor"): (0.5, 2),
+    ("SumeRetry", "remove_headers_on_redirect"): (5, [5]),
+    ("SumeAdapter", "max_retries"): (3, "3", SumeRetry),
+    ("SumeAdapter", "pool_connections"): (0, -1, "10", 1.5, 10**7),
+    ("SumeAdapter", "pool_maxsize"): (0, -1, "10", 1.5, 10**7),
+    ("SumeAdapter", "pool_block"): BAD_FLAGS,
+    ("SumeSession", "api_key"): (5, b"sk_test", f"{SECRET} ", f"{SECRET}\n"),
+    ("SumeSession", "base_url"): BAD_BASE_URLS,
+    ("SumeSession", "auth_header"): ("basic", 5, SECRET),
+    ("SumeSession", "metrics"): (5, "prometheus", {}),
+}
+
+
+def test_the_table_covers_every_argument() -> None:
+    """Every Policy field and every named parameter of SumeRetry, SumeAdapter and SumeSession has a row."""
+    expected = {("Policy", field.name) for field in dataclasses.fields(Policy)}
+    for owner, cls in (("SumeRetry", SumeRetry), ("SumeAdapter", SumeAdapter), ("SumeSession", SumeSession)):
+        for name, parameter in inspect.signature(cls.__init__).parameters.items():
+            if name != "self" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                expected.add((owner, name))
+
+    assert set() == expected - set(TABLE)
 
 
 CASES = [
-    pytest.param(build, argument, value, id=f"{owner}-{argument}-{value!r:.40}")
-    for owner, argument, build, values in rows()
+    pytest.param(owner, argument, value, id=f"{owner}-{argument}-{value!r:.40}")
+    for (owner, argument), values in TABLE.items()
     for value in values
 ]
 
 
-@pytest.mark.parametrize(("build", "argument", "value"), CASES)
+@pytest.mark.parametrize(("owner", "argument", "value"), CASES)
 def test_a_value_that_cannot_work_is_refused_where_it_is_given(
-    build: Callable[[Any], Any], argument: str, value: Any, monkeypatch: pytest.MonkeyPatch
+    owner: str, argument: str, value: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The constructor raises ConfigurationError naming the argument and what it accepts, no secret."""
     monkeypatch.delenv("SUME_API_KEY", raising=False)
     monkeypatch.delenv("SUME_API_BASE_URL", raising=False)
 
     with pytest.raises(ConfigurationError) as refused:
-        build(value)
+        BUILD[owner](**{argument: value})
 
     message = str(refused.value)
     assert argument in message
@@ -205,27 +209,42 @@ def test_an_environment_variable_that_cannot_work_is_refused_by_name(
     assert SECRET not in str(refused.value)
 
 
-def django_rows() -> Iterator[Tuple[str, Any]]:
-    """Each key of Django's SUME setting with a value it cannot use."""
-    yield "MAX_ELAPSED", 1e10
-    yield "MAX_ELAPSED", math.nan
-    yield "BACKOFF_MAX", -1
-    yield "MAX_RETRIES", "3"
-    yield "PEEK_LIMIT", 2**40
-    yield "TRUST_BODY", "false"
-    yield "TIMEOUT", [5, 1e10]
-    yield "TIMEOUT", math.inf
-    yield "BASE_URL", "http://127.0.0.1:abc/v1"
-    yield "BASE_URL", "http://[::1/v1"
-    yield "API_KEY", f"{SECRET}\n"
-    yield "AUTH_HEADER", "basic"
-    yield "RAISE_ON_GIVE_UP", "yes"
-    yield "RETRY_BUDGET", 1
-    yield "OBSERVERS", 5
-    yield "FLEET", 5
+#: Each key of Django's SUME setting with values it cannot use.
+DJANGO: Dict[str, Tuple[Any, ...]] = {
+    "RULES": ([(999, None, "retry")], "429"),
+    "MAX_RETRIES": ("3", -1),
+    "MAX_ELAPSED": (TOO_LONG, math.nan, 0),
+    "BACKOFF_BASE": (-1, math.inf),
+    "BACKOFF_MAX": (-1, TOO_LONG),
+    "JITTER": ((1, 0.5), "0.5"),
+    "IN_USE_WAIT": (TOO_LONG, "1"),
+    "TRUST_BODY": ("false",),
+    "PEEK_LIMIT": (2**40, 1.5),
+    "RETRY_AFTER_JITTER": (2, math.nan),
+    "RETRY_AFTER_SPREAD": (TOO_LONG, -1),
+    "API_KEY": (f"{SECRET}\n", 5),
+    "BASE_URL": ("http://127.0.0.1:abc/v1", "http://[::1/v1", "http://exa mple.com/v1"),
+    "AUTH_HEADER": ("basic", SECRET),
+    "TIMEOUT": ([5, TOO_LONG], math.inf, "5"),
+    "RAISE_ON_GIVE_UP": ("yes", 1),
+    "RETRY_BUDGET": (1, "no"),
+    "OBSERVERS": (5, ["no.such.Observer"]),
+    "FLEET": (5, {"RATE": "ten a minute"}),
+}
 
 
-@pytest.mark.parametrize(("key", "value"), list(django_rows()), ids=lambda v: repr(v)[:30])
+def test_the_django_table_covers_every_key() -> None:
+    """Every key SUME may have is in the table above."""
+    conf = pytest.importorskip("sume_urllib3.contrib.django.conf")
+
+    assert sorted(conf.VALID_KEYS) == sorted(DJANGO)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(key, value) for key, values in DJANGO.items() for value in values],
+    ids=lambda v: repr(v)[:30],
+)
 def test_a_django_setting_that_cannot_work_is_an_error_naming_its_key(key: str, value: Any) -> None:
     """``SUME = {KEY: bad}`` is a system check error that names SUME["KEY"], and echoes no secret."""
     conf = pytest.importorskip("sume_urllib3.contrib.django.conf")
@@ -280,7 +299,9 @@ def test_what_construction_accepts_works_on_a_retried_request(name: str) -> None
 
         response = session.post("/avatars", json={})
 
-    assert (201, 1) == (response.status_code, response.sume.attempts - 1)
+    record = sume_record(response)
+    assert record is not None
+    assert (201, 2) == (response.status_code, record.attempts)
 
 
 def test_a_base_url_with_a_port_is_accepted_and_used() -> None:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from ..._checks import check_flag
 from ..._errors import ConfigurationError
 from ..._policy import Policy
 from ..._session import (
@@ -273,9 +274,7 @@ def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
 
 def _check_bool(value: Any, key: str) -> bool:
     # Settings are plain Python, so a string such as "false" is a mistake, not a truthy value.
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{key.lower()} must be True or False, got {value!r}")
-    return value
+    return check_flag(value, key.lower())
 
 
 def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Problem]) -> None:
