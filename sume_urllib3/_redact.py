@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from typing import Any, Iterable, List, Mapping, Sequence, Set, Tuple
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, overload
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 #: What stands where a secret was.
@@ -55,9 +55,13 @@ _LINKED_ATTRIBUTES = ("reason", "original_error")
 _TEXT_ATTRIBUTES = ("strerror", "filename", "filename2")
 
 
-def redact_url(url: str) -> str:
+@overload
+def redact_url(url: str) -> str: ...
+@overload
+def redact_url(url: None) -> None: ...
+def redact_url(url: Optional[str]) -> Optional[str]:
     """``url`` without userinfo or fragment, its query string (if any) replaced by ``<redacted>``."""
-    if "?" not in url and "@" not in url and "#" not in url:
+    if url is None or ("?" not in url and "@" not in url and "#" not in url):
         return url  # the usual case: nothing to take out
     try:
         parts = urlsplit(url)

@@ -346,10 +346,11 @@ class SumeRetry(Retry):
                 and (context.retries > 0 or counted_out)
                 and not self._paced_by_retry_after(raw)
             )
-            raise MaxRetryError(_pool, url, ResponseError(decision.reason))
+            # The URL's query (a presigned signature) stays out of the message (see _redact).
+            raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
         if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
             # Retries ran out: MaxRetryError, as urllib3 raises it.
-            raise MaxRetryError(_pool, url, error) from error
+            raise MaxRetryError(_pool, redact_url(url), error) from error
         # Not resent (a request that is not replay-safe), or a read failure under SumeAdapter:
         # the transport error itself, so requests maps it to ReadTimeout / ConnectionError
         # exactly as it would without retries.

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import prometheus_client
 import pytest
 import requests
+import urllib3
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -38,6 +39,7 @@ from sume_urllib3 import (
     SumeObserver,
     SumeReadTimeout,
     SumeRecord,
+    SumeRetry,
     SumeRetryError,
     SumeSession,
 )
@@ -563,3 +565,15 @@ def test_the_chained_urllib3_error_is_redacted_in_place(debug_logs: pytest.LogCa
     assert error.__cause__ is not None
     assert error.__cause__.args[0] is first
     assert [] == found(HIDDEN, error_texts(error), debug_logs)
+
+
+def test_a_lone_sume_retry_gives_up_without_the_query(debug_logs: pytest.LogCaptureFixture) -> None:
+    """SumeRetry on urllib3's own PoolManager raises MaxRetryError naming ``/x?<redacted>``."""
+    port = closed_port()
+    http = urllib3.PoolManager(retries=SumeRetry(Policy(max_retries=1, backoff_base=0.01)))
+
+    with pytest.raises(MaxRetryError) as raised:
+        http.request("GET", f"http://127.0.0.1:{port}/x?X-Amz-Signature={SIGNATURE}")
+
+    assert "/x?<redacted>" == raised.value.url
+    assert [] == found(HIDDEN, error_texts(raised.value), debug_logs)
