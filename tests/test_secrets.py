@@ -1,9 +1,12 @@
-"""The API key never leaks: not in logs (ours or urllib3's, at DEBUG), errors, reprs or records.
+"""No secret leaks: not in logs (ours or urllib3's, at DEBUG), errors, reprs, records or telemetry.
 
 Every fault path of ``test_faults.py`` is replayed with a distinctive key, and everything a
 caller or an operator could see afterwards is searched for it: log lines and their structured
 extras, exception messages, reprs and tracebacks, records and their pickles, observer events,
-and the reprs of the session, adapter and retry.
+and the reprs of the session, adapter and retry. Then a secret in every place a caller can put
+one (query, userinfo, key, Authorization, a header, the Idempotency-Key, the body) goes through
+every way a request ends, and metrics, Prometheus, OpenTelemetry and a JSON result backend's
+payload are searched too (see the section below).
 """
 
 from __future__ import annotations
@@ -253,8 +256,8 @@ def test_a_bad_base_url_error_does_not_echo_credentials(base_url: str) -> None:
 #
 # One request carries a secret in every place a caller can put one: the query string (a presigned
 # signature), the URL's userinfo, the API key (in x-api-key or in an Authorization value), a
-# header of the caller's own, the Idempotency-Key and the body. It then ends each way a request can end, on
-# a real loopback server, and everything the library emitted is searched for every secret: log
+# header of the caller's own, the Idempotency-Key and the body. It then ends each way a request
+# can end, on a real loopback server, and everything the library emitted is searched for every secret: log
 # records at DEBUG (ours, urllib3's, requests'), the record, retry events and request starts, the
 # session's metrics and Prometheus' exposition, OpenTelemetry spans and metrics from the real SDK,
 # and the error: str, repr, args, traceback (cause and context included), pickle and the payload
