@@ -1,13 +1,14 @@
-"""Write the README's measured figures from the committed results files.
+"""Write the documentation's measured figures from the committed results files.
 
-Every figure the README states about speed, memory, pacing or reliability sits between a pair
-of markers, ``<!-- figures: NAME -->`` and ``<!-- /figures: NAME -->``, and is generated here
-from ``benchmarks/results/*.json`` (written by each benchmark's ``--write``). Each block names
-the command that produced its figures. ``tests/test_readme_figures.py`` renders the blocks
-again and fails when the README differs, so a figure edited by hand, or left behind by a new
-measurement, fails the test run.
+Every figure the documentation (``docs/*.md``, mostly ``docs/measured.md``, and README.md)
+states about speed, memory, pacing or reliability sits between a pair of markers,
+``<!-- figures: NAME -->`` and ``<!-- /figures: NAME -->``, and is generated here from
+``benchmarks/results/*.json`` (written by each benchmark's ``--write``). Each block names the
+command that produced its figures. ``tests/test_docs_figures.py`` renders the blocks again and
+fails when a page differs, so a figure edited by hand, or left behind by a new measurement,
+fails the test run.
 
-    python benchmarks/render.py           # rewrite the README's blocks
+    python benchmarks/render.py           # rewrite the blocks of every page
     python benchmarks/render.py --check   # exit 1 and show the difference instead
 """
 
@@ -25,7 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import _results  # noqa: E402
 
-README = os.path.join(os.path.dirname(HERE), "README.md")
+ROOT = os.path.dirname(HERE)
+README = os.path.join(ROOT, "README.md")
+DOCS = os.path.join(ROOT, "docs")
 BLOCK = re.compile(r"(<!-- figures: ([a-z0-9-]+) -->\n)(.*?)(<!-- /figures: \2 -->)", re.S)
 
 Document = Dict[str, Any]
@@ -91,7 +94,7 @@ _MARKDOWN_START = re.compile(r"^([-+*>#|]|\d+[.)])( |$)")
 
 
 def wrap(text: str, indent: str = "") -> str:
-    """``text`` filled to the README's width; no line may start like a Markdown list, quote or table."""
+    """``text`` filled to the pages' width; no line may start like a Markdown list, quote or table."""
     # A figure and its unit stay on one line: join them with a character textwrap never breaks at.
     glued = _UNIT.sub(lambda m: m.group(1) + "\0" + m.group(2), " ".join(text.split()))
     for width in range(95, 120):
@@ -224,13 +227,13 @@ def job_polls(results: Results) -> str:
 
 _CELERY_ROWS = (
     ("whole file", "README (RedisFleet), retry_later, faults",
-     "the task above, server loses first answers"),
+     "the guide's task, server loses first answers"),
     ("whole file", "README (RedisFleet), autoretry_for, faults",
      "`autoretry_for`, server loses first answers"),
     ("fresh pace", "README (RedisFleet), retry_later, quota only",
-     "the task above, quota only, a fresh pace"),
+     "the guide's task, quota only, a fresh pace"),
     ("whole file", "README (RedisFleet), retry_later, quota only",
-     "the task above, quota only, the pace learned before"),
+     "the guide's task, quota only, the pace learned before"),
     ("whole file", "retry_later, fleet=None, faults", "`fleet=None`, server loses first answers"),
     ("fresh pace", "SumeSession() (a LocalFleet per process), retry_later, quota only",
      "`SumeSession()` (a pace per process), quota only"),
@@ -238,14 +241,14 @@ _CELERY_ROWS = (
 
 
 def celery_e2e(results: Results) -> str:
-    """The README's Celery task at 100 tasks per batch (tests/contrib/test_celery.py)."""
+    """The guide's Celery task at 100 tasks per batch (tests/contrib/test_celery.py)."""
     doc = results["celery_e2e"]
     f = doc["figures"]
     batches = {(r["name"], b["batch"]): b for r in f["runs"] for b in r["batches"]}
     lines = [
         wrap(
             f"""{command(doc)} runs it twice with {f['tasks']} tasks per batch: the whole file on
-            one worker (the README's pace carried from batch to batch, as a deployed worker's
+            one worker (the guide's pace carried from batch to batch, as a deployed worker's
             is), then the quota-only batches alone (a fresh pace); {provenance(doc)}. The ideal
             is the fewest calls the quota must admit at 5/s: one per job, two when the first
             answer is lost."""
@@ -489,7 +492,7 @@ def deploy_table(figures: Mapping[str, Any]) -> str:
 
 
 def _server_label(server: Mapping[str, Any]) -> str:
-    """What kind of quota server a matrix row was measured against, as the README names it."""
+    """What kind of quota server a matrix row was measured against, as the docs name it."""
     kind = server["kind"]
     if server["algorithm"] == "token bucket":
         bucket = f"token bucket {server['rate_per_s']:g}/s burst {server['burst']}"
@@ -800,7 +803,15 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
 }
 
 
-# -- the README ---------------------------------------------------------------------------
+# -- the pages ----------------------------------------------------------------------------
+
+
+def documents() -> List[str]:
+    """Every page that may hold figure blocks: README.md, then docs/**/*.md in name order."""
+    pages = [README]
+    for folder, _dirs, files in sorted(os.walk(DOCS)):
+        pages += [os.path.join(folder, name) for name in sorted(files) if name.endswith(".md")]
+    return pages
 
 
 def blocks(text: str) -> List[str]:
@@ -813,7 +824,7 @@ def render(text: str, results: Optional[Results] = None) -> str:
     results = results or Results()
     unknown = [name for name in blocks(text) if name not in RENDERERS]
     if unknown:
-        raise KeyError(f"README figure block(s) with no renderer: {', '.join(unknown)}")
+        raise KeyError(f"figure block(s) with no renderer: {', '.join(unknown)}")
 
     def replace(match: re.Match[str]) -> str:
         body = RENDERERS[match.group(2)](results)
@@ -824,26 +835,31 @@ def render(text: str, results: Optional[Results] = None) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Rewrite the README's figure blocks, or with ``--check`` report whether they are current."""
+    """Rewrite every page's figure blocks, or with ``--check`` report whether they are current."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 and show the diff if the README differs")
-    parser.add_argument("--readme", default=README, help=argparse.SUPPRESS)
+    parser.add_argument("--check", action="store_true", help="exit 1 and show the diff if a page differs")
+    parser.add_argument("--page", action="append", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    with open(args.readme, encoding="utf-8") as f:
-        text = f.read()
-    new = render(text)
-    if new == text:
-        print("README figures are current")
-        return 0
-    if args.check:
-        sys.stdout.writelines(
-            difflib.unified_diff(text.splitlines(True), new.splitlines(True), "README.md", "rendered")
-        )
-        return 1
-    with open(args.readme, "w", encoding="utf-8") as f:
-        f.write(new)
-    print("rewrote the README's figure blocks: " + ", ".join(blocks(new)))
-    return 0
+    results = Results()
+    stale: List[str] = []
+    for page in args.page or documents():
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+        new = render(text, results)
+        if new == text:
+            continue
+        name = os.path.relpath(page, ROOT)
+        stale.append(name)
+        if args.check:
+            diff = difflib.unified_diff(text.splitlines(True), new.splitlines(True), name, "rendered")
+            sys.stdout.writelines(diff)
+            continue
+        with open(page, "w", encoding="utf-8") as f:
+            f.write(new)
+        print(f"rewrote the figure blocks of {name}: " + ", ".join(blocks(new)))
+    if not stale:
+        print("figures are current")
+    return 1 if args.check and stale else 0
 
 
 if __name__ == "__main__":

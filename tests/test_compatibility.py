@@ -1,4 +1,4 @@
-"""The compatibility claims (README, setup.cfg) say what the tox matrix and .ci/run prove."""
+"""The compatibility claims (README, docs, setup.cfg) say what the tox matrix and .ci/run prove."""
 
 from __future__ import annotations
 
@@ -28,13 +28,12 @@ class Sources(NamedTuple):
 
 
 def read_sources() -> Sources:
-    """Read the repository's tox.ini, .ci/run, setup.cfg and README.md."""
-    return Sources(
-        *(
-            (ROOT / name).read_text(encoding="utf-8")
-            for name in ("tox.ini", ".ci/run", "setup.cfg", "README.md")
-        )
+    """Read the repository's tox.ini, .ci/run, setup.cfg, and README.md with docs/compatibility.md."""
+    tox_ini, ci_run, setup_cfg, readme, compatibility = (
+        (ROOT / name).read_text(encoding="utf-8")
+        for name in ("tox.ini", ".ci/run", "setup.cfg", "README.md", "docs/compatibility.md")
     )
+    return Sources(tox_ini, ci_run, setup_cfg, readme + "\n" + compatibility)
 
 
 def _split_top_level(text: str) -> List[str]:
@@ -125,8 +124,8 @@ def ci_envs(ci_run: str) -> List[str]:
 
 
 def readme_compatibility(readme: str) -> str:
-    """The README's "## Compatibility" section, up to the next heading of its level."""
-    match = re.search(r"^## Compatibility\n(.*?)(?=^## |\Z)", readme, flags=re.S | re.M)
+    """The Compatibility page's opening section (docs/compatibility.md), up to its first subheading."""
+    match = re.search(r"^#{1,2} Compatibility\n(.*?)(?=^## |\Z)", readme, flags=re.S | re.M)
     return match.group(1) if match else ""
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from sume_urllib3._demo import SCENARIOS, run
 
 
+@pytest.mark.slow
 def test_the_demo_runs_every_scenario_and_prints_the_counters() -> None:
     """Exit 0; one outcome line per scenario, the give-up names its ids, counters at the end."""
     out = io.StringIO()

@@ -310,6 +310,7 @@ def _slow_retry(seen: Seen, n: int) -> Iterable[Step]:
         yield reply(200, b"{}")
 
 
+@pytest.mark.slow
 def test_2b_a_slow_retry_is_cut_at_the_deadline_not_at_its_read_timeout(server: Any) -> None:
     """timeout (1, 4), max_elapsed=2, the retry's answer takes 5 s: the call ends by 2.5 s."""
     api = server(_slow_retry)
@@ -347,6 +348,7 @@ def unanswered_port() -> Iterator[int]:
     listener.close()
 
 
+@pytest.mark.slow
 def test_2c_connect_timeouts_and_their_retry_end_by_the_deadline(unanswered_port: int) -> None:
     """Connect timeout 1.5 s, max_elapsed=2: the retried connect is cut, the call ends by 2.5 s."""
     session = SumeSession(

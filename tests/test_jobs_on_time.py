@@ -66,6 +66,7 @@ def timed_out(session: SumeSession, clock: Callable[[], float], **wait: Any) -> 
 # -- 1. a wait uses its time: the last poll goes as late as it can --------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("timeout", "interval"), [(1.0, 0.3), (2.0, 0.3), (1.0, 1.0)])
 def test_a_short_wait_on_real_time_ends_at_its_deadline_and_polls_until_then(
     server: JobServer, timeout: float, interval: float
@@ -123,6 +124,7 @@ def test_a_never_finishing_job_times_out_within_the_target_and_never_polls_after
     assert all(gap >= min(0.95 * interval, LAST_POLL_MARGIN) - 1e-9 for gap in gaps)
 
 
+@pytest.mark.slow
 def test_a_slow_server_gets_its_last_poll_earlier_so_it_comes_back_in_time(server: JobServer) -> None:
     """Answers take 0.15 s: the last poll starts twice that before the deadline and comes back by it."""
     server.add("job_1", ["processing"], delay=0.15)

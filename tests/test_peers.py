@@ -102,6 +102,7 @@ def test_the_committed_list_reads_and_gives_every_line_a_reason() -> None:
     assert len(keys) == len(set(keys))
 
 
+@pytest.mark.slow
 def test_an_unlisted_failure_that_passes_when_run_again_alone_is_flaky_not_a_finding(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 import sume_urllib3
 
-#: The names DESIGN.md section 5 ("Public objects") promises at the top level of the package.
+#: The names the package promises at the top level (docs/reference/index.md documents each).
 DESIGN_PUBLIC_NAMES = (
     "wait_seconds",
     "Policy",
@@ -34,7 +34,7 @@ DESIGN_PUBLIC_NAMES = (
     "JobFailed",
     "JobTimeout",
 )
-#: Further names the contract relies on: observers (section 7), the fleet protocol (section 10).
+#: Further names users rely on: the observers (docs/guide/observability.md), the fleet protocol.
 OBSERVABILITY_NAMES = ("RetryBudget", "SumeObserver", "RetryEvent", "SumeMetrics", "LoggingObserver", "Fleet")
 #: Classes whose every constructor parameter must be documented with ``:param name:``.
 DOCUMENTED_CONSTRUCTORS = ("SumeSession", "SumeAdapter", "SumeRetry", "Policy")

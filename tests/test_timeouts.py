@@ -86,7 +86,7 @@ def test_a_decimal_timeout_is_refused_whatever_the_socket_makes_of_it() -> None:
         check_timeout(decimal.Decimal("5"))
 
 
-@pytest.mark.parametrize("timeout", REFUSED, ids=repr)
+@pytest.mark.parametrize("timeout", REFUSED, ids=lambda t: "object()" if type(t) is object else repr(t))
 def test_refuses_what_requests_cannot_send_with(server: FakeSume, timeout: Any) -> None:
     """Everything requests refuses (at once or at the socket) is a ConfigurationError before sending."""
     assert not requests_accepts(server, timeout)

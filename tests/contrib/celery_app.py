@@ -1,14 +1,14 @@
-"""The Celery app a real worker runs in tests/contrib/test_celery.py: the README's tasks, as written.
+"""The Celery app a real worker runs in tests/contrib/test_celery.py: the guide's tasks, as written.
 
-The README's Celery example is executed here as it stands, up to the line that runs a task in
-the example's own process, once per fleet variant (each under its own module name, so each
-variant's tasks have their own names). Two things differ from the README, both set from the
-environment the test gives the worker, after the example has run:
+The Celery example of docs/guide/background.md is executed here as it stands, up to the line
+that runs a task in the example's own process, once per fleet variant (each under its own
+module name, so each variant's tasks have their own names). Two things differ from the guide,
+both set from the environment the test gives the worker, after the example has run:
 
 - the per-call deadline, ``quick``: ``SUME_E2E_DEADLINE`` seconds instead of 10, so a lost
   answer costs a test seconds, not minutes;
 - the session's fleet in the ``nofleet`` (``fleet=None``) and ``local`` (``SumeSession()``'s
-  default, a ``LocalFleet`` per process) variants; ``readme`` keeps the README's
+  default, a ``LocalFleet`` per process) variants; ``readme`` keeps the guide's
   ``RedisFleet`` on the broker's Redis.
 
 The broker, result backend, API key and base URL come from the usual variables
@@ -26,8 +26,8 @@ from celery import Celery
 
 from sume_urllib3 import SumeSession
 
-README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
-#: The README example's line that runs a task in its own process: the worker stops before it.
+GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "background.md"
+#: The guide example's line that runs a task in its own process: the worker stops before it.
 RUN_HERE = "# Here the task runs in this process"
 VARIANTS = ("readme", "local", "nofleet")
 
@@ -43,14 +43,14 @@ app.conf.update(
 
 
 def readme_tasks() -> str:
-    """The README's Celery example, up to the line that runs a task in place."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    """The guide's Celery example, up to the line that runs a task in place."""
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S)
     found = [block for block in blocks if "sume_urllib3.contrib.celery" in block]
     if len(found) != 1:
-        raise RuntimeError(f"README.md: expected one Celery example, found {len(found)}")
+        raise RuntimeError(f"{GUIDE.name}: expected one Celery example, found {len(found)}")
     source = found[0]
     if RUN_HERE not in source:
-        raise RuntimeError(f"README.md: the Celery example has no line {RUN_HERE!r}")
+        raise RuntimeError(f"{GUIDE.name}: the Celery example has no line {RUN_HERE!r}")
     return source[: source.index(RUN_HERE)]
 
 
@@ -59,9 +59,9 @@ def _session(variant: str) -> SumeSession:
 
 
 def load(variant: str) -> Dict[str, Any]:
-    """Run the README's example as the module ``e2e_<variant>``; its tasks register on ``app``."""
+    """Run the guide's example as the module ``e2e_<variant>``; its tasks register on ``app``."""
     namespace: Dict[str, Any] = {"__name__": f"e2e_{variant}"}
-    exec(compile(readme_tasks(), str(README), "exec"), namespace)
+    exec(compile(readme_tasks(), str(GUIDE), "exec"), namespace)
     deadline = float(os.environ.get("SUME_E2E_DEADLINE", "10"))
     if variant != "readme":
         namespace["session"] = _session(variant)

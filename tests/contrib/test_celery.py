@@ -1,4 +1,4 @@
-"""The README's Celery tasks on a real worker: every task succeeds, no job runs twice.
+"""The Celery guide's tasks on a real worker: every task succeeds, no job runs twice.
 
 A real ``celery worker`` (prefork, 4 processes) consumes from a real redis-server (the
 broker and the JSON result backend) and posts to an independent loopback server
@@ -6,10 +6,10 @@ broker and the JSON result backend) and posts to an independent loopback server
 Idempotency-Key, and (in all but the quota-only scenario) loses, slows or drops the first
 answer of every job. Each batch prints what it took against the quota's ideal (the fewest
 calls the quota must admit, at 5/s); with ``SUME_E2E_TASKS`` of 50 or more (100:
-``SUME_E2E_TASKS=100 pytest -s tests/contrib/test_celery.py``) the README's tasks must also
-end within 1.5x of it. The tasks are the README's, executed from README.md itself
+``SUME_E2E_TASKS=100 pytest -s tests/contrib/test_celery.py``) the guide's tasks must also
+end within 1.5x of it. The tasks are the guide's, executed from docs/guide/background.md itself
 (tests/contrib/celery_app.py), with a 1.5 s per-call deadline instead of 10 s; their
-``RedisFleet`` lives on the broker's Redis, as the README has it.
+``RedisFleet`` lives on the broker's Redis, as the guide has it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ CONCURRENCY = 4
 #: Longest a run of TASKS may take before the test calls it stuck (12 tasks take ~10-25 s);
 #: at least 90 s, and 7.5x the quota's ideal with lost answers (300 s for 100 tasks).
 PATIENCE = float(os.environ.get("SUME_E2E_PATIENCE", max(90.0, 7.5 * 2 * TASKS / RATE)))
-#: The README pattern's time target, checked on batches big enough for it to mean anything
+#: The guide pattern's time target, checked on batches big enough for it to mean anything
 #: (a batch of 12 is over in a couple of its ideal seconds, most of them start-up).
 ON_TIME, ON_TIME_FROM = 1.5, 50
 
@@ -226,7 +226,7 @@ def test_readme_task_with_the_fleet_off(stack: Tuple[Any, SubmitServer]) -> None
 
 def test_the_default_fleet_paces_each_process_apart(stack: Tuple[Any, SubmitServer]) -> None:
     """SumeSession()'s default: a LocalFleet per worker process. Still 100% and exactly once,
-    but each process learns the quota alone and their requests collide (the README says so)."""
+    but each process learns the quota alone and their requests collide (the guide says so)."""
     run = run_batch(stack, "e2e_local.create_avatar", faults=False)
     report("SumeSession() (a LocalFleet per process), retry_later, quota only", run)
 
@@ -236,7 +236,7 @@ def test_the_default_fleet_paces_each_process_apart(stack: Tuple[Any, SubmitServ
 def test_readme_task_under_quota_pressure(stack: Tuple[Any, SubmitServer]) -> None:
     """Every answer arrives, but TASKS at once against a 5/s quota: 100% succeed, 0 run twice.
 
-    Last of the README's batches: its RedisFleet keeps the pace learned from the batches
+    Last of the guide's batches: its RedisFleet keeps the pace learned from the batches
     before (as a deployed worker would), and a pace learned from this batch's 429s would
     slow lossy batches after it.
     """

@@ -113,6 +113,7 @@ def test_with_the_plugin_no_test_inherits_anything(leaky: pathlib.Path) -> None:
     assert {"PASSED"} == set(passed.values()), result.stdout
 
 
+@pytest.mark.slow
 def test_without_the_autouse_fixture_the_same_tests_leak(leaky: pathlib.Path) -> None:
     """The control: the same fixtures, imported without the plugin, and state leaks."""
     (leaky / "conftest.py").write_text(

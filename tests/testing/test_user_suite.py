@@ -67,9 +67,9 @@ def node_ids(suite: pathlib.Path) -> List[str]:
 
 ORDERS = [
     "as written",
-    "reversed",
-    "shuffled 1",
-    "shuffled 2",
+    pytest.param("reversed", marks=pytest.mark.slow),
+    pytest.param("shuffled 1", marks=pytest.mark.slow),
+    pytest.param("shuffled 2", marks=pytest.mark.slow),
     pytest.param("shuffled 3", marks=pytest.mark.slow),
     pytest.param("shuffled 4", marks=pytest.mark.slow),
 ]
