@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from sume_urllib3 import ConfigurationError
+from sume_urllib3 import ConfigurationError, RetryBudget
 from sume_urllib3._fleet import GRANT_NOW, Grant, LocalFleet, fleet_key, parse_rate
 
 from .conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
@@ -285,6 +285,24 @@ def test_pickle_keeps_configuration_not_state() -> None:
     assert copy.acquire(KEY, time_left=1).wait == 0.0
     assert pickle.loads(pickle.dumps(LocalFleet.default())) is LocalFleet.default()
     assert pickle.loads(pickle.dumps(LocalFleet())).rate is None
+
+
+def test_a_retry_budget_holds_error_retries_per_key_and_survives_pickling() -> None:
+    """retry_budget: once the floor (2 units here) is spent an error retry waits for room, one
+    past its deadline is refused, each key has its own counts, and a pickled fleet keeps the
+    rule (not the counts); anything but a RetryBudget is refused by name."""
+    fleet, _ = make(retry_budget=RetryBudget(ratio=0, window=10, min_per_second=0.2))
+    assert [fleet.acquire(KEY, time_left=60, retry="error").wait for _ in range(2)] == [0.0, 0.0]
+    held = fleet.acquire(KEY, time_left=60, retry="error")
+    assert (held.refused, held.wait) == (None, pytest.approx(10 * math.log(2), abs=1e-6))
+    refused = fleet.acquire(KEY, time_left=1.0, retry="error")
+    assert "retry budget" in (refused.refused or "")
+    assert fleet.acquire("k" + "1" * 16, time_left=60, retry="error").wait == 0.0
+    copy = pickle.loads(pickle.dumps(fleet))
+    assert [copy.acquire(KEY, time_left=60, retry="error").wait for _ in range(3)][1:] == [
+        0.0, pytest.approx(10 * math.log(2), abs=1e-3)]  # on the real clock: a little has passed
+    with pytest.raises(ConfigurationError, match="retry_budget"):
+        LocalFleet(retry_budget=0.2)  # type: ignore[arg-type]
 
 
 def test_repr_and_stats_name_no_key() -> None:
