@@ -609,7 +609,7 @@ def test_the_table_covers_every_rule() -> None:
     assert len(SCENARIOS) >= 40
     names = " ".join(SCENARIOS)
     for needle in ("lone", "configured", "Retry-After", "cooldown", "RateLimit-Policy", "budget", "Reset",
-                   "X-RateLimit", "slow start", "429", "dead", "deadline", "row:"):
+                   "X-RateLimit", "slow start", "429", "dead", "deadline", "retry budget", "row:"):
         assert needle in names, needle
 
 
