@@ -661,3 +661,25 @@ def test_an_open_key_answers_at_once_in_a_child_forked_from_c() -> None:
     for _ in range(63):
         once(fleet, KEY)
     assert in_a_child_forked_from_c(lambda: repr(first(fleet) is GRANT_NOW)) == "True"
+
+
+def test_threads_making_room_at_once_stay_bounded_and_never_fail(caplog: pytest.LogCaptureFixture) -> None:
+    """Eight threads sending 2,000 new keys each past max_keys=100: every acquire is paced (none
+    falls back to unpaced after an internal error) and the fleet ends within its bound."""
+    clock = VirtualTime(now=5000.0)
+    fleet = LocalFleet(clock=clock, rng=lambda: 0.5, max_keys=100)
+
+    def work(offset: int) -> None:
+        for n in range(2_000):
+            kid = tenant(offset * 10_000 + n)
+            fleet.release(kid, fleet.acquire(kid, time_left=30.0), 200, {})
+
+    with caplog.at_level(logging.DEBUG, logger="sume_urllib3"):
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]
+    once(fleet, KEY)  # a thread that found another sweeping went on; the next new key sweeps
+    assert fleet.entries <= 100
