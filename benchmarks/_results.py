@@ -1,15 +1,15 @@
 """Machine-readable benchmark results: ``benchmarks/results/<name>.json``, stamped.
 
-Every figure the README states comes from one of these files (``benchmarks/render.py``
-writes the README's marked blocks from them, and ``tests/test_readme_figures.py`` fails
+Every figure the docs state comes from one of these files (``benchmarks/render.py``
+writes the pages' marked blocks from them, and ``tests/test_docs_figures.py`` fails
 when a block no longer matches). A file holds two things:
 
 - ``stamp``: the command line that produced it, the Python, urllib3 and requests versions,
   the sume-urllib3 commit (and whether its package or benchmark code had local edits), the
   machine and the date;
 - ``figures``: what the benchmark measured, as plain JSON. Floats are kept to 4 significant
-  digits (what these runs can tell apart, and a file that stays readable); how the README
-  rounds them is ``render.py``'s business.
+  digits (what these runs can tell apart, and a file that stays readable); how the docs
+  round them is ``render.py``'s business.
 
 A benchmark writes its file only when asked (``--write``), and only for its full, default run
 (``refuse_partial``), so a smoke run never replaces committed figures.
@@ -34,7 +34,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
 def command_line(argv: Optional[Sequence[str]] = None) -> str:
-    """The command as a user types it from the project root: ``python benchmarks/x.py --write``."""
+    """The command as a user types it from the project root: ``python benchmarks/<name>.py --write``."""
     args = list(sys.argv if argv is None else argv)
     script = os.path.basename(args[0]) if args else "?"
     return " ".join(["python", "benchmarks/" + script, *args[1:]])

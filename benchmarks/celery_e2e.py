@@ -1,4 +1,4 @@
-"""The README's Celery task at size: tests/contrib/test_celery.py with 100 tasks per batch.
+"""The Celery guide's task at size: tests/contrib/test_celery.py with 100 tasks per batch.
 
     python benchmarks/celery_e2e.py [--tasks 100] [--write]
 
@@ -6,15 +6,15 @@ Runs the project's own end-to-end test twice, each time on a fresh real prefork 
 processes, Redis broker and JSON backend) and a fresh 5/s quota server (burst 1, whole-second
 ``Retry-After``), with ``SUME_E2E_TASKS`` tasks per batch:
 
-- the whole file: every batch in order on one worker, so the README's ``RedisFleet`` carries
+- the whole file: every batch in order on one worker, so the guide's ``RedisFleet`` carries
   the pace it learned from batch to batch, as a deployed worker does;
 - ``-k "under_quota_pressure or paces_each_process"``: the quota-only batches, where the
-  README's pace starts fresh.
+  guide's pace starts fresh.
 
 The test asserts what it always does (every task succeeds, no job runs twice, no keyless
-POST) and, from 50 tasks, that the README's task ends within 1.5x of the quota's ideal; each
+POST) and, from 50 tasks, that the guide's task ends within 1.5x of the quota's ideal; each
 batch reports here through ``SUME_E2E_RESULTS``. Needs the celery extra and redis-server.
-``--write`` records ``benchmarks/results/celery_e2e.json`` (the README's "Measured" table).
+``--write`` records ``benchmarks/results/celery_e2e.json`` (the Celery table of docs/measured.md).
 """
 
 from __future__ import annotations

@@ -387,7 +387,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _shown_setting(scenario: str) -> Optional[Dict[str, Any]]:
-    """The FLEET setting as the README shows it (a placeholder URL: the port changes every run)."""
+    """The FLEET setting as the docs show it (a placeholder URL: the port changes every run)."""
     return fleet_setting(scenario, "redis://127.0.0.1:<port>/0")
 
 

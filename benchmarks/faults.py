@@ -1,7 +1,7 @@
 """Run the fault-injection suite (tests/test_faults.py) and count what it tried.
 
-The README's Reliability section states how many fault cases run on real loopback sockets
-and how they ended. This runs that suite with pytest in this process, counts every case by
+The docs' Measured page (docs/measured.md) states how many fault cases run on real loopback
+sockets and how they ended. This runs that suite with pytest in this process, counts every case by
 outcome and by scenario (test function), and with ``--write`` records the counts in
 ``benchmarks/results/faults.json``. Exits non-zero when a case fails: a count of cases that
 did not pass is not a claim to print.

@@ -32,7 +32,7 @@ One retry end to end: a GET that meets one 503 then a 200 (``/flaky/...``), stoc
 on an ``HTTPAdapter`` against ``SumeSession``, neither sleeping, interleaved per request.
 
 Run ``python benchmarks/retry_bench.py`` (about 2 minutes; ``--write`` also writes
-``benchmarks/results/retry.json``, which the README's Performance table is rendered from),
+``benchmarks/results/retry.json``, which docs/measured.md's Performance table is rendered from),
 ``--quick`` for a smoke run, ``--profile sume-get`` to see where one variant's time goes.
 """
 

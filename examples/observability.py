@@ -29,7 +29,7 @@ tracer = trace.get_tracer("examples.observability")
 
 
 def setup(base_url: str) -> None:
-    """Tracing on (the three lines from the README), then Django with SUME["OBSERVERS"]."""
+    """Tracing on (the three lines from docs/guide/observability.md), then Django with SUME["OBSERVERS"]."""
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))
     trace.set_tracer_provider(provider)

@@ -201,7 +201,7 @@ class _Key:
 class LocalFleet:
     """Paces the requests of one process per key, shared by every thread and session.
 
-    The rules are :mod:`sume_urllib3._pacing`'s (README "Pacing"): a ``Retry-After`` cooldown
+    The rules are :mod:`sume_urllib3._pacing`'s (docs/how-it-works.md): a ``Retry-After`` cooldown
     that holds every request of the key and releases them spread out; a configured ``rate``
     (``"10/min"``, ``"20/s"``, ``"100/h"``, or requests per second as a number) with ``burst``
     turns at once, which headers never change and only 429s slow; the pace a server states

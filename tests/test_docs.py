@@ -36,6 +36,10 @@ CITED = re.compile(
     r"(?<![\w./-])((?:sume_urllib3|tests|benchmarks|docs|examples|\.ci)/[\w./-]*\w"
     r"|[A-Z]+\.md|setup\.cfg|tox\.ini|pyproject\.toml|mkdocs\.yml)"
 )
+#: A cited file in source code: a path with an extension (a folder may be named loosely).
+CITED_FILE = re.compile(r"\.(?:py|lua|md|txt|cfg|ini|toml|yml|yaml)$")
+#: Sources that cite files of other projects (the peers' own test suites) or generated ones.
+CITES_OTHERS = ("benchmarks/peers.py", "benchmarks/peers-expected.txt")
 
 
 def public_names(module: str) -> List[str]:
@@ -93,14 +97,18 @@ def test_nothing_cites_a_file_the_repository_does_not_contain() -> None:
     outside = ("DESIGN" + ".md", "../" + "shared")
     cited: List[str] = []
     sources = [README, ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *sorted(DOCS.rglob("*.md"))]
-    for folder in ("sume_urllib3", "tests", "benchmarks"):
+    for folder in ("sume_urllib3", "tests", "benchmarks", "examples"):
         sources += [p for p in sorted((ROOT / folder).rglob("*")) if p.suffix in (".py", ".lua", ".md")]
     for source in sources:
         text = source.read_text(encoding="utf-8")
         name = source.relative_to(ROOT)
         cited += [f"{name}: {word}" for word in outside if word in text]
-        if source.suffix == ".md" and source.name != "CHANGELOG.md":  # the changelog keeps history's names
-            for path in CITED.findall(text):
-                if not (ROOT / path).exists() and not path.startswith("benchmarks/results/"):
-                    cited.append(f"{name}: {path}")
+        if source.name == "CHANGELOG.md" or name.as_posix() in CITES_OTHERS:  # history's names; peers'
+            continue
+        for path in CITED.findall(text):
+            generated = path.startswith("benchmarks/results/")
+            if source.suffix != ".md" and not CITED_FILE.search(path):
+                continue
+            if not generated and not (ROOT / path).exists():
+                cited.append(f"{name}: {path}")
     assert not cited, "cited but not in the repository:\n" + "\n".join(cited)

@@ -254,7 +254,7 @@ def test_a_session_without_per_call_policies_still_waits_out_the_cooldown(
     ids=["Timeout(connect,read)", "Timeout(total)", "Timeout(connect)", "(2, None)", "4", "None"],
 )
 def test_wait_works_with_every_session_timeout_form(server: JobServer, session_timeout: Any) -> None:
-    """Issue: a urllib3.Timeout (which the README documents) made wait() raise TypeError."""
+    """Issue: a urllib3.Timeout (which docs/guide/timeouts.md documents) made wait() raise TypeError."""
     server.add("job_1", ["processing", "completed"])
     with SumeSession(API_KEY, base_url=server.url, timeout=session_timeout, rng=LOWEST) as session:
         job = session.jobs.wait("job_1", interval=0.05)

@@ -2,8 +2,8 @@
 
 One test per incompatibility that urllib3's own suite found with ``Retry`` swapped for
 ``SumeRetry``, and per regression requests' own suite found with ``SumeSession``. The
-differences the policy makes on purpose are listed in the README ("Differences from
-urllib3's Retry") and in ``benchmarks/peers-expected.txt``; ``benchmarks/peers.py`` runs
+differences the policy makes on purpose are listed in docs/compatibility.md ("Differences
+from urllib3's Retry") and in ``benchmarks/peers-expected.txt``; ``benchmarks/peers.py`` runs
 both suites.
 """
 

@@ -8,7 +8,7 @@ from django.core import checks
 
 from . import conf
 
-#: What each check id means (the README's table comes from here).
+#: What each check id means (the table in docs/guide/django.md comes from here).
 CHECK_IDS = {
     "sume_urllib3.E001": "SUME is not a dict",
     "sume_urllib3.E002": "SUME has an unknown key (probably a typo)",

@@ -123,7 +123,7 @@ def test_the_observers_see_every_threads_requests(fake: FakeSume, dj_settings: A
 
 
 def test_prometheus_by_dotted_path(fake: FakeSume, dj_settings: Any) -> None:
-    """The README's example: PrometheusObserver named by path counts requests on its registry."""
+    """The Django guide's example: PrometheusObserver named by path counts requests on its registry."""
     prometheus_client = pytest.importorskip("prometheus_client")
     fake.script("GET", "/v1/me", 503, 200)
     dj_settings.SUME = sume(
