@@ -15,8 +15,7 @@ import redis
 
 from sume_urllib3 import _fleet, _pacing
 from sume_urllib3.contrib.redis import _scripts
-
-from .redis_server import RedisServer
+from sume_urllib3.testing._redis_server import RedisServer
 
 LUA = Path(_scripts.__file__).parent
 SCRIPTS = sorted(LUA.glob("*.lua"))

@@ -20,8 +20,7 @@ import pytest
 
 from sume_urllib3 import LocalFleet, RetryBudget
 from sume_urllib3._fleet import Fleet, Grant
-
-from .redis_server import RedisServer
+from sume_urllib3.testing._redis_server import RedisServer
 
 KEY = "k0123456789abcdef"
 

@@ -23,9 +23,9 @@ from sume_urllib3._fleet import GRANT_NOW, Grant, fleet_key
 from sume_urllib3._keyid import origin_name
 from sume_urllib3._pacing import Turn
 from sume_urllib3.contrib.redis import RedisFleet
+from sume_urllib3.testing._redis_server import RedisServer
 
 from ..conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
-from .redis_server import RedisServer
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 KID = fleet_key(API_KEY)

@@ -1,4 +1,8 @@
-"""A real redis-server on a free loopback port, for the Redis fleet tests and benchmark."""
+"""A real redis-server on a free loopback port: the one the Redis tests and the benchmarks start.
+
+Private to the project (not in ``sume_urllib3.testing.__all__``): ``tests/`` and ``benchmarks/``
+both import it from here, so neither imports the other.
+"""
 
 from __future__ import annotations
 
