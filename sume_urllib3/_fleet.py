@@ -93,7 +93,7 @@ _UNITS = {
     "day": 86400.0,
 }
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*/\s*([a-z]+)\s*$")
-_UNIT_NAMES = "s, sec, second, m, min, minute, h, hr, hour, d, day (the words also plural)"
+_UNIT_NAMES = "s, sec, second, m, min, minute, h, hr, hour, d or day (the words also plural)"
 
 
 def fleet_key(api_key: Union[str, bytes, None], origin: str = "") -> str:
@@ -254,7 +254,7 @@ class LocalFleet:
     ) -> None:
         self._rate_config = rate
         self._rate = parse_rate(rate)
-        self._burst = _check_int(burst, "burst", 1, _MAX_BURST) if burst is not None else 1
+        self._burst = check_burst(burst) if burst is not None else 1
         if burst is not None and self._rate is None:
             raise ConfigurationError("burst needs a rate: LocalFleet(rate='10/min', burst=5)")
         self._window = _check_int(initial_window, "initial_window", 1, 10_000)
@@ -773,7 +773,8 @@ def parse_rate(rate: Rate) -> Optional[float]:
         if unit is None:
             unknown = match.group(2)[:20]
             raise ConfigurationError(
-                f"rate has an unknown unit {unknown!r} in {rate[:40]!r}; the units are {_UNIT_NAMES}"
+                f"rate must be a number per one of {_UNIT_NAMES}; {unknown!r} is not a unit "
+                f"(got {rate[:40]!r})"
             )
         value = float(match.group(1)) / unit
     else:
@@ -820,6 +821,28 @@ def check_seconds_between(value: Any, name: str, low: float, high: float) -> flo
     if not (math.isfinite(value) and low <= value <= high):
         raise ConfigurationError(f"{name} must be between {low:g} and {high:g} seconds, got {value!r}")
     return float(value)
+
+
+#: RedisFleet's ``prefix``: Redis key text without braces (the cluster hash tag is the fleet's).
+#: Here rather than in contrib.redis, as REDIS_TIMEOUT, so Django's check reads them without redis.
+REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+#: RedisFleet's ``timeout`` (seconds): below a millisecond no Redis answers in time.
+REDIS_TIMEOUT = (0.001, 60.0)
+
+
+def check_burst(value: Any, name: str = "burst") -> int:
+    """A burst both fleets can use: an int from 1 to 1,000,000."""
+    return _check_int(value, name, 1, _MAX_BURST)
+
+
+def check_prefix(value: Any, name: str = "prefix") -> str:
+    """A RedisFleet key prefix (see REDIS_PREFIX)."""
+    if not isinstance(value, str) or not REDIS_PREFIX.match(value):
+        shown = repr(value[:70]) if isinstance(value, str) else type(value).__name__
+        raise ConfigurationError(
+            f"{name} must be 1-64 characters of letters, digits and _.:- (no braces), got {shown}"
+        )
+    return value
 
 
 def check_clock(clock: Any, name: str) -> None:

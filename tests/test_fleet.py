@@ -398,15 +398,15 @@ def test_bad_configuration_names_the_field(kwargs: Dict[str, Any], field: str) -
     """Bad values raise ConfigurationError naming the field and what it accepts."""
     with pytest.raises(ConfigurationError, match=field) as raised:
         LocalFleet(**kwargs)
-    assert any(word in str(raised.value) for word in ("must", "needs", "units are"))
+    assert any(word in str(raised.value) for word in ("must", "needs"))
 
 
 def test_an_unknown_rate_unit_is_refused_listing_the_units() -> None:
     """'10/ms' was read as 10 per minute: a unit the fleet does not know is refused, units listed."""
     with pytest.raises(ConfigurationError) as raised:
         LocalFleet(rate="10/ms")
-    assert "unknown unit 'ms'" in str(raised.value)
-    assert "s, sec, second, m, min, minute, h, hr, hour, d, day" in str(raised.value)
+    assert "'ms' is not a unit" in str(raised.value)
+    assert "s, sec, second, m, min, minute, h, hr, hour, d or day" in str(raised.value)
     assert parse_rate("10/mins") == parse_rate("10/min") == parse_rate("10/m")
     assert parse_rate("3/hrs") == parse_rate("3/hours") == parse_rate("3/h")
 

@@ -15,12 +15,11 @@ thread's session; a changed setting builds it again.
 from __future__ import annotations
 
 import importlib
-import math
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..._errors import ConfigurationError
-from ..._fleet import parse_rate
+from ..._fleet import REDIS_TIMEOUT, check_burst, check_prefix, check_seconds_between, parse_rate
 
 #: The keys ``SUME["FLEET"]`` may have.
 FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "RATE", "BURST", "PREFIX", "TIMEOUT")
@@ -60,10 +59,7 @@ def fleet_arguments(value: Any) -> Dict[str, Any]:
     if value.get("BURST") is not None:
         arguments["burst"] = _check_burst(value["BURST"])
     if "PREFIX" in value:
-        prefix = value["PREFIX"]
-        if not isinstance(prefix, str) or not prefix or any(ch.isspace() for ch in prefix):
-            raise ConfigurationError(f"PREFIX must be a non-empty str without spaces, got {_name(prefix)}")
-        arguments["prefix"] = prefix
+        arguments["prefix"] = check_prefix(value["PREFIX"], "PREFIX")
     if "TIMEOUT" in value:
         arguments["timeout"] = _check_timeout(value["TIMEOUT"])
     return arguments
@@ -129,23 +125,9 @@ def _check_rate(rate: Any) -> Any:
 
 
 def _check_burst(burst: Any) -> int:
-    if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
-        raise ConfigurationError(f"BURST must be an int >= 1, got {burst!r}")
-    return burst
+    # The fleets' own checks (as for RATE): what manage.py check passes, the fleet accepts.
+    return check_burst(burst, "BURST")
 
 
 def _check_timeout(timeout: Any) -> float:
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise ConfigurationError(
-            f"TIMEOUT must be seconds > 0 (how long a request may wait on Redis), got {timeout!r}"
-        )
-    return float(timeout)
-
-
-def _name(value: Any) -> str:
-    return repr(value) if isinstance(value, (str, int, float)) or value is None else type(value).__name__
+    return check_seconds_between(timeout, "TIMEOUT", *REDIS_TIMEOUT)

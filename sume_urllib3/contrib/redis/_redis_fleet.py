@@ -22,12 +22,15 @@ from ..._budget import RetryBudget
 from ..._checks import check_rng
 from ..._errors import ConfigurationError
 from ..._fleet import (
+    REDIS_TIMEOUT,
     Fleet,
     Grant,
     Lesson,
     LocalFleet,
     budget_refused,
+    check_burst,
     check_clock,
+    check_prefix,
     check_seconds_between,
     fleet_key,
     interval_us,
@@ -41,11 +44,9 @@ from ._scripts import AGAIN, NO_BUDGET, REFUSED, SOURCES, micros
 log = logging.getLogger("sume_urllib3")
 
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
-_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _DEFAULT_BUDGET = RetryBudget()
 _PLAIN = (str, bytes, int, float, bool)
 _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
-_MAX_BURST = 1_000_000  # as LocalFleet's
 _MAX_WINDOW = 10_000  # as LocalFleet's
 _MAX_TTL = 1e9
 _MAX_BACKOFF = 86_400.0  # a day: past that, an outage would never be retried in a process's life
@@ -128,9 +129,8 @@ class RedisFleet:
         }
         self._interval, self._burst = _pace(rate, burst)
         self._config_interval = interval_us(1.0 / self._interval) if self._interval > 0 else 0
-        self._prefix = _check_prefix(prefix)
-        # Below a millisecond no Redis answers in time: every call would fall back.
-        self._timeout = check_seconds_between(timeout, "timeout", 0.001, 60.0)
+        self._prefix = check_prefix(prefix)
+        self._timeout = check_seconds_between(timeout, "timeout", *REDIS_TIMEOUT)
         self._initial_window = _count(initial_window, "initial_window", high=_MAX_WINDOW)
         if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
             raise ConfigurationError(
@@ -500,21 +500,13 @@ def _pace(rate: Union[str, float, None], burst: Optional[int]) -> Tuple[float, i
         if burst is not None:
             raise ConfigurationError("burst needs a rate: RedisFleet(url, rate='10/min', burst=5)")
         return 0.0, 1
-    return 1.0 / per_second, 1 if burst is None else _count(burst, "burst")
+    return 1.0 / per_second, 1 if burst is None else check_burst(burst)
 
 
-def _count(value: Any, name: str, high: int = _MAX_BURST) -> int:
+def _count(value: Any, name: str, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
         raise ConfigurationError(f"{name} must be an integer between 1 and {high}, got {value!r}")
     return value
-
-
-def _check_prefix(prefix: Any) -> str:
-    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
-        raise ConfigurationError(
-            f"prefix must be 1-64 characters of letters, digits and _.:- (no braces), got {prefix!r}"
-        )
-    return prefix
 
 
 # -- helpers ------------------------------------------------------------------------------
