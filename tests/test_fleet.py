@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from sume_urllib3 import ConfigurationError, RetryBudget
-from sume_urllib3._fleet import GRANT_NOW, Grant, LocalFleet, fleet_key, parse_rate
+from sume_urllib3 import ConfigurationError, RetryBudget, SumeAdapter
+from sume_urllib3._fleet import GRANT_NOW, MAX_COOLDOWN, Grant, LocalFleet, fleet_key, parse_rate
 
 from .conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
 
@@ -683,3 +683,43 @@ def test_threads_making_room_at_once_stay_bounded_and_never_fail(caplog: pytest.
     assert not [r for r in caplog.records if "failed" in r.getMessage()]
     once(fleet, KEY)  # a thread that found another sweeping went on; the next new key sweeps
     assert fleet.entries <= 100
+
+
+# -- cooldowns and stale paces, and whose clock a fleet follows ----------------------
+
+
+def test_an_absurd_retry_after_holds_the_key_no_longer_than_max_cooldown() -> None:
+    """Retry-After: 99999999999 starts a cooldown of MAX_COOLDOWN, not of three thousand years."""
+    now = [1000.0]
+    fleet = LocalFleet(clock=lambda: now[0])
+    grant = fleet.acquire("k1", time_left=60.0)
+    fleet.release("k1", grant, 503, {"Retry-After": "99999999999"})
+
+    later = fleet.acquire("k1", time_left=10 * MAX_COOLDOWN)
+
+    assert later.refused is None
+    assert MAX_COOLDOWN <= later.wait <= 2 * MAX_COOLDOWN
+
+
+def test_an_open_key_throttled_once_is_not_held_to_a_stale_pace() -> None:
+    """One 429 after an hour of open traffic does not turn 10/s into one request a minute."""
+    now = [0.0]
+    fleet = LocalFleet(clock=lambda: now[0])
+    for _ in range(80):  # slow start opens the key
+        grant = fleet.acquire("k1", time_left=60.0)
+        now[0] += 0.01
+        fleet.release("k1", grant, 200, {})
+    for _ in range(36_000):  # an hour at 10/s on the lock-free path
+        now[0] += 0.1
+        fleet.release("k1", fleet.acquire("k1", time_left=60.0), 200, {})
+
+    fleet.release("k1", fleet.acquire("k1", time_left=60.0), 429, {})
+
+    assert fleet.pace("k1") is None or fleet.pace("k1") > 1.0  # type: ignore[operator]
+    assert fleet.acquire("k1", time_left=30.0).refused is None
+
+
+def test_an_adapter_with_an_injected_clock_paces_on_that_clock() -> None:
+    """SumeAdapter(clock=...) gets a fleet of its own, as SumeSession does, not the real-time one."""
+    assert SumeAdapter(clock=lambda: 0.0).fleet is not LocalFleet.default()
+    assert SumeAdapter().fleet is LocalFleet.default()

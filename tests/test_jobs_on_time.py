@@ -18,6 +18,7 @@ from urllib3.util.timeout import Timeout
 
 from sume_urllib3 import (
     Grant,
+    Job,
     JobError,
     JobFailed,
     JobNotCompleted,
@@ -27,6 +28,7 @@ from sume_urllib3 import (
     SumeSession,
 )
 from sume_urllib3._job_schedule import LAST_POLL_MARGIN
+from sume_urllib3.testing import FakeSume, Reply
 
 from .conftest import API_KEY, VirtualTime
 from .job_server import JobServer
@@ -343,3 +345,21 @@ def test_cancel_stops_a_running_job_and_a_second_cancel_returns_it_canceled(serv
         again = session.jobs.cancel("job_1")
 
     assert ("canceled", "canceled") == (first.status, again.status)
+
+
+def test_a_job_wait_the_fleet_cannot_serve_in_time_is_a_job_timeout(
+    fake: FakeSume, vtime: VirtualTime
+) -> None:
+    """A cooldown past the wait's deadline ends the wait with JobTimeout and the last job seen."""
+    fake.script("GET", "/v1/other", Reply.error(429, retry_after="120"))
+    session = SumeSession(
+        API_KEY, base_url=fake.url + "/v1", sleep=vtime.sleep, clock=vtime.clock, rng=random.Random(3),
+        raise_on_give_up=False, policy=Policy(max_elapsed=30),
+    )
+    session.get("/other")
+
+    with pytest.raises(JobTimeout) as info:
+        session.jobs.wait(Job("job_1", "processing"), timeout=30)
+
+    assert ("job_1", "processing") == (info.value.job.id, info.value.job.status)
+    assert [] == fake.requests_for("GET", "/v1/jobs/job_1/status")

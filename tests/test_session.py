@@ -13,6 +13,7 @@ import requests
 
 from sume_urllib3 import (
     ConfigurationError,
+    LocalFleet,
     Outcome,
     Policy,
     RetryBudget,
@@ -21,6 +22,7 @@ from sume_urllib3 import (
     SumeRetry,
     SumeRetryError,
     SumeSession,
+    sume_record,
 )
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
@@ -604,3 +606,101 @@ def test_a_key_given_as_auth_header_is_not_echoed() -> None:
         SumeSession("k", auth_header="Bearer " + API_KEY)
 
     assert API_KEY not in str(info.value)
+
+
+# -- other origins: no key, no pacing, the caller's own Authorization -------------------
+
+
+@pytest.fixture
+def storage() -> Iterator[FakeSume]:
+    """A second host, as the storage behind a presigned upload URL."""
+    with FakeSume() as server:
+        yield server
+
+
+def test_another_hosts_retry_after_does_not_hold_the_api_key(
+    fake: FakeSume, storage: FakeSume, make_session: MakeSession
+) -> None:
+    """A storage upload answered 503 Retry-After: 60 starts no cooldown for the API's key."""
+    storage.script("PUT", "/bucket/obj", Reply.error(503, retry_after="60"))
+    fake.script("GET", "/v1/jobs/1", Reply(200, json={"id": "job_1"}))
+    session = make_session(raise_on_give_up=False, policy=Policy(max_elapsed=30))
+
+    session.put(storage.url + "/bucket/obj", data=b"x")
+    response = session.get("/jobs/1")
+
+    assert (200, 0.0) == (response.status_code, response.sume.paced)
+    assert 1 == len(fake.requests)
+
+
+def test_a_session_header_authorization_never_goes_to_another_origin(
+    fake: FakeSume, storage: FakeSume, vtime: VirtualTime
+) -> None:
+    """session.headers["Authorization"] is the key given another way: stripped for other hosts."""
+    storage.script("PUT", "/bucket/obj", Reply(200, json={}))
+    session = SumeSession(base_url=fake.url + "/v1", sleep=vtime.sleep, clock=vtime.clock)
+    session.headers["Authorization"] = "Bearer " + API_KEY
+
+    session.put(storage.url + "/bucket/obj", data=b"x")
+
+    assert storage.requests[0].headers.get("Authorization") is None
+
+
+def test_an_authorization_of_the_call_itself_still_goes_to_another_origin(
+    storage: FakeSume, make_session: MakeSession
+) -> None:
+    """A header the call sets for that other host (its own credentials) is kept."""
+    storage.script("PUT", "/bucket/obj", Reply(200, json={}))
+    session = make_session()
+
+    session.put(storage.url + "/bucket/obj", data=b"x", headers={"Authorization": "Basic c3RvcmFnZQ=="})
+
+    assert "Basic c3RvcmFnZQ==" == storage.requests[0].headers.get("Authorization")
+
+
+def test_a_redirect_loop_is_not_counted_ok(fake: FakeSume, make_session: MakeSession) -> None:
+    """TooManyRedirects after 302 hops carries a record that is not ok, and metrics agree."""
+    fake.script("GET", "/v1/loop", Reply(302, headers={"Location": "/v1/loop"}, body=b""))
+    session = make_session()
+    session.max_redirects = 3
+
+    with pytest.raises(requests.exceptions.TooManyRedirects) as info:
+        session.get("/loop")
+
+    record = sume_record(info.value)
+    assert record is not None
+    assert record.outcome is not Outcome.OK
+    assert "TooManyRedirects" in record.reason
+    assert 0 == session.metrics.snapshot()["outcomes"]["ok"]
+
+
+def test_a_file_body_is_sent_whole_again_after_its_answer_broke(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
+    """A PUT of a seekable file whose 200 broke mid-read is resent from the file's start."""
+    cut = Reply(200, json={"a": "x" * 500}, chunked=True, truncate=40)
+    fake.script("PUT", "/v1/files/x", cut, Reply(200, json={"ok": True}))
+    session = make_session()
+
+    response = session.put("/files/x", data=io.BytesIO(b"A" * 100))
+
+    assert (Outcome.RETRIED_OK, [b"A" * 100, b"A" * 100]) == (
+        response.sume.outcome,
+        [r.body for r in fake.requests],
+    )
+
+
+def test_a_retry_refused_by_the_budget_takes_no_turn_from_the_pace(
+    fake: FakeSume, vtime: VirtualTime, make_session: MakeSession
+) -> None:
+    """A 503 the spent budget will not retry leaves the next request one pace step away, not two."""
+    fake.script("POST", "/v1/runs", Reply.error(503), Reply(201, json={"id": 1}))
+    fleet = LocalFleet(rate="1/s", clock=vtime.clock)
+    spent = RetryBudget(ratio=0.0, min_per_second=0.0, clock=vtime.clock)
+    session = make_session(fleet=fleet, retry_budget=spent, raise_on_give_up=False)
+
+    first = session.post("/runs", json={})
+    second = session.post("/runs", json={})
+
+    assert "retry budget exhausted" in first.sume.reason
+    assert second.sume.paced <= 1.0

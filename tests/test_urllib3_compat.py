@@ -25,7 +25,7 @@ from urllib3.exceptions import (
 )
 from urllib3.util.retry import Retry
 
-from sume_urllib3 import ConfigurationError, Policy, SumeRetry, SumeSession
+from sume_urllib3 import ConfigurationError, Outcome, Policy, SumeAdapter, SumeRetry, SumeSession, sume_record
 from sume_urllib3.testing import FakeSume, Reply
 
 from .conftest import VirtualTime
@@ -310,3 +310,19 @@ def test_an_invalid_timeout_keeps_requests_wording(make_session: Callable[..., S
     """requests says "must be an int, float or None"; callers match on it."""
     with pytest.raises(ValueError, match="must be an int, float or None"):
         make_session().get("/jobs", timeout="foo")
+
+
+def test_urllib3_counters_also_cap_the_resend_of_a_broken_body(fake: FakeSume, vtime: VirtualTime) -> None:
+    """SumeRetry(total=0) on the adapter: a 200 cut mid-body is not sent again."""
+    cut = Reply(200, json={"a": "x" * 500}, chunked=True, truncate=40)
+    fake.script("GET", "/doc", cut, Reply(200, json={"a": "b"}))
+    plain = requests.Session()
+    plain.mount("http://", SumeAdapter(max_retries=SumeRetry(total=0, sleep=vtime.sleep, clock=vtime.clock)))
+
+    with pytest.raises(requests.exceptions.ChunkedEncodingError) as info:
+        plain.get(fake.url + "/doc")
+
+    assert 1 == len(fake.requests)
+    record = sume_record(info.value)
+    assert record is not None
+    assert (Outcome.NO_RETRY, 1) == (record.outcome, record.attempts)

@@ -563,3 +563,10 @@ def test_a_session_paces_through_redis_without_the_key_reaching_it(
     assert {"{sume:v2:" + kid + "}:s", "{sume:v2:" + kid + "}:c"} == set(names)
     assert API_KEY not in " ".join(server.cli("--no-raw", "DUMP", n) for n in names)
     assert 0 == fleet.fallbacks
+
+
+def test_a_redis_fleet_repr_never_shows_a_password_in_the_query() -> None:
+    """redis://host/0?password=... is shown without its query."""
+    shown = repr(RedisFleet("redis://127.0.0.1:6399/0?password=s3cr3t-pw"))
+
+    assert "s3cr3t" not in shown
