@@ -21,7 +21,8 @@ request, 429s or time to the last success fall outside the baseline's spread wid
 (a rule can also serve a server the matrix lacks: the docs say which).
 
 Run: ``python benchmarks/pacing_ablation.py`` (about 40 minutes on 2 cores), ``--only`` to run
-some ablations, ``--write`` to record ``benchmarks/results/pacing_ablation.json`` (full run).
+some ablations, ``--write`` to record ``benchmarks/results/pacing_ablation.json`` (full run),
+``--table`` to print the recorded results as the Markdown table the docs show.
 Needs redis-server on PATH and redis-py.
 """
 
@@ -294,6 +295,15 @@ def worse(cell: Dict[str, Any], base: Dict[str, Any], unpaced: Dict[str, Any]) -
     return out
 
 
+def table(figures: Dict[str, Any]) -> str:
+    """The committed results as a Markdown table: each sub-rule, and the cells that need it."""
+    rows = ["| rule | turned off | cells that got worse (of those it can act on) |", "|---|---|---|"]
+    for row in figures["ablations"]:
+        changed = ", ".join(row["changed"]) if row["changed"] else "none"
+        rows.append(f"| {row['rule']} | {row['what']} | {len(row['changed'])}/{row['cells']}: {changed} |")
+    return "\n".join(rows)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated ablation names (default: all)")
@@ -301,7 +311,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--baseline-repeats", type=int, default=3, help="runs of each baseline cell")
     parser.add_argument("--quick", action="store_true", help="the matrix's smaller herds: a smoke")
     parser.add_argument("--write", action="store_true", help="record benchmarks/results/pacing_ablation.json")
+    parser.add_argument("--table", action="store_true", help="print the committed results as Markdown")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table(_results.load("pacing_ablation")["figures"]))
+        return 0
     _results.refuse_partial(parser, args, "only", "repeats", "baseline_repeats", "quick")
     wanted = [n for n in args.only.split(",") if n]
     known = {a.name for a in ABLATIONS}
