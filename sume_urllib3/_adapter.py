@@ -15,10 +15,11 @@ from requests.models import REDIRECT_STATI
 from requests.utils import requote_uri
 
 from . import _fork, _sleeping
+from ._attempt import body_refusal, end_turn, refused_retry_in, retry_turn
 from ._budget import RetryBudget
 from ._checks import check_flag, check_pool_arguments
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
-from ._fleet import ANONYMOUS, GRANT_NOW, Fleet, Grant, LocalFleet
+from ._fleet import GRANT_NOW, Fleet, Grant, LocalFleet
 from ._helpers import RandomSource, header_value, leaves_origin
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
@@ -33,7 +34,7 @@ from ._peek import body_in_hand
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
 from ._redact import redact_url
-from ._retry import SumeRetry, refused_retry_in
+from ._retry import SumeRetry
 from ._state import Attempt, RequestContext, current
 from ._timeouts import TimeoutSpec, capped, check_timeout
 
@@ -215,8 +216,7 @@ class SumeAdapter(HTTPAdapter):
                 )
             raise
         finally:
-            if context.grant is not None:
-                self._release(context, None, None)
+            end_turn(context, None, None)
             if own:
                 current.reset(token)
                 if context.record is not None:
@@ -234,11 +234,14 @@ class SumeAdapter(HTTPAdapter):
     ) -> requests.Response:
         if context.hops:
             self._redirected(context.url, request)
+            self._refuse_a_spent_body(context, request)
         else:
             first = None if context.owned else self._followed_from(request)
             if first is not None:  # a plain requests.Session following our last redirect
                 self._redirected(first, request)
             self._join(context, request)
+            if first is not None:
+                self._refuse_a_spent_body(context, request)
         retry = self.retry
         policy = context.policy or retry.policy
         fleet = context.fleet
@@ -274,8 +277,7 @@ class SumeAdapter(HTTPAdapter):
                     raise self._body_failed(context, request, broken) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(exc, self._finish(context, request, None, None))
-            if context.grant is not None:
-                self._release(context, response.status_code, response.headers)
+            end_turn(context, response.status_code, response.headers)
             status = response.status_code
             # is_redirect looks for Location in a CaseInsensitiveDict (a KeyError raised and
             # caught when it is absent): asked only of a redirect status.
@@ -355,10 +357,6 @@ class SumeAdapter(HTTPAdapter):
                 return
             grant = fleet.acquire(key_id, time_left=deadline - _sleeping.now(clock))
 
-    def _release(self, context: RequestContext, status: Optional[int], headers: Any) -> None:
-        grant, context.grant = context.grant, None
-        context.fleet.release(context.key_id, grant, status, headers)
-
     def _key_id(self, request: requests.PreparedRequest) -> str:
         """The fleet's name for (this request's origin, the key it carries), used without a
         SumeSession; hashed once per pair (see ``_keyid``)."""
@@ -394,6 +392,20 @@ class SumeAdapter(HTTPAdapter):
         if observers.starts:
             observers.start(RequestStart(method, redact_url(context.url), key))
 
+    def _refuse_a_spent_body(self, context: RequestContext, request: requests.PreparedRequest) -> None:
+        """A 307/308 hop would send the first hop's body again: refuse one already spent.
+
+        requests keeps the body only for 307/308 (and rewinds a file it can); a generator or
+        a stream without seek would go out empty, under the same Idempotency-Key.
+        """
+        why = None if request.body is None else body_refusal(context, request.method)
+        if why is None:
+            return
+        reason = f"a 307/308 redirect not followed: {why}"
+        now = _sleeping.now(self.retry.clock)
+        context.add(Attempt(None, None, None, None, Decision(Verdict.NO_RETRY, reason=reason), at=now))
+        raise SumeRetryError(self._finish(context, request, None, None))
+
     def _redirected(self, first: str, request: requests.PreparedRequest) -> None:
         """A redirect hop: keep the keys only where they still mean the same request."""
         headers = request.headers
@@ -428,7 +440,7 @@ class SumeAdapter(HTTPAdapter):
         """A body that broke mid-read is a read failure after sending: may it be resent?"""
         retry = self.retry
         now = _sleeping.now(retry.clock)
-        replay_safe = retry._refusal(context.method, context.key, context.replayable) is None
+        replay_safe = retry._refusal(context, context.method) is None
         decision = policy.decide_error(
             "read", context.retries, now - context.start, replay_safe=replay_safe, rng=retry.rng
         )
@@ -442,26 +454,13 @@ class SumeAdapter(HTTPAdapter):
             )
         wait = decision.wait or 0.0
         retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
-        fleet = context.fleet
-        if decision.retry and fleet is not None:  # a resend waits its turn like any retry
-            grant = fleet.acquire(
-                context.key_id or ANONYMOUS,
-                time_left=context.deadline(policy) - now,
-                retry="error",
-                not_before=wait,
+        if decision.retry:  # a resend waits its turn and spends the budget like any retry
+            turn = retry_turn(
+                context, policy, wait, throttled=False, budget=retry.retry_budget, rng=retry.rng, now=now
             )
-            if grant.fallback:
-                context.fallbacks += 1
-            if grant.refused:
-                context.fleet_refused = True
-                decision = Decision(Verdict.STOP, reason=f"the body failed mid-read: {grant.refused}")
-                retry_in = refused_retry_in(max(grant.wait, wait), retry.rng)
-            else:
-                context.grant = grant
-                context.paced += max(grant.wait - wait, 0.0)
-                wait = max(grant.wait, wait)
-        if decision.retry and retry.retry_budget is not None and not retry.retry_budget.try_spend():
-            decision = Decision(Verdict.STOP, reason="the body failed mid-read: retry budget exhausted")
+            wait, retry_in = turn.wait, turn.retry_in
+            if turn.refused is not None:
+                decision = Decision(Verdict.STOP, reason=f"the body failed mid-read: {turn.refused}")
         if decision.verdict is Verdict.STOP and retry_in is None:
             retry_in = decision.wait
             if retry_in is None:

@@ -14,6 +14,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 #: Methods that may be sent twice only with the same Idempotency-Key.
 KEYED_METHODS = frozenset({"POST", "PATCH"})
+#: Methods whose requests carry a body (a 307/308 or a retry sends it again).
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 def new_key() -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import inspect
 import logging
 import ssl
@@ -15,15 +14,15 @@ from urllib3.exceptions import MaxRetryError, ResponseError
 from urllib3.util.retry import Retry
 
 from . import _sleeping
+from ._attempt import body_refusal, end_turn, let_go, redirect_refusal, redirect_wait, retry_turn
 from ._budget import RetryBudget
 from ._checks import check_retry_arguments, check_rng
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._errors import ConfigurationError
-from ._fleet import ANONYMOUS
-from ._helpers import RandomSource, frozen, uniform
-from ._idempotency import KEYED_METHODS, SAFE_METHODS, refusal_for
+from ._helpers import RandomSource, frozen
+from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._observers import Observers
-from ._peek import discard_body, peek_body
+from ._peek import peek_body
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
 from ._record import RetryEvent, key_prefix, status_label
 from ._redact import redact_url
@@ -217,6 +216,10 @@ class SumeRetry(Retry):
         and with ``Policy.trust_body``, every error status (its body may make it a retry).
         """
         forced = self.status_forcelist
+        if status_code in (307, 308) and self._lone_body_method(method):
+            # requests follows redirects itself (urllib3's redirect=False) and would resend a
+            # body this retry cannot see: increment refuses it (see redirect_refusal).
+            return True
         if (
             status_code < 400
             and not (forced and status_code in forced)
@@ -241,10 +244,17 @@ class SumeRetry(Retry):
         return any(rule.status == status and rule.verdict is Verdict.RETRY for rule in self.policy.rules)
 
     def _is_method_retryable(self, method: str) -> bool:
+        return self._refusal(self._joined() or _FRESH, method) is None
+
+    def _lone_body_method(self, method: Optional[str]) -> bool:
+        return self._joined() is None and (method or "").upper() in BODY_METHODS
+
+    def _joined(self) -> Optional[RequestContext]:
+        """The request this retry serves: the adapter's, or a lone retry's own once it began."""
         context = current.get()
-        key = context.key if context is not None else None
-        replayable = context.replayable if context is not None else True
-        return self._refusal(method, key, replayable) is None
+        if context is not None and (context.adapter is not None or context.expect is self):
+            return context
+        return None
 
     def get_backoff_time(self) -> float:
         """The wait decided for the retry this object was made for (0.0 for any other object).
@@ -260,8 +270,12 @@ class SumeRetry(Retry):
         return parse_retry_after(header(getattr(response, "headers", None), "Retry-After"))
 
     def sleep_for_retry(self, response: Any = None) -> bool:
-        """Honour Retry-After on the redirect path without ever raising."""
-        seconds = self.get_retry_after(response) if self.respect_retry_after_header else None
+        """Honour Retry-After on the redirect path, never past the deadline, never raising."""
+        asked = self.get_retry_after(response) if self.respect_retry_after_header else None
+        context = self._joined()
+        policy = (context.policy if context is not None else None) or self.policy
+        left = context.deadline(policy) - self._now() if context is not None else policy.max_elapsed
+        seconds = redirect_wait(asked, left)
         if seconds:
             _sleeping.wait(seconds, self.sleep_function)
             return True
@@ -299,16 +313,15 @@ class SumeRetry(Retry):
     ) -> SumeRetry:
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``."""
         raw = _raw_response(response)
-        if error is None and (raw is None or _redirect_location(raw)):
-            # A redirect followed by urllib3 itself, or a bare count (no response, no error):
-            # nothing for the policy to decide, so urllib3's own rules apply.
+        if error is None and raw is None:
+            # A bare count (no response, no error): urllib3's own rules apply.
             return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
+        if error is None and _redirect_location(raw):
+            return self._redirect(method, url, raw, _pool, _stacktrace)
         if error is not None and self.total is False:
             raise error.with_traceback(_stacktrace)
         context = self._context(method, url)
-        if context.grant is not None:  # the attempt that just ended: tell the fleet what it got
-            grant, context.grant = context.grant, None
-            context.fleet.release(context.key_id, grant, _status(raw), getattr(raw, "headers", None))
+        end_turn(context, _status(raw), getattr(raw, "headers", None))  # the attempt that just ended
         policy = context.policy or self.policy
         if error is not None:
             attempt = self._decide_error(context, policy, method, error)
@@ -330,8 +343,7 @@ class SumeRetry(Retry):
 
         decision = attempt.decision
         if decision.retry and new is not None:
-            if raw is not None:
-                discard_body(raw)
+            let_go(raw)  # drained through urllib3, so its connection goes back to the pool
             if context.adapter is None:
                 context.expect = new  # a lone retry: its next increment continues this request
             self._announce(context, policy, attempt, method, url)
@@ -355,6 +367,25 @@ class SumeRetry(Retry):
         # the transport error itself, so requests maps it to ReadTimeout / ConnectionError
         # exactly as it would without retries.
         raise error.with_traceback(_stacktrace)
+
+    def _redirect(
+        self, method: Optional[str], url: Optional[str], raw: Any, _pool: Any, _stacktrace: Any
+    ) -> SumeRetry:
+        """A redirect urllib3 follows itself (or one requests would resend a body on).
+
+        Counted by urllib3's own rules; a 307/308 that would send a body this request cannot
+        send again is refused with ``MaxRetryError`` naming the body and the redirect.
+        """
+        context = self._context(method, url)
+        why = redirect_refusal(context, method, _status(raw))
+        if why is not None:
+            context.raised_by, context.raise_now = self, True
+            raise MaxRetryError(_pool, url, ResponseError(why))
+        new = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
+        assert isinstance(new, SumeRetry)  # made by self.new
+        if context.adapter is None:
+            context.expect = new  # the hop after the redirect continues this request
+        return new
 
     def _paced_by_retry_after(self, raw: Any) -> bool:
         """A status urllib3 retries for its Retry-After alone (not listed in status_forcelist)."""
@@ -394,7 +425,7 @@ class SumeRetry(Retry):
             status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
         )
         if decision.retry:
-            refusal = self._refusal(method or context.method, context.key, context.replayable)
+            refusal = self._refusal(context, method)
             if refusal:
                 decision = Decision(
                     Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
@@ -428,7 +459,7 @@ class SumeRetry(Retry):
             kind = "other"
         now = self._now()
         verb = method or context.method
-        replay_safe = self._refusal(verb, context.key, context.replayable) is None
+        replay_safe = self._refusal(context, verb) is None
         if kind == "read" and not verb and not self._is_read_error(error):
             replay_safe = True  # a direct increment(error=...) names no request to protect
         decision = policy.decide_error(
@@ -461,34 +492,18 @@ class SumeRetry(Retry):
         except MaxRetryError:
             return None, _stop(attempt, _COUNTERS_OUT)
         decision = attempt.decision
-        wait = decision.wait or 0.0
-        throttled = attempt.status == 429 or decision.source == "retry_after"
-        budget = self.retry_budget
-        if budget is not None and not throttled and not budget.try_spend():
-            return None, _stop(attempt, "retry budget exhausted")
-        fleet = context.fleet
-        if fleet is not None:
-            policy = context.policy or self.policy
-            left = context.deadline(policy) - self._now()
-            grant = fleet.acquire(
-                context.key_id or ANONYMOUS,
-                time_left=left,
-                retry="throttle" if throttled else "error",
-                not_before=wait,
-            )
-            if grant.fallback:
-                context.fallbacks += 1
-            if grant.refused:
-                context.fleet_refused = True
-                stopped = _stop(attempt, grant.refused)
-                # Spread: every caller refused now heard the same next turn.
-                retry_in = refused_retry_in(max(grant.wait, wait), self.rng)
-                return None, dataclasses.replace(stopped, retry_in=retry_in)
-            context.grant = grant
-            if grant.wait > wait + _HELD:
-                context.paced += grant.wait - wait
-                wait = grant.wait
-        context.next_wait = wait
+        turn = retry_turn(
+            context,
+            context.policy or self.policy,
+            decision.wait or 0.0,
+            throttled=attempt.status == 429 or decision.source == "retry_after",
+            budget=self.retry_budget,
+            rng=self.rng,
+            now=self._now(),
+        )
+        if turn.refused is not None:
+            return None, _stop(attempt, turn.refused, turn.retry_in)
+        context.next_wait = turn.wait
         return new, attempt
 
     def _announce(
@@ -522,8 +537,8 @@ class SumeRetry(Retry):
 
     def _context(self, method: Optional[str], url: Optional[str]) -> RequestContext:
         """The request this increment belongs to: the adapter's, or a lone retry's own."""
-        context = current.get()
-        if context is not None and (context.adapter is not None or context.expect is self):
+        context = self._joined()
+        if context is not None:
             return context
         # Used alone (PoolManager, a plain HTTPAdapter): this is the first failure of a
         # new request, so the deadline counts from now.
@@ -532,8 +547,10 @@ class SumeRetry(Retry):
         current.set(context)
         return context
 
-    def _refusal(self, method: Optional[str], key: Optional[str], replayable: bool) -> Optional[str]:
-        refusal = refusal_for(method, key, replayable)
+    def _refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
+        """Why this request may not be sent again (key, body, ``allowed_methods``), or None."""
+        method = method or context.method
+        refusal = refusal_for(method, context.key) or body_refusal(context, method)
         allowed = self.allowed_methods
         if refusal is None and self._narrowed and allowed and (method or "").upper() not in allowed:
             return f"{(method or '').upper()} is not in allowed_methods"
@@ -551,6 +568,8 @@ class SumeRetry(Retry):
 
 
 _NO_HINTS = ErrorEnvelope()
+#: A lone retry's request before its first increment: no key, its body unseen.
+_FRESH = RequestContext(0.0)
 _COUNTERS_OUT = "urllib3 retry counters exhausted"
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
 _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
@@ -566,7 +585,8 @@ def _source(decision: Decision, wait: Optional[float]) -> str:
     return decision.source or "backoff"
 
 
-def _stop(attempt: Attempt, why: str) -> Attempt:
+def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
+    """``attempt`` stopped for ``why``; ``retry_in`` defaults to the wait the retry would have had."""
     decision = Decision(Verdict.STOP, reason=f"{attempt.label}: {why}")
     return Attempt(
         attempt.status,
@@ -576,19 +596,8 @@ def _stop(attempt: Attempt, why: str) -> Attempt:
         decision,
         error=attempt.error,
         at=attempt.at,
-        retry_in=attempt.decision.wait,
+        retry_in=attempt.decision.wait if retry_in is None else retry_in,
     )
-
-
-def refused_retry_in(wait: float, rng: RandomSource) -> float:
-    """``retry_in`` after the fleet refused a turn: the next turn, spread over one more of it.
-
-    Every caller refused at one moment hears the same "next turn in X s". Told X, a queue
-    of refused tasks would come back at one instant and be refused together again; drawn
-    from [X, 2X] they come back over a window as long as the backlog ahead of them, which
-    the pace then serves one by one.
-    """
-    return wait * uniform(rng, 1.0, 2.0)
 
 
 def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:
