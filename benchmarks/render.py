@@ -788,6 +788,59 @@ def peers(results: Results) -> str:
     return "\n".join(lines)
 
 
+def state_memory(results: Results) -> str:
+    """What a multi-tenant process keeps per key and origin: the fleet before and after, the counters."""
+    doc = results["state_memory"]
+    f = doc["figures"]
+    fleet, before = f["fleet"], f["baseline"]
+
+    def mb(value: float) -> str:
+        return f"{value:.2f} MB" if value < 10 else f"{value:.1f} MB"
+
+    def widest(part: str) -> str:
+        sets = f[part]["label_sets"]
+        name = max(sets, key=lambda metric: sets[metric])
+        return f"{sets[name]} (`{name}`)"
+
+    parts = ("metrics", "prometheus", "opentelemetry")
+    labelled = sum(f[part]["labels_naming_an_origin_or_key"] for part in parts)
+    lines = [
+        wrap(
+            f"""{command(doc)}: {thousands(f['keys'])} API keys over {thousands(f['origins'])}
+            origins, one request each at {thousands(f['requests_per_second'])} a second (one in 100
+            answered 429 with a 30 s Retry-After, one in 10 stating a pace), then an idle hour and
+            one request of a new tenant; memory kept, as tracemalloc counts it, each part in a
+            process of its own; {provenance(doc)}:"""
+        ),
+        "",
+        "| what is kept | entries | retained |",
+        "|---|---:|---:|",
+        f"| `LocalFleet.default()` and the key-id cache, before ({before['commit']}), after the idle hour "
+        f"| {thousands(before['entries_after_idle'])} | {mb(before['retained_after_idle_mb'])} |",
+        f"| the same now, after the busy spell (at most {thousands(fleet['max_keys'])} entries) "
+        f"| {thousands(fleet['entries_after_busy'])} | {mb(fleet['retained_after_busy_mb'])} |",
+        f"| the same now, after the idle hour (target: at most {f['budget_mb']:g} MB) "
+        f"| {thousands(fleet['entries_after_idle'])} | {mb(fleet['retained_after_idle_mb'])} |",
+        "",
+        "| counters | most label sets of one metric | retained |",
+        "|---|---:|---:|",
+    ]
+    for part, label in (
+        ("metrics", "`SumeMetrics`"),
+        ("prometheus", "`PrometheusObserver`"),
+        ("opentelemetry", "`OpenTelemetryObserver`"),
+    ):
+        lines.append(f"| {label} | {widest(part)} | {mb(f[part]['retained_mb'])} |")
+    lines += [
+        "",
+        wrap(
+            f"""The {thousands(f['codes'])} distinct server error codes among the retries count as
+            50 reasons and `other`; label values naming an origin or a key: {labelled}."""
+        ),
+    ]
+    return "\n".join(lines)
+
+
 RENDERERS: Dict[str, Callable[[Results], str]] = {
     "performance": performance,
     "job-polls": job_polls,
@@ -800,6 +853,7 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
     "comparison": comparison,
     "reliability": reliability,
     "peers": peers,
+    "state-memory": state_memory,
 }
 
 
