@@ -16,6 +16,8 @@ import pytest
 from sume_urllib3 import Policy, SumeSession
 from sume_urllib3.testing import FakeSume
 
+from .raw_server import Handler, Loopback, echo
+
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 
 
@@ -114,3 +116,17 @@ def make_session(fake: FakeSume, vtime: VirtualTime) -> Iterator[Callable[..., S
     yield make
     for session in sessions:
         session.close()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[[Handler], Loopback]]:
+    """Start raw loopback servers (tests/raw_server.py) for a test; every one is stopped at its end."""
+    started: List[Loopback] = []
+
+    def start(handler: Handler = echo) -> Loopback:
+        started.append(Loopback(handler))
+        return started[-1]
+
+    yield start
+    for one in started:
+        one.stop()

@@ -317,3 +317,13 @@ def test_table_names_the_retry_after_spread_when_set() -> None:
     assert "retry_after_spread: up to +4.0 s x 2**attempt on a Retry-After" in render_table(
         Policy(retry_after_spread=4)
     )
+
+
+def test_the_cli_prints_its_version() -> None:
+    """python -m sume_urllib3 --version prints the package version and exits 0."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sume_urllib3", "--version"], capture_output=True, text=True, timeout=30
+    )
+
+    assert 0 == done.returncode
+    assert __version__ in done.stdout

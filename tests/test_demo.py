@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
 from sume_urllib3._demo import SCENARIOS, run
+from sume_urllib3._demo import run as run_demo
 
 
 @pytest.mark.slow
@@ -25,3 +27,20 @@ def test_the_demo_runs_every_scenario_and_prints_the_counters() -> None:
     assert "request ids: req_" in text
     assert "outcomes: ok=0, retried_ok=3, gave_up=1, fix=1, no_retry=0, poll=1" in text
     assert "same Idempotency-Key on every attempt: NO" not in text
+
+
+@pytest.mark.slow
+def test_the_demo_prints_policy_waits_beside_the_scaled_sleep_and_the_real_time() -> None:
+    """Each scenario line gives the policy's waits, what was slept at the demo's scale, and the real time."""
+    out = io.StringIO()
+
+    run_demo(out, scale=0.01)
+
+    lines = re.findall(
+        r"policy waits (\d+\.\d\d)s \(slept (\d+\.\d\d)s, call took (\d+\.\d\d)s\)", out.getvalue()
+    )
+    assert lines
+    assert any(float(policy) > 0 for policy, _, _ in lines)
+    for policy, slept, took in lines:
+        assert float(slept) == pytest.approx(float(policy) * 0.01, abs=0.011)
+        assert float(took) + 0.011 >= float(slept)

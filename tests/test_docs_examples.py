@@ -6,12 +6,16 @@ the reader sees in the page source and this test reports as a skip naming the re
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import pytest
 
+from sume_urllib3 import (
+    Policy,
+)
 from sume_urllib3.testing import FakeSume, Reply, no_sleep
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -119,7 +123,6 @@ def test_readme_commands_are_present() -> None:
 
 def test_the_policy_table_shown_is_the_cli_output() -> None:
     """The table Getting started shows is exactly what `python -m sume_urllib3 table` prints."""
-    from sume_urllib3 import Policy
     from sume_urllib3._cli import render_table
 
     page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
@@ -127,3 +130,17 @@ def test_the_policy_table_shown_is_the_cli_output() -> None:
 
     assert shown is not None
     assert render_table(Policy()).rstrip("\n") == shown.group(1).rstrip("\n")
+
+
+def test_the_readme_example_is_in_the_typing_tests() -> None:
+    """The README's "Use it" block and tests/typing/readme_example.py make the same calls."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "tests", "typing", "readme_example.py"), encoding="utf-8") as f:
+        typed = f.read()
+    for call in (
+        "SumeSession()",
+        'session.post("/avatars"',
+        "except SumeRetryError as error",
+        "sume_record(",
+    ):
+        assert call in typed

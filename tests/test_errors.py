@@ -30,10 +30,18 @@ from sume_urllib3 import (
     SumeSSLError,
     SumeTimeout,
     idempotency_key_for,
+    sume_record,
 )
 from sume_urllib3._errors import give_up_for, record_from_summary, summary
 from sume_urllib3._idempotency import validate_idempotency_key
 from sume_urllib3.testing import FakeSume, Reply
+
+from .conftest import VirtualTime
+from .raw_server import (
+    QUICK,
+    always,
+    raw_session,
+)
 
 MakeSession = Callable[..., SumeSession]
 
@@ -322,3 +330,51 @@ def test_a_key_needs_a_real_id(bad: Any) -> None:
     """None (no task id outside a worker), empty, or a non-id type: a clear error, nothing derived."""
     with pytest.raises(ConfigurationError, match="idempotency_key_for"):
         idempotency_key_for(bad)
+
+
+def test_retry_in_is_the_server_retry_after_left_and_the_key_is_the_one_sent(raw_server: Any) -> None:
+    """Give-up on 503 Retry-After 1 (virtual time): retry_in is 1.0, idempotency_key is the header sent."""
+    api = raw_server(always(503, b"", {"Retry-After": "1"}))
+    vt = VirtualTime()
+    session = raw_session(api, sleep=vt.sleep, clock=vt.clock, policy=QUICK.replace(max_elapsed=1.5))
+
+    with pytest.raises(SumeRetryError) as caught:
+        session.post("/jobs", json={})
+
+    error = caught.value
+    assert 1.0 == error.retry_in
+    assert error.idempotency_key is not None
+    assert {error.idempotency_key} == {seen.headers["idempotency-key"] for seen in api.requests}
+
+
+def test_retry_in_is_the_next_backoff_without_retry_after(raw_server: Any) -> None:
+    """A give-up on 503s without Retry-After after 1 retry: retry_in is the next backoff (2 x 0.05 s)."""
+    api = raw_server(always(503))
+    vt = VirtualTime()
+    session = raw_session(api, sleep=vt.sleep, clock=vt.clock, policy=QUICK.replace(max_retries=1))
+
+    with pytest.raises(SumeRetryError) as caught:
+        session.get("/jobs")
+
+    assert 0.1 == pytest.approx(caught.value.retry_in)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, b'{"error":{"code":"bad_request"}}'),
+        (409, b'{"error":{"code":"x","next_action":"poll the job"}}'),
+    ],
+    ids=["fix", "poll"],
+)
+def test_retry_in_is_none_when_retrying_cannot_help(raw_server: Any, status: int, body: bytes) -> None:
+    """fix and poll outcomes: retry_in is None (sending the same request again will not work)."""
+    api = raw_server(always(status, body, {"Content-Type": "application/json"}))
+    session = raw_session(api)
+
+    response = session.post("/jobs", json={})
+
+    record = sume_record(response)
+    assert record is not None
+    assert record.outcome in (Outcome.FIX, Outcome.POLL)
+    assert record.retry_in is None

@@ -13,7 +13,7 @@ import random
 import time
 import tracemalloc
 import zlib
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Type, Union
 
 import pytest
 import requests
@@ -29,10 +29,20 @@ from sume_urllib3 import (
     SumeRetry,
     SumeRetryError,
     SumeSession,
+    sume_record,
 )
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime
+from .raw_server import (
+    CLOSE,
+    QUICK,
+    Handler,
+    Seen,
+    Step,
+    raw_session,
+    reply,
+)
 
 MakeSession = Callable[..., SumeSession]
 URLLIB3_2 = int(urllib3.__version__.split(".")[0]) >= 2  # type: ignore[attr-defined]
@@ -858,3 +868,95 @@ def test_a_post_with_a_generator_body_is_never_resent(
     assert b'{"prompt": "once"}' == fake.requests[0].body
     if not LEGACY_CHUNKED:  # requests < 2.29 drops the pool slot of a failed chunked upload itself
         assert 0 == pool_slots_missing(session)
+
+
+FULL = b"a" * 1000
+
+
+def _short_then_full(after: Step) -> Handler:
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        if n == 0:
+            yield reply(200, FULL[:20], length=1000)
+            yield after  # stall (seconds) or CLOSE
+        else:
+            yield reply(200, FULL)
+
+    return handler
+
+
+@pytest.mark.parametrize("after", [3.0, CLOSE], ids=["stalls", "closes"])
+def test_a_get_whose_body_breaks_mid_read_is_retried(raw_server: Any, after: Step) -> None:
+    """200 with Content-Length 1000 that sends 20 bytes: the GET is resent and the caller gets all 1000."""
+    api = raw_server(_short_then_full(after))
+    session = raw_session(api)
+
+    response = session.get("/file", timeout=(1, 0.5))
+
+    record = sume_record(response)
+    assert FULL == response.content
+    assert 2 == len(api.requests)
+    assert record is not None
+    assert Outcome.RETRIED_OK is record.outcome
+    assert 2 == record.attempts
+    assert {"retried_ok": 1} == {k: v for k, v in session.metrics.snapshot()["outcomes"].items() if v}
+
+
+def _always_short(seen: Seen, n: int) -> Iterable[Step]:
+    yield reply(200, FULL[:20], length=1000)
+    yield 3.0
+
+
+def test_a_body_that_breaks_and_is_not_retried_is_recorded_not_counted_ok(raw_server: Any) -> None:
+    """No retry left: the ConnectionError carries ``exc.sume`` with an outcome that is not ok."""
+    api = raw_server(_always_short)
+    session = raw_session(api, policy=QUICK.replace(max_retries=0))
+
+    with pytest.raises(requests.ConnectionError) as caught:
+        session.get("/file", timeout=(1, 0.5))
+
+    record = sume_record(caught.value)
+    assert record is not None
+    assert Outcome.OK is not record.outcome
+    assert record.error
+    outcomes = session.metrics.snapshot()["outcomes"]
+    assert 0 == outcomes["ok"]
+    assert 1 == sum(outcomes.values())
+
+
+def _stalling_503(seen: Seen, n: int) -> Iterable[Step]:
+    yield reply(503, b'{"error":{"code":"que', length=1000)
+    yield 3.0
+
+
+def test_a_give_up_503_whose_body_stalls_is_recorded_not_counted_ok(raw_server: Any) -> None:
+    """raise_on_give_up=False, a 503 whose body stalls: whatever the caller gets carries the record."""
+    api = raw_server(_stalling_503)
+    session = raw_session(api, policy=QUICK.replace(max_retries=0), raise_on_give_up=False)
+
+    started = time.monotonic()
+    try:
+        response = session.get("/jobs", timeout=(1, 0.5))
+        record = sume_record(response)
+    except requests.RequestException as exc:
+        record = sume_record(exc)
+    took = time.monotonic() - started
+
+    assert record is not None
+    assert Outcome.OK is not record.outcome
+    outcomes = session.metrics.snapshot()["outcomes"]
+    assert 0 == outcomes["ok"]
+    assert 1 == sum(outcomes.values())
+    assert took < 2.5
+
+
+def test_a_give_up_503_whose_body_stalls_raises_the_retry_error(raw_server: Any) -> None:
+    """By default the stalled 503 still ends in SumeRetryError, within the read timeout."""
+    api = raw_server(_stalling_503)
+    session = raw_session(api, policy=QUICK.replace(max_retries=0))
+
+    started = time.monotonic()
+    with pytest.raises(SumeRetryError) as caught:
+        session.get("/jobs", timeout=(1, 0.5))
+
+    assert Outcome.GAVE_UP is caught.value.record.outcome
+    assert time.monotonic() - started < 2.0

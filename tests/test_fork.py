@@ -6,15 +6,24 @@ fork from Python (the hooks run). Both must leave a child with nothing the paren
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Callable, List
+import warnings
+from typing import Any, Callable, Dict, List
 
 import pytest
 
-from sume_urllib3 import _fork
+from sume_urllib3 import (
+    RetryBudget,
+    _fork,
+)
 from sume_urllib3.testing import FakeSume
 
 from .conftest import in_a_child_forked_from_c, in_a_forked_child
+from .raw_server import (
+    raw_session,
+    status_503_once_on_warm,
+)
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -77,3 +86,48 @@ def test_a_session_used_before_a_c_fork_opens_its_own_connection_in_the_child(
     assert fake.connections == 2  # the child connected anew
     assert session.get("/ping").status_code == 200  # type: ignore[attr-defined]
     assert fake.connections == 2  # and the parent still has its own connection
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_its_own_connections_and_fresh_counters(raw_server: Any) -> None:
+    """Parent and child call at once after a fork: every body matches its request; the child counts from 0."""
+    api = raw_server(status_503_once_on_warm)
+    session = raw_session(api, retry_budget=RetryBudget())
+    session.get("/warm")  # a retry, then a pooled keep-alive connection
+    fresh_balance = RetryBudget().balance
+    assert session.retry_budget is not None
+    assert session.retry_budget.balance < fresh_balance
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12 warns on fork with threads
+        pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            os.close(read_end)
+            report: Dict[str, Any] = {"mismatched": 0, "errors": []}
+            for i in range(30):
+                try:
+                    if session.get(f"/child/{i}").text != f"/v1/child/{i}":
+                        report["mismatched"] += 1
+                except Exception as exc:
+                    report["errors"].append(type(exc).__name__)
+            report["total"] = session.metrics.total
+            report["balance"] = session.retry_budget.balance if session.retry_budget else None
+            os.write(write_end, json.dumps(report).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    parent_mismatched = sum(session.get(f"/parent/{i}").text != f"/v1/parent/{i}" for i in range(30))
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(read_end, "rb") as pipe:
+        child = json.loads(pipe.read() or b"{}")
+
+    assert 0 == status
+    assert {"mismatched": 0, "errors": [], "total": 30, "balance": fresh_balance} == child
+    assert 0 == parent_mismatched
+    assert 31 == session.metrics.total
+    warm = {seen.conn for seen in api.requests if seen.path == "/v1/warm"}
+    child_conns = {seen.conn for seen in api.requests if seen.path.startswith("/v1/child/")}
+    assert not warm & child_conns

@@ -8,8 +8,16 @@ from typing import List
 
 import pytest
 
+from sume_urllib3 import (
+    ConfigurationError,
+    SumeSession,
+)
 from sume_urllib3._observers import Observers
 from sume_urllib3._record import Outcome, RetryEvent, SumeRecord
+
+from .raw_server import (
+    KEY,
+)
 
 
 def make_event() -> RetryEvent:
@@ -209,3 +217,9 @@ def test_logged_once_under_many_threads(caplog: pytest.LogCaptureFixture) -> Non
     for t in threads:
         t.join()
     assert len(warnings_from(caplog)) == 1
+
+
+def test_an_observer_with_no_hook_is_refused() -> None:
+    """observers=[object()] is a ConfigurationError naming the hooks."""
+    with pytest.raises(ConfigurationError, match="on_outcome"):
+        SumeSession(KEY, observers=[object()])  # type: ignore[list-item]

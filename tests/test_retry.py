@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import inspect
 import json
 import pickle
 import random
@@ -17,10 +18,22 @@ import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from sume_urllib3 import ConfigurationError, Policy, SumeRetry
+from sume_urllib3 import (
+    ConfigurationError,
+    Policy,
+    SumeAdapter,
+    SumeRetry,
+)
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime
+from .raw_server import (
+    BEARER,
+    KEY,
+    QUICK,
+    auth_headers,
+    redirect_to,
+)
 
 
 def plain_session(retry: SumeRetry) -> requests.Session:
@@ -409,3 +422,59 @@ def test_waits_are_recorded_by_observers(fake: FakeSume, vtime: VirtualTime) -> 
     assert [(1, 2.0, "retry_after", 429, "rate_limit_exceeded")] == [
         (e.attempt, e.wait, e.wait_source, e.status, e.code) for e in recorder.retries
     ]
+
+
+@pytest.mark.skipif(
+    "response.retries" not in inspect.getsource(urllib3.PoolManager.urlopen),
+    reason="this urllib3's PoolManager follows redirects with Retry.DEFAULT, not its own retries= "
+    "(pass retries=SumeRetry() per call there; the per-call test covers it)",
+)
+def test_pool_manager_with_sume_retry_strips_the_key_on_a_cross_host_redirect(raw_server: Any) -> None:
+    """PoolManager(retries=SumeRetry()): a redirect to another port arrives without x-api-key."""
+    other = raw_server()
+    api = raw_server(redirect_to(other.url + "/landing"))
+    http = urllib3.PoolManager(retries=SumeRetry(QUICK))
+
+    response = http.request("GET", api.url + "/start", headers={"x-api-key": KEY, "Authorization": BEARER})
+
+    assert 200 == response.status
+    assert {"x-api-key": KEY, "authorization": BEARER} == auth_headers(api.requests[0])
+    assert {} == auth_headers(other.requests[0])
+
+
+def test_a_per_call_sume_retry_strips_the_key_on_a_cross_host_redirect(raw_server: Any) -> None:
+    """http.request(..., retries=SumeRetry()): the redirect to another port arrives without x-api-key."""
+    other = raw_server()
+    api = raw_server(redirect_to(other.url + "/landing"))
+    http = urllib3.PoolManager()
+
+    response = http.request("GET", api.url + "/start", headers={"x-api-key": KEY}, retries=SumeRetry(QUICK))
+
+    assert 200 == response.status
+    assert {} == auth_headers(other.requests[0])
+
+
+def test_pool_manager_keeps_the_key_on_a_same_host_redirect(raw_server: Any) -> None:
+    """A redirect that stays on the same host and port keeps x-api-key."""
+    api = raw_server(redirect_to("/landing"))
+    http = urllib3.PoolManager(retries=SumeRetry(QUICK))
+
+    http.request("GET", api.url + "/start", headers={"x-api-key": KEY})
+
+    assert ["/start", "/landing"] == api.paths()
+    assert {"x-api-key": KEY} == auth_headers(api.requests[1])
+
+
+def test_plain_requests_session_with_sume_adapter_strips_the_key_on_a_cross_host_redirect(
+    raw_server: Any,
+) -> None:
+    """A requests.Session with SumeAdapter mounted: the redirect to another port gets neither auth header."""
+    other = raw_server()
+    api = raw_server(redirect_to(other.url + "/landing"))
+    session = requests.Session()
+    session.mount("http://", SumeAdapter(QUICK, fleet=None))
+
+    response = session.get(api.url + "/start", headers={"x-api-key": KEY, "Authorization": BEARER})
+
+    assert b"/landing" == response.content
+    assert {} == auth_headers(other.requests[0])

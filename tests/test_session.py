@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
 import pickle
 import threading
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterable, Iterator, List
 
 import pytest
 import requests
+import urllib3
 
 from sume_urllib3 import (
     ConfigurationError,
@@ -27,6 +29,19 @@ from sume_urllib3 import (
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import API_KEY, VirtualTime
+from .raw_server import (
+    BEARER,
+    KEY,
+    QUICK,
+    Seen,
+    Step,
+    always,
+    auth_headers,
+    raw_session,
+    redirect_to,
+    reply,
+    status_then_ok,
+)
 
 MakeSession = Callable[..., SumeSession]
 
@@ -704,3 +719,225 @@ def test_a_retry_refused_by_the_budget_takes_no_turn_from_the_pace(
 
     assert "retry budget exhausted" in first.sume.reason
     assert second.sume.paced <= 1.0
+
+
+@pytest.mark.parametrize("mode", ["x-api-key", "bearer"])
+def test_key_goes_to_the_base_origin_and_never_to_an_absolute_url_elsewhere(
+    raw_server: Any, mode: str
+) -> None:
+    """A PUT to another port (a presigned upload) carries no auth header; the API still gets the key."""
+    api, storage = raw_server(), raw_server()
+    session = raw_session(api, auth_header=mode)
+
+    session.put(storage.url + "/bucket/upload?sig=abc", data=b"file bytes")
+    session.get("/jobs")
+
+    assert {} == auth_headers(storage.requests[0])
+    assert b"file bytes" == storage.requests[0].body
+    expected = {"x-api-key": KEY} if mode == "x-api-key" else {"authorization": BEARER}
+    assert expected == auth_headers(api.requests[0])
+
+
+def test_key_goes_to_an_absolute_url_on_the_base_origin(raw_server: Any) -> None:
+    """An absolute URL on the base URL's own scheme, host and port is the API: it gets the key."""
+    api = raw_server()
+    session = raw_session(api)
+
+    session.get(api.url + "/v1/jobs")
+
+    assert {"x-api-key": KEY} == auth_headers(api.requests[0])
+
+
+def test_a_session_header_key_set_by_the_user_is_stripped_for_another_origin(raw_server: Any) -> None:
+    """``session.headers["x-api-key"] = key`` still reaches the API, and never another origin."""
+    api, storage = raw_server(), raw_server()
+    session = raw_session(api, api_key=None)
+    session.headers["x-api-key"] = KEY
+
+    session.get("/jobs")
+    session.put(storage.url + "/upload", data=b"x")
+
+    assert {"x-api-key": KEY} == auth_headers(api.requests[0])
+    assert {} == auth_headers(storage.requests[0])
+
+
+def test_a_redirect_from_the_api_to_another_origin_carries_no_key(raw_server: Any) -> None:
+    """The API answers 302 to another port: the hop there has neither auth header."""
+    storage = raw_server()
+    api = raw_server(redirect_to(storage.url + "/landing"))
+    session = raw_session(api, auth_header="bearer")
+
+    session.get("/start")
+
+    assert {"authorization": BEARER} == auth_headers(api.requests[0])
+    assert {} == auth_headers(storage.requests[0])
+
+
+def test_the_callers_own_authorization_for_another_origin_is_kept(raw_server: Any) -> None:
+    """A presigned upload with its own Authorization keeps it; only the session's key is removed."""
+    api, storage = raw_server(), raw_server()
+    session = raw_session(api, auth_header="bearer")
+
+    session.put(storage.url + "/upload", data=b"x", headers={"Authorization": "AWS4-HMAC-SHA256 sig"})
+
+    assert {"authorization": "AWS4-HMAC-SHA256 sig"} == auth_headers(storage.requests[0])
+
+
+@pytest.mark.parametrize(
+    "clone",
+    [lambda s: pickle.loads(pickle.dumps(s)), copy.copy, copy.deepcopy],
+    ids=["pickle", "copy", "deepcopy"],
+)
+def test_pickle_and_copy_keep_a_custom_mount(raw_server: Any, clone: Callable[[Any], Any]) -> None:
+    """A SumeAdapter mounted on a prefix is still mounted there, and still used, on the copy."""
+    api, other = raw_server(), raw_server()
+    session = raw_session(api)
+    session.mount(other.url + "/special/", SumeAdapter(QUICK, fleet=None, pool_maxsize=3))
+
+    copied = clone(session)
+
+    mounted = copied.adapters.get(other.url + "/special/")
+    assert isinstance(mounted, SumeAdapter)
+    assert copied.adapters["http://"] is copied.adapter
+    assert b"/special/x" == copied.get(other.url + "/special/x").content
+    assert b"/v1/jobs" == copied.get("/jobs").content
+
+
+def test_a_second_sume_adapter_on_a_prefix_counts_in_session_metrics(raw_server: Any) -> None:
+    """Requests through an extra SumeAdapter are counted once in session.metrics, outcome by outcome."""
+    api, other = raw_server(), raw_server(status_then_ok(503))
+    session = raw_session(api)
+    session.mount(other.url + "/", SumeAdapter(QUICK, fleet=None))
+
+    session.get(other.url + "/v1/x")
+    session.get("/jobs")
+
+    outcomes = session.metrics.snapshot()["outcomes"]
+    assert 1 == outcomes["retried_ok"]
+    assert 1 == outcomes["ok"]
+    assert 2 == session.metrics.total
+
+
+class CountingProxyManager(urllib3.ProxyManager):
+    """A real ProxyManager that counts clear() calls (requests' test_session_close_proxy_clear)."""
+
+    cleared = 0
+
+    def clear(self) -> None:
+        self.cleared += 1
+        super().clear()
+
+
+def test_session_close_clears_each_proxy_manager_once(raw_server: Any) -> None:
+    """The default adapter is mounted on two prefixes; close() still clears its proxy managers once."""
+    session = raw_session(raw_server())
+    one, two = CountingProxyManager("http://127.0.0.1:1"), CountingProxyManager("http://127.0.0.1:2")
+    session.adapters["http://"].proxy_manager.update({"one": one, "two": two})  # type: ignore[attr-defined]
+
+    session.close()
+
+    assert (1, 1) == (one.cleared, two.cleared)
+
+
+def test_session_close_closes_every_mounted_adapter(raw_server: Any) -> None:
+    """An extra mounted adapter is closed too (its pools emptied)."""
+    api = raw_server()
+    session = raw_session(api)
+    extra = SumeAdapter(QUICK, fleet=None)
+    session.mount(api.url + "/extra/", extra)
+    session.get(api.url + "/extra/x")
+    assert extra.poolmanager.pools
+
+    session.close()
+
+    assert not extra.poolmanager.pools
+    assert not session.adapter.poolmanager.pools
+
+
+def test_a_per_call_policy_gives_that_call_a_shorter_deadline(raw_server: Any) -> None:
+    """A per-call policy with max_elapsed=2.5: 503s with Retry-After 1 stop at 3 attempts."""
+    api = raw_server(always(503, b"", {"Retry-After": "1"}))
+    vt = VirtualTime()
+    session = raw_session(api, sleep=vt.sleep, clock=vt.clock)
+
+    with pytest.raises(SumeRetryError) as caught:
+        # The issue's own spelling; mypy needs typed get/post overrides to accept policy= there.
+        session.post("/jobs", json={}, policy=session.policy.replace(max_elapsed=2.5))  # type: ignore[call-arg]
+
+    assert 3 == caught.value.record.attempts
+    assert 3 == len(api.requests)
+    assert 120.0 == session.policy.max_elapsed  # the session's own policy is untouched
+
+
+def test_a_per_call_policy_must_be_a_policy(raw_server: Any) -> None:
+    """policy={"max_elapsed": 10} is a ConfigurationError before anything is sent."""
+    api = raw_server()
+    session = raw_session(api)
+
+    with pytest.raises(ConfigurationError, match="policy"):
+        session.request("GET", "/jobs", policy={"max_elapsed": 10})  # type: ignore[arg-type]
+    assert [] == api.requests
+
+
+def test_a_netrc_entry_for_the_api_host_is_ignored(raw_server: Any, tmp_path: Any, monkeypatch: Any) -> None:
+    """~/.netrc with the API host: the call sends the key alone, no Authorization, no error."""
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password hunter2\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    api, other = raw_server(), raw_server()
+    session = raw_session(api)
+
+    session.get("/jobs")
+    requests_alone = requests.get(other.url + "/x", timeout=2)  # the netrc file really is read
+
+    assert {"x-api-key": KEY} == auth_headers(api.requests[0])
+    assert 200 == requests_alone.status_code
+    assert other.requests[0].headers.get("authorization", "").startswith("Basic ")
+
+
+def test_prepare_request_resolves_a_relative_url_against_the_base(raw_server: Any) -> None:
+    """session.prepare_request(Request("POST", "/jobs")) targets base_url + /jobs, with the key."""
+    api = raw_server()
+    session = raw_session(api)
+
+    prepared = session.prepare_request(requests.Request("POST", "/jobs", json={"a": 1}))
+    response = session.send(prepared)
+
+    assert api.url + "/v1/jobs" == prepared.url
+    assert b"/v1/jobs" == response.content
+    assert KEY == api.requests[0].headers["x-api-key"]
+
+
+def _see_other(seen: Seen, n: int) -> Iterable[Step]:
+    if seen.method == "POST":
+        yield reply(303, b"", {"Location": "/v1/jobs/1"})
+    else:
+        yield reply(200, b"{}")
+
+
+def test_a_303_that_turns_a_post_into_a_get_drops_the_idempotency_key(raw_server: Any) -> None:
+    """POST (with a key) -> 303 -> GET: the GET carries no Idempotency-Key but still the API key."""
+    api = raw_server(_see_other)
+    session = raw_session(api)
+
+    session.post("/jobs", json={})
+
+    post, get = api.requests
+    assert ("POST", "GET") == (post.method, get.method)
+    assert "idempotency-key" in post.headers
+    assert "idempotency-key" not in get.headers
+    assert KEY == get.headers["x-api-key"]
+
+
+def test_a_303_through_a_plain_session_with_sume_adapter_drops_the_idempotency_key(raw_server: Any) -> None:
+    """requests.Session + SumeAdapter: POST -> 303 -> GET, and the GET carries no Idempotency-Key."""
+    api = raw_server(_see_other)
+    session = requests.Session()
+    session.mount("http://", SumeAdapter(QUICK, fleet=None))
+
+    session.post(api.url + "/v1/jobs", json={})
+
+    post, get = api.requests
+    assert "idempotency-key" in post.headers
+    assert "idempotency-key" not in get.headers

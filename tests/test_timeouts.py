@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import fractions
+import socket
 import time
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import pytest
 import requests
+import urllib3
 from urllib3.util.timeout import Timeout
 
+from sume_urllib3 import SumeSession
 from sume_urllib3._errors import ConfigurationError
 from sume_urllib3._timeouts import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
 from sume_urllib3.testing import FakeSume, no_sleep
 
 from .conftest import VirtualTime
+from .raw_server import (
+    KEY,
+    QUICK,
+    Handler,
+    Seen,
+    Step,
+    raw_session,
+    reply,
+)
 
 # --- check_timeout: exactly what requests accepts --------------------------------------------
 
@@ -247,3 +260,149 @@ def test_capped_does_not_change_the_callers_timeout() -> None:
     assert result is not mine
     assert type(mine) is Timeout
     assert not hasattr(mine, "deadline")
+
+
+def _trickling_503(seen: Seen, n: int) -> Iterable[Step]:
+    if n == 0:
+        # 30 bytes over 3 s: each read succeeds, the whole body takes far past the deadline.
+        yield reply(503, b"", length=30)
+        for _ in range(15):
+            yield 0.2
+            yield b"xx"
+    else:
+        yield reply(200, b"{}")
+
+
+def test_a_503_whose_body_trickles_sends_no_retry_after_the_deadline(raw_server: Any) -> None:
+    """max_elapsed=1 and a 503 body that takes 3 s: no retry after 1 s, the call ends by 1.5 s."""
+    api = raw_server(_trickling_503)
+    session = raw_session(api, policy=QUICK.replace(max_elapsed=1.0))
+
+    started = time.monotonic()
+    with contextlib.suppress(requests.RequestException):
+        session.get("/slow")
+    took = time.monotonic() - started
+
+    late = [seen for seen in api.requests if seen.at > started + 1.0]
+    assert [] == late
+    assert took <= 1.5
+
+
+def _slow_retry(seen: Seen, n: int) -> Iterable[Step]:
+    if n == 0:
+        yield reply(503, b'{"error":{"code":"busy"}}')
+    else:
+        yield 5.0
+        yield reply(200, b"{}")
+
+
+@pytest.mark.slow
+def test_a_slow_retry_is_cut_at_the_deadline_not_at_its_read_timeout(raw_server: Any) -> None:
+    """timeout (1, 4), max_elapsed=2, the retry's answer takes 5 s: the call ends by 2.5 s."""
+    api = raw_server(_slow_retry)
+    session = raw_session(api, policy=QUICK.replace(max_elapsed=2.0))
+
+    started = time.monotonic()
+    with pytest.raises(requests.RequestException):
+        session.get("/work", timeout=(1, 4))
+    took = time.monotonic() - started
+
+    assert 2 == len(api.requests)  # the retry was sent, and cut short
+    assert took <= 2.5
+
+
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A port on 127.0.0.1 whose accept queue is full: a connect there hangs until its timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=1)  # takes the one slot
+    probe = socket.socket()
+    probe.settimeout(0.2)
+    try:
+        probe.connect(("127.0.0.1", port))
+    except OSError:
+        pass
+    else:
+        pytest.skip("this kernel accepts past a full backlog: no way to make a connect hang here")
+    finally:
+        probe.close()
+    yield port
+    filler.close()
+    listener.close()
+
+
+@pytest.mark.slow
+def test_connect_timeouts_and_their_retry_end_by_the_deadline(unanswered_port: int) -> None:
+    """Connect timeout 1.5 s, max_elapsed=2: the retried connect is cut, the call ends by 2.5 s."""
+    session = SumeSession(
+        KEY,
+        base_url=f"http://127.0.0.1:{unanswered_port}/v1",
+        policy=QUICK.replace(max_elapsed=2.0),
+        fleet=None,
+    )
+
+    started = time.monotonic()
+    with pytest.raises(requests.ConnectionError):
+        session.get("/jobs", timeout=(1.5, 5))
+    took = time.monotonic() - started
+
+    assert took <= 2.5
+
+
+@pytest.mark.parametrize(
+    "timeout",
+    [(5, None), (None, 5), urllib3.Timeout(connect=2, read=3), urllib3.Timeout(total=4), 7, 2.5],
+    ids=["read-unlimited", "connect-unlimited", "Timeout", "Timeout-total", "int", "float"],
+)
+def test_every_timeout_form_requests_accepts_works_in_the_constructor_and_per_call(
+    raw_server: Any, timeout: Any
+) -> None:
+    """(5, None), urllib3.Timeout(...) and plain seconds: accepted by SumeSession and by a call."""
+    api = raw_server()
+    session = raw_session(api, timeout=timeout)
+
+    assert timeout is session.timeout
+    assert b"/v1/a" == session.get("/a").content
+    assert b"/v1/b" == session.request("GET", "/b", timeout=timeout).content
+
+
+@pytest.mark.parametrize("bad", [0, -1, (1, 2, 3), "5", (0, 5), float("nan"), True])
+def test_a_timeout_requests_would_refuse_is_a_configuration_error(bad: Any) -> None:
+    """Zero, negative, three values, text, NaN, bool: ConfigurationError naming timeout."""
+    with pytest.raises(ConfigurationError, match="timeout"):
+        SumeSession(KEY, timeout=bad)
+
+
+def _slow(seconds: float) -> Handler:
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        yield seconds
+        yield reply(200, b"late")
+
+    return handler
+
+
+def test_a_urllib3_timeout_in_the_constructor_is_applied(raw_server: Any) -> None:
+    """SumeSession(timeout=Timeout(read=0.3)): a 2 s answer times out in well under 2 s."""
+    api = raw_server(_slow(2.0))
+    session = raw_session(
+        api, timeout=urllib3.Timeout(connect=1, read=0.3), policy=QUICK.replace(max_retries=0)
+    )
+
+    started = time.monotonic()
+    with pytest.raises(requests.Timeout):
+        session.get("/slow")
+    assert time.monotonic() - started < 1.5
+
+
+def test_an_explicit_timeout_none_per_call_means_the_session_default(raw_server: Any) -> None:
+    """As documented: session.get(url, timeout=None) uses the session's timeout (here a 0.3 s read)."""
+    api = raw_server(_slow(2.0))
+    session = raw_session(api, timeout=(1, 0.3), policy=QUICK.replace(max_retries=0))
+
+    started = time.monotonic()
+    with pytest.raises(requests.Timeout):
+        session.get("/slow", timeout=None)
+    assert time.monotonic() - started < 1.5

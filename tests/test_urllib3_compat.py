@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ssl
 import threading
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
 import pytest
 import requests
@@ -25,10 +25,23 @@ from urllib3.exceptions import (
 )
 from urllib3.util.retry import Retry
 
-from sume_urllib3 import ConfigurationError, Outcome, Policy, SumeAdapter, SumeRetry, SumeSession, sume_record
+from sume_urllib3 import (
+    ConfigurationError,
+    Outcome,
+    Policy,
+    SumeAdapter,
+    SumeRetry,
+    SumeSession,
+    sume_record,
+)
 from sume_urllib3.testing import FakeSume, Reply
 
 from .conftest import VirtualTime
+from .raw_server import (
+    QUICK,
+    status_503_once_on_warm,
+    status_then_ok,
+)
 
 #: A backoff without jitter: 0.25 s, 0.5 s, 1 s ...
 EXACT = Policy(backoff_base=0.25, jitter=(1.0, 1.0))
@@ -326,3 +339,83 @@ def test_urllib3_counters_also_cap_the_resend_of_a_broken_body(fake: FakeSume, v
     record = sume_record(info.value)
     assert record is not None
     assert (Outcome.NO_RETRY, 1) == (record.outcome, record.attempts)
+
+
+def test_status_forcelist_retries_a_status_the_policy_has_no_row_for(raw_server: Any) -> None:
+    """SumeRetry(status_forcelist=[502]): a 502 is retried, then the 200 is returned."""
+    api = raw_server(status_then_ok(502))
+    waits: List[float] = []
+    http = urllib3.PoolManager(retries=SumeRetry(QUICK, status_forcelist=[502], sleep=waits.append))
+
+    response = http.request("GET", api.url + "/v1/jobs")
+
+    assert 200 == response.status
+    assert 2 == len(api.requests)
+    assert [0.05] == waits
+
+
+def test_without_status_forcelist_a_502_is_not_retried(raw_server: Any) -> None:
+    """The contrast: the default policy returns a 502 as it came."""
+    api = raw_server(status_then_ok(502))
+    http = urllib3.PoolManager(retries=SumeRetry(QUICK, sleep=lambda s: None))
+
+    assert 502 == http.request("GET", api.url + "/v1/jobs").status
+    assert 1 == len(api.requests)
+
+
+def test_allowed_methods_none_is_refused() -> None:
+    """allowed_methods=None would resend a POST without a key: ConfigurationError."""
+    with pytest.raises(ConfigurationError, match="allowed_methods"):
+        SumeRetry(allowed_methods=None)
+
+
+def test_allowed_methods_narrows_what_is_resent(raw_server: Any) -> None:
+    """allowed_methods=["GET"]: a PUT answered 503 is not resent."""
+    api = raw_server(status_then_ok(503))
+    http = urllib3.PoolManager(retries=SumeRetry(QUICK, allowed_methods=["GET"], sleep=lambda s: None))
+
+    assert 503 == http.request("PUT", api.url + "/v1/jobs/1", body=b"{}").status
+    assert 1 == len(api.requests)
+
+
+def test_respect_retry_after_header_false_waits_the_backoff_instead(raw_server: Any) -> None:
+    """respect_retry_after_header=False: a 503 with Retry-After: 30 waits the 0.05 s backoff."""
+    api = raw_server(status_then_ok(503, {"Retry-After": "30"}))
+    waits: List[float] = []
+    http = urllib3.PoolManager(
+        retries=SumeRetry(QUICK, respect_retry_after_header=False, sleep=waits.append), timeout=2
+    )
+
+    response = http.request("GET", api.url + "/v1/jobs")
+
+    assert 200 == response.status
+    assert [0.05] == waits
+
+
+@pytest.mark.parametrize(
+    ("argument", "field"),
+    [("backoff_factor", "backoff_base"), ("backoff_max", "backoff_max"), ("backoff_jitter", "jitter")],
+)
+def test_backoff_arguments_are_refused_naming_the_policy_field(argument: str, field: str) -> None:
+    """SumeRetry(backoff_factor=0.5) raises ConfigurationError naming Policy.backoff_base."""
+    kwargs: Dict[str, Any] = {argument: 7.5}
+    with pytest.raises(ConfigurationError, match=f"Policy\\({field}="):
+        SumeRetry(**kwargs)
+
+
+def test_a_lone_sume_retry_leaves_no_request_state_behind_on_its_thread(raw_server: Any) -> None:
+    """After a PoolManager retry, a SumeAdapter POST on the same thread is its own request (key, attempts)."""
+    api = raw_server(status_503_once_on_warm)  # /v1/warm: 503 then 200; everything else 200
+    http = urllib3.PoolManager(retries=SumeRetry(QUICK, sleep=lambda s: None))
+    assert 200 == http.request("GET", api.url + "/v1/warm").status
+    session = requests.Session()
+    session.mount("http://", SumeAdapter(QUICK, fleet=None))
+
+    response = session.post(api.url + "/v1/jobs", json={})
+
+    record = sume_record(response)
+    assert record is not None
+    assert "idempotency-key" in api.requests[-1].headers
+    assert Outcome.OK is record.outcome
+    assert 1 == record.attempts
+    assert "POST" == record.method

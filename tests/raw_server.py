@@ -1,0 +1,203 @@
+"""A raw HTTP/1.1 server on loopback, independent of FakeSume, and handlers for it.
+
+It writes raw bytes and pauses where a test says (a body that trickles or stalls, a redirect
+to another port), so a test controls exactly what crosses the socket and when. The
+``raw_server`` fixture (tests/conftest.py) starts one per call and stops them all at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+
+from sume_urllib3 import Policy, SumeSession
+
+KEY = "sk_live_HARDENING_0123456789abcdef"
+BEARER = "Bearer " + KEY
+# Backoff without jitter: every retry in these tests waits exactly what the test says.
+QUICK = Policy(backoff_base=0.05, jitter=(1.0, 1.0))
+
+CLOSE = object()  # a handler step: close the connection now
+Step = Union[bytes, float, object]
+
+
+@dataclass
+class Seen:
+    """One request as it arrived: method, path, lower-cased headers, body, time, connection."""
+
+    method: str
+    path: str
+    headers: Dict[str, str]
+    body: bytes
+    at: float
+    conn: int
+
+
+Handler = Callable[[Seen, int], Iterable[Step]]
+
+
+def reply(
+    status: int, body: bytes = b"", headers: Optional[Dict[str, str]] = None, length: Any = None
+) -> bytes:
+    """One whole HTTP/1.1 response, head and body in one piece (one send, no Nagle delay)."""
+    lines = [f"HTTP/1.1 {status} X"]
+    fields = {"Content-Length": str(len(body) if length is None else length)}
+    fields.update(headers or {})
+    lines += [f"{k}: {v}" for k, v in fields.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def echo(seen: Seen, n: int) -> Iterable[Step]:
+    """Answer 200 with the request's path as the body."""
+    yield reply(200, seen.path.encode())
+
+
+class Loopback:
+    """A raw HTTP/1.1 server on 127.0.0.1: a handler yields bytes to send and pauses (floats).
+
+    The handler gets the request and how many requests to the same path came before it.
+    Connections are kept alive; ``CLOSE`` ends one. Stopping interrupts every pause.
+    """
+
+    def __init__(self, handler: Handler = echo) -> None:
+        self.handler = handler
+        self.requests: List[Seen] = []
+        self._counts: Dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._conns: List[socket.socket] = []
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def __enter__(self) -> Loopback:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def paths(self) -> List[str]:
+        return [seen.path for seen in self.requests]
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._conns.append(conn)
+                number = len(self._conns)
+            threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
+
+    def _serve(self, conn: socket.socket, number: int) -> None:
+        reader = conn.makefile("rb")
+        try:
+            while not self._stop.is_set():
+                seen = self._read(reader, number)
+                if seen is None:
+                    return
+                with self._lock:
+                    self.requests.append(seen)
+                    route = seen.path.split("?")[0]
+                    n = self._counts.get(route, 0)
+                    self._counts[route] = n + 1
+                for step in self.handler(seen, n):
+                    if step is CLOSE:
+                        return
+                    if isinstance(step, bytes):
+                        conn.sendall(step)
+                    elif isinstance(step, (int, float)) and self._stop.wait(step):
+                        return
+        except OSError:
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    @staticmethod
+    def _read(reader: Any, number: int) -> Optional[Seen]:
+        line = reader.readline()
+        if not line.strip():
+            return None
+        method, path, _ = line.decode("latin-1").split(" ", 2)
+        headers: Dict[str, str] = {}
+        while True:
+            field = reader.readline().decode("latin-1")
+            if field in ("\r\n", "\n", ""):
+                break
+            name, _, value = field.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = reader.read(int(headers.get("content-length", "0") or 0))
+        return Seen(method, path, headers, body, time.monotonic(), number)
+
+
+def raw_session(srv: Loopback, **kwargs: Any) -> SumeSession:
+    """A session whose base URL is ``srv``'s /v1, real time, seeded jitter, no pacing."""
+    kwargs.setdefault("policy", QUICK)
+    kwargs.setdefault("fleet", None)
+    kwargs.setdefault("rng", random.Random(7))
+    return SumeSession(kwargs.pop("api_key", KEY), base_url=srv.url + "/v1", **kwargs)
+
+
+def auth_headers(seen: Seen) -> Dict[str, str]:
+    return {k: v for k, v in seen.headers.items() if k in ("x-api-key", "authorization")}
+
+
+def redirect_to(target: str) -> Handler:
+    """A handler: a path with /start answers 302 to ``target``, any other 200 ``landed``."""
+
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        if "/start" in seen.path:
+            yield reply(302, b"", {"Location": target})
+        else:
+            yield reply(200, b"landed")
+
+    return handler
+
+
+def status_then_ok(status: int, headers: Optional[Dict[str, str]] = None) -> Handler:
+    """A handler: the first request to a path gets ``status`` (empty body), the next ones 200."""
+
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        yield reply(status, b"", headers) if n == 0 else reply(200, b"ok")
+
+    return handler
+
+
+def always(status: int, body: bytes = b"", headers: Optional[Dict[str, str]] = None) -> Handler:
+    """A handler: every request gets the same answer."""
+
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        yield reply(status, body, headers)
+
+    return handler
+
+
+def status_503_once_on_warm(seen: Seen, n: int) -> Iterable[Step]:
+    """/v1/warm answers 503 once, then 200; every other path 200 with the path as the body."""
+    if seen.path == "/v1/warm" and n == 0:
+        yield reply(503, b'{"error":{"code":"busy"}}')
+    else:
+        yield reply(200, seen.path.encode())
