@@ -53,8 +53,8 @@ IDLE = 300.0
 PACE_KEPT = 12
 _MAX_IDLE = 86_400.0
 _MAX_MAX_KEYS = 10_000_000
-# Lock-free acquires between two looks at the clock (is a sweep due?): a counter is cheaper
-# than a clock read on the path that answers GRANT_NOW.
+# Lock-free acquires of a key between two looks at the clock (is a sweep due?): a counter in
+# the key's slots is cheaper than a clock read on the path that answers GRANT_NOW.
 _SWEEP_EVERY = 1024
 # Entries a sweep for room leaves, as a share of max_keys: the next one is that many new keys
 # away, so its O(n log n) sorting is paid once per tenth of the cap, not per new key.
@@ -167,9 +167,10 @@ class _Token:
 class _Key:
     """One key's pacing state (the core's), its lock, and counters. Guarded by ``lock``.
 
-    ``used`` is set by every lock-free acquire and cleared by each sweep, which then stamps
-    ``seen``: how a sweep knows when a key that only took the lock-free path was last used
-    (that path reads no clock). ``gone`` marks an entry a sweep evicted.
+    ``ticks`` counts lock-free acquires down from _SWEEP_EVERY (at 0 one looks at the clock); a
+    sweep finding it moved sets it back and stamps ``seen``: how a sweep knows when a key that
+    only took the lock-free path was last used (that path reads no clock). ``gone`` marks an
+    entry a sweep evicted.
     """
 
     __slots__ = (
@@ -183,7 +184,7 @@ class _Key:
         "seen",
         "state",
         "throttled",
-        "used",
+        "ticks",
         "waited",
     )
 
@@ -194,7 +195,8 @@ class _Key:
         self.open = False
         self.held = self.refused = self.again = self.cooldowns = self.throttled = 0
         self.waited: Dict[str, float] = {"pace": 0.0, "cooldown": 0.0, "slow_start": 0.0}
-        self.used = self.gone = False
+        self.ticks = _SWEEP_EVERY
+        self.gone = False
         self.seen = now
 
 
@@ -233,7 +235,7 @@ class LocalFleet:
     they alone pass ``max_keys`` (one WARNING says so). Sweeps are amortized: one runs when a
     new key passes ``max_keys`` (and frees a tenth of it), or, at most every ``idle / 4``
     seconds, from an acquire that looks at the clock (every one that takes a lock, and every
-    1024th lock-free one), so a request never pays for a scan of its own.
+    1024th lock-free one of a key), so a request never pays for a scan of its own.
     """
 
     _default: ClassVar[Optional[LocalFleet]] = None
@@ -289,7 +291,6 @@ class LocalFleet:
         self._pid = os.getpid()
         # Never waited on: a thread that finds another sweeping goes on with its request.
         self._sweep_lock = threading.Lock()
-        self._countdown = _SWEEP_EVERY
         self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
         self._warned_live = False
         # Counters of evicted entries, so stats() still counts what they did.
@@ -357,12 +358,11 @@ class LocalFleet:
         """Reserve a turn for one attempt; see :class:`Fleet` and the class docstring."""
         key = self._keys.get(key_id)
         if key is not None and key.open:
-            key.used = True
+            key.ticks -= 1  # marks it used (racy, and fine: a lost decrement delays one clock look)
             if not not_before:
-                self._countdown -= 1  # racy, and fine: a lost decrement delays one look at the clock
-                if self._countdown > 0:
+                if key.ticks > 0:
                     return GRANT_NOW
-                return self._tick()
+                return self._tick(key)
             if retry is not None and 0.0 < not_before <= time_left:
                 return Grant(wait=not_before)  # nothing paces an open key: the caller's wait is the turn
         try:
@@ -482,9 +482,9 @@ class LocalFleet:
             self._sweep(now, spare=key_id)
         return key
 
-    def _tick(self) -> Grant:
-        """Every _SWEEP_EVERY lock-free acquires: a look at the clock, and a sweep when one is due."""
-        self._countdown = _SWEEP_EVERY
+    def _tick(self, key: _Key) -> Grant:
+        """Every _SWEEP_EVERY lock-free acquires of a key: a look at the clock, and a sweep when due."""
+        key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
         try:
             self._check_pid()
             now = self._now()
@@ -511,8 +511,8 @@ class LocalFleet:
             plain_after, pace_after = now - self._idle_us, now - self._idle_us * PACE_KEPT
             # The loop runs once per entry and sweep: its tests are written out, not called.
             for key_id, key in list(keys.items()):
-                if key.used:
-                    key.used = False
+                if key.ticks != _SWEEP_EVERY:  # used lock-free since the last sweep
+                    key.ticks = _SWEEP_EVERY
                     key.seen = now
                 st = key.state
                 flight = st.flight
@@ -572,7 +572,7 @@ class LocalFleet:
         if not key.lock.acquire(blocking=False):
             return False  # in use this instant
         try:
-            if key.used or self._keys.get(key_id) is not key:
+            if key.ticks != _SWEEP_EVERY or self._keys.get(key_id) is not key:
                 return False
             key.gone = True
             self._keys.pop(key_id, None)
