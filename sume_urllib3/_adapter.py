@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -30,12 +31,12 @@ from ._idempotency import (
 )
 from ._keyid import key_ids
 from ._observers import Observers
-from ._peek import body_in_hand
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
 from ._redact import redact_url
 from ._retry import SumeRetry
 from ._state import Attempt, RequestContext, current
+from ._stream import watch
 from ._timeouts import TimeoutSpec, capped, check_timeout
 
 
@@ -152,6 +153,15 @@ class SumeAdapter(HTTPAdapter):
         super().__init__(max_retries=max_retries, **adapter_kwargs)
         _after_fork.add(self)
 
+    def serve_as(self, other: SumeAdapter) -> None:
+        """Serve with ``other``'s settings (its retry template, timeout, fleet and
+        ``raise_on_give_up``), keeping this adapter's own pools: how a SumeSession adopts an
+        adapter mounted on it."""
+        self.max_retries = other.max_retries
+        self.timeout = other.timeout
+        self.fleet = other.fleet
+        self.raise_on_give_up = other.raise_on_give_up
+
     @property
     def retry(self) -> SumeRetry:
         """The retry template every request starts from (never changed by a request)."""
@@ -219,7 +229,9 @@ class SumeAdapter(HTTPAdapter):
             end_turn(context, None, None)
             if own:
                 current.reset(token)
-                if context.record is not None:
+                if context.stream is not None:
+                    context.stream.report_with(self.observers.outcome)
+                elif context.record is not None:
                     self.observers.outcome(context.record)
 
     def _send(
@@ -308,9 +320,17 @@ class SumeAdapter(HTTPAdapter):
             self._remember_redirect(context, response)
         record = self._finish(context, request, response.status_code, response.headers)
         response.sume = record  # type: ignore[attr-defined]
+        if stream and record.outcome is not Outcome.GAVE_UP:
+            on_break = functools.partial(self._broken, context, request, response)
+            context.stream = watch(response, record, on_break)
         if record.outcome is Outcome.GAVE_UP and self.raise_on_give_up:
-            if not stream and body_in_hand(response.raw):
-                response.content  # noqa: B018 - already in memory: read it, free the connection
+            if not stream:
+                # As requests reads every body it returns: the caller reads error.response.content
+                # and the connection goes back to the pool whether or not they do.
+                try:
+                    response.content  # noqa: B018
+                except _BODY_ERRORS:
+                    response.close()  # the give-up stands; a body that broke or stalled frees its slot
             raise SumeRetryError(record, response)
         if not stream and response.status_code >= 400:
             try:
@@ -471,6 +491,18 @@ class SumeAdapter(HTTPAdapter):
         if decision.retry:
             context.next_wait = wait
         return decision.retry
+
+    def _broken(
+        self,
+        context: RequestContext,
+        request: requests.PreparedRequest,
+        response: requests.Response,
+        error: str,
+    ) -> SumeRecord:
+        """The record of a streamed body that broke while the caller read it."""
+        record = self._finish(context, request, response.status_code, response.headers, error=error)
+        response.sume = record  # type: ignore[attr-defined]
+        return record
 
     def _body_failed(
         self, context: RequestContext, request: requests.PreparedRequest, broken: Exception

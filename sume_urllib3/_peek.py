@@ -169,35 +169,6 @@ def peek_body(
     return prefix, False
 
 
-def body_in_hand(response: Any) -> bool:
-    """True when the peek already read the whole body: reading it now cannot block."""
-    fp = getattr(response, "_fp", None)
-    if isinstance(fp, PrefixedFP):
-        return fp._error is None and is_fp_closed(fp.inner)
-    return fp is None or is_fp_closed(fp)
-
-
-def discard_body(response: Any) -> None:
-    """Read and drop the rest of a body that is about to be retried, 64 KiB at a time.
-
-    urllib3's own drain reads it in one piece (the whole body in memory at once); this
-    keeps memory at one chunk and still lets the connection go back to the pool.
-    """
-    fp = getattr(response, "_fp", None)
-    if isinstance(fp, PrefixedFP):
-        fp = response._fp = fp.inner
-    if fp is None:
-        return
-    try:
-        while not is_fp_closed(fp) and fp.read(_DRAIN_CHUNK):
-            pass
-    except Exception:  # a broken body: urllib3's drain sees the same state and copes
-        return
-
-
-_DRAIN_CHUNK = 65536
-
-
 def _release(response: Any) -> None:
     release = getattr(response, "release_conn", None)
     if release is not None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, Callable, Dict, Iterable, Optional, Union
 from urllib.parse import urlsplit
 
 import requests
+from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, BaseAdapter
 from requests.utils import default_user_agent
 
 from . import _sleeping
@@ -121,6 +123,9 @@ class SumeSession(requests.Session):
         sleep: Optional[Callable[[float], None]] = None,
         clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
+        pool_connections: int = DEFAULT_POOLSIZE,
+        pool_maxsize: int = DEFAULT_POOLSIZE,
+        pool_block: bool = DEFAULT_POOLBLOCK,
     ) -> None:
         super().__init__()
         # None or "" reads the variable (os.environ.get("SUME_API_KEY", "") means unset too); a
@@ -166,7 +171,15 @@ class SumeSession(requests.Session):
             sleep=sleep,
             clock=clock,
             rng=rng,
+            pool_connections=pool_connections,
+            pool_maxsize=pool_maxsize,
+            pool_block=pool_block,
         )
+        self._pool = {
+            "pool_connections": pool_connections,
+            "pool_maxsize": pool_maxsize,
+            "pool_block": pool_block,
+        }
         self.mount("https://", self.adapter)
         self.mount("http://", self.adapter)
         self.headers["User-Agent"] = f"sume-urllib3/{__version__} {default_user_agent()}"
@@ -256,7 +269,9 @@ class SumeSession(requests.Session):
             raise
         finally:
             current.reset(token)
-            if context.record is not None:
+            if context.stream is not None:
+                context.stream.report_with(lambda _: self._report(context))
+            elif context.record is not None:
                 self._report(context)
 
     # The verbs, typed to take ``policy=`` and every timeout form (requests' own stubs do not).
@@ -410,6 +425,32 @@ class SumeSession(requests.Session):
             for name in AUTH_HEADER_NAMES:
                 prepared_request.headers.pop(name, None)
 
+    def mount(self, prefix: Union[str, bytes], adapter: BaseAdapter) -> None:
+        """Mount ``adapter`` for URLs starting with ``prefix``, as requests does.
+
+        A :class:`SumeAdapter` mounted here (to size a pool, say) serves with this session's
+        policy, timeout, fleet, observers, retry budget and ``raise_on_give_up``; only its
+        pool arguments are its own. Any other adapter over the base URL warns: the calls it
+        serves lose the policy, the Idempotency-Key, ``response.sume`` and the metrics.
+        """
+        own = getattr(self, "adapter", None)  # None while requests mounts its defaults
+        if own is not None and isinstance(adapter, SumeAdapter) and adapter is not own:
+            adapter.serve_as(own)
+        elif (
+            own is not None
+            and not isinstance(adapter, SumeAdapter)
+            and self.base_url.lower().startswith(_text(prefix).lower())
+        ):
+            warnings.warn(
+                f"{type(adapter).__name__} mounted on {prefix!r} is not a SumeAdapter: calls to "
+                f"{self._origin} through it are not retried by the Sume policy, POSTs get no "
+                "Idempotency-Key, responses carry no .sume record and metrics do not count them "
+                "(compose the other library's adapter with SumeAdapter instead; see the docs)",
+                UserWarning,
+                stacklevel=2,
+            )
+        super().mount(prefix, adapter)  # type: ignore[arg-type,unused-ignore]  # bytes too, as requests
+
     def close(self) -> None:
         """Close every mounted adapter once (the default one is mounted twice)."""
         seen = set()
@@ -430,6 +471,7 @@ class SumeSession(requests.Session):
             "raise_on_give_up": self.raise_on_give_up,
             "observers": tuple(self.user_observers),
             **self._injected,
+            **self._pool,
         }
         if not self._default_budget:
             config["retry_budget"] = self.retry_budget  # None, shared() or the caller's own

@@ -90,6 +90,7 @@ class RequestContext:
     fallbacks = 0  # grants that came from local pacing because the shared store failed
     fleet_refused = False  # the fleet refused a turn: the pace would cross the deadline
     body_pos: Optional[int] = None  # where a file body started, to send it whole again
+    stream: Any = None  # a _stream.StreamWatch: a stream=True body decides the outcome when it ends
 
     def __init__(
         self,

@@ -23,6 +23,7 @@ from requests.adapters import HTTPAdapter
 from sume_urllib3 import (
     Outcome,
     Policy,
+    SumeChunkedEncodingError,
     SumeConnectionError,
     SumeReadTimeout,
     SumeRecord,
@@ -249,7 +250,12 @@ def test_a_body_cut_short_reads_exactly_as_without_sume(
     response = session.get("/doc", stream=True)
     actual = read_all(response)
 
-    assert expected == actual
+    if expected[0] == "error":  # the same class, or the library's give-up that is also that class
+        assert actual[0] == "error"
+        assert isinstance(actual[1], type)
+        assert issubclass(actual[1], expected[1])  # type: ignore[arg-type]
+    elif actual != expected:  # urllib3 1.26 hands a body cut short back as complete: not here
+        assert actual == ("error", SumeChunkedEncodingError)
     assert (status, 1) == (response.status_code, response.sume.attempts)
     assert 2 == len(fake.requests)  # one for the stock client, one for SumeSession: never resent
     assert 0 == pool_slots_missing(session)

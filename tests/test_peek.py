@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sume_urllib3._peek import PrefixedFP, discard_body, peek_body
+from sume_urllib3._peek import PrefixedFP, peek_body
 
 
 class Stream(io.BytesIO):
@@ -80,7 +80,7 @@ def test_flush_and_fileno_delegate() -> None:
 
 
 class FakeResponse:
-    """Just what peek_body and discard_body touch on a urllib3 response."""
+    """Just what peek_body touches on a urllib3 response."""
 
     def __init__(self, body: bytes) -> None:
         self._fp: Any = Stream(body)
@@ -109,13 +109,3 @@ def test_a_body_read_whole_by_the_peek_gives_its_connection_back() -> None:
     peek_body(response, 100)
 
     assert 1 == response.released
-
-
-def test_discard_body_reads_the_rest_and_unwraps() -> None:
-    """A body about to be retried is read to the end and the wrapper removed."""
-    response = FakeResponse(b"x" * 200_000)
-    peek_body(response, 10)
-
-    discard_body(response)
-
-    assert (True, True) == (isinstance(response._fp, Stream), response._fp.closed)

@@ -1,0 +1,173 @@
+"""The attempt engine: what every way in does between two attempts, as one set of rules."""
+
+from __future__ import annotations
+
+import io
+import random
+from typing import Any, List, Optional
+
+from sume_urllib3 import LocalFleet, RetryBudget
+from sume_urllib3._attempt import (
+    DRAIN_LIMIT,
+    body_refusal,
+    end_turn,
+    let_go,
+    redirect_refusal,
+    redirect_wait,
+    retry_turn,
+)
+from sume_urllib3._peek import PrefixedFP
+from sume_urllib3._policy import Policy
+from sume_urllib3._state import RequestContext
+
+from .conftest import VirtualTime
+
+
+class Body:
+    """A urllib3 response as let_go reads it: ``read(amt, decode_content=)``, close, release."""
+
+    def __init__(self, size: int, *, breaks_after: Optional[int] = None) -> None:
+        self._fp: Any = io.BytesIO(b"x" * size)
+        self.breaks_after = breaks_after
+        self.read_bytes = 0
+        self.closed = False
+        self.released = 0
+
+    def read(self, amt: int, decode_content: bool = True) -> bytes:
+        assert decode_content is False  # draining never decompresses
+        if self.breaks_after is not None and self.read_bytes >= self.breaks_after:
+            raise ConnectionResetError("peer went away")
+        piece: bytes = self._fp.read(amt)
+        self.read_bytes += len(piece)
+        if not piece:
+            self._fp.close()
+        return piece
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release_conn(self) -> None:
+        self.released += 1
+
+
+def test_a_short_body_is_drained_and_its_connection_released() -> None:
+    """A 100 KB error page is read to its end through urllib3's read, and the connection goes back."""
+    body = Body(100_000)
+    let_go(body)
+    assert (body.read_bytes, body.closed, body.released) == (100_000, False, 1)
+
+
+def test_a_body_past_the_drain_limit_closes_its_connection_and_frees_the_slot() -> None:
+    """A body longer than the limit is not worth its connection: closed, and the pool slot freed."""
+    body = Body(DRAIN_LIMIT * 3)
+    let_go(body)
+    assert body.closed
+    assert body.released == 1
+    assert body.read_bytes <= DRAIN_LIMIT + 65536
+
+
+def test_a_body_that_breaks_while_drained_is_closed_and_released() -> None:
+    """A drain that meets a broken body never raises; the connection is closed and released."""
+    body = Body(200_000, breaks_after=65536)
+    let_go(body)
+    assert body.closed
+    assert body.released == 1
+
+
+def test_a_body_already_read_whole_by_the_peek_is_only_released() -> None:
+    """When the peek reached the end, nothing is read again."""
+    body = Body(10)
+    body._fp.read()
+    body._fp.close()
+    body._fp = PrefixedFP(b"x" * 10, body._fp)
+    body._fp.read()
+    let_go(body)
+    assert (body.read_bytes, body.released) == (0, 1)
+
+
+def test_a_redirects_retry_after_is_waited_only_when_it_fits() -> None:
+    """Retry-After on a redirect: waited when it fits in the time left, else not waited at all."""
+    assert redirect_wait(2.0, 5.0) == 2.0
+    assert redirect_wait(4.0, 1.0) == 0.0
+    assert redirect_wait(None, 1.0) == 0.0
+    assert redirect_wait(-1.0, 1.0) == 0.0
+
+
+def _context(*, adapter: bool, replayable: bool = True, method: str = "PUT") -> RequestContext:
+    context = RequestContext(0.0, method=method)
+    context.adapter = object() if adapter else None
+    context.replayable = replayable
+    return context
+
+
+def test_a_lone_retry_never_resends_a_body_it_cannot_see() -> None:
+    """Without an adapter the body is unseen: PUT, POST and PATCH are refused, GET and DELETE are not."""
+    for method in ("PUT", "POST", "PATCH"):
+        assert "cannot see the request body" in (body_refusal(_context(adapter=False), method) or "")
+    for method in ("GET", "DELETE", "HEAD"):
+        assert body_refusal(_context(adapter=False), method) is None
+
+
+def test_through_an_adapter_only_an_unreplayable_body_is_refused() -> None:
+    """With an adapter, the body seen before the first send decides."""
+    assert body_refusal(_context(adapter=True), "PUT") is None
+    assert "cannot be replayed" in (body_refusal(_context(adapter=True, replayable=False), "PUT") or "")
+
+
+def test_only_a_307_or_308_that_resends_a_spent_body_is_refused() -> None:
+    """301/302/303 drop the body (the request becomes a GET); 307/308 would send it again."""
+    spent = _context(adapter=True, replayable=False)
+    assert redirect_refusal(spent, "PUT", 302) is None
+    assert (redirect_refusal(spent, "PUT", 307) or "").startswith("307 redirect not followed")
+    assert redirect_refusal(_context(adapter=True), "PUT", 308) is None
+
+
+def test_a_throttled_retry_waits_without_spending_the_budget() -> None:
+    """A retry the server paced never spends the budget; an error retry does, until it is spent."""
+    vt = VirtualTime()
+    budget = RetryBudget(ratio=0.0, min_per_second=0.1, window=10.0, clock=vt.clock)  # one retry
+    context = RequestContext(vt.now)
+    policy = Policy()
+    common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
+    assert retry_turn(context, policy, 1.0, throttled=True, **common).refused is None
+    assert retry_turn(context, policy, 1.0, throttled=False, **common).refused is None
+    assert retry_turn(context, policy, 1.0, throttled=False, **common).refused == "retry budget exhausted"
+
+
+def test_the_fleets_turn_lengthens_the_wait_and_is_told_the_answer_once() -> None:
+    """Under a cooldown the wait becomes the fleet's; end_turn releases the grant exactly once."""
+    vt = VirtualTime()
+    fleet = LocalFleet(clock=vt.clock, rng=random.Random(3))
+    context = RequestContext(vt.now)
+    context.fleet, context.key_id = fleet, "k1"
+    first = fleet.acquire("k1", time_left=60.0)
+    fleet.release("k1", first, 429, {"Retry-After": "5"})
+    turn = retry_turn(context, Policy(), 1.0, throttled=True, budget=None, rng=random.Random(1), now=vt.now)
+    assert turn.refused is None
+    assert turn.wait >= 5.0
+    assert context.paced > 0
+    assert context.grant is not None
+    released: List[Any] = []
+    real_release = fleet.release
+    fleet.release = lambda *args: released.append(args) or real_release(*args)  # type: ignore[method-assign]
+    end_turn(context, 200, {})
+    end_turn(context, 200, {})
+    assert len(released) == 1
+    assert context.grant is None
+
+
+def test_a_turn_past_the_deadline_is_refused_with_a_spread_retry_in() -> None:
+    """A cooldown longer than the time left refuses the retry and says when to come back, spread."""
+    vt = VirtualTime()
+    fleet = LocalFleet(clock=vt.clock, rng=random.Random(3))
+    context = RequestContext(vt.now)
+    context.fleet, context.key_id = fleet, "k1"
+    first = fleet.acquire("k1", time_left=60.0)
+    fleet.release("k1", first, 429, {"Retry-After": "30"})
+    turn = retry_turn(
+        context, Policy(max_elapsed=5), 1.0, throttled=True, budget=None, rng=random.Random(1), now=vt.now
+    )
+    assert turn.refused is not None
+    assert context.fleet_refused
+    assert turn.retry_in is not None
+    assert 29.0 <= turn.retry_in <= 60.0

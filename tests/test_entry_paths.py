@@ -1,0 +1,469 @@
+"""Every way in keeps every promise: the same behaviours through each way users mount the policy.
+
+Ways in: ``SumeSession``; a plain ``requests.Session`` with ``SumeAdapter`` mounted; a plain
+``HTTPAdapter(max_retries=SumeRetry())``; ``urllib3.PoolManager(retries=SumeRetry())``; a bare
+``HTTPConnectionPool.urlopen(..., retries=SumeRetry())``. Each cell runs on a real loopback
+server with virtual time; CI runs this module on urllib3 2.x and 1.26. A cell that cannot
+apply to a way in says why in ``NOT_APPLICABLE``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+
+from sume_urllib3 import Policy, SumeAdapter, SumeRecord, SumeRetry, SumeRetryError, SumeSession
+from sume_urllib3.testing import FakeSume, Reply
+
+from .conftest import API_KEY, VirtualTime
+
+WAYS = ("session", "mounted", "http_adapter", "pool_manager", "connection_pool")
+LONE = ("http_adapter", "pool_manager", "connection_pool")
+
+NOT_APPLICABLE: Dict[Tuple[str, str], str] = {
+    **{
+        ("keyed_post", way): "a lone SumeRetry sees no headers, so it cannot know a key: it never "
+        "resends a POST (the keyless-POST cell)"
+        for way in LONE
+    },
+    **{
+        ("keyless_post", way): "the adapter gives every POST an Idempotency-Key"
+        for way in ("session", "mounted")
+    },
+    **{
+        ("broken_stream", way): "a lone SumeRetry is not called while the caller reads a body "
+        "urllib3 has handed back; mount SumeAdapter to have a broken stream recorded"
+        for way in LONE
+    },
+}
+
+
+@dataclass
+class Result:
+    """What the caller got: a status and the whole body, the record, or the error raised."""
+
+    status: Optional[int]
+    body: bytes
+    record: Optional[SumeRecord]
+    error: Optional[BaseException]
+
+
+class Way:
+    """One way in, built on a fake server with virtual time; ``call`` sends one logical request."""
+
+    def __init__(self, name: str, fake: FakeSume, vtime: VirtualTime, policy: Policy, **pool: Any) -> None:
+        self.name = name
+        self.fake = fake
+        self.base = fake.url + "/v1"
+        injected: Dict[str, Any] = {"sleep": vtime.sleep, "clock": vtime.clock, "rng": random.Random(7)}
+        self.closers: List[Callable[[], None]] = []
+        self.session: Optional[requests.Session] = None
+        self.pool: Any = None
+        if name == "session":
+            session = SumeSession(API_KEY, base_url=self.base, policy=policy, **injected, **pool)
+            self.session = session
+        elif name in ("mounted", "http_adapter"):
+            session = requests.Session()
+            adapter = (
+                SumeAdapter(policy, **injected, **pool)
+                if name == "mounted"
+                else HTTPAdapter(max_retries=SumeRetry(policy, **injected), **pool)
+            )
+            session.mount("http://", adapter)
+            self.session = session
+        elif name == "pool_manager":
+            self.pool = urllib3.PoolManager(retries=SumeRetry(policy, **injected), **_urllib3_pool(pool))
+        else:
+            host, port = fake.url.split("//")[1].split(":")
+            self.pool = urllib3.HTTPConnectionPool(
+                host, int(port), retries=SumeRetry(policy, **injected), **_urllib3_pool(pool)
+            )
+        if self.session is not None:
+            self.closers.append(self.session.close)
+        if self.pool is not None:
+            self.closers.append(getattr(self.pool, "clear", None) or self.pool.close)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        headers: Optional[Dict[str, str]] = None,
+        stream: bool = False,
+    ) -> Result:
+        if self.session is not None:
+            return self._call_requests(method, path, body, headers, stream)
+        return self._call_urllib3(method, path, body, headers, stream)
+
+    def _call_requests(
+        self, method: str, path: str, body: Any, headers: Optional[Dict[str, str]], stream: bool
+    ) -> Result:
+        assert self.session is not None
+        url = path if self.name == "session" else self.base + path
+        try:
+            response = self.session.request(method, url, data=body, headers=headers, stream=stream)
+            content = b"".join(response.iter_content(8192)) if stream else response.content
+            return Result(response.status_code, content, getattr(response, "sume", None), None)
+        except requests.RequestException as exc:
+            answer = exc.response
+            content = answer.content if answer is not None else b""
+            status = answer.status_code if answer is not None else None
+            return Result(status, content, getattr(exc, "sume", None), exc)
+
+    def _call_urllib3(
+        self, method: str, path: str, body: Any, headers: Optional[Dict[str, str]], stream: bool
+    ) -> Result:
+        target = self.base + path if self.name == "pool_manager" else "/v1" + path
+        try:
+            response = self.pool.urlopen(
+                method, target, body=body, headers=headers, preload_content=not stream, redirect=True
+            )
+            content = b"".join(response.stream(8192)) if stream else response.data
+            response.release_conn()
+            return Result(response.status, content, None, None)
+        except urllib3.exceptions.HTTPError as exc:
+            return Result(None, b"", None, exc)
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+
+
+def _urllib3_pool(pool: Dict[str, Any]) -> Dict[str, Any]:
+    """requests' pool arguments as urllib3 names them."""
+    renamed = {"pool_maxsize": "maxsize", "pool_block": "block"}
+    return {renamed[name]: value for name, value in pool.items() if name in renamed}
+
+
+@pytest.fixture
+def way_in(fake: FakeSume, vtime: VirtualTime) -> Iterator[Callable[..., Way]]:
+    """Build a way in (by name) on the fake server; closed after the test."""
+    built: List[Way] = []
+
+    def build(name: str, policy: Optional[Policy] = None, **pool: Any) -> Way:
+        way = Way(name, fake, vtime, policy or Policy(), **pool)
+        built.append(way)
+        return way
+
+    yield build
+    for way in built:
+        way.close()
+
+
+def applies(cell: str, way: str) -> None:
+    """Skip a cell that cannot apply to a way in, saying why."""
+    reason = NOT_APPLICABLE.get((cell, way))
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def chunks(total: int = 30_000) -> Iterator[bytes]:
+    """A generator body: sent once, empty if sent again."""
+    for _ in range(total // 1000):
+        yield b"x" * 1000
+
+
+class ReaderWithoutSeek:
+    """A file-like body with a length and no way back (like requests-toolbelt's MultipartEncoder)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+        self.len = len(data)
+
+    def __len__(self) -> int:
+        return self.len
+
+    def read(self, size: int = -1) -> bytes:
+        return self._data.read(size)
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_a_503_is_retried_then_succeeds(fake: FakeSume, way_in: Callable[..., Way], name: str) -> None:
+    """A 503 is retried and the caller gets the 200 that followed."""
+    fake.script("GET", "/v1/things", 503, 200)
+    result = way_in(name).call("GET", "/things")
+    assert (result.status, result.error) == (200, None)
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_a_fix_status_is_not_retried_and_keeps_its_whole_body(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """A 400 bigger than the peek is answered once, its whole body readable by the caller."""
+    fake.script("GET", "/v1/things", dataclasses.replace(Reply.error(400, "invalid_request"), size=100_000))
+    result = way_in(name).call("GET", "/things")
+    assert result.status == 400
+    assert len(result.body) == 100_000
+    assert b"invalid_request" in result.body
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_a_keyed_post_is_resent_with_the_same_key_and_body(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """A POST retried after a 503 carries the same Idempotency-Key and the identical body."""
+    applies("keyed_post", name)
+    fake.script("POST", "/v1/jobs", 503, 201)
+    result = way_in(name).call("POST", "/jobs", body=b'{"input": "a"}')
+    assert result.status == 201
+    sent = fake.requests
+    assert len(sent) == 2
+    assert sent[0].headers["Idempotency-Key"] == sent[1].headers["Idempotency-Key"]
+    assert sent[0].body == sent[1].body == b'{"input": "a"}'
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_a_post_without_a_key_is_never_resent(fake: FakeSume, way_in: Callable[..., Way], name: str) -> None:
+    """A POST that carries no key is answered by its first response, never sent twice."""
+    applies("keyless_post", name)
+    fake.script("POST", "/v1/jobs", 503, 201)
+    result = way_in(name).call("POST", "/jobs", body=b'{"input": "a"}')
+    assert result.status == 503
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("body", ["generator", "reader"])
+@pytest.mark.parametrize("name", WAYS)
+def test_an_unreplayable_body_is_not_resent_after_a_503(
+    fake: FakeSume, way_in: Callable[..., Way], name: str, body: str
+) -> None:
+    """A generator or a reader without seek is sent once, whole; the caller gets the 503."""
+    fake.script("PUT", "/v1/upload", 503, 200)
+    payload: Any = chunks() if body == "generator" else ReaderWithoutSeek(b"y" * 30_000)
+    result = way_in(name).call("PUT", "/upload", body=payload)
+    assert len(fake.requests) == 1
+    assert len(fake.requests[0].body) == 30_000
+    assert result.status == 503 or isinstance(result.error, Exception)
+    assert result.status != 200
+
+
+@pytest.mark.parametrize("body", ["generator", "reader"])
+@pytest.mark.parametrize("status", [307, 308])
+@pytest.mark.parametrize("name", WAYS)
+def test_an_unreplayable_body_is_not_resent_after_a_redirect(
+    fake: FakeSume, way_in: Callable[..., Way], name: str, status: int, body: str
+) -> None:
+    """A 307/308 that would resend a consumed body is not followed: nothing goes out empty."""
+    fake.script("PUT", "/v1/upload", Reply(status, headers={"Location": "/v1/regional"}))
+    fake.script("PUT", "/v1/regional", 200)
+    payload: Any = chunks() if body == "generator" else ReaderWithoutSeek(b"y" * 30_000)
+    result = way_in(name).call("PUT", "/upload", body=payload)
+    assert [r.path for r in fake.requests] == ["/v1/upload"]
+    assert len(fake.requests[0].body) == 30_000
+    assert result.status != 200
+    if result.error is not None:
+        assert "redirect" in str(result.error)
+        assert "body" in str(result.error)
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_a_replayable_body_follows_a_307_whole(fake: FakeSume, way_in: Callable[..., Way], name: str) -> None:
+    """A body in memory follows a 307 byte-identical (a lone retry cannot know, and does not follow)."""
+    fake.script("PUT", "/v1/upload", Reply(307, headers={"Location": "/v1/regional"}))
+    fake.script("PUT", "/v1/regional", 200)
+    result = way_in(name).call("PUT", "/upload", body=b"z" * 10_000)
+    if name in LONE:
+        assert [r.path for r in fake.requests] == ["/v1/upload"]
+        assert result.status != 200
+        return
+    assert result.status == 200
+    assert [r.body for r in fake.requests] == [b"z" * 10_000] * 2
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_a_retry_after_past_the_deadline_is_not_waited_on_a_503(
+    fake: FakeSume, vtime: VirtualTime, way_in: Callable[..., Way], name: str
+) -> None:
+    """A 503 asking for 4 s with 1 s left ends the call now: no wait, no resend."""
+    fake.script("GET", "/v1/things", Reply(503, headers={"Retry-After": "4"}), 200)
+    result = way_in(name, Policy(max_elapsed=1)).call("GET", "/things")
+    assert result.status != 200
+    assert len(fake.requests) == 1
+    assert sum(vtime.sleeps) <= 1.0
+
+
+@pytest.mark.parametrize("status", [302, 307])
+@pytest.mark.parametrize("name", WAYS)
+def test_a_redirects_retry_after_never_outlasts_the_deadline(
+    fake: FakeSume, vtime: VirtualTime, way_in: Callable[..., Way], name: str, status: int
+) -> None:
+    """A redirect with Retry-After: 4 under a 1 s deadline does not wait 4 s."""
+    fake.script("GET", "/v1/a", Reply(status, headers={"Location": "/v1/b", "Retry-After": "4"}))
+    fake.script("GET", "/v1/b", 200)
+    way_in(name, Policy(max_elapsed=1)).call("GET", "/a")
+    assert sum(vtime.sleeps) <= 1.0
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_give_ups_on_a_large_error_body_return_their_connection(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """Ten caught give-ups on a 100 KB 503 page reuse one connection; a one-connection pool never hangs."""
+    fake.script("GET", "/v1/things", Reply(503, body=b"<html>maintenance</html>", size=100_000))
+    way = way_in(name, Policy(max_retries=1), pool_maxsize=1, pool_block=True)
+    results = _within(10.0, lambda: [way.call("GET", "/things") for _ in range(10)])
+    assert len(fake.requests) == 20
+    assert all(r.status in (503, None) for r in results)
+    assert fake.connections == 1
+
+
+@pytest.mark.parametrize("name", ["session", "mounted"])
+def test_give_ups_the_caller_never_reads_still_return_their_connection(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """A caught give-up whose body nobody reads gives its connection back, as requests would."""
+    fake.script("GET", "/v1/things", Reply(503, body=b"<html>maintenance</html>", size=100_000))
+    way = way_in(name, Policy(max_retries=0), pool_maxsize=1, pool_block=True)
+    assert way.session is not None
+    session = way.session
+
+    def give_up_ten_times() -> None:
+        for _ in range(10):
+            with pytest.raises(SumeRetryError):
+                session.get(way.base + "/things" if name == "mounted" else "/things")
+
+    _within(10.0, give_up_ten_times)
+    assert fake.connections == 1
+
+
+@pytest.mark.parametrize("name", ["session", "mounted"])
+def test_a_stream_read_to_its_end_is_counted_once_when_it_ends(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """``stream=True``: the outcome is told when the body ends, once, as ``ok``."""
+    fake.script("GET", "/v1/big", Reply(200, body=b"a", size=100_000))
+    outcomes: List[str] = []
+
+    class Outcomes:
+        def on_outcome(self, record: SumeRecord) -> None:
+            outcomes.append(record.outcome.value)
+
+    way = way_in(name)
+    assert way.session is not None
+    adapter = way.session.get_adapter(way.base)
+    assert isinstance(adapter, SumeAdapter)
+    adapter.observers = (*adapter.observers, Outcomes())
+    response = way.session.get(way.base + "/big", stream=True)
+    assert outcomes == []  # the body is not read yet: the request is not over
+    assert len(b"".join(response.iter_content(8192))) == 100_000
+    assert outcomes == ["ok"]
+    response.close()
+    assert outcomes == ["ok"]
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_retrying_a_large_error_body_keeps_the_connection(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """A 100 KB 503 then a 200, ten times over: the retries drain the page and keep one connection."""
+    fake.script("GET", "/v1/things", Reply(503, body=b"<html>busy</html>", size=100_000), 200)
+    way = way_in(name)
+    for _ in range(10):
+        fake.script("GET", "/v1/things", Reply(503, body=b"<html>busy</html>", size=100_000), 200)
+        assert way.call("GET", "/things").status == 200
+    assert fake.connections == 1
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_a_stream_cut_short_is_a_failure_with_its_record(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """``stream=True`` and a body cut at 5,000 of 100,000 bytes: a give-up with the record, not ``ok``."""
+    applies("broken_stream", name)
+    fake.script("GET", "/v1/big", Reply(200, body=b"a", size=100_000, truncate=5_000))
+    way = way_in(name)
+    result = way.call("GET", "/big", stream=True)
+    assert isinstance(result.error, requests.exceptions.ChunkedEncodingError)
+    assert isinstance(result.error, SumeRetryError)
+    record = result.error.sume  # type: ignore[attr-defined]
+    assert record.outcome.value != "ok"
+    if name == "session":
+        assert isinstance(way.session, SumeSession)
+        assert way.session.metrics.snapshot()["outcomes"].get("ok", 0) == 0
+
+
+def test_a_mounted_adapter_serves_with_the_sessions_settings(fake: FakeSume, vtime: VirtualTime) -> None:
+    """A SumeAdapter mounted on a SumeSession (to size its pool) keeps the session's policy and timeout."""
+    fake.script("GET", "/v1/things", 503, 503, 503, 200)
+    session = SumeSession(
+        API_KEY,
+        base_url=fake.url + "/v1",
+        policy=Policy(max_retries=1),
+        timeout=(1, 1),
+        sleep=vtime.sleep,
+        clock=vtime.clock,
+    )
+    with session:
+        session.mount("http://", SumeAdapter(pool_maxsize=32))
+        with pytest.raises(SumeRetryError) as caught:
+            session.get("/things")
+        assert len(fake.requests) == 2  # the session's one retry, not the adapter's default
+        assert caught.value.sume.attempts == 2
+        assert session.metrics.snapshot()["outcomes"].get("gave_up") == 1
+
+
+def test_a_mounted_adapter_uses_the_sessions_timeout(fake: FakeSume) -> None:
+    """A call without ``timeout=`` through a mounted SumeAdapter times out at the session's (1, 1)."""
+    fake.script("GET", "/v1/slow", Reply(200, delay=3.0))
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1", policy=Policy(max_retries=0), timeout=(1, 0.5))
+    with session:
+        session.mount("http://", SumeAdapter(pool_maxsize=32))
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            _within(2.5, lambda: session.get("/slow"))
+
+
+def test_sessions_take_the_pool_arguments(fake: FakeSume, vtime: VirtualTime) -> None:
+    """``SumeSession(pool_maxsize=1, pool_block=True)`` sizes the pool its own adapter uses."""
+    session = SumeSession(
+        API_KEY,
+        base_url=fake.url + "/v1",
+        pool_connections=2,
+        pool_maxsize=1,
+        pool_block=True,
+        sleep=vtime.sleep,
+        clock=vtime.clock,
+    )
+    with session:
+        assert session.adapter._pool_maxsize == 1
+        assert session.adapter._pool_block is True
+        fake.script("GET", "/v1/things", 200)
+        assert session.get("/things").status_code == 200
+
+
+def test_mounting_a_non_sume_adapter_over_the_base_url_warns(fake: FakeSume) -> None:
+    """Mounting a plain HTTPAdapter where the session's calls go says what stops working."""
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1")
+    with session, pytest.warns(UserWarning, match="not a SumeAdapter"):
+        session.mount("http://", HTTPAdapter())
+
+
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    """Run ``call`` in a thread and fail (instead of hanging the suite) if it takes longer."""
+    box: List[Any] = []
+    failure: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(call())
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s (a pool that never gave back?)"
+    if failure:
+        raise failure[0]
+    return box[0]
