@@ -386,9 +386,6 @@ class LocalFleet:
                 return  # a grant from before a reset or a fork: nothing of ours to account
             if key.open and status != 429 and not may_carry_ratelimit(headers) and status != 503:
                 return  # the lock-free path: an open key and nothing to learn
-            if self._pid != os.getpid():
-                self._forked()
-                return  # a grant from before a fork no hook told us about
             self._release(key_id, key, token, status, headers)
         except Exception:
             log.debug("sume_urllib3: fleet release failed; ignored", exc_info=True)
@@ -654,6 +651,9 @@ class LocalFleet:
             turn, code, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window
         ):
             return
+        if self._pid != os.getpid():  # before the lock: one a parent's thread held at a fork stays held
+            self._forked()
+            return  # an entry of the parent's (a grant from before a fork no hook told us about)
         with key.lock:
             now = self._now()
             st = key.state

@@ -723,3 +723,25 @@ def test_an_adapter_with_an_injected_clock_paces_on_that_clock() -> None:
     """SumeAdapter(clock=...) gets a fleet of its own, as SumeSession does, not the real-time one."""
     assert SumeAdapter(clock=lambda: 0.0).fleet is not LocalFleet.default()
     assert SumeAdapter().fleet is LocalFleet.default()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_429_on_an_open_key_after_a_c_fork_never_waits_on_a_parents_lock() -> None:
+    """The lock-free acquire checks no pid, so the release that must learn (a 429) checks it before
+    taking the key's lock: one a parent's thread held at the fork would never be released."""
+    fleet, _ = make(initial_window=1)
+    for _ in range(63):
+        once(fleet, KEY)
+    lock = fleet._keys[KEY].lock
+    lock.acquire()
+    try:
+
+        def child() -> str:
+            signal.alarm(5)  # a hang kills the child, and the parent reads nothing
+            grant = first(fleet)
+            fleet.release(KEY, grant, 429, {"Retry-After": "30"})
+            return repr((grant is GRANT_NOW, fleet.entries))
+
+        assert in_a_child_forked_from_c(child) == repr((True, 0))
+    finally:
+        lock.release()
