@@ -472,10 +472,10 @@ def _median_and_spread(s: Mapping[str, Any], fmt: str, unit: str = "") -> str:
 
 
 def deploy_table(figures: Mapping[str, Any]) -> str:
-    """The deployment table (``benchmarks/deploy.py`` prints it too): one row per worker class and fleet."""
+    """The deployment table (``benchmarks/deploy.py`` prints it too): a row per server, workers and fleet."""
     n = figures["requests"]
     lines = [
-        '| gunicorn workers | `SUME["FLEET"]` | success | calls per request | jobs executed twice | 429s '
+        '| server, workers | `SUME["FLEET"]` | success | calls per request | jobs executed twice | 429s '
         "| last success |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
@@ -595,7 +595,7 @@ def pacing_matrix(results: Results) -> str:
 
 
 def deploy(results: Results) -> str:
-    """A real deployment: gunicorn workers behind a Django view, Redis or the default fleet."""
+    """A real deployment: gunicorn or uWSGI workers behind a Django view, Redis or the default fleet."""
     doc = results["deploy"]
     f = doc["figures"]
     q = f["quota"]
@@ -604,9 +604,12 @@ def deploy(results: Results) -> str:
     once = "No job was executed twice in any run" if twice == 0 else f"**{twice} jobs were executed twice**"
     lines = [
         wrap(
-            f"""{command(doc)}: gunicorn `--preload`, {f['workers']} workers, serving the minimal
-            Django project in `benchmarks/deploy_project/`, whose view posts once through
-            `get_session()` (gunicorn=={f['gunicorn']}, Django=={f['django']},
+            f"""{command(doc)}: gunicorn `--preload` and uWSGI's default prefork (`--master
+            --processes {f['workers']}`), {f['workers']} workers each, serve the minimal Django
+            project in `benchmarks/deploy_project/`; except under `--lazy-apps`, its session is
+            built and used once in the master before the fork (uWSGI forks from C: no at-fork hook
+            runs in its workers). The view posts once through `get_session()`
+            (gunicorn=={f['gunicorn']}, uWSGI=={f['uwsgi']}, Django=={f['django']},
             redis=={f['redis_py']}). A client of {f['requests']} threads releases
             {f['requests']} requests at once. The quota server, written apart from FakeSume:
             {q['summary']}. `SUME["FLEET"]` on a real redis-server, or left out (the default: one
