@@ -104,6 +104,7 @@ def leaky(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_with_the_plugin_no_test_inherits_anything(leaky: pathlib.Path) -> None:
     """No cooldown, no owed turn, no recorded wait, no learned pace passes from test to test."""
     result = run_pytest(leaky, "-v")

@@ -65,16 +65,10 @@ def node_ids(suite: pathlib.Path) -> List[str]:
     return ids
 
 
-ORDERS = [
-    "as written",
-    pytest.param("reversed", marks=pytest.mark.slow),
-    pytest.param("shuffled 1", marks=pytest.mark.slow),
-    pytest.param("shuffled 2", marks=pytest.mark.slow),
-    pytest.param("shuffled 3", marks=pytest.mark.slow),
-    pytest.param("shuffled 4", marks=pytest.mark.slow),
-]
+ORDERS = ["as written", "reversed", "shuffled 1", "shuffled 2", "shuffled 3", "shuffled 4"]
 
 
+@pytest.mark.slow  # a pytest run in a subprocess per order: CI's slow step runs them
 @pytest.mark.parametrize("order", ORDERS)
 def test_a_users_suite_passes_in_any_order_in_under_ten_seconds(
     order: str, suite: pathlib.Path, node_ids: List[str]
