@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import pickle
 import threading
-from typing import Any
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -225,37 +226,44 @@ def test_repr_shows_balance() -> None:
     assert repr(budget) == "RetryBudget(ratio=0.2, window=10, min_per_second=10, balance=99.0)"
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "name"),
-    [
-        ({"ratio": -0.1}, "ratio"),
-        ({"ratio": 1000.5}, "ratio"),
-        ({"ratio": math.nan}, "ratio"),
-        ({"ratio": "0.2"}, "ratio"),
-        ({"ratio": True}, "ratio"),
-        ({"window": 0}, "window"),
-        ({"window": -1.0}, "window"),
-        ({"window": math.inf}, "window"),
-        ({"min_per_second": -1}, "min_per_second"),
-        ({"min_per_second": math.inf}, "min_per_second"),
-        ({"min_per_second": None}, "min_per_second"),
-        ({"clock": 5}, "clock"),
-        ({"ratio": math.inf}, "ratio"),
-        ({"ratio": None}, "ratio"),
-        ({"window": math.nan}, "window"),
-        ({"window": 1e300}, "window"),
-        ({"window": 86_401}, "window"),
-        ({"window": "10"}, "window"),
-        ({"window": True}, "window"),
-        ({"min_per_second": math.nan}, "min_per_second"),
-        ({"min_per_second": 1e300}, "min_per_second"),
-        ({"min_per_second": False}, "min_per_second"),
-        ({"clock": None}, "clock"),
-        ({"clock": lambda: "now"}, "clock"),
-        ({"clock": lambda: math.nan}, "clock"),
-        ({"clock": lambda: 1 / 0}, "clock"),
-    ],
-)
+#: Each argument of RetryBudget with values it cannot use (and the argument the refusal names).
+BAD_SETTINGS: List[Tuple[Dict[str, Any], str]] = [
+    ({"ratio": -0.1}, "ratio"),
+    ({"ratio": 1000.5}, "ratio"),
+    ({"ratio": math.nan}, "ratio"),
+    ({"ratio": "0.2"}, "ratio"),
+    ({"ratio": True}, "ratio"),
+    ({"window": 0}, "window"),
+    ({"window": -1.0}, "window"),
+    ({"window": math.inf}, "window"),
+    ({"min_per_second": -1}, "min_per_second"),
+    ({"min_per_second": math.inf}, "min_per_second"),
+    ({"min_per_second": None}, "min_per_second"),
+    ({"clock": 5}, "clock"),
+    ({"ratio": math.inf}, "ratio"),
+    ({"ratio": None}, "ratio"),
+    ({"window": math.nan}, "window"),
+    ({"window": 1e300}, "window"),
+    ({"window": 86_401}, "window"),
+    ({"window": "10"}, "window"),
+    ({"window": True}, "window"),
+    ({"min_per_second": math.nan}, "min_per_second"),
+    ({"min_per_second": 1e300}, "min_per_second"),
+    ({"min_per_second": False}, "min_per_second"),
+    ({"clock": None}, "clock"),
+    ({"clock": lambda: "now"}, "clock"),
+    ({"clock": lambda: math.nan}, "clock"),
+    ({"clock": lambda: 1 / 0}, "clock"),
+]
+
+
+def test_the_bad_settings_cover_every_argument() -> None:
+    """Every named parameter of RetryBudget has rows in BAD_SETTINGS."""
+    named = set(inspect.signature(RetryBudget.__init__).parameters) - {"self"}
+    assert named == {name for _kwargs, name in BAD_SETTINGS}
+
+
+@pytest.mark.parametrize(("kwargs", "name"), BAD_SETTINGS)
 def test_validation_names_the_argument(kwargs: Any, name: str) -> None:
     """Bad arguments raise ConfigurationError naming the argument and what it accepts."""
     with pytest.raises(ConfigurationError, match=name) as raised:

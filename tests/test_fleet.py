@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -9,7 +10,7 @@ import pickle
 import random
 import signal
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -334,66 +335,75 @@ def test_rate_forms(text: Any, per_second: float) -> None:
     assert parse_rate(text) == pytest.approx(per_second)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"rate": "fast"}, "rate"),
-        ({"rate": "10/fortnight"}, "rate"),
-        ({"rate": 0}, "rate"),
-        ({"rate": -1.0}, "rate"),
-        ({"rate": float("nan")}, "rate"),
-        ({"rate": float("inf")}, "rate"),
-        ({"rate": True}, "rate"),
-        ({"rate": [10]}, "rate"),
-        ({"rate": "1/s", "burst": 0}, "burst"),
-        ({"rate": "1/s", "burst": 1.5}, "burst"),
-        ({"rate": "1/s", "burst": True}, "burst"),
-        ({"burst": 5}, "burst"),
-        ({"rate": "10/ms"}, "rate"),
-        ({"rate": "10/hs"}, "rate"),
-        ({"rate": "10/"}, "rate"),
-        ({"rate": "/s"}, "rate"),
-        ({"rate": "-1/s"}, "rate"),
-        ({"rate": "1e3/s"}, "rate"),
-        ({"rate": "1/week"}, "rate"),
-        ({"rate": 1e7}, "rate"),
-        ({"rate": 1e-9}, "rate"),
-        ({"rate": b"10/s"}, "rate"),
-        ({"rate": "1/s", "burst": -1}, "burst"),
-        ({"rate": "1/s", "burst": 10**9}, "burst"),
-        ({"rate": "1/s", "burst": "5"}, "burst"),
-        ({"initial_window": 0}, "initial_window"),
-        ({"initial_window": -4}, "initial_window"),
-        ({"initial_window": 10_001}, "initial_window"),
-        ({"initial_window": 4.0}, "initial_window"),
-        ({"initial_window": True}, "initial_window"),
-        ({"initial_window": None}, "initial_window"),
-        ({"max_keys": 0}, "max_keys"),
-        ({"max_keys": -1}, "max_keys"),
-        ({"max_keys": 10**12}, "max_keys"),
-        ({"max_keys": 1e4}, "max_keys"),
-        ({"max_keys": False}, "max_keys"),
-        ({"max_keys": None}, "max_keys"),
-        ({"idle": 0}, "idle"),
-        ({"idle": -300.0}, "idle"),
-        ({"idle": 0.5}, "idle"),
-        ({"idle": math.nan}, "idle"),
-        ({"idle": math.inf}, "idle"),
-        ({"idle": 1e9}, "idle"),
-        ({"idle": "300"}, "idle"),
-        ({"idle": True}, "idle"),
-        ({"clock": 5}, "clock"),
-        ({"clock": None}, "clock"),
-        ({"clock": lambda: "now"}, "clock"),
-        ({"clock": lambda: math.nan}, "clock"),
-        ({"clock": lambda: 1 / 0}, "clock"),
-        ({"wall": 5}, "wall"),
-        ({"wall": lambda: math.inf}, "wall"),
-        ({"rng": "seed"}, "rng"),
-        ({"rng": 5}, "rng"),
-        ({"rng": True}, "rng"),
-    ],
-)
+#: Each argument of LocalFleet with values it cannot use (and the argument the refusal names).
+BAD_SETTINGS: List[Tuple[Dict[str, Any], str]] = [
+    ({"rate": "fast"}, "rate"),
+    ({"rate": "10/fortnight"}, "rate"),
+    ({"rate": 0}, "rate"),
+    ({"rate": -1.0}, "rate"),
+    ({"rate": float("nan")}, "rate"),
+    ({"rate": float("inf")}, "rate"),
+    ({"rate": True}, "rate"),
+    ({"rate": [10]}, "rate"),
+    ({"rate": "1/s", "burst": 0}, "burst"),
+    ({"rate": "1/s", "burst": 1.5}, "burst"),
+    ({"rate": "1/s", "burst": True}, "burst"),
+    ({"burst": 5}, "burst"),
+    ({"rate": "10/ms"}, "rate"),
+    ({"rate": "10/hs"}, "rate"),
+    ({"rate": "10/"}, "rate"),
+    ({"rate": "/s"}, "rate"),
+    ({"rate": "-1/s"}, "rate"),
+    ({"rate": "1e3/s"}, "rate"),
+    ({"rate": "1/week"}, "rate"),
+    ({"rate": 1e7}, "rate"),
+    ({"rate": 1e-9}, "rate"),
+    ({"rate": b"10/s"}, "rate"),
+    ({"rate": "1/s", "burst": -1}, "burst"),
+    ({"rate": "1/s", "burst": 10**9}, "burst"),
+    ({"rate": "1/s", "burst": "5"}, "burst"),
+    ({"initial_window": 0}, "initial_window"),
+    ({"initial_window": -4}, "initial_window"),
+    ({"initial_window": 10_001}, "initial_window"),
+    ({"initial_window": 4.0}, "initial_window"),
+    ({"initial_window": True}, "initial_window"),
+    ({"initial_window": None}, "initial_window"),
+    ({"max_keys": 0}, "max_keys"),
+    ({"max_keys": -1}, "max_keys"),
+    ({"max_keys": 10**12}, "max_keys"),
+    ({"max_keys": 1e4}, "max_keys"),
+    ({"max_keys": False}, "max_keys"),
+    ({"max_keys": None}, "max_keys"),
+    ({"idle": 0}, "idle"),
+    ({"idle": -300.0}, "idle"),
+    ({"idle": 0.5}, "idle"),
+    ({"idle": math.nan}, "idle"),
+    ({"idle": math.inf}, "idle"),
+    ({"idle": 1e9}, "idle"),
+    ({"idle": "300"}, "idle"),
+    ({"idle": True}, "idle"),
+    ({"clock": 5}, "clock"),
+    ({"clock": None}, "clock"),
+    ({"clock": lambda: "now"}, "clock"),
+    ({"clock": lambda: math.nan}, "clock"),
+    ({"clock": lambda: 1 / 0}, "clock"),
+    ({"wall": 5}, "wall"),
+    ({"wall": lambda: math.inf}, "wall"),
+    ({"rng": "seed"}, "rng"),
+    ({"rng": 5}, "rng"),
+    ({"rng": True}, "rng"),
+    ({"retry_budget": 0.2}, "retry_budget"),
+    ({"retry_budget": "RetryBudget()"}, "retry_budget"),
+]
+
+
+def test_the_bad_settings_cover_every_argument() -> None:
+    """Every named parameter of LocalFleet has rows in BAD_SETTINGS."""
+    named = set(inspect.signature(LocalFleet.__init__).parameters) - {"self"}
+    assert named == {field for _kwargs, field in BAD_SETTINGS}
+
+
+@pytest.mark.parametrize(("kwargs", "field"), BAD_SETTINGS)
 def test_bad_configuration_names_the_field(kwargs: Dict[str, Any], field: str) -> None:
     """Bad values raise ConfigurationError naming the field and what it accepts."""
     with pytest.raises(ConfigurationError, match=field) as raised:

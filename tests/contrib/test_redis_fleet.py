@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import multiprocessing
@@ -474,64 +475,71 @@ def test_release_never_raises(server: RedisServer) -> None:
 # -- configuration ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"url_or_client": "http://localhost"}, "url_or_client"),
-        ({"url_or_client": 42}, "url_or_client"),
-        ({"rate": "fast"}, "rate"),
-        ({"rate": -1}, "rate"),
-        ({"rate": "10/s", "burst": 0}, "burst"),
-        ({"burst": 3}, "burst"),
-        ({"prefix": "a{b}"}, "prefix"),
-        ({"prefix": ""}, "prefix"),
-        ({"timeout": 0}, "timeout"),
-        ({"timeout": "1"}, "timeout"),
-        ({"initial_window": 0}, "initial_window"),
-        ({"retry_budget": 0.2}, "retry_budget"),
-        ({"ttl": math.inf}, "ttl"),
-        ({"backoff": math.nan}, "backoff"),
-        ({"clock": 3}, "clock"),
-        ({"rng": "seed"}, "rng"),
-        ({"url_or_client": None}, "url_or_client"),
-        ({"rate": "10/ms"}, "rate"),
-        ({"rate": math.nan}, "rate"),
-        ({"rate": True}, "rate"),
-        ({"rate": "10/s", "burst": 10**9}, "burst"),
-        ({"rate": "10/s", "burst": 2.0}, "burst"),
-        ({"rate": "10/s", "burst": True}, "burst"),
-        ({"prefix": None}, "prefix"),
-        ({"prefix": "x" * 65}, "prefix"),
-        ({"prefix": "a b"}, "prefix"),
-        ({"timeout": -1}, "timeout"),
-        ({"timeout": 1e-6}, "timeout"),
-        ({"timeout": 61}, "timeout"),
-        ({"timeout": math.nan}, "timeout"),
-        ({"timeout": True}, "timeout"),
-        ({"initial_window": -1}, "initial_window"),
-        ({"initial_window": 10_001}, "initial_window"),
-        ({"initial_window": 4.0}, "initial_window"),
-        ({"retry_budget": True}, "retry_budget"),
-        ({"ttl": 0}, "ttl"),
-        ({"ttl": 0.5}, "ttl"),
-        ({"ttl": -1}, "ttl"),
-        ({"ttl": 1e12}, "ttl"),
-        ({"ttl": math.nan}, "ttl"),
-        ({"ttl": "3600"}, "ttl"),
-        ({"backoff": 0}, "backoff"),
-        ({"backoff": 1e9}, "backoff"),
-        ({"backoff": False}, "backoff"),
-        ({"max_backoff": -30}, "max_backoff"),
-        ({"max_backoff": math.inf}, "max_backoff"),
-        ({"max_backoff": 1e9}, "max_backoff"),
-        ({"clock": None}, "clock"),
-        ({"clock": lambda: "now"}, "clock"),
-        ({"clock": lambda: math.inf}, "clock"),
-        ({"server_clock": 5}, "server_clock"),
-        ({"server_clock": lambda: math.nan}, "server_clock"),
-        ({"rng": 5}, "rng"),
-    ],
-)
+#: Each argument of RedisFleet with values it cannot use (and the argument the refusal names).
+BAD_SETTINGS: List[Tuple[Dict[str, Any], str]] = [
+    ({"url_or_client": "http://localhost"}, "url_or_client"),
+    ({"url_or_client": 42}, "url_or_client"),
+    ({"rate": "fast"}, "rate"),
+    ({"rate": -1}, "rate"),
+    ({"rate": "10/s", "burst": 0}, "burst"),
+    ({"burst": 3}, "burst"),
+    ({"prefix": "a{b}"}, "prefix"),
+    ({"prefix": ""}, "prefix"),
+    ({"timeout": 0}, "timeout"),
+    ({"timeout": "1"}, "timeout"),
+    ({"initial_window": 0}, "initial_window"),
+    ({"retry_budget": 0.2}, "retry_budget"),
+    ({"ttl": math.inf}, "ttl"),
+    ({"backoff": math.nan}, "backoff"),
+    ({"clock": 3}, "clock"),
+    ({"rng": "seed"}, "rng"),
+    ({"url_or_client": None}, "url_or_client"),
+    ({"rate": "10/ms"}, "rate"),
+    ({"rate": math.nan}, "rate"),
+    ({"rate": True}, "rate"),
+    ({"rate": "10/s", "burst": 10**9}, "burst"),
+    ({"rate": "10/s", "burst": 2.0}, "burst"),
+    ({"rate": "10/s", "burst": True}, "burst"),
+    ({"prefix": None}, "prefix"),
+    ({"prefix": "x" * 65}, "prefix"),
+    ({"prefix": "a b"}, "prefix"),
+    ({"timeout": -1}, "timeout"),
+    ({"timeout": 1e-6}, "timeout"),
+    ({"timeout": 61}, "timeout"),
+    ({"timeout": math.nan}, "timeout"),
+    ({"timeout": True}, "timeout"),
+    ({"initial_window": -1}, "initial_window"),
+    ({"initial_window": 10_001}, "initial_window"),
+    ({"initial_window": 4.0}, "initial_window"),
+    ({"retry_budget": True}, "retry_budget"),
+    ({"ttl": 0}, "ttl"),
+    ({"ttl": 0.5}, "ttl"),
+    ({"ttl": -1}, "ttl"),
+    ({"ttl": 1e12}, "ttl"),
+    ({"ttl": math.nan}, "ttl"),
+    ({"ttl": "3600"}, "ttl"),
+    ({"backoff": 0}, "backoff"),
+    ({"backoff": 1e9}, "backoff"),
+    ({"backoff": False}, "backoff"),
+    ({"max_backoff": -30}, "max_backoff"),
+    ({"max_backoff": math.inf}, "max_backoff"),
+    ({"max_backoff": 1e9}, "max_backoff"),
+    ({"clock": None}, "clock"),
+    ({"clock": lambda: "now"}, "clock"),
+    ({"clock": lambda: math.inf}, "clock"),
+    ({"server_clock": 5}, "server_clock"),
+    ({"server_clock": lambda: math.nan}, "server_clock"),
+    ({"rng": 5}, "rng"),
+]
+
+
+def test_the_bad_settings_cover_every_argument() -> None:
+    """Every named parameter of RedisFleet has rows in BAD_SETTINGS."""
+    named = set(inspect.signature(RedisFleet.__init__).parameters) - {"self"}
+    assert named == {field for _kwargs, field in BAD_SETTINGS}
+
+
+@pytest.mark.parametrize(("kwargs", "field"), BAD_SETTINGS)
 def test_bad_settings_name_the_field(kwargs: Dict[str, Any], field: str) -> None:
     """Each bad argument raises ConfigurationError naming it and what it accepts, before any connection."""
     url = kwargs.pop("url_or_client", "redis://127.0.0.1:1/0")
