@@ -262,8 +262,9 @@ class LocalFleet:
         self._window = _check_int(initial_window, "initial_window", 1, 10_000)
         self._max_keys = _check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
         self._idle = check_seconds_between(idle, "idle", 1.0, _MAX_IDLE)
-        for name, value in (("clock", clock), ("wall", wall)):
-            check_clock(value, name)
+        for name, value, default in (("clock", clock, _sleeping.shared_monotonic), ("wall", wall, time.time)):
+            if value is not default:  # reading the shared clock under no_sleep() moves this thread's time
+                check_clock(value, name)
         check_rng(rng)
         self._clock = clock
         self._wall = wall
