@@ -15,7 +15,7 @@ from requests.adapters import HTTPAdapter
 from requests.models import REDIRECT_STATI
 from requests.utils import requote_uri
 
-from . import _fork, _sleeping
+from . import _deadline, _fork, _sleeping
 from ._attempt import body_refusal, end_turn, refused_retry_in, retry_turn
 from ._budget import RetryBudget
 from ._checks import check_flag, check_pool_arguments
@@ -37,7 +37,7 @@ from ._redact import redact_url
 from ._retry import SumeRetry
 from ._state import Attempt, RequestContext, current
 from ._stream import watch
-from ._timeouts import TimeoutSpec, capped, check_timeout
+from ._timeouts import TimeoutSpec, capped, check_timeout, on_real_time
 
 
 class _DefaultFleet:
@@ -153,6 +153,19 @@ class SumeAdapter(HTTPAdapter):
         super().__init__(max_retries=max_retries, **adapter_kwargs)
         _after_fork.add(self)
 
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        """requests' pools, whose connections the request's deadline can interrupt."""
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _deadline.POOL_CLASSES
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        """requests' proxy pools, with the same deadline as :meth:`init_poolmanager`'s."""
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        socks = proxy.lower().startswith("socks")  # its own pool classes: bounded by timeouts only
+        if getattr(manager, "pool_classes_by_scheme", None) is not None and not socks:
+            manager.pool_classes_by_scheme = _deadline.POOL_CLASSES
+        return manager
+
     def serve_as(self, other: SumeAdapter) -> None:
         """Serve with ``other``'s settings (its retry template, timeout, fleet and
         ``raise_on_give_up``), keeping this adapter's own pools: how a SumeSession adopts an
@@ -227,6 +240,9 @@ class SumeAdapter(HTTPAdapter):
             raise
         finally:
             end_turn(context, None, None)
+            if context.stream is None:  # a stream stays watched while the caller reads it
+                _deadline.disarm(context.watch)
+                context.watch = None
             if own:
                 current.reset(token)
                 if context.stream is not None:
@@ -273,6 +289,10 @@ class SumeAdapter(HTTPAdapter):
             context.deadline(policy),
             retry.clock,
         )
+        if context.watch is None and on_real_time(retry.clock):
+            # The read timeout restarts with every byte: this bounds what a trickle can take.
+            left = context.deadline(policy) - _sleeping.now(retry.clock)
+            context.watch = _deadline.arm(left, policy.max_elapsed)
         broken: Optional[Exception] = None  # a body that broke mid-read, being resent
         while True:
             try:
@@ -288,8 +308,9 @@ class SumeAdapter(HTTPAdapter):
                 if broken is not None:  # the resend failed too: the caller hears of the body
                     raise self._body_failed(context, request, broken) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
-                throw(exc, self._finish(context, request, None, None))
+                throw(self._cut_by_deadline(context, exc), self._finish(context, request, None, None))
             end_turn(context, response.status_code, response.headers)
+            self._not_cut(context, request, response)
             status = response.status_code
             # is_redirect looks for Location in a CaseInsensitiveDict (a KeyError raised and
             # caught when it is absent): asked only of a redirect status.
@@ -299,13 +320,15 @@ class SumeAdapter(HTTPAdapter):
                 response.content  # noqa: B018 - requests reads it next; read it where we can act
                 if _CHECK_LENGTH:
                     _check_length(response)
+                self._not_cut(context, request, response)
                 break
             except _BODY_ERRORS as exc:
                 if not self._retry_body(context, policy, exc, request):
+                    cut = self._cut_by_deadline(context, exc)
                     record = self._finish(
-                        context, request, response.status_code, response.headers, error=type(exc).__name__
+                        context, request, response.status_code, response.headers, error=type(cut).__name__
                     )
-                    throw(exc, record)
+                    throw(cut, record)
                 response.close()
                 broken = exc
                 self.retry.sleep()
@@ -322,7 +345,7 @@ class SumeAdapter(HTTPAdapter):
         response.sume = record  # type: ignore[attr-defined]
         if stream and record.outcome is not Outcome.GAVE_UP:
             on_break = functools.partial(self._broken, context, request, response)
-            context.stream = watch(response, record, on_break)
+            context.stream = watch(response, record, on_break, context.watch)
         if record.outcome is Outcome.GAVE_UP and self.raise_on_give_up:
             if not stream:
                 # As requests reads every body it returns: the caller reads error.response.content
@@ -336,10 +359,11 @@ class SumeAdapter(HTTPAdapter):
             try:
                 response.content  # noqa: B018 - requests reads it next; read it where we can record
             except _BODY_ERRORS as exc:
+                cut = self._cut_by_deadline(context, exc)
                 record = self._finish(
-                    context, request, response.status_code, response.headers, error=type(exc).__name__
+                    context, request, response.status_code, response.headers, error=type(cut).__name__
                 )
-                throw(exc, record)
+                throw(cut, record)
         return response
 
     def _take_turn(
@@ -492,6 +516,22 @@ class SumeAdapter(HTTPAdapter):
             context.next_wait = wait
         return decision.retry
 
+    def _not_cut(
+        self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
+    ) -> None:
+        """Raise the deadline's give-up if it cut this response: headers or a body without a
+        length end at the cut as if complete, and must not pass for a success."""
+        watch = context.watch
+        if watch is not None and watch.fired:
+            response.close()
+            cut = _deadline.timeout_for(watch, requests.exceptions.ConnectionError("cut at the deadline"))
+            status, headers = response.status_code, response.headers
+            throw(cut, self._finish(context, request, status, headers, error="ReadTimeout"))
+
+    def _cut_by_deadline(self, context: RequestContext, error: Exception) -> Exception:
+        """``error``, or a ReadTimeout (caused by it) when the deadline cut the attempt short."""
+        return _deadline.timeout_for(context.watch, error)
+
     def _broken(
         self,
         context: RequestContext,
@@ -533,12 +573,17 @@ class SumeAdapter(HTTPAdapter):
         *,
         error: Optional[str] = None,
     ) -> SumeRecord:
+        retry_in = None
+        if context.watch is not None and context.watch.fired:
+            # The caller's deadline ended it, not the server: another try may go at once.
+            retry_in = (context.policy or self.policy).backoff(context.retries, self.retry.rng)
         record = context.finish(
             status,
             headers,
             _sleeping.now(self.retry.clock),
             error=error,
             auth_conflict=status == 401 and _has_both_auth(request.headers),
+            retry_in=retry_in,
         )
         context.record = record
         return record

@@ -91,6 +91,7 @@ class RequestContext:
     fleet_refused = False  # the fleet refused a turn: the pace would cross the deadline
     body_pos: Optional[int] = None  # where a file body started, to send it whole again
     stream: Any = None  # a _stream.StreamWatch: a stream=True body decides the outcome when it ends
+    watch: Any = None  # a _deadline.Watch: cuts the attempt's socket when the deadline passes
 
     def __init__(
         self,
@@ -137,18 +138,21 @@ class RequestContext:
         *,
         error: Optional[str] = None,
         auth_conflict: bool = False,
+        retry_in: Optional[float] = None,
     ) -> SumeRecord:
         """The record of this request, ending with ``status`` (None: no response).
 
         ``error`` names a failure after the last decision (a body that broke mid-read);
-        ``auth_conflict`` adds the "send only one auth header" hint to a 401.
+        ``auth_conflict`` adds the "send only one auth header" hint to a 401; ``retry_in``
+        is used when nothing the request met says when to try again.
         """
+        given_retry_in = retry_in
         retries = self.retries
         last = self.attempts[-1] if self.attempts else None
         if last is not None and (last.decision.verdict is Verdict.RETRY or last.status != status):
             last = None  # the final response was not consulted (e.g. a success)
         code = request_id = next_action = None
-        retry_in: Optional[float] = None
+        retry_in = None
         if error is not None:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
             reason = (
@@ -178,6 +182,8 @@ class RequestContext:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
             reason = "transport error before any response" if status is None else status_label(status)
             request_id = _request_id(headers)
+        if retry_in is None and outcome is not Outcome.OK and outcome is not Outcome.RETRIED_OK:
+            retry_in = given_retry_in
         if auth_conflict and status == 401:
             reason += "; the request carried both x-api-key and Authorization: send only one"
         ids: Tuple[str, ...] = ()

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import requests
 
+from ._deadline import Watch, disarm, timeout_for
 from ._errors import raisable
 from ._record import SumeRecord
 
@@ -35,8 +36,13 @@ class StreamWatch:
     """
 
     def __init__(
-        self, response: requests.Response, record: SumeRecord, broken: Callable[[str], SumeRecord]
+        self,
+        response: requests.Response,
+        record: SumeRecord,
+        broken: Callable[[str], SumeRecord],
+        deadline: Optional[Watch] = None,
     ) -> None:
+        self._deadline = deadline
         self._response = weakref.ref(response)
         self.record = record
         self._broken = broken
@@ -53,16 +59,23 @@ class StreamWatch:
         else:
             weakref.finalize(response, self.end)
 
+    @property
+    def cut(self) -> bool:
+        """Whether the request's deadline cut the body short."""
+        return self._deadline is not None and self._deadline.fired
+
     def end(self) -> None:
         """The body was read to the end, closed, or dropped: the record stands."""
         if self._ended:
             return
         self._ended = True
+        disarm(self._deadline)
         if self._report is not None:
             self._report(self.record)
 
     def fail(self, error: Exception) -> Exception:
         """The body broke: the give-up to raise, with the failure's record, told to the observers."""
+        error = timeout_for(self._deadline, error)
         if not self._ended:
             self.record = self._broken(type(error).__name__)
             self.end()
@@ -90,6 +103,8 @@ class StreamedResponse(requests.Response):
             if failure is exc:
                 raise
             raise failure from exc
+        if watch.cut:  # the deadline's cut ends a body without a length as if it were whole
+            raise watch.fail(requests.exceptions.ConnectionError("cut at the deadline"))
         watch.end()
 
     def close(self) -> None:
@@ -101,13 +116,16 @@ class StreamedResponse(requests.Response):
 
 
 def watch(
-    response: requests.Response, record: SumeRecord, broken: Callable[[str], SumeRecord]
+    response: requests.Response,
+    record: SumeRecord,
+    broken: Callable[[str], SumeRecord],
+    deadline: Optional[Watch] = None,
 ) -> StreamWatch:
     """Watch a streamed ``response``: from now on its body's end decides the request's outcome."""
     response.__class__ = StreamedResponse
     raw = response.raw
     if raw is not None and hasattr(raw, "enforce_content_length"):
         raw.enforce_content_length = True  # 1.26 returns a body cut short as complete otherwise
-    watch = StreamWatch(response, record, broken)
+    watch = StreamWatch(response, record, broken, deadline)
     response._sume_watch = watch  # type: ignore[attr-defined]
     return watch

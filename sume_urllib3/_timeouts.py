@@ -94,7 +94,7 @@ def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) ->
     An injected clock or a test's no-sleep mode measures time that did not really
     pass, so socket timeouts are left as they are there.
     """
-    if clock is not time.monotonic or _sleeping.active_recorder() is not None:
+    if not on_real_time(clock):
         return timeout
     base = _as_timeout(timeout)
     # Made on every request: copy the checked values rather than validate them again.
@@ -102,6 +102,11 @@ def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) ->
     result.__dict__.update(base.__dict__)
     result.deadline, result.clock = deadline, clock
     return result
+
+
+def on_real_time(clock: Callable[[], float]) -> bool:
+    """Whether ``clock`` is the time sockets wait in (not a test's injected or no-sleep time)."""
+    return clock is time.monotonic and _sleeping.active_recorder() is None
 
 
 @functools.lru_cache(maxsize=64)

@@ -137,9 +137,15 @@ TABLE: Dict[Tuple[str, str], Tuple[Any, ...]] = {
     ("SumeRetry", "backoff_factor"): (0.5, 2),
     ("SumeRetry", "remove_headers_on_redirect"): (5, [5]),
     ("SumeAdapter", "max_retries"): (3, "3", SumeRetry),
-    ("SumeAdapter", "pool_connections"): (0, -1, "10", 1.5, 10**7),
-    ("SumeAdapter", "pool_maxsize"): (0, -1, "10", 1.5, 10**7),
-    ("SumeAdapter", "pool_block"): BAD_FLAGS,
+    **{
+        (owner, name): values
+        for owner in ("SumeAdapter", "SumeSession")
+        for name, values in (
+            ("pool_connections", (0, -1, "10", 1.5, 10**7)),
+            ("pool_maxsize", (0, -1, "10", 1.5, 10**7)),
+            ("pool_block", BAD_FLAGS),
+        )
+    },
     ("SumeSession", "api_key"): (5, b"sk_test", f"{SECRET} ", f"{SECRET}\n"),
     ("SumeSession", "base_url"): BAD_BASE_URLS,
     ("SumeSession", "auth_header"): ("basic", 5, SECRET),

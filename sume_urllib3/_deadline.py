@@ -1,0 +1,175 @@
+"""The deadline inside an attempt: a server that trickles bytes does not decide when a call ends.
+
+A socket's read timeout restarts with every piece that arrives, so a server sending a byte
+every 0.4 s keeps a 1 s read timeout from ever firing. Each request that runs on real time
+is watched from its first send until its body is read (for ``stream=True``, until the caller
+has read it, closed it or dropped it): when the deadline passes first, the socket the
+request is reading is shut down, the blocked read returns at once, and the adapter turns
+the failure into ``SumeReadTimeout`` with the record.
+
+One daemon thread watches every request of the process; it looks ten times a second, and
+only while requests are in flight (it sleeps on an event otherwise). Arming a request is a
+dictionary insert; the pools SumeAdapter makes tell the watch which connection the request
+holds, and forget it the moment it goes back to the pool, so a watch never touches a
+connection another request is using.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from typing import Any, Dict, Optional
+
+import requests
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from . import _fork
+from ._state import current
+
+log = logging.getLogger("sume_urllib3")
+
+#: How often the watching thread looks (the deadline holds to within this).
+TICK = 0.1
+
+
+class Watch:
+    """One request's deadline on the real monotonic clock, and the connection it reads from."""
+
+    __slots__ = ("conn", "deadline", "fired", "max_elapsed")
+
+    def __init__(self, deadline: float, max_elapsed: float) -> None:
+        self.deadline = deadline
+        self.max_elapsed = max_elapsed
+        self.conn: Any = None
+        self.fired = False
+
+
+class _Watchdog:
+    def __init__(self) -> None:
+        self._watches: Dict[int, Watch] = {}
+        self._lock = threading.Lock()  # guards Watch.conn between the pools and the watcher
+        self._wake = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def arm(self, seconds_left: float, max_elapsed: float) -> Watch:
+        watch = Watch(time.monotonic() + max(seconds_left, 0.0), max_elapsed)
+        self._watches[id(watch)] = watch
+        if self._thread is None or not self._thread.is_alive():
+            self._start()
+        elif not self._wake.is_set():
+            self._wake.set()
+        return watch
+
+    def disarm(self, watch: Watch) -> None:
+        self._watches.pop(id(watch), None)
+        watch.conn = None
+
+    def holds(self, watch: Watch, conn: Any) -> None:
+        with self._lock:
+            watch.conn = conn
+            conn._sume_watch = watch
+
+    def lets_go(self, conn: Any) -> None:
+        watch = getattr(conn, "_sume_watch", None)
+        if watch is not None:
+            with self._lock:
+                if watch.conn is conn:
+                    watch.conn = None
+                conn._sume_watch = None
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sume-deadline", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            if not self._watches:
+                self._wake.clear()
+                if not self._watches:
+                    self._wake.wait()
+                continue
+            time.sleep(TICK)
+            now = time.monotonic()
+            for watch in list(self._watches.values()):
+                if now >= watch.deadline:
+                    self._fire(watch)
+
+    def _fire(self, watch: Watch) -> None:
+        self._watches.pop(id(watch), None)
+        with self._lock:
+            conn, watch.fired = watch.conn, True
+            sock = getattr(conn, "sock", None) if conn is not None else None
+            if sock is None:
+                return  # not reading (connecting is bounded by the capped connect timeout)
+            with contextlib.suppress(OSError):  # already closed: nothing left to interrupt
+                # The base class's shutdown, even for TLS: the reading thread gets EOF at once.
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+_watchdog = _Watchdog()
+
+
+def _fresh_in_child() -> None:
+    global _watchdog
+    _watchdog = _Watchdog()  # the parent's thread did not cross the fork
+
+
+_fork.in_child(_fresh_in_child)
+
+
+def arm(seconds_left: float, max_elapsed: float) -> Watch:
+    """Watch the current request until :func:`disarm`: at ``seconds_left`` from now it is cut
+    (``max_elapsed`` is the deadline the caller set, for the error's message)."""
+    return _watchdog.arm(seconds_left, max_elapsed)
+
+
+def disarm(watch: Optional[Watch]) -> None:
+    """The request is over (or handed its body to the caller, who reads it in its own time)."""
+    if watch is not None:
+        _watchdog.disarm(watch)
+
+
+def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
+    """``error``, or a ``ReadTimeout`` caused by it when ``watch``'s deadline cut the read."""
+    if watch is None or not watch.fired or isinstance(error, requests.exceptions.Timeout):
+        return error
+    timeout = requests.exceptions.ReadTimeout(
+        f"the deadline (max_elapsed={watch.max_elapsed:g}s) passed while the response was "
+        "still arriving: the read was cut short",
+        request=getattr(error, "request", None),
+        response=getattr(error, "response", None),
+    )
+    timeout.__cause__ = error
+    return timeout
+
+
+class _Watched:
+    """Connection pool mixin: the request being sent notes the connection it holds."""
+
+    def _get_conn(self, timeout: Optional[float] = None) -> Any:
+        conn = super()._get_conn(timeout)  # type: ignore[misc]
+        context = current.get()
+        watch = context.watch if context is not None else None
+        if watch is not None:
+            _watchdog.holds(watch, conn)
+        return conn
+
+    def _put_conn(self, conn: Any) -> None:
+        if conn is not None:
+            _watchdog.lets_go(conn)
+        super()._put_conn(conn)  # type: ignore[misc]
+
+
+class WatchedHTTPConnectionPool(_Watched, HTTPConnectionPool):
+    """``HTTPConnectionPool`` whose connections a request's deadline can interrupt."""
+
+
+class WatchedHTTPSConnectionPool(_Watched, HTTPSConnectionPool):
+    """``HTTPSConnectionPool`` whose connections a request's deadline can interrupt."""
+
+
+#: ``PoolManager.pool_classes_by_scheme`` for SumeAdapter's pools.
+POOL_CLASSES = {"http": WatchedHTTPConnectionPool, "https": WatchedHTTPSConnectionPool}
