@@ -223,7 +223,8 @@ def test_rebuilds_from_json_args_as_a_json_result_backend_does(cls: Type[SumeRet
     assert str(error) == str(back)
     assert 1.5 == back.retry_in
     assert a_record().idempotency_key == back.idempotency_key
-    assert a_record(url="https://api.example/v1/avatars?<redacted>") == back.record  # query and credentials gone
+    # the query and the credentials are gone
+    assert a_record(url="https://api.example/v1/avatars?<redacted>") == back.record
 
 
 def a_transport_give_up() -> SumeRetryError:
