@@ -380,7 +380,7 @@ class SumeRetry(Retry):
         why = redirect_refusal(context, method, _status(raw))
         if why is not None:
             context.raised_by, context.raise_now = self, True
-            raise MaxRetryError(_pool, url, ResponseError(why))
+            raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
         new = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         assert isinstance(new, SumeRetry)  # made by self.new
         if context.adapter is None:

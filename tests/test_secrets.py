@@ -580,3 +580,20 @@ def test_a_lone_sume_retry_gives_up_without_the_query(debug_logs: pytest.LogCapt
 
     assert "/x?<redacted>" == raised.value.url
     assert [] == found(HIDDEN, error_texts(raised.value), debug_logs)
+
+
+def test_a_lone_sume_retry_refusing_a_redirect_names_no_query(
+    fake: FakeSume, debug_logs: pytest.LogCaptureFixture
+) -> None:
+    """A 307 a lone SumeRetry will not follow (it cannot resend the body) names ``?<redacted>``."""
+    fake.script(
+        "POST", "/v1/upload", Reply(307, headers={"Location": f"/v1/moved?X-Amz-Credential={CREDENTIAL}"})
+    )
+    http = urllib3.PoolManager(retries=SumeRetry(Policy(max_retries=1)))
+
+    with pytest.raises(MaxRetryError) as raised:
+        http.request("POST", f"{fake.url}/v1/upload?X-Amz-Signature={SIGNATURE}", body=BODY_SECRET.encode())
+
+    assert "/v1/upload?<redacted>" == raised.value.url
+    assert "redirect not followed" in str(raised.value)
+    assert [] == found(HIDDEN, error_texts(raised.value), debug_logs)
