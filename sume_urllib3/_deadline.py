@@ -16,7 +16,6 @@ connection another request is using.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import threading
@@ -100,13 +99,16 @@ class _Watchdog:
     def _fire(self, watch: Watch) -> None:
         self._watches.pop(id(watch), None)
         with self._lock:
-            conn, watch.fired = watch.conn, True
+            conn = watch.conn
             sock = getattr(conn, "sock", None) if conn is not None else None
             if sock is None:
                 return  # not reading (connecting is bounded by the capped connect timeout)
-            with contextlib.suppress(OSError):  # already closed: nothing left to interrupt
+            watch.fired = True  # before the cut: the reading thread looks as soon as it wakes
+            try:
                 # The base class's shutdown, even for TLS: the reading thread gets EOF at once.
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                watch.fired = False  # already closed: nothing was cut, the error is the server's
 
 
 _watchdog = _Watchdog()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
+import math
 import ssl
 import time
 import warnings
@@ -273,8 +274,8 @@ class SumeRetry(Retry):
         """Honour Retry-After on the redirect path, never past the deadline, never raising."""
         asked = self.get_retry_after(response) if self.respect_retry_after_header else None
         context = self._joined()
-        policy = (context.policy if context is not None else None) or self.policy
-        left = context.deadline(policy) - self._now() if context is not None else policy.max_elapsed
+        # Outside a request (a caller's own sleep(response)) nothing bounds it, as in urllib3.
+        left = context.deadline(context.policy or self.policy) - self._now() if context else math.inf
         seconds = redirect_wait(asked, left)
         if seconds:
             _sleeping.wait(seconds, self.sleep_function)

@@ -105,6 +105,12 @@ class SumeSession(requests.Session):
         several sessions can share one.
     :param sleep: how to wait (default ``time.sleep``); :param clock: a monotonic clock;
         :param rng: the jitter source. All three are for tests.
+    :param pool_connections: how many hosts' connection pools to keep (requests' default, 10).
+    :param pool_maxsize: connections kept per host (default 10): give it the size of the
+        thread pool that shares this session, so no thread opens a connection it cannot keep.
+    :param pool_block: wait for a free connection rather than open one past ``pool_maxsize``
+        (default False). A ``SumeAdapter`` mounted on the session (``session.mount(...)``)
+        serves with the session's settings and only its own pool arguments.
     """
 
     def __init__(
