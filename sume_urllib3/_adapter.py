@@ -16,7 +16,7 @@ from requests.models import REDIRECT_STATI
 from requests.utils import requote_uri
 
 from . import _deadline, _fork, _sleeping
-from ._attempt import body_refusal, end_turn, refused_retry_in, retry_turn
+from ._attempt import body_refusal, end_turn, refused_retry_in
 from ._budget import RetryBudget
 from ._checks import check_flag, check_pool_arguments
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
@@ -482,39 +482,9 @@ class SumeAdapter(HTTPAdapter):
         self, context: RequestContext, policy: Policy, error: Exception, request: requests.PreparedRequest
     ) -> bool:
         """A body that broke mid-read is a read failure after sending: may it be resent?"""
-        retry = self.retry
-        now = _sleeping.now(retry.clock)
-        replay_safe = retry._refusal(context, context.method) is None
-        decision = policy.decide_error(
-            "read", context.retries, now - context.start, replay_safe=replay_safe, rng=retry.rng
+        return self.retry.resend_broken_body(
+            context, policy, error, lambda: _rewind(request.body, context.body_pos)
         )
-        if decision.retry and not _counters_allow(retry, context.retries):
-            decision = Decision(
-                Verdict.STOP, reason="the body failed mid-read: urllib3 retry counters exhausted"
-            )
-        if decision.retry and not _rewind(request.body, context.body_pos):
-            decision = Decision(
-                Verdict.NO_RETRY, reason="the body failed mid-read; the request body cannot be rewound"
-            )
-        wait = decision.wait or 0.0
-        retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
-        if decision.retry:  # a resend waits its turn and spends the budget like any retry
-            turn = retry_turn(
-                context, policy, wait, throttled=False, budget=retry.retry_budget, rng=retry.rng, now=now
-            )
-            wait, retry_in = turn.wait, turn.retry_in
-            if turn.refused is not None:
-                decision = Decision(Verdict.STOP, reason=f"the body failed mid-read: {turn.refused}")
-        if decision.verdict is Verdict.STOP and retry_in is None:
-            retry_in = decision.wait
-            if retry_in is None:
-                retry_in = policy.backoff(context.retries, retry.rng)
-        context.add(
-            Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
-        )
-        if decision.retry:
-            context.next_wait = wait
-        return decision.retry
 
     def _not_cut(
         self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
@@ -587,16 +557,6 @@ class SumeAdapter(HTTPAdapter):
         )
         context.record = record
         return record
-
-
-def _counters_allow(retry: SumeRetry, retries: int) -> bool:
-    """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
-    for counter in (retry.total, retry.read):
-        if counter is False or (
-            isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
-        ):
-            return False
-    return True
 
 
 def _rewind(body: Any, position: Optional[int]) -> bool:

@@ -471,6 +471,57 @@ class SumeRetry(Retry):
             None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
         )
 
+    def resend_broken_body(
+        self, context: RequestContext, policy: Policy, error: Exception, rewind: Callable[[], bool]
+    ) -> bool:
+        """A body that broke mid-read after urllib3 handed the response back: resend it?
+
+        The same decision as a read failure inside urllib3's loop (``decide_error("read")``),
+        bounded by urllib3's counters, the body (``rewind`` puts a file body back, False when
+        it cannot), the retry budget and the fleet's turn. Records the attempt; on a resend
+        the wait is in ``context.next_wait`` for :meth:`sleep`.
+        """
+        now = self._now()
+        why = "the body failed mid-read"
+        decision = policy.decide_error(
+            "read",
+            context.retries,
+            now - context.start,
+            replay_safe=self._refusal(context, context.method) is None,
+            rng=self.rng,
+        )
+        if decision.retry and not self._counters_allow(context.retries):
+            decision = Decision(Verdict.STOP, reason=f"{why}: {_COUNTERS_OUT}")
+        if decision.retry and not rewind():
+            decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
+        wait = decision.wait or 0.0
+        retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
+        if decision.retry:  # a resend waits its turn and spends the budget like any retry
+            budget = self.retry_budget
+            turn = retry_turn(context, policy, wait, throttled=False, budget=budget, rng=self.rng, now=now)
+            wait, retry_in = turn.wait, turn.retry_in
+            if turn.refused is not None:
+                decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
+        if decision.verdict is Verdict.STOP and retry_in is None:
+            retry_in = decision.wait
+            if retry_in is None:
+                retry_in = policy.backoff(context.retries, self.rng)
+        context.add(
+            Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
+        )
+        if decision.retry:
+            context.next_wait = wait
+        return decision.retry
+
+    def _counters_allow(self, retries: int) -> bool:
+        """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
+        for counter in (self.total, self.read):
+            if counter is False or (
+                isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
+            ):
+                return False
+        return True
+
     def _count(
         self,
         context: RequestContext,
