@@ -16,7 +16,7 @@ from requests.models import REDIRECT_STATI
 from requests.utils import requote_uri
 
 from . import _deadline, _fork, _sleeping
-from ._attempt import body_refusal, end_turn, refused_retry_in
+from ._attempt import body_refusal, decide_response, end_turn, refused_retry_in, resend_broken_body
 from ._budget import RetryBudget
 from ._checks import check_flag, check_pool_arguments
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
@@ -482,8 +482,8 @@ class SumeAdapter(HTTPAdapter):
         self, context: RequestContext, policy: Policy, error: Exception, request: requests.PreparedRequest
     ) -> bool:
         """A body that broke mid-read is a read failure after sending: may it be resent?"""
-        return self.retry.resend_broken_body(
-            context, policy, error, lambda: _rewind(request.body, context.body_pos)
+        return resend_broken_body(
+            self.retry, context, policy, error, lambda: _rewind(request.body, context.body_pos)
         )
 
     def _not_cut(
@@ -526,7 +526,7 @@ class SumeAdapter(HTTPAdapter):
         return raisable(broken, self._finish(context, request, None, None, error=type(broken).__name__))
 
     def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
-        seen = self.retry.consult(context, response.raw)
+        seen = decide_response(self.retry, context, response.raw)
         if seen.decision.retry:
             decision = Decision(
                 Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"

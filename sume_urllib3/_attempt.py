@@ -4,31 +4,45 @@ Every way in (``SumeRetry`` alone on a ``PoolManager``, an ``HTTPConnectionPool`
 ``HTTPAdapter``; ``SumeAdapter``; ``SumeSession``; redirects followed by requests or by
 urllib3) calls these functions rather than keeping a copy:
 
+- :func:`decide_response` and :func:`decide_error`: what the pure :class:`Policy` says about
+  the attempt that just ended (the error body peeked, bounded), and :func:`resend_broken_body`
+  for a body that broke after urllib3 handed the response back;
 - :func:`retry_turn`: the retry budget and the fleet's turn for a retry the policy allowed;
 - :func:`end_turn`: tell the fleet what the attempt in flight got;
 - :func:`body_refusal`: whether the request body can be sent again (a retry, a 307/308);
 - :func:`redirect_wait`: how long a redirect's Retry-After may hold the request;
 - :func:`let_go`: what is done with the connection of a response nobody will read.
 
-The decision itself is the pure :class:`Policy`; the order of a request's life is in the
-docs' "How it works" page.
+``SumeRetry`` carries them out inside urllib3's loop, ``SumeAdapter`` around it; the order
+of a request's life is in the docs' "How it works" page.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import ssl
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from urllib3.util.response import is_fp_closed
 
 from ._budget import RetryBudget
+from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._fleet import ANONYMOUS
-from ._helpers import RandomSource, uniform
+from ._helpers import RandomSource, frozen, uniform
 from ._idempotency import BODY_METHODS
-from ._peek import PrefixedFP
-from ._policy import Policy
-from ._state import RequestContext
+from ._peek import PrefixedFP, peek_body
+from ._policy import Decision, Policy, Verdict
+from ._record import RetryEvent, key_prefix, status_label
+from ._redact import redact_url
+from ._retry_after import parse_retry_after
+from ._state import Attempt, RequestContext
+
+if TYPE_CHECKING:
+    from ._retry import SumeRetry
+
+log = logging.getLogger("sume_urllib3")
 
 # A fleet's wait longer than the policy's by less than this is the same wait (float noise).
 _HELD = 1e-6
@@ -177,3 +191,207 @@ def _release(raw: Any) -> None:
     if release is not None:
         with contextlib.suppress(Exception):  # a mock without a pool
             release()
+
+
+# -- the decision: what this attempt got, and whether another may follow -------------------
+
+
+def decide_response(
+    retry: SumeRetry,
+    context: RequestContext,
+    raw: Any,
+    method: Optional[str] = None,
+    policy: Optional[Policy] = None,
+) -> Attempt:
+    """Peek at an error body and ask the policy what to do about this attempt.
+
+    A retry the request cannot take (a POST without a key, a body that cannot be
+    replayed) becomes NO_RETRY here. The adapter asks this too, for a response that
+    urllib3 never showed the retry (old requests streaming around urllib3).
+    """
+    policy = policy or context.policy or retry.policy
+    status = status_of(raw) or 0
+    headers = getattr(raw, "headers", None)
+    envelope = _NO_HINTS
+    if status >= 400:
+        deadline = context.deadline(policy)
+        prefix, decoded = peek_body(raw, policy.peek_limit, lambda: retry._now() >= deadline)
+        envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded)
+    # Measured after the peek: reading a slow body is part of the elapsed time.
+    now = retry._now()
+    retry_after = header(headers, "Retry-After") if retry.respect_retry_after_header else None
+    decision = policy.decide(
+        status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=retry.rng
+    )
+    if decision.retry:
+        refusal = retry._refusal(context, method)
+        if refusal:
+            decision = Decision(
+                Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
+            )
+    retry_in = None
+    if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
+        retry_in = _retry_in(policy, retry_after, context.retries, retry.rng)
+    return frozen(
+        Attempt,
+        status=status,
+        code=envelope.code,
+        request_id=envelope.request_id,
+        next_action=envelope.next_action,
+        decision=decision,
+        error=None,
+        at=now,
+        retry_in=retry_in,
+    )
+
+
+def decide_error(
+    retry: SumeRetry, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
+) -> Attempt:
+    if retry._is_connection_error(error):
+        kind = "connect"
+    elif retry._is_read_error(error) or not _verification_failure(error):
+        # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
+        # request that may be sent twice, as after a read failure. A certificate that
+        # failed verification fails the same way again: not retried.
+        kind = "read"
+    else:
+        kind = "other"
+    now = retry._now()
+    verb = method or context.method
+    replay_safe = retry._refusal(context, verb) is None
+    if kind == "read" and not verb and not retry._is_read_error(error):
+        replay_safe = True  # a direct increment(error=...) names no request to protect
+    decision = policy.decide_error(
+        kind, context.retries, now - context.start, replay_safe=replay_safe, rng=retry.rng
+    )
+    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is Verdict.STOP else None
+    return Attempt(
+        None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
+    )
+
+
+def resend_broken_body(
+    retry: SumeRetry, context: RequestContext, policy: Policy, error: Exception, rewind: Callable[[], bool]
+) -> bool:
+    """A body that broke mid-read after urllib3 handed the response back: resend it?
+
+    The same decision as a read failure inside urllib3's loop (``decide_error("read")``),
+    bounded by urllib3's counters, the body (``rewind`` puts a file body back, False when
+    it cannot), the retry budget and the fleet's turn. Records the attempt; on a resend
+    the wait is in ``context.next_wait`` for :meth:`sleep`.
+    """
+    now = retry._now()
+    why = "the body failed mid-read"
+    decision = policy.decide_error(
+        "read",
+        context.retries,
+        now - context.start,
+        replay_safe=retry._refusal(context, context.method) is None,
+        rng=retry.rng,
+    )
+    if decision.retry and not counters_allow(retry, context.retries):
+        decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
+    if decision.retry and not rewind():
+        decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
+    wait = decision.wait or 0.0
+    retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
+    if decision.retry:  # a resend waits its turn and spends the budget like any retry
+        budget = retry.retry_budget
+        turn = retry_turn(context, policy, wait, throttled=False, budget=budget, rng=retry.rng, now=now)
+        wait, retry_in = turn.wait, turn.retry_in
+        if turn.refused is not None:
+            decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
+    if decision.verdict is Verdict.STOP and retry_in is None:
+        retry_in = decision.wait
+        if retry_in is None:
+            retry_in = policy.backoff(context.retries, retry.rng)
+    context.add(
+        Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
+    )
+    if decision.retry:
+        context.next_wait = wait
+    return decision.retry
+
+
+def counters_allow(
+    retry: SumeRetry, retries: int) -> bool:
+    """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
+    for counter in (retry.total, retry.read):
+        if counter is False or (
+            isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
+        ):
+            return False
+    return True
+
+
+def announce_retry(
+    retry: SumeRetry,
+    context: RequestContext,
+    policy: Policy,
+    attempt: Attempt,
+    method: Optional[str],
+    url: Optional[str],
+) -> None:
+    decision = attempt.decision
+    if retry.observers:
+        retry.observers.retry(
+            frozen(
+                RetryEvent,
+                method=(method or context.method or "").upper(),
+                url=redact_url(context.url or url or ""),
+                attempt=context.retries,
+                max_retries=policy.max_retries,
+                wait=context.next_wait or 0.0,
+                wait_source=_source(decision, context.next_wait),
+                status=attempt.status,
+                code=attempt.code,
+                request_id=attempt.request_id,
+                key_prefix=key_prefix(context.key),
+                reason=decision.reason,
+                error=attempt.error,
+            )
+        )
+    log.debug("sume_urllib3: %s", decision.reason)
+
+
+def _source(decision: Decision, wait: Optional[float]) -> str:
+    """Where the wait came from: the policy's source, or "pace" when the fleet made it longer."""
+    if wait is not None and decision.wait is not None and wait > decision.wait + _HELD:
+        return "pace"
+    return decision.source or "backoff"
+
+
+def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:
+    """Seconds until trying again could succeed: the server's Retry-After, else the next backoff."""
+    asked = parse_retry_after(retry_after)
+    return asked if asked is not None else policy.backoff(retries, rng)
+
+
+def _verification_failure(error: BaseException) -> bool:
+    """A TLS certificate or hostname that failed verification (deterministic: not retried)."""
+    cause: Optional[BaseException] = error
+    for _ in range(8):
+        if cause is None:
+            return False
+        if isinstance(cause, (ssl.SSLCertVerificationError, ssl.CertificateError)):
+            return True
+        if type(cause).__name__ == "CertificateError":  # urllib3 1.26's own match_hostname
+            return True
+        cause = (
+            cause.__cause__
+            or cause.__context__
+            or next((arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None)
+        )
+    return False
+
+
+_NO_HINTS = ErrorEnvelope()
+#: Why a retry the policy allowed did not go: urllib3's own counters ran out.
+COUNTERS_OUT = "urllib3 retry counters exhausted"
+
+
+def status_of(raw: Any) -> Optional[int]:
+    """The status of a urllib3 response (None for anything without an int status)."""
+    status = getattr(raw, "status", None)
+    return status if isinstance(status, int) else None

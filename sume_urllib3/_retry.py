@@ -6,7 +6,6 @@ import copy
 import inspect
 import logging
 import math
-import ssl
 import time
 import warnings
 from typing import Any, Callable, Collection, Dict, Iterable, Optional
@@ -15,17 +14,27 @@ from urllib3.exceptions import MaxRetryError, ResponseError
 from urllib3.util.retry import Retry
 
 from . import _sleeping
-from ._attempt import body_refusal, end_turn, let_go, redirect_refusal, redirect_wait, retry_turn
+from ._attempt import (
+    COUNTERS_OUT,
+    announce_retry,
+    body_refusal,
+    decide_error,
+    decide_response,
+    end_turn,
+    let_go,
+    redirect_refusal,
+    redirect_wait,
+    retry_turn,
+    status_of,
+)
 from ._budget import RetryBudget
 from ._checks import check_retry_arguments, check_rng
-from ._envelope import ErrorEnvelope, header, parse_envelope
+from ._envelope import header
 from ._errors import ConfigurationError
-from ._helpers import RandomSource, frozen
+from ._helpers import RandomSource
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._observers import Observers
-from ._peek import peek_body
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
-from ._record import RetryEvent, key_prefix, status_label
 from ._redact import redact_url
 from ._retry_after import parse_retry_after
 from ._state import Attempt, RequestContext, current
@@ -322,24 +331,24 @@ class SumeRetry(Retry):
         if error is not None and self.total is False:
             raise error.with_traceback(_stacktrace)
         context = self._context(method, url)
-        end_turn(context, _status(raw), getattr(raw, "headers", None))  # the attempt that just ended
+        end_turn(context, status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
         policy = context.policy or self.policy
         if error is not None:
-            attempt = self._decide_error(context, policy, method, error)
+            attempt = decide_error(self, context, policy, method, error)
         else:
             try:
-                attempt = self.consult(context, raw, method, policy)
+                attempt = decide_response(self, context, raw, method, policy)
             except Exception:  # a bug here must not leak the connection or the response
                 log.exception("sume_urllib3: failed to decide on a response; not retrying")
                 decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
-                attempt = Attempt(_status(raw), None, None, None, decision, at=self._now())
+                attempt = Attempt(status_of(raw), None, None, None, decision, at=self._now())
         new: Optional[SumeRetry] = None
         counted_out = False
         if attempt.decision.retry:
             new, attempt = self._count(context, attempt, method, url, raw, error, _pool, _stacktrace)
             if new is not None:
                 new._sume_wait = context.next_wait  # what sleep and get_backoff_time answer
-            counted_out = new is None and attempt.decision.reason.endswith(_COUNTERS_OUT)
+            counted_out = new is None and attempt.decision.reason.endswith(COUNTERS_OUT)
         context.add(attempt)
 
         decision = attempt.decision
@@ -347,7 +356,7 @@ class SumeRetry(Retry):
             let_go(raw)  # drained through urllib3, so its connection goes back to the pool
             if context.adapter is None:
                 context.expect = new  # a lone retry: its next increment continues this request
-            self._announce(context, policy, attempt, method, url)
+            announce_retry(self, context, policy, attempt, method, url)
             return new
         if error is None:
             # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
@@ -369,6 +378,16 @@ class SumeRetry(Retry):
         # exactly as it would without retries.
         raise error.with_traceback(_stacktrace)
 
+    def consult(
+        self,
+        context: RequestContext,
+        raw: Any,
+        method: Optional[str] = None,
+        policy: Optional[Policy] = None,
+    ) -> Attempt:
+        """Peek at an error body and ask the policy about this attempt (see ``_attempt.decide_response``)."""
+        return decide_response(self, context, raw, method, policy)
+
     def _redirect(
         self, method: Optional[str], url: Optional[str], raw: Any, _pool: Any, _stacktrace: Any
     ) -> SumeRetry:
@@ -378,7 +397,7 @@ class SumeRetry(Retry):
         send again is refused with ``MaxRetryError`` naming the body and the redirect.
         """
         context = self._context(method, url)
-        why = redirect_refusal(context, method, _status(raw))
+        why = redirect_refusal(context, method, status_of(raw))
         if why is not None:
             context.raised_by, context.raise_now = self, True
             raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
@@ -390,137 +409,13 @@ class SumeRetry(Retry):
 
     def _paced_by_retry_after(self, raw: Any) -> bool:
         """A status urllib3 retries for its Retry-After alone (not listed in status_forcelist)."""
-        status = _status(raw)
+        status = status_of(raw)
         forced = self.status_forcelist
         return (
             status in self.RETRY_AFTER_STATUS_CODES
             and not (forced and status in forced)
             and bool(header(getattr(raw, "headers", None), "Retry-After"))
         )
-
-    def consult(
-        self,
-        context: RequestContext,
-        raw: Any,
-        method: Optional[str] = None,
-        policy: Optional[Policy] = None,
-    ) -> Attempt:
-        """Peek at an error body and ask the policy what to do about this attempt.
-
-        A retry the request cannot take (a POST without a key, a body that cannot be
-        replayed) becomes NO_RETRY here. The adapter calls this too, for a response
-        that urllib3 never showed the retry (old requests streaming around urllib3).
-        """
-        policy = policy or context.policy or self.policy
-        status = _status(raw) or 0
-        headers = getattr(raw, "headers", None)
-        envelope = _NO_HINTS
-        if status >= 400:
-            deadline = context.deadline(policy)
-            prefix, decoded = peek_body(raw, policy.peek_limit, lambda: self._now() >= deadline)
-            envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded)
-        # Measured after the peek: reading a slow body is part of the elapsed time.
-        now = self._now()
-        retry_after = header(headers, "Retry-After") if self.respect_retry_after_header else None
-        decision = policy.decide(
-            status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
-        )
-        if decision.retry:
-            refusal = self._refusal(context, method)
-            if refusal:
-                decision = Decision(
-                    Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
-                )
-        retry_in = None
-        if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
-            retry_in = _retry_in(policy, retry_after, context.retries, self.rng)
-        return frozen(
-            Attempt,
-            status=status,
-            code=envelope.code,
-            request_id=envelope.request_id,
-            next_action=envelope.next_action,
-            decision=decision,
-            error=None,
-            at=now,
-            retry_in=retry_in,
-        )
-
-    def _decide_error(
-        self, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
-    ) -> Attempt:
-        if self._is_connection_error(error):
-            kind = "connect"
-        elif self._is_read_error(error) or not _verification_failure(error):
-            # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
-            # request that may be sent twice, as after a read failure. A certificate that
-            # failed verification fails the same way again: not retried.
-            kind = "read"
-        else:
-            kind = "other"
-        now = self._now()
-        verb = method or context.method
-        replay_safe = self._refusal(context, verb) is None
-        if kind == "read" and not verb and not self._is_read_error(error):
-            replay_safe = True  # a direct increment(error=...) names no request to protect
-        decision = policy.decide_error(
-            kind, context.retries, now - context.start, replay_safe=replay_safe, rng=self.rng
-        )
-        retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
-        return Attempt(
-            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
-        )
-
-    def resend_broken_body(
-        self, context: RequestContext, policy: Policy, error: Exception, rewind: Callable[[], bool]
-    ) -> bool:
-        """A body that broke mid-read after urllib3 handed the response back: resend it?
-
-        The same decision as a read failure inside urllib3's loop (``decide_error("read")``),
-        bounded by urllib3's counters, the body (``rewind`` puts a file body back, False when
-        it cannot), the retry budget and the fleet's turn. Records the attempt; on a resend
-        the wait is in ``context.next_wait`` for :meth:`sleep`.
-        """
-        now = self._now()
-        why = "the body failed mid-read"
-        decision = policy.decide_error(
-            "read",
-            context.retries,
-            now - context.start,
-            replay_safe=self._refusal(context, context.method) is None,
-            rng=self.rng,
-        )
-        if decision.retry and not self._counters_allow(context.retries):
-            decision = Decision(Verdict.STOP, reason=f"{why}: {_COUNTERS_OUT}")
-        if decision.retry and not rewind():
-            decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
-        wait = decision.wait or 0.0
-        retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
-        if decision.retry:  # a resend waits its turn and spends the budget like any retry
-            budget = self.retry_budget
-            turn = retry_turn(context, policy, wait, throttled=False, budget=budget, rng=self.rng, now=now)
-            wait, retry_in = turn.wait, turn.retry_in
-            if turn.refused is not None:
-                decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
-        if decision.verdict is Verdict.STOP and retry_in is None:
-            retry_in = decision.wait
-            if retry_in is None:
-                retry_in = policy.backoff(context.retries, self.rng)
-        context.add(
-            Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
-        )
-        if decision.retry:
-            context.next_wait = wait
-        return decision.retry
-
-    def _counters_allow(self, retries: int) -> bool:
-        """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
-        for counter in (self.total, self.read):
-            if counter is False or (
-                isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
-            ):
-                return False
-        return True
 
     def _count(
         self,
@@ -542,7 +437,7 @@ class SumeRetry(Retry):
         try:
             new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
         except MaxRetryError:
-            return None, _stop(attempt, _COUNTERS_OUT)
+            return None, _stop(attempt, COUNTERS_OUT)
         decision = attempt.decision
         turn = retry_turn(
             context,
@@ -557,35 +452,6 @@ class SumeRetry(Retry):
             return None, _stop(attempt, turn.refused, turn.retry_in)
         context.next_wait = turn.wait
         return new, attempt
-
-    def _announce(
-        self,
-        context: RequestContext,
-        policy: Policy,
-        attempt: Attempt,
-        method: Optional[str],
-        url: Optional[str],
-    ) -> None:
-        decision = attempt.decision
-        if self.observers:
-            self.observers.retry(
-                frozen(
-                    RetryEvent,
-                    method=(method or context.method or "").upper(),
-                    url=redact_url(context.url or url or ""),
-                    attempt=context.retries,
-                    max_retries=policy.max_retries,
-                    wait=context.next_wait or 0.0,
-                    wait_source=_source(decision, context.next_wait),
-                    status=attempt.status,
-                    code=attempt.code,
-                    request_id=attempt.request_id,
-                    key_prefix=key_prefix(context.key),
-                    reason=decision.reason,
-                    error=attempt.error,
-                )
-            )
-        log.debug("sume_urllib3: %s", decision.reason)
 
     def _context(self, method: Optional[str], url: Optional[str]) -> RequestContext:
         """The request this increment belongs to: the adapter's, or a lone retry's own."""
@@ -619,22 +485,13 @@ class SumeRetry(Retry):
         return _sleeping.now(self.clock)
 
 
-_NO_HINTS = ErrorEnvelope()
 #: A lone retry's request before its first increment: no key, its body unseen.
 _FRESH = RequestContext(0.0)
-_COUNTERS_OUT = "urllib3 retry counters exhausted"
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
 _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
 _GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
 # A fleet's wait longer than the policy's by less than this is the same wait (float noise).
 _HELD = 1e-6
-
-
-def _source(decision: Decision, wait: Optional[float]) -> str:
-    """Where the wait came from: the policy's source, or "pace" when the fleet made it longer."""
-    if wait is not None and decision.wait is not None and wait > decision.wait + _HELD:
-        return "pace"
-    return decision.source or "backoff"
 
 
 def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
@@ -650,12 +507,6 @@ def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attem
         at=attempt.at,
         retry_in=attempt.decision.wait if retry_in is None else retry_in,
     )
-
-
-def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:
-    """Seconds until trying again could succeed: the server's Retry-After, else the next backoff."""
-    asked = parse_retry_after(retry_after)
-    return asked if asked is not None else policy.backoff(retries, rng)
 
 
 def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
@@ -745,24 +596,6 @@ def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> 
     return policy
 
 
-def _verification_failure(error: BaseException) -> bool:
-    """A TLS certificate or hostname that failed verification (deterministic: not retried)."""
-    cause: Optional[BaseException] = error
-    for _ in range(8):
-        if cause is None:
-            return False
-        if isinstance(cause, (ssl.SSLCertVerificationError, ssl.CertificateError)):
-            return True
-        if type(cause).__name__ == "CertificateError":  # urllib3 1.26's own match_hostname
-            return True
-        cause = (
-            cause.__cause__
-            or cause.__context__
-            or next((arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None)
-        )
-    return False
-
-
 def _raw_response(response: Any) -> Any:
     # responses 0.21 hands increment a requests.Response; everything else a urllib3 one.
     if response is not None and hasattr(response, "status_code") and hasattr(response, "raw"):
@@ -776,8 +609,3 @@ def _redirect_location(raw: Any) -> Any:
         return getter() if getter is not None else None
     except Exception:
         return None
-
-
-def _status(raw: Any) -> Optional[int]:
-    status = getattr(raw, "status", None)
-    return status if isinstance(status, int) else None
