@@ -122,6 +122,22 @@ class SumeAdapter(HTTPAdapter):
             if retry_budget is not None:
                 raise ConfigurationError("give retry_budget only (budget is its older name)")
             retry_budget = adapter_kwargs.pop("budget")
+        # What this adapter was given itself: mounted on a SumeSession, it keeps these and
+        # takes the session's for the rest (see serve_as).
+        no_observers = isinstance(observers, (tuple, list)) and not observers  # never consume an iterator
+        retry_given = not no_observers or any(
+            value is not None for value in (policy, max_retries, retry_budget, sleep, clock, rng)
+        )
+        self._own_settings = frozenset(
+            name
+            for name, given in (
+                ("retry", retry_given),
+                ("timeout", timeout is not None),
+                ("fleet", fleet is not DEFAULT_FLEET),
+                ("raise_on_give_up", raise_on_give_up is not True),
+            )
+            if given
+        )
         self.timeout = check_timeout(timeout)
         if fleet is DEFAULT_FLEET and clock is not None:
             # Paced on the adapter's own clock, as SumeSession does: a fleet on real time would
@@ -167,13 +183,19 @@ class SumeAdapter(HTTPAdapter):
         return manager
 
     def serve_as(self, other: SumeAdapter) -> None:
-        """Serve with ``other``'s settings (its retry template, timeout, fleet and
-        ``raise_on_give_up``), keeping this adapter's own pools: how a SumeSession adopts an
-        adapter mounted on it."""
-        self.max_retries = other.max_retries
-        self.timeout = other.timeout
-        self.fleet = other.fleet
-        self.raise_on_give_up = other.raise_on_give_up
+        """Serve with ``other``'s settings wherever this adapter was given none of its own:
+        how a SumeSession adopts an adapter mounted on it (``SumeAdapter(pool_maxsize=32)``
+        serves with the session's policy, observers, budget, timeout, fleet and
+        ``raise_on_give_up``; ``SumeAdapter(Policy(...))`` keeps its policy)."""
+        own = getattr(self, "_own_settings", frozenset())  # an unpickled adapter gave none
+        if "retry" not in own:
+            self.max_retries = other.max_retries
+        if "timeout" not in own:
+            self.timeout = other.timeout
+        if "fleet" not in own:
+            self.fleet = other.fleet
+        if "raise_on_give_up" not in own:
+            self.raise_on_give_up = other.raise_on_give_up
 
     @property
     def retry(self) -> SumeRetry:

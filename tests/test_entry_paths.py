@@ -414,6 +414,25 @@ def test_a_mounted_adapter_serves_with_the_sessions_settings(fake: FakeSume, vti
         assert session.metrics.snapshot()["outcomes"].get("gave_up") == 1
 
 
+def test_a_mounted_adapter_given_its_own_policy_keeps_it(fake: FakeSume, vtime: VirtualTime) -> None:
+    """``SumeAdapter(Policy(...))`` mounted for some endpoints keeps its policy; the rest is the session's."""
+    fake.script("GET", "/v1/files/a", 503, 503, 503, 200)
+    session = SumeSession(
+        API_KEY,
+        base_url=fake.url + "/v1",
+        policy=Policy(max_retries=0),
+        timeout=(1, 1),
+        sleep=vtime.sleep,
+        clock=vtime.clock,
+    )
+    with session:
+        uploads = SumeAdapter(Policy(max_retries=3), sleep=vtime.sleep, clock=vtime.clock)
+        session.mount(session.base_url + "/files/", uploads)
+        assert session.get("/files/a").status_code == 200
+        assert len(fake.requests) == 4
+        assert uploads.timeout == (1, 1)  # given none of its own: the session's
+
+
 def test_a_mounted_adapter_uses_the_sessions_timeout(fake: FakeSume) -> None:
     """A call without ``timeout=`` through a mounted SumeAdapter times out at the session's (1, 1)."""
     fake.script("GET", "/v1/slow", Reply(200, delay=3.0))
