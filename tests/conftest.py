@@ -21,11 +21,11 @@ from .raw_server import Handler, Loopback, echo
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 
 
-def in_a_forked_child(report: Callable[[], str]) -> str:
-    """Run ``report`` in a child made by ``os.fork()`` and return what it returned (the child
-    exits at once, whatever happens; an exception there returns "")."""
+def in_a_forked_child(report: Callable[[], str], fork: Callable[[], int] = os.fork) -> str:
+    """Run ``report`` in a child made by ``fork`` (``os.fork`` by default) and return what it
+    returned (the child exits at once, whatever happens; an exception there returns "")."""
     read, write = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - runs in the child
         try:
             os.write(write, report().encode())
@@ -43,20 +43,7 @@ def in_a_child_forked_from_c(report: Callable[[], str]) -> str:
     no ``os.register_at_fork`` hook runs in the child (nor in the parent)."""
     fork = ctypes.PyDLL(None).fork  # PyDLL: the GIL stays held across the call, as in a C fork
     fork.restype = ctypes.c_int
-    read, write = os.pipe()
-    pid = fork()
-    if pid == 0:  # pragma: no cover - runs in the child
-        try:
-            os.write(write, report().encode())
-        except BaseException as exc:  # the parent reads what went wrong
-            os.write(write, f"child failed: {exc!r}".encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        answer = pipe.read()
-    os.waitpid(pid, 0)
-    return answer
+    return in_a_forked_child(report, fork)
 
 
 class VirtualTime:
