@@ -1,29 +1,7 @@
 """One logical request's state, from the session's call to the record it ends with.
 
-Life of a request
------------------
-1. ``SumeSession.request`` makes a :class:`RequestContext` (start time, per-call policy,
-   the session's fleet key) and makes it current in ``current``, a ContextVar: requests
-   offers no other way to hand data from ``Session.request`` to ``HTTPAdapter.send``.
-2. ``SumeAdapter.send`` joins that context (or makes its own when used without a
-   SumeSession) and counts the hop (one per redirect). On the first hop it fixes the
-   Idempotency-Key and whether the body can be replayed; before every hop it asks the
-   fleet for a turn and caps the attempt's timeouts by the time left; then it calls
-   ``HTTPAdapter.send``, which calls urllib3's ``urlopen``.
-3. urllib3 sends. On an error status or a transport error it calls
-   ``SumeRetry.increment``, which finds the same context through ``current`` (a
-   ``SumeRetry`` used alone, on a ``PoolManager``, makes one on its first increment).
-4. ``SumeRetry`` peeks at the error body, asks the pure ``Policy`` (``decide`` or
-   ``decide_error``), asks the fleet for the retry's turn, and appends one
-   :class:`Attempt` to the context. A retry leaves its wait in ``next_wait``, which
-   ``SumeRetry.sleep`` sleeps; any other verdict ends urllib3's loop and the response
-   (or the transport error) goes back to the adapter.
-5. The adapter reads the body when the caller did not ask to stream, then calls
-   :meth:`RequestContext.finish`, the one place attempts become a ``SumeRecord`` and an
-   ``Outcome`` (pure: no sockets). It sets ``response.sume`` (or ``exc.sume``) and
-   raises ``SumeRetryError`` on a give-up.
-6. ``SumeSession.request`` tells the observers once, after any redirects; an adapter
-   that made its own context tells them itself.
+Its life, step by step (session, adapter, urllib3, the decision, the record, the observers),
+is told once, in the docs' "How it works" page (docs/how-it-works.md).
 """
 
 from __future__ import annotations
