@@ -6,7 +6,7 @@ import functools
 import threading
 import time
 import weakref
-from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, FrozenSet, Iterable, Mapping, Optional, Tuple, Union
 from urllib.parse import urldefrag, urljoin
 
 import requests
@@ -96,7 +96,9 @@ class SumeAdapter(HTTPAdapter):
     :param fleet: the :class:`Fleet` asked for a turn before every attempt; by default
         the process-wide ``LocalFleet.default()`` (one entry per origin and key sent, by
         a hash of the pair); None for no pacing.
-    :param sleep, clock, rng: injectable waiting, monotonic time and jitter.
+    :param sleep: how to wait (default ``time.sleep``), for tests.
+    :param clock: a monotonic clock (default ``time.monotonic``), for tests.
+    :param rng: the jitter source, a ``random.Random`` or a callable returning [0, 1).
     :param max_retries: a ready :class:`SumeRetry` instead of the arguments above.
     :param adapter_kwargs: ``HTTPAdapter`` arguments (``pool_connections``, ...).
     """
@@ -187,7 +189,7 @@ class SumeAdapter(HTTPAdapter):
         how a SumeSession adopts an adapter mounted on it (``SumeAdapter(pool_maxsize=32)``
         serves with the session's policy, observers, budget, timeout, fleet and
         ``raise_on_give_up``; ``SumeAdapter(Policy(...))`` keeps its policy)."""
-        own = getattr(self, "_own_settings", frozenset())  # an unpickled adapter gave none
+        own: FrozenSet[str] = getattr(self, "_own_settings", frozenset())  # unpickled: gave none
         if "retry" not in own:
             self.max_retries = other.max_retries
         if "timeout" not in own:
