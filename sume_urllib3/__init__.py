@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
+import importlib as _importlib
+from typing import Any as _Any
+
 from ._adapter import SumeAdapter
 from ._budget import RetryBudget
-from ._errors import (
-    ConfigurationError,
-    SumeChunkedEncodingError,
-    SumeConnectionError,
-    SumeConnectTimeout,
-    SumeContentDecodingError,
-    SumeError,
-    SumeProxyError,
-    SumeReadTimeout,
-    SumeRetryError,
-    SumeSSLError,
-    SumeTimeout,
-)
+from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._fleet import Fleet, Grant, LocalFleet
-from ._jobs import Job, JobError, JobEvent, JobFailed, JobNotCompleted, Jobs, JobTimeout
+from ._jobs import Job, JobEvent, JobFailed, Jobs, JobTimeout
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
 from ._policy import ANY, IN_USE_WAIT, Decision, Policy, Rule, Verdict, wait_seconds
@@ -36,10 +27,8 @@ __all__ = [
     "Fleet",
     "Grant",
     "Job",
-    "JobError",
     "JobEvent",
     "JobFailed",
-    "JobNotCompleted",
     "JobTimeout",
     "Jobs",
     "LocalFleet",
@@ -51,24 +40,24 @@ __all__ = [
     "RetryEvent",
     "Rule",
     "SumeAdapter",
-    "SumeChunkedEncodingError",
-    "SumeConnectTimeout",
-    "SumeConnectionError",
-    "SumeContentDecodingError",
     "SumeError",
     "SumeMetrics",
     "SumeObserver",
-    "SumeProxyError",
-    "SumeReadTimeout",
     "SumeRecord",
     "SumeRetry",
     "SumeRetryError",
-    "SumeSSLError",
     "SumeSession",
-    "SumeTimeout",
     "Verdict",
     "__version__",
     "idempotency_key_for",
     "sume_record",
     "wait_seconds",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    """The exceptions that moved to :mod:`sume_urllib3.exceptions` still import from here."""
+    exceptions = _importlib.import_module(f"{__name__}.exceptions")  # not "from .": that asks here
+    if name in exceptions.__all__:
+        return getattr(exceptions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,6 +22,7 @@ README = ROOT / "README.md"
 #: The public modules whose ``__all__`` the API reference must cover, by the file that defines it.
 PUBLIC_MODULES: Dict[str, str] = {
     "sume_urllib3": "sume_urllib3/__init__.py",
+    "sume_urllib3.exceptions": "sume_urllib3/exceptions.py",
     "sume_urllib3.testing": "sume_urllib3/testing/__init__.py",
     "sume_urllib3.contrib.celery": "sume_urllib3/contrib/celery.py",
     "sume_urllib3.contrib.django": "sume_urllib3/contrib/django/__init__.py",

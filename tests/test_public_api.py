@@ -213,3 +213,31 @@ def test_every_constructor_parameter_is_documented(name: str) -> None:
     assert parameters, f"{name}.__init__ has no parameters to document"
     undocumented = [p for p in parameters if p not in documented_parameters(cls.__doc__ or "")]
     assert undocumented == [], f"{name} does not document {undocumented}"
+
+
+# --- sume_urllib3.exceptions ---------------------------------------------------------------
+
+
+def test_every_exception_class_is_in_the_exceptions_module() -> None:
+    """Every exception class the package defines is listed in ``sume_urllib3.exceptions``."""
+    import sume_urllib3.exceptions as exceptions
+
+    defined = {
+        name
+        for module in (sume_urllib3._errors, sume_urllib3._jobs)
+        for name, obj in vars(module).items()
+        if inspect.isclass(obj)
+        and issubclass(obj, Exception)
+        and obj.__module__ == module.__name__
+        and not name.startswith("_")
+    }
+    assert defined == set(exceptions.__all__)
+
+
+@pytest.mark.parametrize("name", ["SumeReadTimeout", "SumeConnectionError", "JobError", "JobNotCompleted"])
+def test_exceptions_that_moved_still_import_from_the_top_level(name: str) -> None:
+    """``from sume_urllib3 import SumeReadTimeout`` keeps working: the same class as in ``exceptions``."""
+    import sume_urllib3.exceptions as exceptions
+
+    assert getattr(sume_urllib3, name) is getattr(exceptions, name)
+    assert name not in sume_urllib3.__all__
