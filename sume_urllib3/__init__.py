@@ -9,6 +9,7 @@ from ._adapter import SumeAdapter
 from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._fleet import Fleet, Grant, LocalFleet
+from ._host_fleet import HostFleet
 from ._jobs import Job, JobEvent, JobFailed, Jobs, JobTimeout
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
@@ -26,6 +27,7 @@ __all__ = [
     "Decision",
     "Fleet",
     "Grant",
+    "HostFleet",
     "Job",
     "JobEvent",
     "JobFailed",

@@ -34,8 +34,11 @@ DESIGN_PUBLIC_NAMES = (
     "JobFailed",
     "JobTimeout",
 )
-#: Further names users rely on: the observers (docs/guide/observability.md), the fleet protocol.
-OBSERVABILITY_NAMES = ("RetryBudget", "SumeObserver", "RetryEvent", "SumeMetrics", "LoggingObserver", "Fleet")
+#: Further names users rely on: the observers (docs/guide/observability.md), the fleet protocol, the
+#: fleet shared by the processes of a host.
+OBSERVABILITY_NAMES = (
+    "RetryBudget", "SumeObserver", "RetryEvent", "SumeMetrics", "LoggingObserver", "Fleet", "HostFleet",
+)
 #: Classes whose every constructor parameter must be documented with ``:param name:``.
 DOCUMENTED_CONSTRUCTORS = ("SumeSession", "SumeAdapter", "SumeRetry", "Policy")
 

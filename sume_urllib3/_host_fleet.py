@@ -1,0 +1,770 @@
+"""HostFleet: one pace, one cooldown and one retry budget per API key for every process on a host.
+
+The rules are :mod:`sume_urllib3._pacing`'s, run in each process on state kept in a local SQLite
+file (WAL mode) under its write lock: ``BEGIN IMMEDIATE``, read the key's state, run the core,
+write it back, ``COMMIT``. Nothing to run beside the application: the first process to use the
+file creates it.
+
+Why SQLite rather than a memory-mapped file under ``fcntl`` locks (both measured, CHANGELOG.md):
+a transaction is atomic when a process is SIGKILLed halfway through a write (a torn record in
+a mapped file would need checksums and a recovery of its own), a key's state may grow (every
+attempt in flight under a quota reading holds an entry), a corrupt file is detected rather than
+read as numbers, the lock has a timeout (``busy_timeout``), and the size bound is one pragma
+(``max_page_count``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import logging
+import math
+import os
+import random
+import re
+import sqlite3
+import stat
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Union
+
+from . import _fork, _pacing, _sleeping
+from ._budget import RetryBudget
+from ._checks import check_rng
+from ._errors import ConfigurationError
+from ._fleet import (
+    Fleet,
+    Grant,
+    LocalFleet,
+    budget_refused,
+    check_burst,
+    check_clock,
+    check_seconds_between,
+    fleet_key,
+    interval_us,
+    parse_rate,
+    read_response,
+    refusal,
+)
+
+log = logging.getLogger("sume_urllib3")
+
+#: The default ``max_size`` (bytes): about 30,000 idle keys' state. The write-ahead log beside
+#: it is checkpointed every 1,000 pages and cut back to :data:`WAL_LIMIT` after.
+MAX_SIZE = 16 * 1024 * 1024
+WAL_LIMIT = 4 * 1024 * 1024
+#: The default ``timeout`` (seconds): how long an acquire waits for the file's lock (another
+#: process's transaction lasts tens of microseconds) before pacing locally instead.
+TIMEOUT = 0.05
+#: ``HostFleet(app=...)``: a file name's worth of letters, digits and ``_.-``.
+APP = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+_KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
+_DEFAULT_BUDGET = RetryBudget()
+_MIN_SIZE = 64 * 1024
+_MAX_SIZE = 1 << 40
+_MAX_TTL = 1e9
+_MAX_BACKOFF = 86_400.0
+_MAX_WINDOW = 10_000
+_CLIENT_WINDOW = 60 * _pacing.SECOND  # a process that used the file within this long still shares it
+_CLIENT_EVERY = _pacing.SECOND  # how often a process stamps itself as a client of the file
+# A state written on a clock this far ahead of ours came from another clock (a reboot restarts
+# the monotonic clock; a file in the temp dir may outlive it): it is started afresh.
+_FUTURE = 60 * _pacing.SECOND
+# When the file is full, the least recently used share of its keys that leaves it.
+_EVICT_SHARE = 4
+# The core's state, field by field: the file stores it as a JSON list in this order, and the
+# layout's hash prefixes every key, so two versions of the state never read each other's rows
+# (during a rolling upgrade each keeps keys of its own, as RedisFleet's "v2" does).
+_FIELDS = tuple(dataclasses.fields(_pacing.State))
+_NAMES = tuple(f.name for f in _FIELDS)
+_LAYOUT = hashlib.sha256(",".join(_NAMES).encode()).hexdigest()[:8]
+
+
+class _Local(NamedTuple):
+    """Grant.token of a turn the local fallback fleet gave."""
+
+    fleet: Fleet
+    grant: Grant
+
+
+class _Busy(Exception):
+    """Another thread of this process held the fleet's lock past the timeout."""
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+_KINDS = tuple(float if isinstance(_default_of(f), float) else type(_default_of(f)) for f in _FIELDS)
+
+
+def encode_state(st: _pacing.State) -> str:
+    """One key's state as the file stores it: its fields' values in declaration order, as JSON."""
+    return json.dumps([getattr(st, name) for name in _NAMES], separators=(",", ":"))
+
+
+def decode_state(text: str) -> Optional[_pacing.State]:
+    """The state ``encode_state`` wrote, or None for text that is not one (a damaged row)."""
+    try:
+        values = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(values, list) or len(values) != len(_NAMES):
+        return None
+    for value, kind in zip(values, _KINDS):
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return None
+        elif kind is dict:
+            if not isinstance(value, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value.values()
+            ):
+                return None
+        elif not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+            return None
+    return _pacing.State(*values)
+
+
+def default_app() -> str:
+    """This deployment's name for its file: its working directory's name and a hash of it and of
+    the Python environment. Every process of one deployment (gunicorn's workers, a Celery worker
+    started from the same project and virtualenv) computes the same; another project does not."""
+    cwd = os.getcwd()
+    digest = hashlib.sha256(f"{sys.prefix}\0{cwd}".encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", os.path.basename(cwd) or "root")[:40]
+    return f"{name}-{digest}"
+
+
+def _user() -> str:
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None:
+        return str(getuid())
+    import getpass  # Windows: no uid
+
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", getpass.getuser())[:40]
+
+
+def default_path(app: Optional[str] = None) -> str:
+    """Where ``HostFleet(path=None)`` keeps its state: per user and per app.
+
+    ``$XDG_RUNTIME_DIR/sume_urllib3/<app>.fleet`` when that directory is set (it is the user's
+    own, mode 0700, and emptied at logout and reboot), else
+    ``<temp dir>/sume_urllib3-<uid>/<app>.fleet``; the fleet creates the directory with mode
+    0700 and refuses one that another user owns or others may write to.
+    """
+    name = default_app() if app is None else _check_app(app)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        directory = os.path.join(runtime, "sume_urllib3")
+    else:
+        directory = os.path.join(tempfile.gettempdir(), f"sume_urllib3-{_user()}")
+    return os.path.join(directory, f"{name}.fleet")
+
+
+def _check_app(app: Any) -> str:
+    if not isinstance(app, str) or not APP.match(app):
+        shown = repr(app[:70]) if isinstance(app, str) else type(app).__name__
+        raise ConfigurationError(f"app must be 1-64 characters of letters, digits and _.-, got {shown}")
+    return app
+
+
+def _private_directory(directory: str) -> None:
+    """Make the default path's directory (mode 0700); refuse one another user could write to."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise PermissionError(f"{directory} is not a directory")
+    getuid = getattr(os, "getuid", None)
+    if getuid is not None and (info.st_uid != getuid() or info.st_mode & 0o022):
+        # Another user could swap the file for one of theirs: pace locally instead.
+        raise PermissionError(f"{directory} belongs to another user or others may write to it")
+
+
+def _boot_id() -> str:
+    """What changes when the host reboots (and the monotonic clock starts again), if readable."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+class HostFleet:
+    """A Fleet whose state lives in a local file, so every process on one host paces together.
+
+    For deployments that run several processes on one host with one API key and no Redis:
+    gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s
+    (:mod:`sume_urllib3._pacing`), run on state kept in an SQLite file in WAL mode under its
+    write lock; a conformance table in the tests runs LocalFleet, RedisFleet and HostFleet on
+    the same scenarios. An acquire is one short transaction; a release is a second one only
+    when the answer teaches something (a 429, a Retry-After, rate-limit headers, or while the
+    pace is being learned), as with RedisFleet.
+
+    ``path`` (None: :func:`default_path` of ``app``) is per user and per app by default: a
+    directory of the user's own (mode 0700), the file mode 0600, and the app's name from the
+    working directory and Python environment (``app`` to choose it). Keys are
+    :func:`fleet_key`'s hashes, never an API key.
+
+    Fork-safe: a child process opens its own connection (gunicorn ``--preload``, Celery
+    prefork), whether or not its fork ran Python's at-fork hooks (uWSGI forks from C: each
+    acquire compares ``os.getpid()`` with the fleet's). A process that dies with attempts in
+    flight holds nobody past rule 6: an in-flight entry lasts only as long as its attempt may.
+
+    Fails open as RedisFleet does: when the file is locked past ``timeout`` seconds, full,
+    unwritable or corrupt, the attempt is paced by a local :class:`LocalFleet` at once
+    (``Grant.fallback``), one WARNING is logged per outage, :attr:`fallbacks` and
+    :attr:`errors` count, and the file is tried again only after a backoff (``backoff``
+    seconds, doubling up to ``max_backoff``). Meanwhile a configured rate is split among the
+    processes the file last saw.
+
+    Bounded: a key unused for ``ttl`` seconds leaves the file (swept at most every
+    ``ttl / 4`` by an acquire); the file never grows past ``max_size`` bytes (default
+    :data:`MAX_SIZE`; its write-ahead log is cut back to :data:`WAL_LIMIT` after each
+    checkpoint). A full file fails open and sheds its least recently used quarter of keys.
+
+    ``rate``, ``burst``, ``initial_window`` and ``retry_budget`` as for :class:`RedisFleet`
+    (the retry budget is host-wide, per key). ``clock`` (monotonic seconds, one clock for the
+    whole host; by default the shared clock ``no_sleep()`` drives), ``wall`` (Unix time, for
+    ``X-RateLimit-Reset`` timestamps) and ``rng`` are injectable. Pickling keeps the
+    configuration only.
+    """
+
+    def __init__(
+        self,
+        path: Optional[str] = None,
+        *,
+        rate: Union[str, float, None] = None,
+        burst: Optional[int] = None,
+        app: Optional[str] = None,
+        timeout: float = TIMEOUT,
+        initial_window: int = 4,
+        retry_budget: Optional[RetryBudget] = _DEFAULT_BUDGET,
+        ttl: float = 3600.0,
+        max_size: int = MAX_SIZE,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        clock: Callable[[], float] = _sleeping.shared_monotonic,
+        wall: Callable[[], float] = time.time,
+        rng: Union[random.Random, Callable[[], float], None] = None,
+    ) -> None:
+        self._settings: Dict[str, Any] = {
+            "path": path,
+            "rate": rate,
+            "burst": burst,
+            "app": app,
+            "timeout": timeout,
+            "initial_window": initial_window,
+            "retry_budget": retry_budget,
+            "ttl": ttl,
+            "max_size": max_size,
+            "backoff": backoff,
+            "max_backoff": max_backoff,
+        }
+        if path is not None and (not isinstance(path, (str, os.PathLike)) or not os.fspath(path)):
+            raise ConfigurationError(f"path must be a file path or None, got {type(path).__name__}")
+        if app is not None and path is not None:
+            raise ConfigurationError("give path or app, not both (app names the default path)")
+        self._given_path = path is not None
+        self._path = os.path.abspath(os.fspath(path)) if path is not None else default_path(app)
+        self._rate = parse_rate(rate)
+        if burst is not None and self._rate is None:
+            raise ConfigurationError("burst needs a rate: HostFleet(rate='10/min', burst=5)")
+        self._burst = check_burst(burst) if burst is not None else 1
+        self._timeout = check_seconds_between(timeout, "timeout", 0.001, 60.0)
+        if isinstance(initial_window, bool) or not isinstance(initial_window, int) or not (
+            1 <= initial_window <= _MAX_WINDOW
+        ):
+            raise ConfigurationError(
+                f"initial_window must be an integer between 1 and {_MAX_WINDOW}, got {initial_window!r}"
+            )
+        self._window = initial_window
+        if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
+            raise ConfigurationError(
+                f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
+            )
+        self._budget = retry_budget
+        self._ttl_us = round(check_seconds_between(ttl, "ttl", 1.0, _MAX_TTL) * _pacing.SECOND)
+        if isinstance(max_size, bool) or not isinstance(max_size, int) or not (
+            _MIN_SIZE <= max_size <= _MAX_SIZE
+        ):
+            raise ConfigurationError(f"max_size must be bytes from {_MIN_SIZE} to 2**40, got {max_size!r}")
+        self._max_size = max_size
+        self._backoff = check_seconds_between(backoff, "backoff", 0.001, _MAX_BACKOFF)
+        most = check_seconds_between(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF)
+        self._max_backoff = max(self._backoff, most)
+        for name, value, default in (("clock", clock, _sleeping.shared_monotonic), ("wall", wall, time.time)):
+            if value is not default:
+                check_clock(value, name)
+        self._clock = clock
+        self._wall = wall
+        check_rng(rng)
+        self._random: Callable[[], float] = (
+            random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
+        )
+        self._config = _pacing.Config(
+            interval=interval_us(self._rate),
+            burst=self._burst,
+            window=self._window,
+            retries=None if retry_budget is None else retry_budget.allowance,
+        )
+        self._start_process()
+        _instances.add(self)
+
+    def _start_process(self) -> None:
+        """This process's connection (opened at first use), lock, counters and outage state."""
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
+        self._counts_lock = threading.Lock()  # counters and outage state
+        self._db: Optional[sqlite3.Connection] = None
+        self._client_id = f"{self._pid}-{uuid.uuid4().hex[:12]}"
+        self._entries = itertools.count(1)
+        self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
+        self._sweep_at = 0
+        self._down_until = 0.0  # clock() before which the file is not tried
+        self._delay = self._backoff
+        self._outage = False
+        self._clients = 1
+        self._fallbacks = 0
+        self._errors = 0
+        self._local_fleet: Optional[LocalFleet] = None
+
+    # -- the Fleet protocol ---------------------------------------------------------------
+
+    def acquire(
+        self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
+    ) -> Grant:
+        """Reserve a turn for one attempt; never raises, never waits on the file past ``timeout``."""
+        if self._pid != os.getpid():
+            self._forked()
+        kid = _safe_key_id(key_id)
+        if self._clock() < self._down_until:
+            return self._fallback(kid, time_left, retry, not_before)
+        floor = max(_seconds(not_before), 0.0)
+        left = _seconds(time_left, math.inf)
+        try:
+            turn = self._transact(
+                kid,
+                lambda st, now: _pacing.acquire(
+                    st,
+                    self._config,
+                    now,
+                    retry=_pacing.RETRY_KINDS.get(retry, _pacing.ERROR),
+                    not_before=round(floor * _pacing.SECOND),
+                    time_left=-1 if math.isinf(left) else round(left * _pacing.SECOND),
+                    rand=self._random(),
+                    entry=f"{self._client_id}.{next(self._entries)}",
+                ),
+                acquiring=True,
+            )
+        except Exception as exc:  # any trouble with the file: fail open at once
+            self._failed(exc)
+            return self._fallback(kid, time_left, retry, not_before)
+        self._recovered()
+        wait = turn.wait / _pacing.SECOND
+        source = _pacing.SOURCES[turn.source]
+        if turn.code == _pacing.REFUSED:
+            return Grant(wait=wait, refused=refusal(source or "pace", wait, left), source=source)
+        if turn.code == _pacing.NO_BUDGET:
+            return budget_refused(wait, left)
+        if turn.code == _pacing.AGAIN:
+            return Grant(wait=wait, source=source, again=True)
+        source = source if wait > floor + 1e-9 else None
+        return Grant(wait=max(wait, floor), source=source, token=turn)
+
+    def release(
+        self,
+        key_id: str,
+        grant: Grant,
+        status: Optional[int],
+        headers: Optional[Mapping[str, str]],
+    ) -> None:
+        """Record what the attempt got and free its in-flight entry; never raises."""
+        try:
+            token = grant.token
+            if isinstance(token, _Local):
+                token.fleet.release(key_id, token.grant, status, headers)
+                return
+            if not isinstance(token, _pacing.Turn):
+                return  # not a turn the file granted
+            lesson = read_response(status, headers, self._wall)
+            code = status or 0
+            if not _pacing.must_release(
+                token, code, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window
+            ):
+                return  # nothing to free, nothing learned: no second transaction
+            if self._pid != os.getpid():
+                self._forked()  # a turn granted before a fork: the file is shared, release it there
+            if self._clock() < self._down_until and not token.entry:
+                return  # the file is failing and there is no in-flight entry to free
+            kid = _safe_key_id(key_id)
+            started = self._transact(
+                kid,
+                lambda st, now: _pacing.release(
+                    st,
+                    self._config,
+                    now,
+                    entry=token.entry,
+                    slot=token.slot,
+                    seq=token.seq,
+                    epoch=token.epoch,
+                    inflight=token.inflight,
+                    status=code,
+                    **lesson._asdict(),
+                ),
+                acquiring=False,
+            )
+            if started:
+                log.info(
+                    "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests "
+                    "host-wide",
+                    kid,
+                    status,
+                    lesson.retry_after / _pacing.SECOND,
+                )
+        except Exception as exc:
+            self._failed(exc)
+
+    # -- counters and configuration -----------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The file that holds the state (its ``-wal`` and ``-shm`` files sit beside it)."""
+        return self._path
+
+    @property
+    def max_size(self) -> int:
+        """Bytes the file never grows past."""
+        return self._max_size
+
+    @property
+    def fallbacks(self) -> int:
+        """Grants this process served from local pacing because the file failed."""
+        return self._fallbacks
+
+    @property
+    def errors(self) -> int:
+        """Transactions of this process that failed (each opens or extends an outage)."""
+        return self._errors
+
+    @property
+    def healthy(self) -> bool:
+        """False while this process paces locally and waits to try the file again."""
+        return not self._outage
+
+    @property
+    def entries(self) -> int:
+        """Keys the file holds state for now (0 when it cannot be read)."""
+        try:
+            with self._locked() as db:
+                row = db.execute("SELECT COUNT(*) FROM keys").fetchone()
+            return int(row[0])
+        except Exception:
+            return 0
+
+    def reset(self) -> None:
+        """Forget every key's cooldown, pace and turns, for every process using the file (tests)."""
+        try:
+            with self._locked() as db:
+                db.execute("DELETE FROM keys")
+        except Exception as exc:
+            self._failed(exc)
+
+    def __repr__(self) -> str:
+        rate = "learned" if self._rate is None else f"{self._rate:g}/s burst {self._burst}"
+        return f"HostFleet({self._path!r}, pace={rate})"
+
+    def __reduce__(self) -> Any:
+        settings = dict(self._settings)
+        budget = self._budget
+        if budget is not None:  # its settings, not its counts: the fleet's budget lives in the file
+            settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
+        return (_rebuild, (settings,))
+
+    # -- the file ---------------------------------------------------------------------------
+
+    def _now(self) -> int:
+        return round(self._clock() * _pacing.SECOND)
+
+    def _locked(self) -> _Held:
+        if self._pid != os.getpid():
+            self._forked()
+        return _Held(self)
+
+    def _connection(self) -> sqlite3.Connection:
+        """This process's connection, opened (and the file made) at first use."""
+        db = self._db
+        if db is None:
+            db = self._db = _open(self._path, self._given_path, self._timeout, self._max_size)
+        return db
+
+    def _transact(
+        self, kid: str, step: Callable[[_pacing.State, int], Any], *, acquiring: bool
+    ) -> Any:
+        """Run ``step`` on one key's state inside the file's write lock, and store what it left."""
+        key = f"{_LAYOUT}:{kid}"
+        with self._locked() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                # The clock is read under the lock: every process's writes see time move forward.
+                now = self._now()
+                row = db.execute("SELECT state, seen FROM keys WHERE kid = ?", (key,)).fetchone()
+                # A row written on a clock far ahead of ours (before a reboot), or damaged: afresh.
+                st = decode_state(row[0]) if row is not None and row[1] <= now + _FUTURE else None
+                if st is None:
+                    st = _pacing.State()
+                result = step(st, now)
+                stored = encode_state(st)
+                db.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?)", (key, stored, now))
+                if acquiring:
+                    self._housekeeping(db, now)
+                db.execute("COMMIT")
+                return result
+            except BaseException:
+                _rollback(db)
+                raise
+
+    def _housekeeping(self, db: sqlite3.Connection, now: int) -> None:
+        """Stamp this process as a client (once a second) and sweep idle keys (every ttl / 4)."""
+        if now - self._client_at >= _CLIENT_EVERY:
+            self._client_at = now
+            db.execute("INSERT OR REPLACE INTO clients VALUES (?, ?)", (self._client_id, now))
+            recent = db.execute("SELECT COUNT(*) FROM clients WHERE seen > ?", (now - _CLIENT_WINDOW,))
+            self._clients = max(1, int(recent.fetchone()[0]))
+        if now >= self._sweep_at:
+            self._sweep_at = now + self._ttl_us // 4
+            db.execute("DELETE FROM keys WHERE seen < ?", (now - self._ttl_us,))
+            db.execute("DELETE FROM clients WHERE seen < ?", (now - _CLIENT_WINDOW,))
+
+    def _shed(self) -> None:
+        """A full file: the least recently used quarter of its keys leaves it, so it serves again."""
+        try:
+            with self._locked() as db:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    (count,) = db.execute("SELECT COUNT(*) FROM keys").fetchone()
+                    db.execute(
+                        "DELETE FROM keys WHERE kid IN (SELECT kid FROM keys ORDER BY seen LIMIT ?)",
+                        (max(1, count // _EVICT_SHARE),),
+                    )
+                    db.execute("DELETE FROM clients WHERE seen < ?", (self._now() - _CLIENT_WINDOW,))
+                    db.execute("COMMIT")
+                except BaseException:
+                    _rollback(db)
+                    raise
+        except Exception:
+            log.debug("sume_urllib3: shedding keys from a full host fleet file failed", exc_info=True)
+
+    # -- failing open -----------------------------------------------------------------------
+
+    def _fallback(self, kid: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
+        fleet = self._local()
+        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
+        with self._counts_lock:
+            self._fallbacks += 1
+        return Grant(
+            wait=grant.wait,
+            refused=grant.refused,
+            source=grant.source,
+            again=grant.again,
+            fallback=True,
+            token=_Local(fleet, grant),
+        )
+
+    def _local(self) -> LocalFleet:
+        """The local fleet of this outage; a configured rate is shared among the processes seen."""
+        fleet = self._local_fleet
+        if fleet is None:
+            with self._counts_lock:
+                fleet = self._local_fleet
+                if fleet is None:
+                    share = max(1, self._clients)
+                    if self._rate is not None:
+                        fleet = LocalFleet(
+                            rate=self._rate / share,
+                            burst=max(1, self._burst // share),
+                            initial_window=self._window,
+                            clock=self._clock,
+                            rng=self._random,
+                            wall=self._wall,
+                        )
+                    else:
+                        fleet = LocalFleet(
+                            initial_window=self._window, clock=self._clock, rng=self._random, wall=self._wall
+                        )
+                    self._local_fleet = fleet
+        return fleet
+
+    def _failed(self, exc: BaseException) -> None:
+        full = isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)
+        with self._counts_lock:
+            self._errors += 1
+            delay = self._delay * (0.5 + self._random())  # processes do not retry the file in step
+            self._down_until = self._clock() + delay
+            self._delay = min(self._delay * 2, self._max_backoff)
+            first = not self._outage
+            self._outage = True
+        if full:
+            self._shed()
+        if first:
+            log.warning(
+                "sume_urllib3: host fleet file %s unavailable (%s); pacing locally, trying it again in %.1fs",
+                self._path,
+                _describe(exc),
+                delay,
+            )
+
+    def _recovered(self) -> None:
+        if not self._outage:
+            return
+        with self._counts_lock:
+            was_out, self._outage = self._outage, False
+            self._delay = self._backoff
+            self._local_fleet = None
+        if was_out:
+            log.info("sume_urllib3: host fleet file %s available again; pacing host-wide", self._path)
+
+    # -- fork -------------------------------------------------------------------------------
+
+    def _after_fork(self) -> None:
+        db = self._db
+        if db is not None:
+            # Never closed nor collected in the child: closing the parent's SQLite connection here
+            # could checkpoint and remove the write-ahead log the parent still uses.
+            _inherited.append(db)
+        self._start_process()
+
+    def _forked(self) -> None:
+        """A process forked without at-fork hooks (uWSGI's workers): start afresh, as a hook would."""
+        _fork.check()
+        if self._pid != os.getpid():
+            self._after_fork()
+
+
+class _Held:
+    """``with``: this process's connection under the fleet's thread lock (at most ``timeout``)."""
+
+    __slots__ = ("fleet",)
+
+    def __init__(self, fleet: HostFleet) -> None:
+        self.fleet = fleet
+
+    def __enter__(self) -> sqlite3.Connection:
+        fleet = self.fleet
+        if not fleet._lock.acquire(timeout=fleet._timeout):
+            raise _Busy(f"another thread held the host fleet past {fleet._timeout:g}s")
+        try:
+            return fleet._connection()
+        except BaseException:
+            fleet._lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.fleet._lock.release()
+
+
+def _open(path: str, given: bool, timeout: float, max_size: int) -> sqlite3.Connection:
+    """Open (creating if new) the file: mode 0600, WAL, the size bound, the tables."""
+    directory = os.path.dirname(path)
+    if not given:
+        _private_directory(directory)
+    # Created here, not by SQLite, so it is 0600 whatever the umask; SQLite gives its -wal and
+    # -shm files the mode of the database file.
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    os.close(os.open(path, flags, 0o600))
+    # isolation_level None: the transactions are ours (BEGIN IMMEDIATE takes the write lock at
+    # once, so two processes never both read a state and then race to write it).
+    db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    try:
+        mode = db.execute("PRAGMA journal_mode=WAL").fetchone()
+        if mode is None or str(mode[0]).lower() != "wal":
+            raise sqlite3.OperationalError(f"cannot use WAL mode here (got {mode!r})")
+        # The state is worth nothing after a power loss (clocks restart too): no fsync per write.
+        db.execute("PRAGMA synchronous=OFF")
+        (page_size,) = db.execute("PRAGMA page_size").fetchone()
+        db.execute(f"PRAGMA max_page_count={max(16, max_size // int(page_size))}")
+        db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA:
+                db.execute(statement)
+            boot = _boot_id()
+            row = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
+            if row is None or row[0] != boot:
+                # A reboot restarted the monotonic clock every state is written on.
+                db.execute("DELETE FROM keys")
+                db.execute("DELETE FROM clients")
+                db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('boot', ?)", (boot,))
+            db.execute("COMMIT")
+        except BaseException:
+            _rollback(db)
+            raise
+    except BaseException:
+        db.close()  # this process's own, just opened: safe to close
+        raise
+    return db
+
+
+# The tables: ``keys`` (a key's state, and when it was last written on the file's clock, for the
+# sweep), ``clients`` (the processes using the file lately, to share a rate while it fails), ``meta``.
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS keys (kid TEXT PRIMARY KEY, state TEXT NOT NULL, seen INTEGER NOT NULL)"
+    " WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS keys_seen ON keys (seen)",
+    "CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY, seen INTEGER NOT NULL) WITHOUT ROWID",
+)
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    try:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # the transaction is gone with the error that ended it
+
+
+def _safe_key_id(key_id: str) -> str:
+    """The key id as given when it is a fleet_key() hash; anything else is hashed, so no key text leaks."""
+    if isinstance(key_id, str) and _KEY_ID.match(key_id):
+        return key_id
+    return fleet_key(key_id if isinstance(key_id, str) else repr(key_id))
+
+
+def _seconds(value: Any, default: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return default
+    return max(float(value), 0.0)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _rebuild(settings: Dict[str, Any]) -> HostFleet:
+    return HostFleet(**settings)
+
+
+_instances: weakref.WeakSet[HostFleet] = weakref.WeakSet()
+# Connections a fork's child inherited: kept referenced so they are never closed there.
+_inherited: List[sqlite3.Connection] = []
+
+
+def _after_fork_in_child() -> None:
+    for fleet in list(_instances):
+        fleet._after_fork()
+
+
+_fork.in_child(_after_fork_in_child)
+
+
+__all__ = ["MAX_SIZE", "HostFleet", "decode_state", "default_app", "default_path", "encode_state"]

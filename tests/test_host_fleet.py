@@ -1,0 +1,353 @@
+"""HostFleet: one pace per key for every process of a host, through a local file; forks, deaths, failures."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import sqlite3
+import stat
+import tempfile
+import threading
+import time
+from typing import Any, List
+
+import pytest
+
+from sume_urllib3 import ConfigurationError, HostFleet, RetryBudget
+from sume_urllib3 import _pacing as pacing
+from sume_urllib3._fleet import Grant, fleet_key
+from sume_urllib3._host_fleet import decode_state, default_app, default_path, encode_state
+
+from .conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
+
+KEY = fleet_key("sk_live_SECRET_0123456789abcdef")
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+@pytest.fixture
+def path(tmp_path: Any) -> str:
+    return str(tmp_path / "app.fleet")
+
+
+def slot(grant: Grant) -> int:
+    """The turn a grant holds, on the file's clock (µs)."""
+    assert isinstance(grant.token, pacing.Turn), grant
+    return grant.token.slot
+
+
+# -- one pace for the host -----------------------------------------------------------------
+
+
+def _take_turns(path: str, count: int, out: Any) -> None:
+    fleet = HostFleet(path, rate="50/s")
+    slots = [slot(fleet.acquire(KEY, time_left=60.0)) for _ in range(count)]
+    out.put((slots, fleet.fallbacks))
+
+
+@needs_fork
+def test_processes_of_one_host_share_one_configured_pace(path: str) -> None:
+    """Four processes taking five turns each at 50/s get twenty turns 20 ms apart, none shared."""
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    workers = [context.Process(target=_take_turns, args=(path, 5, out)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    results = [out.get(timeout=30) for _ in workers]
+    for worker in workers:
+        worker.join(10)
+    slots = sorted(s for got, _ in results for s in got)
+    assert [fallbacks for _, fallbacks in results] == [0, 0, 0, 0]
+    assert len(slots) == 20
+    assert min(b - a for a, b in zip(slots, slots[1:])) >= 20_000
+
+
+def test_threads_of_one_process_share_the_pace(path: str) -> None:
+    """Eight threads of one process, each with its own HostFleet on the file, never share a turn."""
+    slots: List[int] = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        fleet = HostFleet(path, rate="100/s", timeout=5.0)
+        got = [slot(fleet.acquire(KEY, time_left=60.0)) for _ in range(5)]
+        with lock:
+            slots.extend(got)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    slots.sort()
+    assert len(slots) == 40
+    assert min(b - a for a, b in zip(slots, slots[1:])) >= 10_000
+
+
+@needs_fork
+@pytest.mark.parametrize("fork", [in_a_forked_child, in_a_child_forked_from_c], ids=["os.fork", "C fork"])
+def test_a_fleet_used_before_a_fork_paces_parent_and_child_together(path: str, fork: Any) -> None:
+    """gunicorn --preload, uWSGI: the parent's fleet, used before the fork, paces the child with it."""
+    fleet = HostFleet(path, rate="1/s")
+    assert fleet.acquire(KEY, time_left=60.0).wait == 0.0
+
+    def child() -> str:
+        grant = fleet.acquire(KEY, time_left=60.0)
+        return repr((round(grant.wait), grant.fallback, fleet.errors))
+
+    assert fork(child) == repr((1, False, 0))
+    after = fleet.acquire(KEY, time_left=60.0)  # the parent's connection survived the child's exit
+    assert (round(after.wait), after.fallback, fleet.errors) == (2, False, 0)
+
+
+def _hold_the_window(path: str, ready: Any) -> None:
+    fleet = HostFleet(path)
+    first = time.monotonic()
+    while not fleet.acquire(KEY, time_left=60.0).again:  # until the window is full
+        pass
+    ready.put((first, time.monotonic()))
+    time.sleep(60)  # pragma: no cover - killed before
+
+
+@needs_fork
+def test_a_process_killed_with_attempts_in_flight_holds_nobody_past_the_lease(path: str) -> None:
+    """A worker SIGKILLed holding the whole slow-start window frees it when the leases end (1 s here)."""
+    fleet = HostFleet(path)
+    grant = fleet.acquire(KEY, time_left=60.0)
+    time.sleep(0.01)
+    fleet.release(KEY, grant, 200, {})  # a response time of ~10 ms: leases of a second (rule 6)
+    context = multiprocessing.get_context("fork")
+    ready = context.Queue()
+    worker = context.Process(target=_hold_the_window, args=(path, ready))
+    worker.start()
+    first, last = ready.get(timeout=30)  # the child's grants came between these
+    os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    worker.join(10)
+    held = fleet.acquire(KEY, time_left=60.0)
+    assert (held.again, held.source) == (True, "slow_start")
+    while held.again:
+        time.sleep(held.wait)
+        held = fleet.acquire(KEY, time_left=60.0)
+    sent_at = time.monotonic() + held.wait
+    assert held.token is not None
+    assert first + 1.0 <= sent_at <= last + 1.0 + 0.5  # the lease, and one pause of asking again
+
+
+# -- failing open ---------------------------------------------------------------------------
+
+
+def test_a_file_locked_past_the_timeout_paces_locally_then_the_file_again(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Locked past timeout: a fallback grant at once, one WARNING, counted; after the backoff, the file."""
+    clock = VirtualTime()
+    fleet = HostFleet(path, timeout=0.05, clock=clock, rng=lambda: 0.5)
+    assert fleet.acquire(KEY, time_left=60.0).fallback is False
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's writer, stuck
+    with caplog.at_level(logging.WARNING, logger="sume_urllib3"):
+        started = time.monotonic()
+        grants = [fleet.acquire(KEY, time_left=60.0) for _ in range(3)]
+        took = time.monotonic() - started
+    assert [g.fallback for g in grants] == [True, True, True]
+    assert took < 0.5  # one timeout, then the backoff: the other two never touch the file
+    assert (fleet.fallbacks, fleet.errors, fleet.healthy) == (3, 1, False)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert path in warnings[0]
+    assert "locked" in warnings[0]
+    for grant in grants:
+        fleet.release(KEY, grant, 200, {})  # to the local fleet that granted it
+    other.execute("ROLLBACK")
+    other.close()
+    clock.advance(1.0)  # the backoff: a second, times 0.5 + rng
+    assert fleet.acquire(KEY, time_left=60.0).fallback is False
+    assert fleet.healthy
+
+
+def test_a_corrupt_file_never_blocks_a_request(path: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A file that is not a database: the request is paced locally and the WARNING names the file."""
+    with open(path, "wb") as f:
+        f.write(b"not a database, " * 4096)
+    fleet = HostFleet(path)
+    with caplog.at_level(logging.WARNING, logger="sume_urllib3"):
+        grant = fleet.acquire(KEY, time_left=60.0)
+    assert (grant.fallback, grant.wait, grant.refused) == (True, 0.0, None)
+    assert fleet.errors == 1
+    assert any(path in r.getMessage() and "DatabaseError" in r.getMessage() for r in caplog.records)
+
+
+def test_a_path_that_cannot_be_created_never_blocks_a_request(tmp_path: Any) -> None:
+    """A path under a regular file (no directory can be made there): paced locally, counted."""
+    (tmp_path / "plain").write_text("")
+    fleet = HostFleet(str(tmp_path / "plain" / "app.fleet"))
+    grant = fleet.acquire(KEY, time_left=60.0)
+    assert (grant.fallback, grant.refused, fleet.fallbacks, fleet.errors) == (True, None, 1, 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes read-only files")
+def test_a_read_only_file_never_blocks_a_request(path: str) -> None:
+    """A file the process may not write: paced locally, counted."""
+    HostFleet(path).acquire(KEY, time_left=60.0)
+    os.chmod(path, 0o400)
+    fleet = HostFleet(path)
+    grant = fleet.acquire(fleet_key("another key"), time_left=60.0)
+    assert (grant.fallback, fleet.errors) == (True, 1)
+
+
+def test_a_full_file_fails_open_then_sheds_its_least_recently_used_keys(path: str) -> None:
+    """At max_size a new key fails open; the least recently used quarter leaves; the file serves again."""
+    clock = VirtualTime()
+    fleet = HostFleet(path, max_size=64 * 1024, clock=clock, rng=lambda: 0.5)
+    stored = 0  # keys in the file when it filled up
+    for i in range(2000):
+        clock.advance(0.001)
+        if fleet.acquire(fleet_key(f"key {i}"), time_left=60.0).fallback:
+            stored = i
+            break
+    assert stored > 100
+    assert os.path.getsize(path) <= 64 * 1024
+    assert fleet.errors == 1
+    clock.advance(2.0)  # past the backoff
+    grant = fleet.acquire(fleet_key("a new key"), time_left=60.0)
+    assert grant.fallback is False
+    assert fleet.entries == stored - stored // 4 + 1  # the keys in it, less a quarter, and the new one
+
+
+def test_a_damaged_row_starts_its_key_afresh(path: str) -> None:
+    """A row that is not a state (another writer's, a bit flip) is replaced, not failed on."""
+    fleet = HostFleet(path, rate="1/s")
+    fleet.acquire(KEY, time_left=60.0)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("UPDATE keys SET state = '[1, \"two\"]'")
+    db.close()
+    grant = fleet.acquire(KEY, time_left=60.0)
+    assert (grant.fallback, grant.wait, fleet.errors) == (False, 0.0, 0)
+
+
+# -- per user, per app, bounded --------------------------------------------------------------
+
+
+def test_the_default_path_is_per_user_and_per_app(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Under $XDG_RUNTIME_DIR, else the temp dir with the uid; the app's name in the file's."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert default_path("shop") == str(tmp_path / "sume_urllib3" / "shop.fleet")
+    assert default_path() == str(tmp_path / "sume_urllib3" / f"{default_app()}.fleet")
+    assert default_path("shop") != default_path("blog")
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    user = str(os.getuid()) if hasattr(os, "getuid") else ""
+    assert default_path("shop") == os.path.join(tempfile.gettempdir(), f"sume_urllib3-{user}", "shop.fleet")
+
+
+def test_the_default_app_is_the_deployment(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Processes started from one directory and environment share a name; another project does not."""
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "blog").mkdir()
+    monkeypatch.chdir(tmp_path / "shop")
+    shop = default_app()
+    assert shop.startswith("shop-")
+    assert default_app() == shop
+    monkeypatch.chdir(tmp_path / "blog")
+    assert default_app() != shop
+
+
+def test_the_file_is_the_users_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """The default directory is made 0700 and the file 0600, whatever the umask."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    old = os.umask(0)
+    try:
+        fleet = HostFleet(app="shop")
+        assert fleet.acquire(KEY, time_left=60.0).fallback is False
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(fleet.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(fleet.path)).st_mode) == 0o700
+
+
+def test_a_default_directory_others_may_write_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Another user could swap the file for theirs: the fleet paces locally instead of using it."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    shared = tmp_path / "sume_urllib3"
+    shared.mkdir()
+    shared.chmod(0o777)
+    fleet = HostFleet(app="shop")
+    assert fleet.acquire(KEY, time_left=60.0).fallback is True
+    assert not os.path.exists(fleet.path)
+
+
+def test_an_idle_key_leaves_the_file(path: str) -> None:
+    """A key unused for ttl seconds is swept by a later acquire; a key in use stays."""
+    clock = VirtualTime()
+    fleet = HostFleet(path, ttl=60.0, clock=clock)
+    fleet.acquire(KEY, time_left=60.0)
+    other = fleet_key("another key")
+    for _ in range(5):
+        clock.advance(20.0)
+        fleet.acquire(other, time_left=60.0)
+    assert fleet.entries == 1
+    db = sqlite3.connect(path)
+    assert [row[0].endswith(other) for row in db.execute("SELECT kid FROM keys")] == [True]
+    db.close()
+
+
+def test_the_state_is_stored_field_by_field(path: str) -> None:
+    """Every field of the core's State goes into the file and comes back; anything else is refused."""
+    st = pacing.State()
+    for number, name in enumerate(st.__dataclass_fields__, start=1):
+        value = getattr(st, name)
+        setattr(st, name, {"1:a": number} if isinstance(value, dict) else type(value)(number))
+    assert decode_state(encode_state(st)) == st
+    assert decode_state("[1, 2]") is None
+    assert decode_state("not json") is None
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def test_pickling_keeps_the_configuration(path: str) -> None:
+    """A pickled fleet (a Celery task's argument) is the same file and pace, with fresh counters."""
+    fleet = HostFleet(path, rate="10/s", burst=2, retry_budget=RetryBudget(0.2, 10, 1))
+    copy = pickle.loads(pickle.dumps(fleet))
+    assert isinstance(copy, HostFleet)
+    assert (copy.path, repr(copy)) == (fleet.path, repr(fleet))
+    assert copy.acquire(KEY, time_left=60.0).fallback is False
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"burst": 2}, "burst needs a rate"),
+        ({"rate": "fast"}, "rate must be"),
+        ({"app": "a/b"}, "app must be"),
+        ({"timeout": 0}, "timeout must be"),
+        ({"max_size": 1024}, "max_size must be"),
+        ({"initial_window": 0}, "initial_window must be"),
+        ({"retry_budget": 3}, "retry_budget must be"),
+    ],
+)
+def test_a_bad_setting_is_refused_at_once(kwargs: Any, message: str) -> None:
+    """Configuration errors are raised when the fleet is built, never at a request."""
+    with pytest.raises(ConfigurationError, match=message):
+        HostFleet(**kwargs)
+
+
+def test_path_and_app_are_exclusive(path: str) -> None:
+    """app names the default path: with a path of your own there is nothing for it to name."""
+    with pytest.raises(ConfigurationError, match="path or app"):
+        HostFleet(path, app="shop")
+
+
+def test_an_acquire_and_release_cost_well_under_a_millisecond(path: str) -> None:
+    """The file's transaction is tens of microseconds: a single process is not slowed by it."""
+    fleet = HostFleet(path)
+    took: List[float] = []
+    for _ in range(200):
+        started = time.perf_counter()
+        grant = fleet.acquire(KEY, time_left=60.0)
+        fleet.release(KEY, grant, 200, {})
+        took.append(time.perf_counter() - started)
+    took.sort()
+    assert took[len(took) // 2] < 0.001
