@@ -1,11 +1,12 @@
-"""One table of pacing scenarios, run against LocalFleet and against RedisFleet on a real redis-server.
+"""One table of pacing scenarios, run against LocalFleet, RedisFleet on a real redis-server, and HostFleet.
 
 Each scenario is a timestamped sequence of events on one key: ``acq`` (an attempt asks for a
 turn; the grant it must get is written beside it), ``rel`` (the attempt's response: status and
-headers), ``die`` (the process holding the attempt died: it is never released). Both fleets run
+headers), ``die`` (the process holding the attempt died: it is never released). The fleets run
 on an injected clock (Redis through ``server_clock``) and the same random draws, so every wait
-is exact. The expectations are the rules of ``sume_urllib3/_pacing.py`` worked by hand; a change
-to either implementation (the Python core or its Lua port) fails here.
+is exact; HostFleet runs the Python core on state it stores in a file between calls. The
+expectations are the rules of ``sume_urllib3/_pacing.py`` worked by hand; a change to any
+implementation (the Python core, its Lua port, the file's storage of the state) fails here.
 
 Run ``python -m tests.contrib.test_pacing_conformance`` to print what LocalFleet answers.
 """
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 import itertools
 import sys
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import pytest
 
-from sume_urllib3 import LocalFleet, RetryBudget
+from sume_urllib3 import HostFleet, LocalFleet, RetryBudget
 from sume_urllib3._fleet import Fleet, Grant
 from sume_urllib3.testing._redis_server import RedisServer
 
@@ -599,7 +601,7 @@ def _check(make: Callable[..., Fleet], name: str) -> None:
     got = [(event[2], answer) for event, answer in run(kept, settings, events)]
     want = [(event[2], event[4]) for event in events if event[1] == "acq"]
     assert got == want
-    # A RedisFleet that failed open would pace locally and pass for the wrong reason.
+    # A RedisFleet or HostFleet that failed open would pace locally and pass for the wrong reason.
     assert getattr(fleets[0], "fallbacks", 0) == 0
     assert getattr(fleets[0], "errors", 0) == 0
 
@@ -620,6 +622,15 @@ def test_local_fleet(name: str) -> None:
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_redis_fleet(name: str, redis_fleet: Callable[..., Fleet]) -> None:
     _check(redis_fleet, name)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_host_fleet(name: str, tmp_path: Path) -> None:
+    def make(clock: _Clock, rng: Callable[[], float], **config: Any) -> Fleet:
+        path = str(tmp_path / "conformance.fleet")
+        return HostFleet(path, clock=clock, wall=clock, rng=rng, timeout=5.0, **config)
+
+    _check(make, name)
 
 
 @pytest.mark.parametrize("name", [name for name in SCENARIOS if name.startswith("retry budget")])
