@@ -403,7 +403,8 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         "FLEET",
         "fleet",
         fleet.build_fleet,
-        'Use {"RATE": "10/min"} (this process), {"REDIS_URL": "redis://...", "RATE": "10/min"} '
+        'Use {"RATE": "10/min"} (this process), {"HOST": True, "RATE": "10/min"} (every process on this '
+        'host), {"REDIS_URL": "redis://...", "RATE": "10/min"} '
         f"(every process on that Redis; keys: {', '.join(fleet.FLEET_KEYS)}), or None for no pacing.",
         code="E008",
     ),

@@ -3,8 +3,11 @@
 - ``{"REDIS_URL": "redis://...", "RATE": "10/min", "BURST": 10, "PREFIX": "sume",
   "TIMEOUT": 0.05}``: a ``RedisFleet`` shared by every process that uses the same Redis
   (``pip install "sume-urllib3[redis]"``); only ``REDIS_URL`` is required.
-- ``{"RATE": "10/min", "BURST": 10}`` without ``REDIS_URL``: a ``LocalFleet`` with that quota,
-  shared by the threads of this process.
+- ``{"HOST": True, "RATE": "10/min", "BURST": 10, "TIMEOUT": 0.05}``: a ``HostFleet`` shared by
+  every process of this host through a local file (``True``: the default path, per user and per
+  app; or a file path); only ``HOST`` is required.
+- ``{"RATE": "10/min", "BURST": 10}`` without ``REDIS_URL`` or ``HOST``: a ``LocalFleet`` with that
+  quota, shared by the threads of this process.
 - ``None``: no pacing at all.
 - no ``FLEET`` key: the session's default (the process-wide ``LocalFleet``).
 
@@ -22,11 +25,12 @@ from ..._errors import ConfigurationError
 from ..._fleet import REDIS_TIMEOUT, check_burst, check_prefix, check_seconds_between, parse_rate
 
 #: The keys ``SUME["FLEET"]`` may have.
-FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "RATE", "BURST", "PREFIX", "TIMEOUT")
-_REDIS_ONLY = ("PREFIX", "TIMEOUT")
+FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "HOST", "RATE", "BURST", "PREFIX", "TIMEOUT")
+_REDIS_ONLY = ("PREFIX", "TIMEOUT")  # TIMEOUT: a host fleet's too
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 _LOCAL = ("sume_urllib3._fleet", "LocalFleet")
 _REDIS = ("sume_urllib3.contrib.redis", "RedisFleet")
+_HOST = ("sume_urllib3._host_fleet", "HostFleet")
 
 _lock = threading.Lock()
 # (the normalized setting, the fleet built from it): one slot, as for the observers.
@@ -47,13 +51,20 @@ def fleet_arguments(value: Any) -> Dict[str, Any]:
         raise ConfigurationError(f"unknown key {unknown[0]!r}; valid keys: {', '.join(FLEET_KEYS)}")
     arguments: Dict[str, Any] = {}
     url = value.get("REDIS_URL")
+    host = _check_host(value.get("HOST"))
+    if url is not None and host is not None:
+        raise ConfigurationError("give REDIS_URL (every host on that Redis) or HOST (this host), not both")
     if url is not None:
         arguments["url"] = _check_url(url)
+    elif host is not None:
+        arguments["host"] = host
+        if "PREFIX" in value:
+            raise ConfigurationError("PREFIX applies to a Redis fleet only: remove it, or use REDIS_URL")
     elif any(key in value for key in _REDIS_ONLY):
         given = next(key for key in _REDIS_ONLY if key in value)
-        raise ConfigurationError(
-            f"{given} applies to a Redis fleet only: set REDIS_URL too, or remove {given}"
-        )
+        fleets = "a Redis fleet or a host fleet" if given == "TIMEOUT" else "a Redis fleet"
+        also = "REDIS_URL or HOST" if given == "TIMEOUT" else "REDIS_URL"
+        raise ConfigurationError(f"{given} applies to {fleets} only: set {also} too, or remove {given}")
     if value.get("RATE") is not None:
         arguments["rate"] = _check_rate(value["RATE"])
     if value.get("BURST") is not None:
@@ -90,13 +101,16 @@ def forget() -> None:
 def _construct(arguments: Dict[str, Any]) -> Any:
     arguments = dict(arguments)
     url = arguments.pop("url", None)
-    module_name, name = _LOCAL if url is None else _REDIS
+    host = arguments.pop("host", None)
+    module_name, name = _REDIS if url is not None else _HOST if host is not None else _LOCAL
     try:
         cls = getattr(importlib.import_module(module_name), name)
     except ImportError as exc:
         extra = " (pip install 'sume-urllib3[redis]')" if url is not None else ""
         raise ConfigurationError(f"cannot import {module_name}.{name}{extra}: {exc}") from exc
     try:
+        if host is not None:
+            return cls(None if host is True else host, **arguments)
         return cls(**arguments) if url is None else cls(url, **arguments)
     except (TypeError, ValueError) as exc:  # ConfigurationError is a ValueError
         raise ConfigurationError(str(exc)) from exc
@@ -112,6 +126,18 @@ def _check_url(url: Any) -> str:
             f"REDIS_URL must start with redis://, rediss:// or unix://, got scheme {scheme!r}"
         )
     return url
+
+
+def _check_host(host: Any) -> Any:
+    """True (the default path), a file path, or None for no host fleet (False too)."""
+    if host is None or host is False:
+        return None
+    if host is True:
+        return True
+    if not isinstance(host, str) or not host:
+        shown = type(host).__name__ if not isinstance(host, str) else "an empty str"
+        raise ConfigurationError(f"HOST must be True (the default path) or a file path, got {shown}")
+    return host
 
 
 def _check_rate(rate: Any) -> Any:

@@ -1,4 +1,4 @@
-"""SUME["FLEET"]: a LocalFleet, a RedisFleet or no pacing, built once per process, checked (E008)."""
+"""SUME["FLEET"]: a LocalFleet, HostFleet or RedisFleet, or no pacing; built once per process (E008)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ pytest.importorskip("django")
 
 from django.core import checks
 
-from sume_urllib3 import ConfigurationError, LocalFleet
+from sume_urllib3 import ConfigurationError, HostFleet, LocalFleet
+from sume_urllib3._host_fleet import default_path
 from sume_urllib3.contrib.django import conf, get_session, sessions
 from sume_urllib3.contrib.django.fleet import build_fleet, fleet_arguments
 from sume_urllib3.testing import FakeSume, no_sleep
@@ -45,6 +46,10 @@ def sume(fleet: Any) -> Dict[str, Any]:
             },
             {"url": "redis://127.0.0.1:6379/0", "rate": "10/h", "burst": 10, "prefix": "app", "timeout": 0.1},
         ),
+        ({"HOST": True}, {"host": True}),
+        ({"HOST": "/run/app/sume.fleet", "RATE": "10/s", "TIMEOUT": 0.2}, {"host": "/run/app/sume.fleet",
+                                                                           "rate": "10/s", "timeout": 0.2}),
+        ({"HOST": False, "RATE": "10/s"}, {"rate": "10/s"}),
     ],
 )
 def test_fleet_arguments(value: Dict[str, Any], expected: Dict[str, Any]) -> None:
@@ -71,7 +76,12 @@ def test_fleet_arguments(value: Dict[str, Any], expected: Dict[str, Any]) -> Non
         ({"REDIS_URL": "redis://127.0.0.1", "TIMEOUT": 0}, "TIMEOUT must be between 0.001 and 60 seconds"),
         ({"REDIS_URL": "redis://127.0.0.1", "TIMEOUT": 120}, "TIMEOUT must be between 0.001 and 60 seconds"),
         ({"PREFIX": "app"}, "PREFIX applies to a Redis fleet only"),
-        ({"TIMEOUT": 0.1}, "TIMEOUT applies to a Redis fleet only"),
+        ({"TIMEOUT": 0.1}, "TIMEOUT applies to a Redis fleet or a host fleet only"),
+        ({"HOST": 1}, "HOST must be True"),
+        ({"HOST": ""}, "HOST must be True"),
+        ({"HOST": True, "REDIS_URL": "redis://127.0.0.1"}, "not both"),
+        ({"HOST": True, "PREFIX": "app"}, "PREFIX applies to a Redis fleet only"),
+        ({"HOST": True, "TIMEOUT": 0}, "TIMEOUT must be between 0.001 and 60 seconds"),
     ],
 )
 def test_e008_bad_values_are_named(dj_settings: Any, value: Any, expected: str) -> None:
@@ -163,9 +173,20 @@ def test_a_redis_url_builds_a_redis_fleet_without_connecting() -> None:
     assert fleet is build_fleet({"REDIS_URL": "redis://127.0.0.1:1/0", "RATE": "10/s", "PREFIX": "app"})
 
 
+def test_host_builds_one_host_fleet_per_process(tmp_path: Any) -> None:
+    """HOST builds a HostFleet on the default path (True) or the one given, once per setting."""
+    path = str(tmp_path / "app.fleet")
+    fleet = build_fleet({"HOST": path, "RATE": "10/s"})
+
+    assert isinstance(fleet, HostFleet)
+    assert fleet.path == path
+    assert fleet is build_fleet({"RATE": "10/s", "HOST": path})
+    assert build_fleet({"HOST": True}).path == default_path()
+
+
 def test_the_checks_pass_for_good_fleets(dj_settings: Any) -> None:
-    """None, a local quota and (with redis-py) a Redis fleet pass manage.py check."""
-    values: List[Any] = [None, {"RATE": "10/min", "BURST": 10}]
+    """None, a local quota, a host fleet and (with redis-py) a Redis fleet pass manage.py check."""
+    values: List[Any] = [None, {"RATE": "10/min", "BURST": 10}, {"HOST": True, "RATE": "10/min"}]
     try:
         import redis  # noqa: F401
 
