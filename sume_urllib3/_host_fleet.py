@@ -32,13 +32,14 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from . import _fork, _pacing, _sleeping
 from ._budget import RetryBudget
 from ._checks import check_rng
 from ._errors import ConfigurationError
 from ._fleet import (
+    GRANT_NOW,
     Fleet,
     Grant,
     LocalFleet,
@@ -52,6 +53,7 @@ from ._fleet import (
     read_response,
     refusal,
 )
+from ._ratelimit import may_carry_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
@@ -66,13 +68,13 @@ TIMEOUT = 0.05
 APP = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
-_DEFAULT_BUDGET = RetryBudget()
 _MIN_SIZE = 64 * 1024
 _MAX_SIZE = 1 << 40
 _MAX_TTL = 1e9
 _MAX_BACKOFF = 86_400.0
 _MAX_WINDOW = 10_000
 _CLIENT_WINDOW = 60 * _pacing.SECOND  # a process that used the file within this long still shares it
+_MAX_OPEN = 10_000  # keys a process remembers as open at most (past it, it starts the list afresh)
 _CLIENT_EVERY = _pacing.SECOND  # how often a process stamps itself as a client of the file
 # A state written on a clock this far ahead of ours came from another clock (a reboot restarts
 # the monotonic clock; a file in the temp dir may outlive it): it is started afresh.
@@ -104,7 +106,10 @@ def _default_of(f: dataclasses.Field[Any]) -> Any:
     return f.default
 
 
-_KINDS = tuple(float if isinstance(_default_of(f), float) else type(_default_of(f)) for f in _FIELDS)
+# The types each field's value may have in the file (a float field may read back as an int).
+_TYPES = tuple(
+    (float, int) if isinstance(_default_of(f), float) else (type(_default_of(f)),) for f in _FIELDS
+)
 
 
 def encode_state(st: _pacing.State) -> str:
@@ -118,18 +123,13 @@ def decode_state(text: str) -> Optional[_pacing.State]:
         values = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(values, list) or len(values) != len(_NAMES):
+    # type() rather than isinstance(): a bool is not a number here.
+    if type(values) is not list or len(values) != len(_NAMES):
         return None
-    for value, kind in zip(values, _KINDS):
-        if kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return None
-        elif kind is dict:
-            if not isinstance(value, dict) or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value.values()
-            ):
-                return None
-        elif not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool):
+    for value, types in zip(values, _TYPES):
+        if type(value) not in types:
+            return None
+        if type(value) is dict and not all(type(v) is int for v in value.values()):
             return None
     return _pacing.State(*values)
 
@@ -231,8 +231,12 @@ class HostFleet:
     :data:`MAX_SIZE`; its write-ahead log is cut back to :data:`WAL_LIMIT` after each
     checkpoint). A full file fails open and sheds its least recently used quarter of keys.
 
-    ``rate``, ``burst``, ``initial_window`` and ``retry_budget`` as for :class:`RedisFleet`
-    (the retry budget is host-wide, per key). ``clock`` (monotonic seconds, one clock for the
+    ``rate``, ``burst`` and ``initial_window`` as for :class:`LocalFleet`; ``retry_budget`` (a
+    :class:`RetryBudget`'s ratio, window and floor; None, the default, as LocalFleet's: none)
+    applies a budget per key host-wide, as RedisFleet does fleet-wide. A key with nothing to pace
+    (no budget, no pace, no cooldown, its slow-start window wide open) costs one look at the
+    file's change counter per acquire (``PRAGMA data_version``), no transaction, until any
+    process writes to the file. ``clock`` (monotonic seconds, one clock for the
     whole host; by default the shared clock ``no_sleep()`` drives), ``wall`` (Unix time, for
     ``X-RateLimit-Reset`` timestamps) and ``rng`` are injectable. Pickling keeps the
     configuration only.
@@ -247,7 +251,7 @@ class HostFleet:
         app: Optional[str] = None,
         timeout: float = TIMEOUT,
         initial_window: int = 4,
-        retry_budget: Optional[RetryBudget] = _DEFAULT_BUDGET,
+        retry_budget: Optional[RetryBudget] = None,
         ttl: float = 3600.0,
         max_size: int = MAX_SIZE,
         backoff: float = 1.0,
@@ -336,6 +340,8 @@ class HostFleet:
         self._fallbacks = 0
         self._errors = 0
         self._local_fleet: Optional[LocalFleet] = None
+        # Keys this process last saw open: the file's data_version then, and when (the file clock).
+        self._open: Dict[str, Tuple[int, int]] = {}
 
     # -- the Fleet protocol ---------------------------------------------------------------
 
@@ -346,6 +352,12 @@ class HostFleet:
         if self._pid != os.getpid():
             self._forked()
         kid = _safe_key_id(key_id)
+        if kid in self._open:
+            if not not_before:
+                if self._still_open(kid):
+                    return GRANT_NOW
+            elif retry is not None and 0.0 < not_before <= time_left and self._still_open(kid):
+                return Grant(wait=not_before)  # nothing paces an open key: the caller's wait is the turn
         if self._clock() < self._down_until:
             return self._fallback(kid, time_left, retry, not_before)
         floor = max(_seconds(not_before), 0.0)
@@ -393,35 +405,45 @@ class HostFleet:
             if isinstance(token, _Local):
                 token.fleet.release(key_id, token.grant, status, headers)
                 return
-            if not isinstance(token, _pacing.Turn):
+            if token is None:  # granted on the open path: only what changes the key is worth writing
+                if status != 429 and status != 503 and not may_carry_ratelimit(headers):
+                    return
+            elif not isinstance(token, _pacing.Turn):
                 return  # not a turn the file granted
             lesson = read_response(status, headers, self._wall)
             code = status or 0
             if not _pacing.must_release(
-                token, code, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window
+                token if isinstance(token, _pacing.Turn) else _OPEN_TURN,
+                code,
+                lesson.retry_after,
+                lesson.limit,
+                lesson.remaining,
+                lesson.window,
             ):
                 return  # nothing to free, nothing learned: no second transaction
             if self._pid != os.getpid():
                 self._forked()  # a turn granted before a fork: the file is shared, release it there
-            if self._clock() < self._down_until and not token.entry:
+            if self._clock() < self._down_until and not (isinstance(token, _pacing.Turn) and token.entry):
                 return  # the file is failing and there is no in-flight entry to free
             kid = _safe_key_id(key_id)
-            started = self._transact(
-                kid,
-                lambda st, now: _pacing.release(
+
+            def learn(st: _pacing.State, now: int) -> bool:
+                # A turn of the open path: as if granted just now, in this round (as LocalFleet's).
+                turn = token if isinstance(token, _pacing.Turn) else _lock_free_turn(st)
+                return _pacing.release(
                     st,
                     self._config,
                     now,
-                    entry=token.entry,
-                    slot=token.slot,
-                    seq=token.seq,
-                    epoch=token.epoch,
-                    inflight=token.inflight,
+                    entry=turn.entry,
+                    slot=turn.slot,
+                    seq=turn.seq,
+                    epoch=turn.epoch,
+                    inflight=turn.inflight,
                     status=code,
                     **lesson._asdict(),
-                ),
-                acquiring=False,
-            )
+                )
+
+            started = self._transact(kid, learn, acquiring=False)
             if started:
                 log.info(
                     "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests "
@@ -527,10 +549,32 @@ class HostFleet:
                 if acquiring:
                     self._housekeeping(db, now)
                 db.execute("COMMIT")
+                if _pacing.is_open(st, self._config, now):
+                    # Our own commits leave data_version as it is: it moves when another process writes.
+                    if len(self._open) >= _MAX_OPEN:
+                        self._open.clear()
+                    self._open[kid] = (db.execute("PRAGMA data_version").fetchone()[0], now)
+                else:
+                    self._open.pop(kid, None)
                 return result
             except BaseException:
                 _rollback(db)
                 raise
+
+    def _still_open(self, kid: str) -> bool:
+        """Whether a key seen open still is: no process wrote to the file since (and the sighting
+        is younger than ttl / 4, so a key used only this way still has its row refreshed)."""
+        try:
+            with self._locked() as db:
+                seen = self._open.get(kid)  # again under the lock: another thread may have closed it
+                if seen is not None:
+                    (version,) = db.execute("PRAGMA data_version").fetchone()
+                    if version == seen[0] and self._now() - seen[1] < self._ttl_us // 4:
+                        return True
+                self._open.pop(kid, None)
+        except Exception:  # the transaction that follows meets the same trouble and fails open
+            self._open.pop(kid, None)
+        return False
 
     def _housekeeping(self, db: sqlite3.Connection, now: int) -> None:
         """Stamp this process as a client (once a second) and sweep idle keys (every ttl / 4)."""
@@ -722,6 +766,14 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS keys_seen ON keys (seen)",
     "CREATE TABLE IF NOT EXISTS clients (id TEXT PRIMARY KEY, seen INTEGER NOT NULL) WITHOUT ROWID",
 )
+
+
+#: What must_release sees of a turn the open path gave: no entry, no pace being learned.
+_OPEN_TURN = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE)
+
+
+def _lock_free_turn(st: _pacing.State) -> _pacing.Turn:
+    return _pacing.Turn(_pacing.SEND, 0, _pacing.NONE, 0, st.seq, st.epoch, len(st.flight))
 
 
 def _rollback(db: sqlite3.Connection) -> None:

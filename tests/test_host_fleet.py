@@ -351,3 +351,24 @@ def test_an_acquire_and_release_cost_well_under_a_millisecond(path: str) -> None
         took.append(time.perf_counter() - started)
     took.sort()
     assert took[len(took) // 2] < 0.001
+
+
+@needs_fork
+def test_an_open_key_costs_no_transaction_until_another_process_writes(path: str) -> None:
+    """A key with nothing to pace answers from the change counter; another process's 429 closes it."""
+    fleet = HostFleet(path)
+    for _ in range(70):  # slow start: the window grows by one per success, and stops counting at 64
+        fleet.release(KEY, fleet.acquire(KEY, time_left=60.0), 200, {})
+    opened = fleet.acquire(KEY, time_left=60.0)
+    assert opened.token is None  # the open path: nothing reserved, nothing to release
+    fleet.release(KEY, opened, 200, {})
+
+    def meet_a_429() -> str:
+        grant = fleet.acquire(KEY, time_left=60.0)
+        fleet.release(KEY, grant, 429, {"Retry-After": "30"})
+        return repr(fleet.errors)
+
+    assert in_a_forked_child(meet_a_429) == "0"
+    held = fleet.acquire(KEY, time_left=60.0)
+    assert held.source == "cooldown"
+    assert held.wait > 29.0
