@@ -36,7 +36,7 @@ from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
 from ._redact import redact_url
 from ._retry import SumeRetry
 from ._state import Attempt, RequestContext, current
-from ._stream import watch
+from ._stream import watch_stream
 from ._timeouts import TimeoutSpec, capped, check_timeout, on_real_time
 
 
@@ -263,9 +263,10 @@ class SumeAdapter(HTTPAdapter):
                 )
             raise
         finally:
-            end_turn(context, None, None)
-            if context.stream is None:  # a stream stays watched while the caller reads it
-                _deadline.disarm(context.watch)
+            if context.grant is not None:  # None after a response: end_turn released it there
+                end_turn(context, None, None)
+            if context.watch is not None and context.stream is None:
+                _deadline.disarm(context.watch)  # a stream stays watched while the caller reads it
                 context.watch = None
             if own:
                 current.reset(token)
@@ -308,15 +309,13 @@ class SumeAdapter(HTTPAdapter):
             else:
                 self._take_turn(context, policy, request, key_id, grant)
         context.hops += 1
-        timeout = capped(
-            check_timeout(timeout) if timeout is not None else self.timeout,
-            context.deadline(policy),
-            retry.clock,
-        )
-        if context.watch is None and on_real_time(retry.clock):
-            # The read timeout restarts with every byte: this bounds what a trickle can take.
-            left = context.deadline(policy) - _sleeping.now(retry.clock)
-            context.watch = _deadline.arm(left, policy.max_elapsed)
+        deadline = context.deadline(policy)
+        timeout = check_timeout(timeout) if timeout is not None else self.timeout
+        if on_real_time(retry.clock):
+            timeout = capped(timeout, deadline, retry.clock)
+            if context.watch is None:
+                # The read timeout restarts with every byte: this bounds what a trickle can take.
+                context.watch = _deadline.arm(deadline - time.monotonic(), policy.max_elapsed)
         broken: Optional[Exception] = None  # a body that broke mid-read, being resent
         while True:
             try:
@@ -333,8 +332,11 @@ class SumeAdapter(HTTPAdapter):
                     raise self._body_failed(context, request, broken) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(self._cut_by_deadline(context, exc), self._finish(context, request, None, None))
-            end_turn(context, response.status_code, response.headers)
-            self._not_cut(context, request, response)
+            if context.grant is not None:
+                end_turn(context, response.status_code, response.headers)
+            watch = context.watch
+            if watch is not None and watch.fired:
+                self._not_cut(context, request, response)
             status = response.status_code
             # is_redirect looks for Location in a CaseInsensitiveDict (a KeyError raised and
             # caught when it is absent): asked only of a redirect status.
@@ -344,7 +346,8 @@ class SumeAdapter(HTTPAdapter):
                 response.content  # noqa: B018 - requests reads it next; read it where we can act
                 if _CHECK_LENGTH:
                     _check_length(response)
-                self._not_cut(context, request, response)
+                if watch is not None and watch.fired:
+                    self._not_cut(context, request, response)
                 break
             except _BODY_ERRORS as exc:
                 if not self._retry_body(context, policy, exc, request):
@@ -369,7 +372,7 @@ class SumeAdapter(HTTPAdapter):
         response.sume = record  # type: ignore[attr-defined]
         if stream and record.outcome is not Outcome.GAVE_UP:
             on_break = functools.partial(self._broken, context, request, response)
-            context.stream = watch(response, record, on_break, context.watch)
+            context.stream = watch_stream(response, record, on_break, context.watch)
         if record.outcome is Outcome.GAVE_UP and self.raise_on_give_up:
             if not stream:
                 # As requests reads every body it returns: the caller reads error.response.content

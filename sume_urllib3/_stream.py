@@ -115,7 +115,7 @@ class StreamedResponse(requests.Response):
             self._sume_watch.end()
 
 
-def watch(
+def watch_stream(
     response: requests.Response,
     record: SumeRecord,
     broken: Callable[[str], SumeRecord],
