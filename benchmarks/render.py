@@ -462,6 +462,43 @@ def fleet_redis(results: Results) -> str:
     return "\n".join(lines)
 
 
+def host_fleet(results: Results) -> str:
+    """What a HostFleet turn costs beside a RedisFleet round trip, and the storages it was chosen from."""
+    doc = results["host_fleet"]
+    f = doc["figures"]
+    n = f["processes"]
+    host, redis, storage = f["host_fleet"], f["redis_fleet"], f["storage"]
+
+    def row(label: str, q: Mapping[str, Any]) -> str:
+        return f"| {label} | {q['p50_us']:.0f} µs | {q['p99_us']:.0f} µs |"
+
+    lines = [
+        wrap(
+            f"""{command(doc)} ({provenance(doc)}; wall time per call,
+            {thousands(host['acquire_paced']['calls'])} calls):"""
+        ),
+        "",
+        "| call | p50 | p99 |",
+        "|---|---:|---:|",
+        row("`HostFleet` acquire, configured pace", host["acquire_paced"]),
+        row("`HostFleet` acquire + release (rate-limit headers: both write)", host["acquire_release"]),
+        row(f"the same, {n} processes at once on one key", host["acquire_release_4_processes"]),
+        row("`HostFleet` acquire + release, a key with nothing to pace", host["open_key"]),
+    ]
+    if redis is not None:
+        lines += [
+            row("`RedisFleet` acquire, configured pace (loopback)", redis["acquire_paced"]),
+            row("`RedisFleet` acquire + release (loopback)", redis["acquire_release"]),
+        ]
+    lines += [
+        row("storage: SQLite WAL, one key's state read, paced and written", storage["sqlite_wal"]),
+        row("storage: memory-mapped file under an `fcntl` lock, the same", storage["mmap_fcntl"]),
+        row(f"storage: SQLite WAL, {n} processes at once", storage["sqlite_wal_4_processes"]),
+        row(f"storage: memory-mapped file, {n} processes at once", storage["mmap_fcntl_4_processes"]),
+    ]
+    return "\n".join(lines)
+
+
 def _median_and_spread(s: Mapping[str, Any], fmt: str, unit: str = "") -> str:
     """``5.12 s (5.02-5.31)``: the median of the runs, then the lowest-highest run when they differ."""
     if s["median"] is None:
@@ -851,6 +888,7 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
     "herd": herd,
     "fleet": fleet,
     "fleet-redis": fleet_redis,
+    "host-fleet": host_fleet,
     "pacing-matrix": pacing_matrix,
     "deploy": deploy,
     "comparison": comparison,
