@@ -27,6 +27,8 @@ from sume_urllib3.testing import FakeSume, Reply
 from .conftest import API_KEY, VirtualTime
 
 WAYS = ("session", "mounted", "http_adapter", "pool_manager", "connection_pool")
+#: requests before 2.29 sends chunked bodies (generators) without urllib3's urlopen.
+OLD_REQUESTS = tuple(int(part) for part in requests.__version__.split(".")[:2]) < (2, 29)
 LONE = ("http_adapter", "pool_manager", "connection_pool")
 
 NOT_APPLICABLE: Dict[Tuple[str, str], str] = {
@@ -256,6 +258,11 @@ def test_an_unreplayable_body_is_not_resent_after_a_redirect(
     fake: FakeSume, way_in: Callable[..., Way], name: str, status: int, body: str
 ) -> None:
     """A 307/308 that would resend a consumed body is not followed: nothing goes out empty."""
+    if name == "http_adapter" and body == "generator" and OLD_REQUESTS:
+        pytest.skip(
+            "requests < 2.29 sends a chunked body on its own low-level path, around urllib3: no Retry "
+            "is asked, and requests follows the redirect itself; mount SumeAdapter (the mounted cell)"
+        )
     fake.script("PUT", "/v1/upload", Reply(status, headers={"Location": "/v1/regional"}))
     fake.script("PUT", "/v1/regional", 200)
     payload: Any = chunks() if body == "generator" else ReaderWithoutSeek(b"y" * 30_000)

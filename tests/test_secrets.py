@@ -464,7 +464,8 @@ def shown_to_people(outcome: Any, emitted: Emitted, session: SumeSession) -> Lis
     if isinstance(outcome, BaseException):
         texts.append("".join(traceback.format_exception(type(outcome), outcome, outcome.__traceback__)))
     texts.append(prometheus_client.generate_latest(emitted.registry).decode())
-    texts.extend(span.to_json() for span in emitted.spans.get_finished_spans())
+    if OTEL:
+        texts.extend(span.to_json() for span in emitted.spans.get_finished_spans())
     texts.append(repr(session.metrics.snapshot()))
     return texts
 
