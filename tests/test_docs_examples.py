@@ -70,7 +70,8 @@ def test_the_example_runs(example: Example, fake: FakeSume, monkeypatch: pytest.
     if "contrib.django" in example.source:
         pytest.skip("run with Django configured: tests/contrib/django/test_docs_django.py")
     for module in OPTIONAL:
-        if re.search(rf"^\s*(?:from|import) {module}\b", example.source, re.M):
+        # Its own import, or the contrib module built on it (sume_urllib3.contrib.opentelemetry).
+        if re.search(rf"^\s*(?:from|import) (?:sume_urllib3\.contrib\.)?{module}\b", example.source, re.M):
             pytest.importorskip(module, reason=f"the example needs {module}")
     fake.script(
         "POST", "/v1/avatars", Reply.error(503, "service_unavailable"), Reply(201, json={"id": "av_1"})
