@@ -1,7 +1,8 @@
 """A real deployment: gunicorn or uWSGI workers behind a Django view, one quota server, 60 requests at once.
 
-Five ways to serve the minimal Django project in ``benchmarks/deploy_project/``, 4 worker
-processes each: gunicorn ``--preload`` (``sync``, and ``gthread --threads 8``), and uWSGI's
+Six ways to serve the minimal Django project in ``benchmarks/deploy_project/``, 4 worker
+processes each: gunicorn ``--preload`` (``sync``, ``gthread --threads 8``, and ``gevent``, which
+monkey-patches each worker after the fork), and uWSGI's
 default prefork ``--master --processes 4`` (alone, with ``--threads 8``, and with
 ``--lazy-apps``). Except under ``--lazy-apps``, the app is loaded in the master, which builds the
 session and uses it once (a GET of the quota server's stats page: a pooled keep-alive connection,
@@ -15,9 +16,12 @@ held at a barrier, posts to the view all at once. Scenarios (``SUME["FLEET"]``):
 - ``redis_configured``: ``{"REDIS_URL": ..., "RATE": "10/s"}`` on a real redis-server that this
   benchmark starts on a free loopback port;
 - ``redis_learned``: ``{"REDIS_URL": ...}``, the pace learned from the server's replies;
+- ``host_configured``: ``{"HOST": ..., "RATE": "10/s"}``, a ``HostFleet`` on a file of its own
+  per run (the deployment's; ``True`` in production picks the default path);
+- ``host_learned``: ``{"HOST": ...}``;
 - ``default``: no ``FLEET`` key, the library's default (one ``LocalFleet`` per worker process).
 
-Each run starts a fresh server, an empty Redis and a full bucket. Per run: success (the view
+Each run starts a fresh server, an empty Redis, a new host file and a full bucket. Per run: success (the view
 answered 200 because Sume did), calls per request at the quota server, jobs executed twice
 (Idempotency-Keys the server admitted more than once), 429s, and the time from the release to the
 last success. Each scenario runs ``--runs`` times per worker class; the table gives the median and
@@ -30,8 +34,8 @@ executed twice, a failure or extra calls per request.
                                            # configured, 20 requests, 1 run; exits 1 unless
                                            # every request succeeded, no job twice
 
-Needs gunicorn, uWSGI, Django and redis-py (``pip install gunicorn uwsgi`` on top of the test
-extra; the ``bench`` extra lists them) and redis-server on PATH.
+Needs gunicorn, gevent, uWSGI, Django and redis-py (``pip install gunicorn gevent uwsgi`` on top of
+the test extra; the ``bench`` extra lists them) and redis-server on PATH.
 """
 
 from __future__ import annotations
@@ -71,16 +75,19 @@ WORKER_CLASSES: Tuple[Tuple[str, str, str, Tuple[str, ...]], ...] = (
     ("sync", "gunicorn `--preload`, sync", "gunicorn", ("--worker-class", "sync")),
     ("gthread", "gunicorn `--preload`, gthread `--threads 8`", "gunicorn",
      ("--worker-class", "gthread", "--threads", "8")),
+    ("gevent", "gunicorn `--preload`, gevent", "gunicorn", ("--worker-class", "gevent")),
     ("uwsgi", "uWSGI `--master`", "uwsgi", ()),
     ("uwsgi-threads", "uWSGI `--master --threads 8`", "uwsgi", ("--threads", "8")),
     ("uwsgi-lazy-apps", "uWSGI `--master --lazy-apps`", "uwsgi", ("--lazy-apps",)),
 )
 QUOTA = "token-bucket"  # 10/s burst 10, RateLimit-Limit/-Remaining/-Reset (whole seconds), no Policy
 RATE, BURST = 10.0, 10  # the ideal last success follows from these: (REQUESTS - BURST) / RATE
-#: (id, label, SUME["FLEET"] given the Redis URL; None leaves the key out)
+#: (id, label, SUME["FLEET"] given the Redis URL and the host file; None leaves the key out)
 SCENARIOS: Tuple[Tuple[str, str], ...] = (
     ("redis_configured", 'Redis, `"RATE": "10/s"`'),
     ("redis_learned", "Redis, learned (no `RATE`)"),
+    ("host_configured", 'host file, `"RATE": "10/s"`'),
+    ("host_learned", "host file, learned (no `RATE`)"),
     ("default", "none (library default)"),
 )
 REQUESTS, RUNS = 60, 5  # runs differ (a 2-core machine, 60 threads): the median of 5, and the spread
@@ -95,12 +102,16 @@ GUNICORN_TIMEOUT = 150
 CLIENT_TIMEOUT = 200.0
 
 
-def fleet_setting(scenario: str, redis_url: str) -> Optional[Dict[str, Any]]:
+def fleet_setting(scenario: str, redis_url: str, host: Any = True) -> Optional[Dict[str, Any]]:
     """``SUME["FLEET"]`` for a scenario; None for the library default (no key)."""
     if scenario == "redis_configured":
         return {"REDIS_URL": redis_url, "RATE": "10/s"}
     if scenario == "redis_learned":
         return {"REDIS_URL": redis_url}
+    if scenario == "host_configured":
+        return {"HOST": host, "RATE": "10/s"}
+    if scenario == "host_learned":
+        return {"HOST": host}
     if scenario == "default":
         return None
     raise ValueError(f"unknown scenario {scenario!r}")
@@ -253,7 +264,8 @@ def run_once(
     """A fresh server, an empty Redis, a full bucket; 60 (``n``) requests; the row of this run."""
     redis.cli("FLUSHALL")
     quota.reset()
-    setting = fleet_setting(scenario, redis.url)
+    # A new host file per run, as Redis is emptied: no run inherits another's pace.
+    setting = fleet_setting(scenario, redis.url, os.path.join(workdir, f"fleet-{time.monotonic_ns()}.fleet"))
     env = {
         **os.environ,
         "SUME_API_KEY": API_KEY,
@@ -331,6 +343,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     classes = [c for c in WORKER_CLASSES if c[0] in args.classes]
     if any(c[2] == "uwsgi" for c in classes) and uwsgi_executable() is None:
         parser.error("uwsgi is not installed (pip install uwsgi; the bench extra lists it)")
+    if any(c[0] == "gevent" for c in classes) and not _installed("gevent"):
+        parser.error("gevent is not installed (pip install gevent; the bench extra lists it)")
     scenarios = [s for s in SCENARIOS if s[0] in args.scenarios]
     rows: List[Dict[str, Any]] = []
     started = time.monotonic()
@@ -381,6 +395,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "uwsgi": _version("uwsgi"),
             "django": _version("django"),
             "redis_py": _version("redis"),
+            "gevent": _version("gevent"),
             "rows": rows,
         })
     return 0
@@ -389,6 +404,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _shown_setting(scenario: str) -> Optional[Dict[str, Any]]:
     """The FLEET setting as the docs show it (a placeholder URL: the port changes every run)."""
     return fleet_setting(scenario, "redis://127.0.0.1:<port>/0")
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def _version(module: str) -> str:
