@@ -166,6 +166,13 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
     if raw is None:
         return
     fp = getattr(raw, "_fp", None)
+    if isinstance(fp, PrefixedFP) and fp.complete:
+        # The peek read the whole body: what is left is in memory, and dropping it is the
+        # drain (reading it back through urllib3 cost a fifth of a decision).
+        with contextlib.suppress(Exception):
+            fp.close()
+        _release(raw)
+        return
     if fp is None or (isinstance(fp, PrefixedFP) and fp.isclosed()) or is_fp_closed(fp):
         _release(raw)
         return
@@ -216,7 +223,7 @@ def decide_response(
     if status >= 400:
         deadline = context.deadline(policy)
         prefix, decoded = peek_body(raw, policy.peek_limit, lambda: retry._now() >= deadline)
-        envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded)
+        envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False)
     # Measured after the peek: reading a slow body is part of the elapsed time.
     now = retry._now()
     retry_after = header(headers, "Retry-After") if retry.respect_retry_after_header else None

@@ -7,11 +7,13 @@ has read it, closed it or dropped it): when the deadline passes first, the socke
 request is reading is shut down, the blocked read returns at once, and the adapter turns
 the failure into ``SumeReadTimeout`` with the record.
 
-One daemon thread watches every request of the process; it looks ten times a second, and
-only while requests are in flight (it sleeps on an event otherwise). Arming a request is a
-dictionary insert; the pools SumeAdapter makes tell the watch which connection the request
-holds, and forget it the moment it goes back to the pool, so a watch never touches a
-connection another request is using.
+One daemon thread watches every request of the process; it looks ten times a second while
+requests come, and parks on an event after a second without any. Arming a request is a
+dictionary insert and nothing else while the thread is awake: waking a parked thread on
+every request (an event's lock, a thread switch) cost more than the rest of the watch. The
+pools SumeAdapter makes tell the watch which connection the request holds, and forget it
+the moment it goes back to the pool, so a watch never touches a connection another request
+is using.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ log = logging.getLogger("sume_urllib3")
 
 #: How often the watching thread looks (the deadline holds to within this).
 TICK = 0.1
+#: Looks that find nothing in flight before the thread parks (a second of no requests).
+IDLE_TICKS = 10
 
 
 class Watch:
@@ -52,49 +56,68 @@ class _Watchdog:
         self._lock = threading.Lock()  # guards Watch.conn between the pools and the watcher
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        # True while the thread waits on _wake (or before it starts): only then does arm wake it.
+        self._parked = True
 
     def arm(self, seconds_left: float, max_elapsed: float) -> Watch:
         watch = Watch(time.monotonic() + max(seconds_left, 0.0), max_elapsed)
         self._watches[id(watch)] = watch
-        if self._thread is None or not self._thread.is_alive():
-            self._start()
-        elif not self._wake.is_set():
-            self._wake.set()
+        if self._parked:
+            self._unpark()
         return watch
+
+    def _unpark(self) -> None:
+        self._parked = False
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="sume-deadline", daemon=True)
+            self._thread.start()
+        else:
+            self._wake.set()
 
     def disarm(self, watch: Watch) -> None:
         self._watches.pop(id(watch), None)
         watch.conn = None
 
     def holds(self, watch: Watch, conn: Any) -> None:
-        with self._lock:
-            watch.conn = conn
-            conn._sume_watch = watch
+        # No lock: the watcher reads watch.conn once, under the lock, and either value is
+        # right (None: this tick cuts nothing; conn: the request's own socket). The order
+        # lets lets_go find the watch whenever the watcher can find the connection.
+        conn._sume_watch = watch
+        watch.conn = conn
 
     def lets_go(self, conn: Any) -> None:
         watch = getattr(conn, "_sume_watch", None)
         if watch is not None:
-            with self._lock:
+            with self._lock:  # a cut under way ends before the connection serves another request
                 if watch.conn is conn:
                     watch.conn = None
                 conn._sume_watch = None
 
-    def _start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="sume-deadline", daemon=True)
-        self._thread.start()
-
     def _run(self) -> None:
+        idle = 0
         while True:
             if not self._watches:
-                self._wake.clear()
-                if not self._watches:
-                    self._wake.wait()
-                continue
+                idle += 1
+                if idle > IDLE_TICKS:
+                    # Parked flag first, then the last look: an arm after that look sees
+                    # the flag and wakes the thread; one before it is seen here.
+                    self._parked = True
+                    self._wake.clear()
+                    if not self._watches:
+                        self._wake.wait()
+                    self._parked = False
+                    idle = 0
+                    continue
+            else:
+                idle = 0
             time.sleep(TICK)
             now = time.monotonic()
             for watch in list(self._watches.values()):
                 if now >= watch.deadline:
-                    self._fire(watch)
+                    try:
+                        self._fire(watch)
+                    except Exception:  # the thread must outlive any one request's cut
+                        log.exception("sume_urllib3: cutting a request at its deadline failed")
 
     def _fire(self, watch: Watch) -> None:
         self._watches.pop(id(watch), None)

@@ -7,7 +7,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
-from ._helpers import header_value, printable
+from ._helpers import frozen, header_value, printable
 
 #: Response headers that may carry the request id, in order of preference.
 REQUEST_ID_HEADERS = ("x-sume-request-id", "x-request-id")
@@ -71,6 +71,7 @@ def parse_envelope(
     *,
     limit: int = 65536,
     decoded: bool = False,
+    message: bool = True,
 ) -> ErrorEnvelope:
     """Extract code, message, request id, retryable and next_action; never raises.
 
@@ -78,7 +79,8 @@ def parse_envelope(
     ``decoded``). Fields are looked up in every shape the Sume surfaces use: ``error.code``
     or ``code``; ``request_id`` top level or inside ``error``, else a request-id header;
     ``retryable``/``next_action`` inside ``error`` or at top level. Anything malformed
-    simply leaves the field unknown.
+    simply leaves the field unknown. ``message=False`` leaves the message out (None): the
+    decision never reads it, and bounding a long one costs more than the other fields.
     """
     try:
         doc = _load(headers, body, limit, decoded)
@@ -103,9 +105,10 @@ def parse_envelope(
             if request_id:
                 break
     retryable = pick("retryable")
-    return ErrorEnvelope(
+    return frozen(  # ErrorEnvelope(...) without its five object.__setattr__: made on every decision
+        ErrorEnvelope,
         code=code,
-        message=short_text(pick("message"), 500),
+        message=short_text(pick("message"), 500) if message else None,
         request_id=request_id,
         retryable=retryable if isinstance(retryable, bool) else None,
         next_action=short_text(pick("next_action")),
@@ -115,8 +118,10 @@ def parse_envelope(
 def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: int, decoded: bool) -> Any:
     if not body or not isinstance(body, (bytes, bytearray)):
         return None
-    raw = bytes(body[:limit])
-    text = raw if decoded else decode_prefix(raw, header(headers, "content-encoding"), limit)
+    # A peeked prefix is bytes within the limit already: no copy of it is made here.
+    raw = body if type(body) is bytes and len(body) <= limit else bytes(body[:limit])
+    coding = header(headers, "content-encoding")
+    text = raw if decoded or coding is None else decode_prefix(raw, coding, limit)
     if not text or text.count(b"[") + text.count(b"{") > MAX_OPENINGS:
         return None
     return _DECODER.decode(text.decode("utf-8"))

@@ -19,6 +19,10 @@ class PrefixedFP:
     it would have been without the peek.
     """
 
+    #: True when the peek met the end of the body: the prefix is all of it, and a response
+    #: nobody will read has nothing left to drain (see ``_attempt.let_go``).
+    complete = False
+
     def __init__(self, prefix: bytes, inner: Any, error: Optional[BaseException] = None) -> None:
         self.prefix = prefix
         self.inner = inner
@@ -122,14 +126,17 @@ def peek_body(
         return None, False
     pieces: List[bytes] = []
     cut = False  # stopped by the deadline, not by the end of the body
+    ended = False  # an empty read: the end of the body
     try:
         if expired is None or not hasattr(fp, "read1"):
             pieces.append(fp.read(limit))
+            ended = len(pieces[0]) < limit
         else:
             got = 0
             while got < limit:
                 piece = fp.read1(limit - got)
                 if not piece:
+                    ended = True
                     break
                 pieces.append(piece)
                 got += len(piece)
@@ -160,9 +167,11 @@ def peek_body(
         error = http.client.IncompleteRead(prefix, promised - len(prefix))
         response._fp = PrefixedFP(prefix, fp, error)
         return prefix, False
+    closed = is_fp_closed(fp)
     if prefix:
         response._fp = PrefixedFP(prefix, fp)
-    if is_fp_closed(fp):
+        response._fp.complete = ended or closed
+    if closed:
         # The whole body is in hand. urllib3 hands the connection back only from inside
         # a read, and an empty body is never read again, so give it back now.
         _release(response)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Sequence, Tuple, Union
 from ._checks import check_seconds
 from ._envelope import ErrorEnvelope
 from ._errors import ConfigurationError
-from ._helpers import RandomSource, StrEnum, plural, seconds, uniform
+from ._helpers import RandomSource, StrEnum, frozen, plural, seconds, uniform
 from ._record import status_label
 from ._retry_after import RETRY_AFTER_CEILING, parse_retry_after
 
@@ -170,8 +170,8 @@ class Policy:
 
     def match(self, status: int, code: Optional[str]) -> Optional[Rule]:
         """The first rule matching status and code, or None."""
-        for rule in self.rules:
-            if rule.matches(status, code):
+        for rule in self.rules:  # Rule.matches inline: this runs on every decision
+            if rule.status == status and (rule.code is None or rule.code == code):
                 return rule
         return None
 
@@ -204,7 +204,7 @@ class Policy:
             return Decision(Verdict.NO_RETRY, reason=f"{label} is not an error")
         rule = self.match(status, code)
         verdict = rule.verdict if rule else Verdict.NO_RETRY
-        reason = _ROW_REASONS[verdict].format(label=label)
+        reason = ""  # the row's reason, made only for a verdict that ends here (a retry's is bound's)
 
         if self.trust_body and hints is not None:
             if hints.next_action and "poll" in hints.next_action.lower():
@@ -219,7 +219,7 @@ class Policy:
                 verdict = Verdict.RETRY
                 rule = None
         if verdict is not Verdict.RETRY:
-            return Decision(verdict, reason=reason)
+            return Decision(verdict, reason=reason or _ROW_REASONS[verdict].format(label=label))
         if attempt >= self.max_retries:
             return Decision(
                 Verdict.STOP,
@@ -293,8 +293,9 @@ class Policy:
                     f"{seconds(max(left, 0.0))} of the {seconds(self.max_elapsed)} budget is left"
                 ),
             )
-        return Decision(
-            Verdict.RETRY,
+        return frozen(  # Decision(...) without its four object.__setattr__: made on every retry
+            Decision,
+            verdict=Verdict.RETRY,
             wait=wait,
             source=source,
             reason=f"{label}: retry in {seconds(wait)} ({source})",

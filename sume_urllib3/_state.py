@@ -124,6 +124,8 @@ class RequestContext:
         ``auth_conflict`` adds the "send only one auth header" hint to a 401; ``retry_in``
         is used when nothing the request met says when to try again.
         """
+        if not self.attempts and error is None and status is not None and status < 400:
+            return self._succeeded(status, headers, now)
         given_retry_in = retry_in
         retries = self.retries
         last = self.attempts[-1] if self.attempts else None
@@ -191,6 +193,32 @@ class RequestContext:
             fleet_refused=self.fleet_refused,
             retry_in=retry_in,
             error=error,
+        )
+
+    def _succeeded(self, status: int, headers: Optional[Mapping[str, str]], now: float) -> SumeRecord:
+        """The record of a request whose first response of each hop was a success: what
+        ``finish`` makes then, without the branches only a retry or a give-up reads."""
+        request_id = _request_id(headers)
+        return frozen(
+            SumeRecord,
+            idempotency_key=self.key,
+            attempts=self.hops,
+            outcome=Outcome.OK,
+            status=status,
+            code=None,
+            request_id=request_id,
+            request_ids=(request_id,) if request_id else (),
+            waits=(),
+            elapsed=max(now - self.start, 0.0),
+            reason="succeeded",
+            next_action=None,
+            method=self.method,
+            url=redact_url(self.url),
+            paced=self.paced,
+            fleet_fallbacks=self.fallbacks,
+            fleet_refused=self.fleet_refused,
+            retry_in=None,
+            error=None,
         )
 
 
