@@ -8,8 +8,8 @@ processes, Redis broker and JSON backend) and a fresh 5/s quota server (burst 1,
 
 - the whole file: every batch in order on one worker, so the guide's ``RedisFleet`` carries
   the pace it learned from batch to batch, as a deployed worker does;
-- ``-k "under_quota_pressure or paces_each_process"``: the quota-only batches, where the
-  guide's pace starts fresh.
+- ``-k "under_quota_pressure or paces_each_process or host_fleet"``: the quota-only batches,
+  where the guide's pace starts fresh.
 
 The test asserts what it always does (every task succeeds, no job runs twice, no keyless
 POST) and, from 50 tasks, that the guide's task ends within 1.5x of the quota's ideal; each
@@ -36,7 +36,7 @@ TEST = "tests/contrib/test_celery.py"
 #: (name, extra pytest arguments) of each run, in the order they run.
 RUNS = (
     ("whole file", []),
-    ("fresh pace", ["-k", "under_quota_pressure or paces_each_process"]),
+    ("fresh pace", ["-k", "under_quota_pressure or paces_each_process or host_fleet"]),
 )
 
 

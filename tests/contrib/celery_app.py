@@ -7,9 +7,10 @@ both set from the environment the test gives the worker, after the example has r
 
 - the per-call deadline, ``quick``: ``SUME_E2E_DEADLINE`` seconds instead of 10, so a lost
   answer costs a test seconds, not minutes;
-- the session's fleet in the ``nofleet`` (``fleet=None``) and ``local`` (``SumeSession()``'s
-  default, a ``LocalFleet`` per process) variants; ``readme`` keeps the guide's
-  ``RedisFleet`` on the broker's Redis.
+- the session's fleet in the ``nofleet`` (``fleet=None``), ``local`` (``SumeSession()``'s
+  default, a ``LocalFleet`` per process) and ``host`` (a ``HostFleet`` on the file
+  ``SUME_E2E_HOST_FLEET``, shared by the worker's processes) variants; ``readme`` keeps the
+  guide's ``RedisFleet`` on the broker's Redis.
 
 The broker, result backend, API key and base URL come from the usual variables
 (``CELERY_BROKER_URL``, ``CELERY_RESULT_BACKEND``, ``SUME_API_KEY``, ``SUME_API_BASE_URL``).
@@ -24,12 +25,12 @@ from typing import Any, Dict
 
 from celery import Celery
 
-from sume_urllib3 import SumeSession
+from sume_urllib3 import HostFleet, SumeSession
 
 GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "background.md"
 #: The guide example's line that runs a task in its own process: the worker stops before it.
 RUN_HERE = "# Here the task runs in this process"
-VARIANTS = ("readme", "local", "nofleet")
+VARIANTS = ("readme", "local", "nofleet", "host")
 
 app = Celery("sume_e2e")
 app.conf.update(
@@ -55,6 +56,8 @@ def readme_tasks() -> str:
 
 
 def _session(variant: str) -> SumeSession:
+    if variant == "host":  # built in the worker's parent, used in its forked children
+        return SumeSession(fleet=HostFleet(os.environ.get("SUME_E2E_HOST_FLEET")))
     return SumeSession(fleet=None) if variant == "nofleet" else SumeSession()
 
 

@@ -82,7 +82,8 @@ def stack(redis_session_server: RedisServer) -> Iterator[Tuple[Any, SubmitServer
     for db in ("11", "12"):
         redis_session_server.cli("-n", db, "FLUSHDB")
     queue = f"e2e-{uuid.uuid4().hex[:8]}"
-    with SubmitServer(rate=RATE, faults=True) as server, tempfile.TemporaryFile() as log:
+    with SubmitServer(rate=RATE, faults=True) as server, tempfile.TemporaryFile() as log, \
+            tempfile.TemporaryDirectory() as host:
         env = {
             **os.environ,
             "CELERY_BROKER_URL": broker,
@@ -90,6 +91,7 @@ def stack(redis_session_server: RedisServer) -> Iterator[Tuple[Any, SubmitServer
             "SUME_API_KEY": "sk_e2e_celery",
             "SUME_API_BASE_URL": server.url,
             "SUME_E2E_DEADLINE": str(DEADLINE),
+            "SUME_E2E_HOST_FLEET": os.path.join(host, "e2e.fleet"),  # a file of this worker's own
             "PYTHONPATH": str(ROOT),
         }
         worker = subprocess.Popen(
@@ -231,6 +233,16 @@ def test_the_default_fleet_paces_each_process_apart(stack: Tuple[Any, SubmitServ
     report("SumeSession() (a LocalFleet per process), retry_later, quota only", run)
 
     assert_exactly_once(run)
+
+
+def test_the_host_fleet_paces_every_process_together(stack: Tuple[Any, SubmitServer]) -> None:
+    """A HostFleet built in the worker's parent: its forked processes share one pace through the
+    file, so the batch ends as a shared Redis pace would, 100% and exactly once."""
+    run = run_batch(stack, "e2e_host.create_avatar", faults=False)
+    report("HostFleet (one file for the worker's processes), retry_later, quota only", run)
+
+    assert_exactly_once(run)
+    assert_on_time(run)
 
 
 def test_readme_task_under_quota_pressure(stack: Tuple[Any, SubmitServer]) -> None:
