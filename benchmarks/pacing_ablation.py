@@ -88,6 +88,22 @@ ABLATIONS: Tuple[Ablation, ...] = (
         ("lua", "if granted ~= nil and granted < seq then unseen = unseen + 1 end", ""),
     ),
     Ablation(
+        "older-answer",
+        "4",
+        "an older answer that left more gives no unit back",
+        BUDGET_SERVERS,
+        ("py", "        st.budget_left += 1\n", "        pass\n"),
+        ("lua", "  st.budget_left = st.budget_left + 1\n", ""),
+    ),
+    Ablation(
+        "stated-hold",
+        "4",
+        "at 0 left the probe waits for Reset, never one stated interval",
+        BUDGET_SERVERS,
+        ("py", "hold = min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))", "pass"),
+        ("lua", "hold = math.min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))", ""),
+    ),
+    Ablation(
         "one-probe",
         "4",
         "at 0 left every attempt goes at Reset, not one probe",
@@ -200,9 +216,6 @@ ABLATIONS: Tuple[Ablation, ...] = (
         ("lua", "if flight == 0 and now - st.last_seen >= IDLE_US then st.successes = 0 end", ""),
     ),
 )
-# Gone after the first run (benchmarks/results/pacing_ablation.json, changes in none of the 15
-# cells each could act on): an older answer that left more gave a unit back (rule 4), and at 0
-# left the probe went one stated interval after the reading rather than at Reset (rule 4).
 # Not ablated here: lost answers counting as admitted under a learned pace (rule 5) acts only
 # when answers are lost, which no matrix server does; benchmarks/celery_e2e.py's server does.
 

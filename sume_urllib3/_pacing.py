@@ -110,6 +110,8 @@ class State(RetryCounts):
     budget_left: int = 0  # Remaining, less the attempts the server may not have seen (< 0: overspent)
     budget_until: int = 0  # the reading's Reset (0: no reading)
     reading_seq: int = 0  # the grant whose answer gave the reading
+    reading_at: int = 0
+    reading_remaining: int = 0
     measured_span: int = 0  # what the last 429 measured the pace over (0: it measured nothing)
     measured_successes: int = 0
     measured_at: int = 0
@@ -258,7 +260,12 @@ def acquire(
     budget = _budget_valid(st, now)
     probe = 0  # when this attempt goes as the budget's one probe (0: it is not the probe)
     if budget and st.budget_left <= 0:
+        # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
+        # quota comes one stated interval after the reading, and each unit overspent (sent,
+        # not yet seen by the server) takes one more.
         hold = st.budget_until
+        if st.stated_interval > 0:
+            hold = min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))
         if st.probe_at >= hold:
             # The probe for this reading is out: come back once it should have been answered.
             wait = max(start, hold) - now + _pause(st, rand)
@@ -333,7 +340,8 @@ def release(
 
     Returns True when this response started a cooldown (nobody was cooling before).
     """
-    st.flight.pop(_member(seq, entry), None)
+    # Was this attempt in flight (not purged as dead)? Then a reading taken since counted it.
+    was_out = bool(entry) and st.flight.pop(_member(seq, entry), None) is not None
     _purge(st, now)
     if st.slow_start_window < 0:
         st.slow_start_window = cfg.window
@@ -350,7 +358,11 @@ def release(
         # after it did). Counting both as spent, a reading never overstates what is left.
         unseen = st.seq - seq + _granted_before(st, seq)
         st.budget_left, st.budget_until = remaining - unseen, now + reset
-        st.reading_seq = seq
+        st.reading_seq, st.reading_at, st.reading_remaining = seq, now, remaining
+    elif was_out and seq < st.reading_seq and remaining > st.reading_remaining and _budget_valid(st, now):
+        # An older answer, counted as unseen by the reading: it left more than the reading
+        # said, so the server had counted it before answering the reading's attempt.
+        st.budget_left += 1
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             st.epoch += 1

@@ -198,11 +198,17 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (0.1, "acq", "b", {}, "send 0.000"),
     ]),
     # -- rule 3: exact server pace ----------------------------------------------------------------
-    "RateLimit-Policy gives the pace, with Remaining its burst; at 0 left the probe goes at Reset": ({}, [
+    "RateLimit-Policy gives the pace, with Remaining its burst, and Reset holds one interval": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.05, "rel", "a", 200, policy(5, 1, remaining=4, reset=1)),
-        *burst(6, 0.05, "b", ["send 0.000", "send 0.000", "send 0.000", "send 0.000", "send 1.000 pace",
-                              "again 1.050 pace"]),
+        *burst(6, 0.05, "b", ["send 0.000", "send 0.000", "send 0.000", "send 0.000", "send 0.202 pace",
+                              "again 0.252 pace"]),
+    ]),
+    "an overspent reading with a stated pace: the probe waits one interval per unit overspent": ({}, [
+        *burst(3, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a2", 200, policy(10, 1, remaining=1, reset=1)),  # a0, a1 unseen: -1
+        (0.01, "acq", "b", {}, "send 0.202 pace"),  # 2 intervals of 0.101 after the reading
+        (0.01, "acq", "c", {}, "again 0.212 pace"),  # after the probe's answer
     ]),
     "a stated pace without Remaining has a burst of one": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
@@ -269,6 +275,13 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (0.02, "acq", "b", {}, "send 0.000"),
         (0.03, "rel", "b", 429, {**rl(0, 1), RA: "1"}),
         (0.03, "acq", "c", {}, "again 1.500 cooldown"),
+    ]),
+    "an older answer that left more than the reading said was counted by it: one unit back": ({}, [
+        *burst(3, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a2", 200, rl(5, 1)),  # a0 and a1 unseen: 3 left
+        (0.02, "rel", "a0", 200, rl(7, 1)),  # 7 > 5: the server saw a0 before a2: 4 left
+        (0.02, "rel", "a1", 200, rl(4, 1)),  # 4 < 5: after a2, as the reading assumed
+        *burst(5, 0.02, "b", ["send 0.000"] * 4 + ["send 0.990 pace"]),
     ]),
     # -- rule 5: unknown pace ---------------------------------------------------------------------
     "slow start: four first attempts in flight, the fifth asks again": ({"rand": [0.5]}, [

@@ -59,6 +59,9 @@ local budget = budget_valid()
 local probe = 0  -- when this attempt goes as the budget's one probe (0: not the probe)
 if budget and st.budget_left <= 0 then
   local hold = st.budget_until
+  if st.stated_interval > 0 then
+    hold = math.min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))
+  end
   if st.probe_at >= hold then
     local wait = math.max(start, hold) - now + pause()
     if time_left < 0 or wait <= time_left then return answer(AGAIN, wait, PACE) end

@@ -25,7 +25,8 @@ local function creep(learned, refused)  -- _pacing._creep
   return fast
 end
 
-redis.call('ZREM', KEYS[2], fmt(seq) .. ':' .. entry)
+-- Was this attempt in flight (not purged as dead)? Then a reading taken since counted it.
+local was_out = entry ~= '' and redis.call('ZREM', KEYS[2], fmt(seq) .. ':' .. entry) == 1
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(now))
 st.last_seen = now
 if status > 0 and slot > 0 and slot <= now then
@@ -45,7 +46,10 @@ if remaining >= 0 and reset > 0 and seq >= st.reading_seq then
     if granted ~= nil and granted < seq then unseen = unseen + 1 end
   end
   st.budget_left, st.budget_until = remaining - unseen, now + reset
-  st.reading_seq = seq
+  st.reading_seq, st.reading_at, st.reading_remaining = seq, now, remaining
+elseif was_out and seq < st.reading_seq and remaining > st.reading_remaining and budget_valid() then
+  -- An older answer the reading counted as unseen, which the server had counted already.
+  st.budget_left = st.budget_left + 1
 end
 if status == 429 then
   if epoch == st.epoch then
