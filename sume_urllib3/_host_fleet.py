@@ -507,7 +507,9 @@ class HostFleet:
         return f"HostFleet({self._path!r}, pace={rate})"
 
     def __reduce__(self) -> Any:
-        settings = dict(self._settings)
+        # The file itself, not how it was named: a process with another working directory
+        # would compute another default path.
+        settings = {**self._settings, "path": self._path, "app": None}
         budget = self._budget
         if budget is not None:  # its settings, not its counts: the fleet's budget lives in the file
             settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
@@ -750,11 +752,15 @@ class _Held:
 def _open(path: str, given: bool, timeout: float, max_size: int) -> sqlite3.Connection:
     """Open (creating if new) the file: mode 0600, WAL, the size bound, the tables."""
     directory = os.path.dirname(path)
-    if not given:
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    if given:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    else:
         _private_directory(directory)
+        # In our own directory the file is never a link (a path you give may be one).
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     # Created here, not by SQLite, so it is 0600 whatever the umask; SQLite gives its -wal and
     # -shm files the mode of the database file.
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     os.close(os.open(path, flags, 0o600))
     # isolation_level None: the transactions are ours (BEGIN IMMEDIATE takes the write lock at
     # once, so two processes never both read a state and then race to write it).

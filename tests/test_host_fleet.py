@@ -307,6 +307,22 @@ def test_the_state_is_stored_field_by_field(path: str) -> None:
 # -- configuration ------------------------------------------------------------------------------
 
 
+def test_a_pickled_default_fleet_names_the_same_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Unpickled where the working directory differs, a default-path fleet still uses its file."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    fleet = HostFleet()
+    pickled = pickle.dumps(fleet)
+    monkeypatch.chdir(tmp_path)
+    assert pickle.loads(pickled).path == fleet.path != HostFleet().path
+
+
+def test_a_path_of_your_own_gets_its_directory(tmp_path: Any) -> None:
+    """A path in a directory that does not exist yet: the directory is made (0700), the file used."""
+    fleet = HostFleet(str(tmp_path / "run" / "app" / "sume.fleet"))
+    assert fleet.acquire(KEY, time_left=60.0).fallback is False
+    assert stat.S_IMODE(os.stat(tmp_path / "run" / "app").st_mode) == 0o700
+
+
 def test_pickling_keeps_the_configuration(path: str) -> None:
     """A pickled fleet (a Celery task's argument) is the same file and pace, with fresh counters."""
     fleet = HostFleet(path, rate="10/s", burst=2, retry_budget=RetryBudget(0.2, 10, 1))
