@@ -295,21 +295,20 @@ class SumeAdapter(HTTPAdapter):
             self._join(context, request)
             if first is not None:
                 self._refuse_a_spent_body(context, request)
-        retry = self.retry
+        retry: SumeRetry = self.max_retries  # type: ignore[assignment]  # self.retry, one call fewer
         policy = context.policy or retry.policy
+        deadline = context.deadline(policy)
         fleet = context.fleet
         if fleet is not None and context.hops and leaves_origin(context.url, request.url or ""):
             fleet = context.fleet = None  # another host's answers must not pace this key
         if fleet is not None:
             key_id = context.key_id or self._key_id(request)
-            left = context.deadline(policy) - _sleeping.now(retry.clock)
-            grant = fleet.acquire(key_id, time_left=left)
+            grant = fleet.acquire(key_id, time_left=deadline - _sleeping.now(retry.clock))
             if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
                 context.grant, context.key_id = grant, key_id
             else:
                 self._take_turn(context, policy, request, key_id, grant)
         context.hops += 1
-        deadline = context.deadline(policy)
         timeout = check_timeout(timeout) if timeout is not None else self.timeout
         if on_real_time(retry.clock):
             timeout = capped(timeout, deadline, retry.clock)
