@@ -237,6 +237,8 @@ _CELERY_ROWS = (
     ("whole file", "retry_later, fleet=None, faults", "`fleet=None`, server loses first answers"),
     ("fresh pace", "SumeSession() (a LocalFleet per process), retry_later, quota only",
      "`SumeSession()` (a pace per process), quota only"),
+    ("fresh pace", "HostFleet (one file for the worker's processes), retry_later, quota only",
+     "`HostFleet()` (one pace for the host's processes), quota only, a fresh pace"),
 )
 
 
@@ -272,8 +274,8 @@ def celery_e2e(results: Results) -> str:
             f"""Without a shared pace, a prefork worker's processes each learn the quota on their
             own and their requests collide; with no pacing at all, every collision costs the
             caller a whole second of `Retry-After` ({off['refused']} of {off['calls']} calls were
-            429s). Share the pace (`RedisFleet`, any Redis) between every process calling one
-            API key."""
+            429s). Share the pace between every process calling one API key: `HostFleet` for the
+            processes of one host, `RedisFleet` (any Redis) across hosts."""
         ),
     ]
     return "\n".join(lines)
