@@ -57,8 +57,8 @@ from ._ratelimit import may_carry_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
-#: The default ``max_size`` (bytes): about 30,000 idle keys' state. The write-ahead log beside
-#: it is checkpointed every 1,000 pages and cut back to :data:`WAL_LIMIT` after.
+#: The default ``max_size`` (bytes): about 50,000 keys' state (some 300 bytes each). The
+#: write-ahead log beside it is checkpointed every 1,000 pages and cut back to :data:`WAL_LIMIT`.
 MAX_SIZE = 16 * 1024 * 1024
 WAL_LIMIT = 4 * 1024 * 1024
 #: The default ``timeout`` (seconds): how long an acquire waits for the file's lock (another
