@@ -89,7 +89,10 @@ class StreamedResponse(requests.Response):
 
     def iter_content(self, chunk_size: Optional[int] = 1, decode_unicode: bool = False) -> Iterator[Any]:
         """requests' ``iter_content``; a body that breaks raises the give-up with the record."""
-        chunks = super().iter_content(chunk_size, decode_unicode)  # type: ignore[arg-type,unused-ignore]
+        # requests' stubs (types-requests) and its inline types overload this differently.
+        chunks: Iterator[Any] = super().iter_content(  # type: ignore[arg-type,call-overload,unused-ignore]
+            chunk_size, decode_unicode
+        )
         if getattr(self, "_content_consumed", False) and not isinstance(self._content, bool):
             return chunks  # already in memory: nothing left to break
         return self._watched(chunks)
