@@ -74,12 +74,17 @@ def retry_turn(
     """Spend the retry budget and take the fleet's turn for a retry the policy allowed.
 
     A retry the server paced (a 429, or a Retry-After) waits its turn without spending the
-    budget: the server, not an outage, asked for it. The fleet may make the wait longer
+    budget: the server, not an outage, asked for it. Any other waits, when the budget is
+    spent, until a unit of it is free (the rule the fleets' budgets follow), and is refused
+    only when that comes after the deadline. The fleet may make the wait longer
     (the pace of every sender of this key) or refuse the turn when it would cross the
     deadline; then every caller refused at once hears a next turn spread over one more pace.
     """
-    if budget is not None and not throttled and not budget.try_spend():
-        return Turn(wait, "retry budget exhausted")
+    if budget is not None and not throttled:
+        hold = budget.reserve(context.deadline(policy) - now)
+        if hold is None:
+            return Turn(wait, "retry budget exhausted")
+        wait = max(wait, hold)
     fleet = context.fleet
     if fleet is None:
         return Turn(wait)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import io
+import math
 import random
 from typing import Any, List, Optional
+
+import pytest
 
 from sume_urllib3 import LocalFleet, RetryBudget
 from sume_urllib3._attempt import (
     DRAIN_LIMIT,
+    Turn,
     body_refusal,
     end_turn,
     let_go,
@@ -123,15 +127,28 @@ def test_only_a_307_or_308_that_resends_a_spent_body_is_refused() -> None:
 
 
 def test_a_throttled_retry_waits_without_spending_the_budget() -> None:
-    """A retry the server paced never spends the budget; an error retry does, until it is spent."""
+    """A retry the server paced never spends the budget; an error retry spends one unit of it."""
     vt = VirtualTime()
-    budget = RetryBudget(ratio=0.0, min_per_second=0.1, window=10.0, clock=vt.clock)  # one retry
+    budget = RetryBudget(ratio=0.0, min_per_second=0.1, window=10.0, clock=vt.clock)  # one unit
     context = RequestContext(vt.now)
-    policy = Policy()
     common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
-    assert retry_turn(context, policy, 1.0, throttled=True, **common).refused is None
-    assert retry_turn(context, policy, 1.0, throttled=False, **common).refused is None
-    assert retry_turn(context, policy, 1.0, throttled=False, **common).refused == "retry budget exhausted"
+    assert retry_turn(context, Policy(), 1.0, throttled=True, **common) == Turn(1.0)
+    assert retry_turn(context, Policy(), 1.0, throttled=False, **common) == Turn(1.0)
+
+
+def test_a_spent_budget_delays_an_error_retry_and_refuses_it_only_past_the_deadline() -> None:
+    """A spent budget holds an error retry until a unit is free, as fleets do; refused past the deadline."""
+    vt = VirtualTime()
+    budget = RetryBudget(ratio=0.0, min_per_second=2.0, window=1.0, clock=vt.clock)  # two units
+    context = RequestContext(vt.now)
+    common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
+    assert retry_turn(context, Policy(), 0.1, throttled=False, **common) == Turn(0.1)
+    assert retry_turn(context, Policy(), 0.1, throttled=False, **common) == Turn(0.1)
+    delayed = retry_turn(context, Policy(), 0.1, throttled=False, **common)
+    assert delayed.refused is None
+    assert delayed.wait == pytest.approx(math.log(2), abs=1e-3)  # two spent decay to one free by e a window
+    late = retry_turn(context, Policy(max_elapsed=0.01), 0.0, throttled=False, **common)
+    assert late.refused == "retry budget exhausted"
 
 
 def test_the_fleets_turn_lengthens_the_wait_and_is_told_the_answer_once() -> None:
