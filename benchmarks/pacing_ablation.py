@@ -295,21 +295,6 @@ def worse(cell: Dict[str, Any], base: Dict[str, Any], unpaced: Dict[str, Any]) -
     return out
 
 
-def table(figures: Dict[str, Any]) -> str:
-    """The committed results as a Markdown table: each sub-rule, and the cells that need it."""
-    rows = [
-        "| rule | turned off | cells worse (of those it acts on) | of which a target missed | cells worse |",
-        "|---|---|---:|---:|---|",
-    ]
-    for row in figures["ablations"]:
-        cells = [c for c in figures["cells"] if c["ablation"] == row["ablation"]]
-        missed = sum(1 for c in cells if any(w.startswith("misses") for w in c["worse"]))
-        changed = ", ".join(row["changed"]) or "none"
-        worse = f"{len(row['changed'])}/{row['cells']}"
-        rows.append(f"| {row['rule']} | {row['what']} | {worse} | {missed} | {changed} |")
-    return "\n".join(rows)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated ablation names (default: all)")
@@ -320,7 +305,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--table", action="store_true", help="print the committed results as Markdown")
     args = parser.parse_args(argv)
     if args.table:
-        print(table(_results.load("pacing_ablation")["figures"]))
+        import render  # the docs' block, as benchmarks/render.py writes it
+
+        print(render.pacing_ablation(render.Results()))
         return 0
     _results.refuse_partial(parser, args, "only", "repeats", "baseline_repeats", "quick")
     wanted = [n for n in args.only.split(",") if n]

@@ -883,6 +883,32 @@ def state_memory(results: Results) -> str:
     return "\n".join(lines)
 
 
+def pacing_ablation(results: Results) -> str:
+    """What each pacing rule is for: the server matrix with one sub-rule turned off at a time."""
+    doc = results["pacing_ablation"]
+    f = doc["figures"]
+    rows = [
+        wrap(
+            f"""{command(doc)} ({provenance(doc)}): every sub-rule of rules 3-5 turned off in turn,
+            in `LocalFleet` and `RedisFleet` alike, on the servers where it can act and the clients
+            that learn a pace, beside the rules as they stand ({f["baseline_repeats"]} runs of each
+            baseline cell, {f["repeats"]} of each ablated one). A cell is worse when it misses a
+            target the rules meet, or when its calls per request, 429s or last success leave the
+            baseline's spread by more than {percent(f["noise"])}."""
+        ),
+        "",
+        "| rule | turned off | cells worse (of those it acts on) | of which a target missed | cells worse |",
+        "|---|---|---:|---:|---|",
+    ]
+    for row in f["ablations"]:
+        cells = [c for c in f["cells"] if c["ablation"] == row["ablation"]]
+        missed = sum(1 for c in cells if any(w.startswith("misses") for w in c["worse"]))
+        changed = ", ".join(row["changed"]) or "none"
+        worse = f"{len(row['changed'])}/{row['cells']}"
+        rows.append(f"| {row['rule']} | {row['what']} | {worse} | {missed} | {changed} |")
+    return "\n".join(rows)
+
+
 RENDERERS: Dict[str, Callable[[Results], str]] = {
     "performance": performance,
     "job-polls": job_polls,
@@ -897,6 +923,7 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
     "reliability": reliability,
     "peers": peers,
     "state-memory": state_memory,
+    "pacing-ablation": pacing_ablation,
 }
 
 
