@@ -178,8 +178,51 @@ def performance(results: Results) -> str:
         f"| a GET meeting one 503 then a 200, `SumeSession` vs stock `Retry` (no sleeping) "
         f"| {one['us_per_request']:.0f} | {ratio(one['ratio'])} "
         f"| {spread(one['ratio_low'], one['ratio_high'])} |",
+        "",
+        *performance_targets(f),
     ]
     return "\n".join(lines)
+
+
+def performance_targets(f: Dict[str, Any]) -> List[str]:
+    """Issue 35's targets against the same run's medians: which are met and which are not."""
+    rows = by_id(f["success"])
+    canned, live = f["decision"][0], f["decision"][1]
+    one = by_id(f["one_retry"])["sume-503-200"]
+    backoff = rows["backoff-get"]["ratio"]
+
+    def line(target: str, measured: List[float], bound: float, digits: int = 3) -> str:
+        met = "yes" if all(x <= bound for x in measured) else "**no**"
+        return f"| {target} | {' / '.join(ratio(x, digits) for x in measured)} | {met} |"
+
+    socket = [rows["sume-get"]["ratio"], rows["sume-post"]["ratio"]]
+    below = "yes" if all(x < backoff for x in socket) else "**no**"
+    lines = [
+        "| target (issue 35), median of the runs above | measured | met |",
+        "|---|---:|---:|",
+        line(f"`SumeSession` GET / POST over the socket at most {ratio(1.03)}", socket, 1.03),
+        f"| ... and below `backoff`'s {ratio(backoff)} in the same run "
+        f"| {' / '.join(ratio(x) for x in socket)} | {below} |",
+    ]
+    if "mem-sume-get" in rows:
+        memory = [rows["mem-sume-get"]["ratio"], rows["mem-sume-post"]["ratio"]]
+        lines.append(line(f"GET / POST in memory at most {ratio(1.05)}", memory, 1.05))
+    lines += [
+        line(
+            f"one 503 decision, canned / live, at most {ratio(3, 1)} stock's",
+            [canned["alone"]["ratio"], live["alone"]["ratio"]],
+            3.0,
+            1,
+        ),
+        line(
+            f"the same with the session's observers at most {ratio(3.5, 1)}",
+            [canned["session"]["ratio"], live["session"]["ratio"]],
+            3.5,
+            1,
+        ),
+        line(f"one retry end to end at most {ratio(1.08)}", [one["ratio"]], 1.08),
+    ]
+    return lines
 
 
 def faults_line(results: Results) -> str:
