@@ -677,25 +677,30 @@ def pacing_matrix(results: Results) -> str:
 
 
 def deploy(results: Results) -> str:
-    """A real deployment: gunicorn or uWSGI workers behind a Django view, Redis or the default fleet."""
+    """A real deployment: gunicorn or uWSGI workers behind a Django view; Redis, a host file, the default."""
     doc = results["deploy"]
     f = doc["figures"]
     q = f["quota"]
-    fallbacks = sum(row["summary"]["redis_fallbacks_total"] for row in f["rows"])
+    fallbacks = {
+        kind: sum(r["summary"]["redis_fallbacks_total"] for r in f["rows"] if r["scenario"].startswith(kind))
+        for kind in ("redis", "host")
+    }
     twice = sum(row["summary"]["executed_twice_total"] for row in f["rows"])
     once = "No job was executed twice in any run" if twice == 0 else f"**{twice} jobs were executed twice**"
     lines = [
         wrap(
-            f"""{command(doc)}: gunicorn `--preload` and uWSGI's default prefork (`--master
+            f"""{command(doc)}: gunicorn `--preload` (sync, gthread and gevent workers) and uWSGI's
+            default prefork (`--master
             --processes {f['workers']}`), {f['workers']} workers each, serve the minimal Django
             project in `benchmarks/deploy_project/`; except under `--lazy-apps`, its session is
             built and used once in the master before the fork (uWSGI forks from C: no at-fork hook
             runs in its workers). The view posts once through `get_session()`
-            (gunicorn=={f['gunicorn']}, uWSGI=={f['uwsgi']}, Django=={f['django']},
-            redis=={f['redis_py']}). A client of {f['requests']} threads releases
+            (gunicorn=={f['gunicorn']}, gevent=={f.get('gevent', '?')}, uWSGI=={f['uwsgi']},
+            Django=={f['django']}, redis=={f['redis_py']}). A client of {f['requests']} threads releases
             {f['requests']} requests at once. The quota server, written apart from FakeSume:
-            {q['summary']}. `SUME["FLEET"]` on a real redis-server, or left out (the default: one
-            `LocalFleet` per worker process). Ideal last success {f['ideal_last_success_s']:.1f} s.
+            {q['summary']}. `SUME["FLEET"]` on a real redis-server, on a host file (`HostFleet`, a
+            new file per run), or left out (the default: one `LocalFleet` per worker process).
+            Ideal last success {f['ideal_last_success_s']:.1f} s.
             Median of {f['runs']} runs, lowest-highest run in brackets; jobs executed twice summed
             over the runs ({provenance(doc)}):"""
         ),
@@ -703,7 +708,9 @@ def deploy(results: Results) -> str:
         deploy_table(f),
         "",
         wrap(
-            f"""{once}; requests fell back from Redis to local pacing {fallbacks} times."""
+            f"""{once}; requests fell back to local pacing {fallbacks['redis']} times from Redis
+            and {fallbacks['host']} times from the host file (a call over its `0.05` s timeout on
+            this loaded 2-CPU machine: each worker paced alone until its backoff ended)."""
         ),
     ]
     return "\n".join(lines)
