@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+import math
 import multiprocessing
 import os
 import pickle
@@ -12,7 +14,7 @@ import stat
 import tempfile
 import threading
 import time
-from typing import Any, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -332,21 +334,44 @@ def test_pickling_keeps_the_configuration(path: str) -> None:
     assert copy.acquire(KEY, time_left=60.0).fallback is False
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"burst": 2}, "burst needs a rate"),
-        ({"rate": "fast"}, "rate must be"),
-        ({"app": "a/b"}, "app must be"),
-        ({"timeout": 0}, "timeout must be"),
-        ({"max_size": 1024}, "max_size must be"),
-        ({"initial_window": 0}, "initial_window must be"),
-        ({"retry_budget": 3}, "retry_budget must be"),
-    ],
-)
-def test_a_bad_setting_is_refused_at_once(kwargs: Any, message: str) -> None:
-    """Configuration errors are raised when the fleet is built, never at a request."""
-    with pytest.raises(ConfigurationError, match=message):
+#: Each argument of HostFleet with values it cannot use (and the argument the refusal names).
+BAD_SETTINGS: List[Tuple[Dict[str, Any], str]] = [
+    ({"path": 42}, "path"),
+    ({"path": ""}, "path"),
+    ({"rate": "fast"}, "rate"),
+    ({"rate": -1}, "rate"),
+    ({"burst": 2}, "burst"),
+    ({"rate": "10/s", "burst": 0}, "burst"),
+    ({"app": "a/b"}, "app"),
+    ({"app": ""}, "app"),
+    ({"timeout": 0}, "timeout"),
+    ({"timeout": math.nan}, "timeout"),
+    ({"initial_window": 0}, "initial_window"),
+    ({"initial_window": 4.0}, "initial_window"),
+    ({"retry_budget": 3}, "retry_budget"),
+    ({"ttl": 0.5}, "ttl"),
+    ({"ttl": math.inf}, "ttl"),
+    ({"max_size": 1024}, "max_size"),
+    ({"max_size": 2.0**30}, "max_size"),
+    ({"backoff": 0}, "backoff"),
+    ({"max_backoff": math.inf}, "max_backoff"),
+    ({"clock": 3}, "clock"),
+    ({"clock": lambda: "now"}, "clock"),
+    ({"wall": None}, "wall"),
+    ({"rng": "seed"}, "rng"),
+]
+
+
+def test_the_bad_settings_cover_every_argument() -> None:
+    """Every named parameter of HostFleet has rows in BAD_SETTINGS."""
+    named = set(inspect.signature(HostFleet.__init__).parameters) - {"self"}
+    assert named == {field for _kwargs, field in BAD_SETTINGS}
+
+
+@pytest.mark.parametrize(("kwargs", "field"), BAD_SETTINGS)
+def test_a_bad_setting_is_refused_at_once_naming_it(kwargs: Dict[str, Any], field: str) -> None:
+    """Each bad argument raises ConfigurationError naming it, when the fleet is built, never at a request."""
+    with pytest.raises(ConfigurationError, match=field):
         HostFleet(**kwargs)
 
 
