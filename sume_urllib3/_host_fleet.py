@@ -64,6 +64,9 @@ WAL_LIMIT = 4 * 1024 * 1024
 #: The default ``timeout`` (seconds): how long an acquire waits for the file's lock (another
 #: process's transaction lasts tens of microseconds) before pacing locally instead.
 TIMEOUT = 0.05
+#: How long a thread waits (seconds) for another thread of its process to finish with the
+#: file, before pacing locally: that wait is queueing inside the process, not the file's lock.
+QUEUE_TIMEOUT = 1.0
 #: ``HostFleet(app=...)``: a file name's worth of letters, digits and ``_.-``.
 APP = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -728,7 +731,7 @@ class HostFleet:
 
 
 class _Held:
-    """``with``: this process's connection under the fleet's thread lock (at most ``timeout``)."""
+    """``with``: this process's connection under the fleet's thread lock (at most QUEUE_TIMEOUT)."""
 
     __slots__ = ("fleet",)
 
@@ -737,8 +740,13 @@ class _Held:
 
     def __enter__(self) -> sqlite3.Connection:
         fleet = self.fleet
-        if not fleet._lock.acquire(timeout=fleet._timeout):
-            raise _Busy(f"another thread held the host fleet past {fleet._timeout:g}s")
+        # Threads of one process take turns on its connection. Waiting for a turn is queueing
+        # behind this process's own work (with many threads, mostly for the GIL), not a file
+        # another process holds: failing open would only pace this process worse. So the
+        # wait is bounded, as every wait here, but by QUEUE_TIMEOUT rather than ``timeout``.
+        limit = max(fleet._timeout, QUEUE_TIMEOUT)
+        if not fleet._lock.acquire(timeout=limit):
+            raise _Busy(f"another thread held the host fleet past {limit:g}s")
         try:
             return fleet._connection()
         except BaseException:

@@ -168,6 +168,20 @@ def test_a_file_locked_past_the_timeout_paces_locally_then_the_file_again(
     assert fleet.healthy
 
 
+def test_a_thread_queued_behind_its_own_process_waits_its_turn(path: str) -> None:
+    """Waiting for another thread of the process (not the file) past timeout is no outage: no fallback."""
+    fleet = HostFleet(path, timeout=0.05)
+    fleet.acquire(KEY, time_left=60.0)  # the connection is open
+    grants: List[Grant] = []
+    with fleet._lock:  # another thread of this process in a transaction, slowed (the GIL, a stall)
+        thread = threading.Thread(target=lambda: grants.append(fleet.acquire(KEY, time_left=60.0)))
+        thread.start()
+        time.sleep(0.2)
+    thread.join()
+    assert [g.fallback for g in grants] == [False]
+    assert fleet.errors == 0
+
+
 def test_a_corrupt_file_never_blocks_a_request(path: str, caplog: pytest.LogCaptureFixture) -> None:
     """A file that is not a database: the request is paced locally and the WARNING names the file."""
     with open(path, "wb") as f:
