@@ -15,6 +15,7 @@ read as numbers, the lock has a timeout (``busy_timeout``), and the size bound i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -61,9 +62,11 @@ log = logging.getLogger("sume_urllib3")
 #: write-ahead log beside it is checkpointed every 1,000 pages and cut back to :data:`WAL_LIMIT`.
 MAX_SIZE = 16 * 1024 * 1024
 WAL_LIMIT = 4 * 1024 * 1024
-#: The default ``timeout`` (seconds): how long an acquire waits for the file's lock (another
-#: process's transaction lasts tens of microseconds) before pacing locally instead.
-TIMEOUT = 0.05
+#: The default ``timeout`` (seconds): how long an acquire waits for the file's lock before
+#: pacing locally instead. A transaction lasts tens of microseconds, but 4 processes of 8
+#: threads each taking turns on a loaded 2-CPU machine kept one waiting past 0.05 s (RedisFleet's
+#: default) often enough to fail open hundreds of times a second; at 0.2 s, never.
+TIMEOUT = 0.2
 #: How long a thread waits (seconds) for another thread of its process to finish with the
 #: file, before pacing locally: that wait is queueing inside the process, not the file's lock.
 QUEUE_TIMEOUT = 1.0
@@ -532,7 +535,10 @@ class HostFleet:
         """This process's connection, opened (and the file made) at first use."""
         db = self._db
         if db is None:
-            db = self._db = _open(self._path, self._given_path, self._timeout, self._max_size)
+            # Opening may wait for the lock longer than a transaction: every worker of a
+            # deployment opens the file at its first request, at once.
+            opening = max(self._timeout, QUEUE_TIMEOUT)
+            db = self._db = _open(self._path, self._given_path, opening, self._max_size)
         return db
 
     def _transact(
@@ -589,13 +595,15 @@ class HostFleet:
         except BaseException:
             _rollback(db)
             raise
+        self._open.pop(kid, None)
         if _pacing.is_open(st, self._config, now):
-            # Our own commits leave data_version as it is: it moves when another process writes.
             if len(self._open) >= _MAX_OPEN:
                 self._open.clear()
-            self._open[kid] = (db.execute("PRAGMA data_version").fetchone()[0], now)
-        else:
-            self._open.pop(kid, None)
+            # Committed: an error now must not run the step again (the caller retries on busy);
+            # the key is then asked about in a transaction next time. Our own commits leave
+            # data_version as it is: it moves when another process writes.
+            with contextlib.suppress(sqlite3.Error):
+                self._open[kid] = (db.execute("PRAGMA data_version").fetchone()[0], now)
         return result
 
     def _still_open(self, kid: str) -> bool:

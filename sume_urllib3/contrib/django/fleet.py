@@ -3,7 +3,7 @@
 - ``{"REDIS_URL": "redis://...", "RATE": "10/min", "BURST": 10, "PREFIX": "sume",
   "TIMEOUT": 0.05}``: a ``RedisFleet`` shared by every process that uses the same Redis
   (``pip install "sume-urllib3[redis]"``); only ``REDIS_URL`` is required.
-- ``{"HOST": True, "RATE": "10/min", "BURST": 10, "TIMEOUT": 0.05}``: a ``HostFleet`` shared by
+- ``{"HOST": True, "RATE": "10/min", "BURST": 10, "TIMEOUT": 0.2}``: a ``HostFleet`` shared by
   every process of this host through a local file (``True``: the default path, per user and per
   app; or a file path); only ``HOST`` is required.
 - ``{"RATE": "10/min", "BURST": 10}`` without ``REDIS_URL`` or ``HOST``: a ``LocalFleet`` with that
