@@ -709,8 +709,7 @@ def deploy(results: Results) -> str:
         "",
         wrap(
             f"""{once}; requests fell back to local pacing {fallbacks['redis']} times from Redis
-            and {fallbacks['host']} times from the host file (a call over its `0.05` s timeout on
-            this loaded 2-CPU machine: each worker paced alone until its backoff ended)."""
+            and {fallbacks['host']} times from the host file."""
         ),
     ]
     return "\n".join(lines)
