@@ -33,17 +33,16 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _fork, _pacing, _sleeping
 from ._budget import RetryBudget
 from ._checks import check_rng
 from ._errors import ConfigurationError
+from ._fail_open import FailOpen, Local
 from ._fleet import (
     GRANT_NOW,
-    Fleet,
     Grant,
-    LocalFleet,
     budget_refused,
     check_burst,
     check_clock,
@@ -95,13 +94,6 @@ _EVICT_SHARE = 4
 _FIELDS = tuple(dataclasses.fields(_pacing.State))
 _NAMES = tuple(f.name for f in _FIELDS)
 _LAYOUT = hashlib.sha256(",".join(_NAMES).encode()).hexdigest()[:8]
-
-
-class _Local(NamedTuple):
-    """Grant.token of a turn the local fallback fleet gave."""
-
-    fleet: Fleet
-    grant: Grant
 
 
 class _Busy(Exception):
@@ -206,7 +198,7 @@ def _boot_id() -> str:
         return ""
 
 
-class HostFleet:
+class HostFleet(FailOpen):
     """A Fleet whose state lives in a local file, so every process on one host paces together.
 
     For deployments that run several processes on one host with one API key and no Redis:
@@ -341,13 +333,8 @@ class HostFleet:
         self._entries = itertools.count(1)
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
         self._sweep_at = 0
-        self._down_until = 0.0  # clock() before which the file is not tried
-        self._delay = self._backoff
-        self._outage = False
-        self._clients = 1
-        self._fallbacks = 0
-        self._errors = 0
-        self._local_fleet: Optional[LocalFleet] = None
+        self._outage_lock = self._counts_lock
+        self._start_outage_state()
         # Keys this process last saw open: the file's data_version then, and when (the file clock).
         self._open: Dict[str, Tuple[int, int]] = {}
 
@@ -410,7 +397,7 @@ class HostFleet:
         """Record what the attempt got and free its in-flight entry; never raises."""
         try:
             token = grant.token
-            if isinstance(token, _Local):
+            if isinstance(token, Local):
                 token.fleet.release(key_id, token.grant, status, headers)
                 return
             if token is None:  # granted on the open path: only what changes the key is worth writing
@@ -474,21 +461,6 @@ class HostFleet:
     def max_size(self) -> int:
         """Bytes the file never grows past."""
         return self._max_size
-
-    @property
-    def fallbacks(self) -> int:
-        """Grants this process served from local pacing because the file failed."""
-        return self._fallbacks
-
-    @property
-    def errors(self) -> int:
-        """Transactions of this process that failed (each opens or extends an outage)."""
-        return self._errors
-
-    @property
-    def healthy(self) -> bool:
-        """False while this process paces locally and waits to try the file again."""
-        return not self._outage
 
     @property
     def entries(self) -> int:
@@ -652,74 +624,29 @@ class HostFleet:
         except Exception:
             log.debug("sume_urllib3: shedding keys from a full host fleet file failed", exc_info=True)
 
-    # -- failing open -----------------------------------------------------------------------
+    # -- failing open (the rest is _fail_open.FailOpen's) -----------------------------------
 
-    def _fallback(self, kid: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
-        fleet = self._local()
-        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
-        with self._counts_lock:
-            self._fallbacks += 1
-        return Grant(
-            wait=grant.wait,
-            refused=grant.refused,
-            source=grant.source,
-            again=grant.again,
-            fallback=True,
-            token=_Local(fleet, grant),
-        )
+    _scope = "host-wide"
 
-    def _local(self) -> LocalFleet:
-        """The local fleet of this outage; a configured rate is shared among the processes seen."""
-        fleet = self._local_fleet
-        if fleet is None:
-            with self._counts_lock:
-                fleet = self._local_fleet
-                if fleet is None:
-                    share = max(1, self._clients)
-                    if self._rate is not None:
-                        fleet = LocalFleet(
-                            rate=self._rate / share,
-                            burst=max(1, self._burst // share),
-                            initial_window=self._window,
-                            clock=self._clock,
-                            rng=self._random,
-                            wall=self._wall,
-                        )
-                    else:
-                        fleet = LocalFleet(
-                            initial_window=self._window, clock=self._clock, rng=self._random, wall=self._wall
-                        )
-                    self._local_fleet = fleet
-        return fleet
+    @property
+    def _store(self) -> str:  # type: ignore[override]  # names the file it could not use
+        return f"host fleet file {self._path}"
+
+    def _local_settings(self, share: int) -> Dict[str, Any]:
+        settings: Dict[str, Any] = {
+            "initial_window": self._window,
+            "clock": self._clock,
+            "rng": self._random,
+            "wall": self._wall,
+        }
+        if self._rate is not None:
+            settings.update(rate=self._rate / share, burst=max(1, self._burst // share))
+        return settings
 
     def _failed(self, exc: BaseException) -> None:
-        full = isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)
-        with self._counts_lock:
-            self._errors += 1
-            delay = self._delay * (0.5 + self._random())  # processes do not retry the file in step
-            self._down_until = self._clock() + delay
-            self._delay = min(self._delay * 2, self._max_backoff)
-            first = not self._outage
-            self._outage = True
-        if full:
-            self._shed()
-        if first:
-            log.warning(
-                "sume_urllib3: host fleet file %s unavailable (%s); pacing locally, trying it again in %.1fs",
-                self._path,
-                _describe(exc),
-                delay,
-            )
-
-    def _recovered(self) -> None:
-        if not self._outage:
-            return
-        with self._counts_lock:
-            was_out, self._outage = self._outage, False
-            self._delay = self._backoff
-            self._local_fleet = None
-        if was_out:
-            log.info("sume_urllib3: host fleet file %s available again; pacing host-wide", self._path)
+        super()._failed(exc)
+        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+            self._shed()  # a full file makes room: its least recently used keys go
 
     # -- fork -------------------------------------------------------------------------------
 
@@ -860,11 +787,6 @@ def _seconds(value: Any, default: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return default
     return max(float(value), 0.0)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
 def _rebuild(settings: Dict[str, Any]) -> HostFleet:

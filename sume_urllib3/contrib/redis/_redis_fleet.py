@@ -11,7 +11,7 @@ import time
 import uuid
 import weakref
 from dataclasses import astuple
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import redis
 from redis.backoff import NoBackoff
@@ -21,9 +21,9 @@ from ... import _fork, _pacing, _sleeping
 from ..._budget import RetryBudget
 from ..._checks import check_rng
 from ..._errors import ConfigurationError
+from ..._fail_open import FailOpen, Local
 from ..._fleet import (
     REDIS_TIMEOUT,
-    Fleet,
     Grant,
     Lesson,
     LocalFleet,
@@ -52,14 +52,7 @@ _MAX_TTL = 1e9
 _MAX_BACKOFF = 86_400.0  # a day: past that, an outage would never be retried in a process's life
 
 
-class _Local(NamedTuple):
-    """Grant.token of a turn the local fallback fleet gave."""
-
-    fleet: Fleet
-    grant: Grant
-
-
-class RedisFleet:
+class RedisFleet(FailOpen):
     """A Fleet whose state lives in Redis, so every process and host using an API key paces together.
 
     The rules are LocalFleet's, :mod:`sume_urllib3._pacing`, ported line for line to two
@@ -168,13 +161,8 @@ class RedisFleet:
         self._release_script = self._client.register_script(_scripts.RELEASE_LUA)
         self._pid = os.getpid()
         self._client_id = f"{self._pid}-{uuid.uuid4().hex[:12]}"
-        self._down_until = 0.0  # clock() before which Redis is not asked
-        self._delay = self._backoff  # the next backoff after a failure
-        self._outage = False
-        self._clients = 1  # processes seen sharing a key lately (for the fallback's share)
-        self._fallbacks = 0
-        self._errors = 0
-        self._local_fleet = None
+        self._outage_lock = self._lock
+        self._start_outage_state()
 
     # -- the Fleet protocol ---------------------------------------------------------------
 
@@ -221,7 +209,7 @@ class RedisFleet:
         """Record what the attempt got and free its in-flight entry; never raises."""
         try:
             token = grant.token
-            if isinstance(token, _Local):
+            if isinstance(token, Local):
                 token.fleet.release(key_id, token.grant, status, headers)
                 return
             if not isinstance(token, _pacing.Turn):
@@ -245,23 +233,6 @@ class RedisFleet:
                 )
         except Exception as exc:
             self._failed(exc)
-
-    # -- counters ---------------------------------------------------------------------------
-
-    @property
-    def fallbacks(self) -> int:
-        """Grants this process served from local pacing because Redis failed."""
-        return self._fallbacks
-
-    @property
-    def errors(self) -> int:
-        """Redis calls of this process that failed (each opens or extends an outage)."""
-        return self._errors
-
-    @property
-    def healthy(self) -> bool:
-        """False while this process paces locally and waits to try Redis again."""
-        return not self._outage
 
     # -- Redis ------------------------------------------------------------------------------
 
@@ -311,69 +282,20 @@ class RedisFleet:
         keys = list(_scripts.keys(self._prefix, kid)[:2])
         return _scripts.parse_release(self._release_script(keys=keys, args=_scripts.as_args(args)))
 
-    # -- failing open ---------------------------------------------------------------------
+    # -- failing open (the rest is _fail_open.FailOpen's) -----------------------------------
 
-    def _fallback(self, kid: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
-        fleet = self._local()
-        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
-        with self._lock:
-            self._fallbacks += 1
-        return Grant(
-            wait=grant.wait,
-            refused=grant.refused,
-            source=grant.source,
-            again=grant.again,
-            fallback=True,
-            token=_Local(fleet, grant),
-        )
+    _store = "Redis fleet"
+    _scope = "fleet-wide"
 
-    def _local(self) -> LocalFleet:
-        """The local fleet of this outage; a configured rate is shared among the processes seen."""
-        fleet = self._local_fleet
-        if fleet is None:
-            with self._lock:
-                fleet = self._local_fleet
-                if fleet is None:
-                    share = max(1, self._clients)
-                    if self._interval > 0:
-                        fleet = LocalFleet(
-                            rate=1.0 / (self._interval * share),
-                            burst=max(1, self._burst // share),
-                            initial_window=self._initial_window,
-                            clock=self._clock,
-                            rng=self._random,
-                        )
-                    else:
-                        fleet = LocalFleet(
-                            initial_window=self._initial_window, clock=self._clock, rng=self._random
-                        )
-                    self._local_fleet = fleet
-        return fleet
-
-    def _failed(self, exc: BaseException) -> None:
-        with self._lock:
-            self._errors += 1
-            delay = self._delay * (0.5 + self._random())  # processes do not retry Redis in step
-            self._down_until = self._clock() + delay
-            self._delay = min(self._delay * 2, self._max_backoff)
-            first = not self._outage
-            self._outage = True
-        if first:
-            log.warning(
-                "sume_urllib3: Redis fleet unavailable (%s); pacing locally, trying Redis again in %.1fs",
-                _describe(exc),
-                delay,
-            )
-
-    def _recovered(self) -> None:
-        if not self._outage:
-            return
-        with self._lock:
-            was_out, self._outage = self._outage, False
-            self._delay = self._backoff
-            self._local_fleet = None
-        if was_out:
-            log.info("sume_urllib3: Redis fleet available again; pacing fleet-wide")
+    def _local_settings(self, share: int) -> Dict[str, Any]:
+        settings: Dict[str, Any] = {
+            "initial_window": self._initial_window,
+            "clock": self._clock,
+            "rng": self._random,
+        }
+        if self._interval > 0:
+            settings.update(rate=1.0 / (self._interval * share), burst=max(1, self._burst // share))
+        return settings
 
     # -- pickling and fork ------------------------------------------------------------------
 
@@ -517,11 +439,6 @@ def _safe_key_id(key_id: str) -> str:
     if isinstance(key_id, str) and _KEY_ID.match(key_id):
         return key_id
     return fleet_key(key_id if isinstance(key_id, str) else repr(key_id))
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
 _instances: weakref.WeakSet[RedisFleet] = weakref.WeakSet()
