@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional
 
 from ._fleet import Fleet, Grant, LocalFleet
 
@@ -87,6 +87,17 @@ class FailOpen(abc.ABC):
             fallback=True,
             token=Local(fleet, grant),
         )
+
+    @staticmethod
+    def _released_locally(
+        key_id: str, grant: Grant, status: Optional[int], headers: Optional[Mapping[str, str]]
+    ) -> bool:
+        """Release a turn the outage's local fleet gave (True); False for a turn of the store."""
+        token = grant.token
+        if not isinstance(token, Local):
+            return False
+        token.fleet.release(key_id, token.grant, status, headers)
+        return True
 
     def _local(self) -> LocalFleet:
         """The local fleet of this outage; a configured rate is shared among the processes seen."""

@@ -39,7 +39,7 @@ from . import _fork, _pacing, _sleeping
 from ._budget import RetryBudget
 from ._checks import check_rng
 from ._errors import ConfigurationError
-from ._fail_open import FailOpen, Local
+from ._fail_open import FailOpen
 from ._fleet import (
     GRANT_NOW,
     Grant,
@@ -396,10 +396,9 @@ class HostFleet(FailOpen):
     ) -> None:
         """Record what the attempt got and free its in-flight entry; never raises."""
         try:
-            token = grant.token
-            if isinstance(token, Local):
-                token.fleet.release(key_id, token.grant, status, headers)
+            if self._released_locally(key_id, grant, status, headers):
                 return
+            token = grant.token
             if token is None:  # granted on the open path: only what changes the key is worth writing
                 if status != 429 and status != 503 and not may_carry_ratelimit(headers):
                     return

@@ -21,7 +21,7 @@ from ... import _fork, _pacing, _sleeping
 from ..._budget import RetryBudget
 from ..._checks import check_rng
 from ..._errors import ConfigurationError
-from ..._fail_open import FailOpen, Local
+from ..._fail_open import FailOpen
 from ..._fleet import (
     REDIS_TIMEOUT,
     Grant,
@@ -208,10 +208,9 @@ class RedisFleet(FailOpen):
     ) -> None:
         """Record what the attempt got and free its in-flight entry; never raises."""
         try:
-            token = grant.token
-            if isinstance(token, Local):
-                token.fleet.release(key_id, token.grant, status, headers)
+            if self._released_locally(key_id, grant, status, headers):
                 return
+            token = grant.token
             if not isinstance(token, _pacing.Turn):
                 return  # not a turn Redis granted
             lesson = read_response(status, headers)
