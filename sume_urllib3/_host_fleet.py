@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from . import _fork, _pacing, _sleeping
 from ._budget import RetryBudget
@@ -56,6 +56,7 @@ from ._fleet import (
 from ._ratelimit import may_carry_ratelimit
 
 log = logging.getLogger("sume_urllib3")
+_T = TypeVar("_T")
 
 #: The default ``max_size`` (bytes): about 50,000 keys' state (some 300 bytes each). The
 #: write-ahead log beside it is checkpointed every 1,000 pages and cut back to :data:`WAL_LIMIT`.
@@ -515,30 +516,14 @@ class HostFleet(FailOpen):
     def _transact(
         self, kid: str, step: Callable[[_pacing.State, int], Any], *, acquiring: bool
     ) -> Any:
-        """Run ``step`` on one key's state inside the file's write lock, and store what it left.
-
-        The file's lock is polled, not waited on by SQLite's busy handler (which sleeps 1, 2, 5,
-        10 ms... between tries: a p99 of milliseconds with four processes sharing the file): a
-        transaction that finds it taken starts again after 20 µs, doubling to 0.5 ms, until
-        ``timeout`` (then the caller fails open).
-        """
+        """Run ``step`` on one key's state inside the file's write lock, and store what it left."""
         key = f"{_LAYOUT}:{kid}"
-        deadline = 0.0
-        pause = _FIRST_PAUSE
-        while True:
+
+        def attempt() -> Any:
             with self._locked() as db:
-                try:
-                    return self._transaction(db, key, kid, step, acquiring)
-                except sqlite3.OperationalError as exc:
-                    if not _busy(exc):
-                        raise
-            now = time.monotonic()  # real time: how long this process has waited, whatever the fleet's clock
-            if not deadline:
-                deadline = now + self._timeout
-            elif now >= deadline:
-                raise sqlite3.OperationalError(f"database is locked (for {self._timeout:g}s)")
-            time.sleep(min(pause, deadline - now))  # looked up now: gevent's when it is patched
-            pause = min(pause * 2, _MAX_PAUSE)
+                return self._transaction(db, key, kid, step, acquiring)
+
+        return _while_busy(attempt, self._timeout)
 
     def _transaction(
         self,
@@ -710,7 +695,10 @@ def _open(path: str, given: bool, timeout: float, max_size: int) -> sqlite3.Conn
     # transactions then poll it themselves (HostFleet._transact), so it is turned off after.
     db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
     try:
-        mode = db.execute("PRAGMA journal_mode=WAL").fetchone()
+        # SQLite answers a change of journal mode that meets another connection's lock with
+        # SQLITE_BUSY at once, skipping its busy handler: several processes opening a new file
+        # together (every worker's first request) would fail open. Polled like a transaction.
+        mode = _while_busy(lambda: db.execute("PRAGMA journal_mode=WAL").fetchone(), timeout)
         if mode is None or str(mode[0]).lower() != "wal":
             raise sqlite3.OperationalError(f"cannot use WAL mode here (got {mode!r})")
         # The state is worth nothing after a power loss (clocks restart too): no fsync per write.
@@ -757,6 +745,31 @@ _OPEN_TURN = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE)
 
 def _lock_free_turn(st: _pacing.State) -> _pacing.Turn:
     return _pacing.Turn(_pacing.SEND, 0, _pacing.NONE, 0, st.seq, st.epoch, len(st.flight))
+
+
+def _while_busy(attempt: Callable[[], _T], timeout: float) -> _T:
+    """``attempt()``, tried again while the file's lock is taken, for at most ``timeout`` seconds.
+
+    The lock is polled, not waited on by SQLite's busy handler (which sleeps 1, 2, 5, 10 ms...
+    between tries: a p99 of milliseconds with four processes sharing the file): an attempt that
+    finds it taken starts again after 20 µs, doubling to 0.5 ms, until ``timeout``; then the
+    last ``database is locked`` is raised (and the caller fails open).
+    """
+    deadline = 0.0
+    pause = _FIRST_PAUSE
+    while True:
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc):
+                raise
+        now = time.monotonic()  # real time: how long this process has waited, whatever the fleet's clock
+        if not deadline:
+            deadline = now + timeout
+        elif now >= deadline:
+            raise sqlite3.OperationalError(f"database is locked (for {timeout:g}s)")
+        time.sleep(min(pause, deadline - now))  # looked up now: gevent's when it is patched
+        pause = min(pause * 2, _MAX_PAUSE)
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
