@@ -99,7 +99,7 @@ def test_workers_opening_a_new_file_at_once_all_share_it(tmp_path: Any) -> None:
         path = str(tmp_path / f"{round_}.fleet")
         start = threading.Barrier(8)
 
-        def first_request() -> None:
+        def first_request(path: str = path, start: threading.Barrier = start) -> None:
             fleet = HostFleet(path, timeout=5.0)
             start.wait()
             fleet.acquire(KEY, time_left=60.0)
