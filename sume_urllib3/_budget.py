@@ -53,6 +53,8 @@ class RetryBudget:
         )
         self._lock = threading.Lock()
         self._counts = _pacing.RetryCounts()
+        # record_request's step (µs): a 1024th of the window, 10 ms by default.
+        self._step = self._allowance.window // 1024
         _LIVE.add(self)
 
     @classmethod
@@ -97,9 +99,17 @@ class RetryBudget:
 
     def record_request(self) -> None:
         """Count one logical request (not its retries): it earns ``ratio`` of a retry."""
+        now = self._now()
         with self._lock:
-            _pacing.retry_wait(self._counts, self._allowance, self._now(), _pacing.FIRST)
-            _pacing.count_attempt(self._counts, _pacing.FIRST)
+            counts = self._counts
+            if 0 <= now - counts.counted_at < self._step:
+                # Every request calls this: within a step of the counts' time it is counted as
+                # of that time, without decaying them (an exp) first. It then weighs at most
+                # e**(-1/1024) less than it should, 0.1%: a budget a hair stricter.
+                counts.recent_firsts += 1
+                return
+            _pacing.retry_wait(counts, self._allowance, now, _pacing.FIRST)
+            _pacing.count_attempt(counts, _pacing.FIRST)
 
     def reserve(self, time_left: float = math.inf) -> Optional[float]:
         """Spend one unit for a retry: the seconds it waits for the unit to be free (0: now), or

@@ -74,9 +74,10 @@ class _Watchdog:
         else:
             self._wake.set()
 
-    def disarm(self, watch: Watch) -> None:
-        self._watches.pop(id(watch), None)
-        watch.conn = None
+    def disarm(self, watch: Optional[Watch]) -> None:
+        if watch is not None:
+            self._watches.pop(id(watch), None)
+            watch.conn = None
 
     def holds(self, watch: Watch, conn: Any) -> None:
         # No lock: the watcher reads watch.conn once, under the lock, and either value is
@@ -138,23 +139,20 @@ _watchdog = _Watchdog()
 
 
 def _fresh_in_child() -> None:
-    global _watchdog
-    _watchdog = _Watchdog()  # the parent's thread did not cross the fork
+    # The parent's thread did not cross the fork: the same object starts afresh, so the
+    # functions below (its bound methods) stay right.
+    _watchdog.__init__()  # type: ignore[misc]
 
 
 _fork.in_child(_fresh_in_child)
 
-
-def arm(seconds_left: float, max_elapsed: float) -> Watch:
-    """Watch the current request until :func:`disarm`: at ``seconds_left`` from now it is cut
-    (``max_elapsed`` is the deadline the caller set, for the error's message)."""
-    return _watchdog.arm(seconds_left, max_elapsed)
-
-
-def disarm(watch: Optional[Watch]) -> None:
-    """The request is over (or handed its body to the caller, who reads it in its own time)."""
-    if watch is not None:
-        _watchdog.disarm(watch)
+#: ``arm(seconds_left, max_elapsed)``: watch the current request until :func:`disarm`; at
+#: ``seconds_left`` from now it is cut (``max_elapsed``, the deadline the caller set, is for the
+#: error's message). The watchdog's own method: one call per request, not two.
+arm = _watchdog.arm
+#: ``disarm(watch)``: the request is over (or handed its body to the caller, who reads it in
+#: its own time).
+disarm = _watchdog.disarm
 
 
 def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
