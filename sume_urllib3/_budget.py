@@ -28,6 +28,9 @@ class RetryBudget:
     is a retry that cannot wait. Thread-safe; O(1) per call.
     """
 
+    # record_request's step (µs), set per budget; 0 (always decay) for one unpickled from a
+    # release that did not have it.
+    _step = 0
     _shared: ClassVar[Optional[RetryBudget]] = None
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
