@@ -518,7 +518,9 @@ class LocalFleet:
                     st.cooldown_until > now
                     or st.theoretical_arrival > now  # a turn reserved ahead (a configured pace)
                     or st.budget_until > now  # a quota reading before its Reset
-                    or (flight and max(flight.values()) > now)  # max() runs in C: atomic
+                    # One C call, atomic under the GIL: a release on another thread may empty
+                    # the entry between a separate emptiness test and max() (ValueError).
+                    or max(flight.values(), default=0) > now
                 ):
                     rank = _RUNNING
                 elif st.learned_interval or st.stated_interval:
