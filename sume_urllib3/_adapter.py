@@ -37,7 +37,7 @@ from ._redact import redact_url
 from ._retry import SumeRetry
 from ._state import Attempt, RequestContext, current
 from ._stream import watch_stream
-from ._timeouts import TimeoutSpec, capped_on_real_time, check_timeout, on_real_time
+from ._timeouts import TimeoutSpec, capped, check_timeout, on_real_time
 
 
 class _DefaultFleet:
@@ -311,7 +311,7 @@ class SumeAdapter(HTTPAdapter):
         context.hops += 1
         timeout = check_timeout(timeout) if timeout is not None else self.timeout
         if on_real_time(retry.clock):
-            timeout = capped_on_real_time(timeout, deadline, retry.clock)
+            timeout = capped(timeout, deadline, retry.clock)
             if context.watch is None:
                 # The read timeout restarts with every byte: this bounds what a trickle can take.
                 context.watch = _deadline.arm(deadline - time.monotonic(), policy.max_elapsed)
@@ -331,10 +331,8 @@ class SumeAdapter(HTTPAdapter):
                     raise self._body_failed(context, request, broken) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(self._cut_by_deadline(context, exc), self._finish(context, request, None, None))
-            grant = context.grant
-            if grant is not None:  # end_turn, inline: once per request
-                context.grant = None
-                context.fleet.release(context.key_id, grant, response.status_code, response.headers)
+            if context.grant is not None:
+                end_turn(context, response.status_code, response.headers)
             watch = context.watch
             if watch is not None and watch.fired:
                 self._not_cut(context, request, response)

@@ -243,14 +243,6 @@ def _outcome(verdict: Verdict, retries: int) -> Outcome:
 def _request_id(headers: Optional[Mapping[str, str]]) -> Optional[str]:
     if headers is None:
         return None
-    store = getattr(headers, "_store", None)
-    if type(store) is dict:  # requests' CaseInsensitiveDict (every response's): header_value, inline
-        for name in REQUEST_ID_HEADERS:
-            item = store.get(name)
-            value = short_text(item[1]) if item is not None else None
-            if value:
-                return value
-        return None
     for name in REQUEST_ID_HEADERS:
         value = short_text(header_value(headers, name))
         if value:

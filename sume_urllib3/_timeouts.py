@@ -96,11 +96,6 @@ def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) ->
     """
     if not on_real_time(clock):
         return timeout
-    return capped_on_real_time(timeout, deadline, clock)
-
-
-def capped_on_real_time(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) -> DeadlineTimeout:
-    """:func:`capped` for a caller that has just asked :func:`on_real_time` (the adapter, per request)."""
     base = _as_timeout(timeout)
     # Made on every request: copy the checked values rather than validate them again.
     result: DeadlineTimeout = object.__new__(DeadlineTimeout)
