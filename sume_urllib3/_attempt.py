@@ -25,14 +25,12 @@ import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from urllib3.util.response import is_fp_closed
-
 from ._budget import RetryBudget
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._fleet import ANONYMOUS
 from ._helpers import RandomSource, frozen, uniform
 from ._idempotency import BODY_METHODS
-from ._peek import PrefixedFP, peek_body
+from ._peek import PrefixedFP, fp_closed, peek_body, release
 from ._policy import Decision, Policy, Verdict
 from ._record import RetryEvent, key_prefix, status_label
 from ._redact import redact_url
@@ -174,12 +172,14 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
     if isinstance(fp, PrefixedFP) and fp.complete:
         # The peek read the whole body: what is left is in memory, and dropping it is the
         # drain (reading it back through urllib3 cost a fifth of a decision).
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - contextlib.suppress would build an object on every decision
             fp.close()
-        _release(raw)
+        except Exception:
+            pass
+        release(raw)
         return
-    if fp is None or (isinstance(fp, PrefixedFP) and fp.isclosed()) or is_fp_closed(fp):
-        _release(raw)
+    if fp is None or (isinstance(fp, PrefixedFP) and fp.isclosed()) or fp_closed(fp):
+        release(raw)
         return
     read = getattr(raw, "read", None)
     drained = 0
@@ -195,14 +195,7 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
     except Exception:  # a body that broke: its connection cannot be reused
         with contextlib.suppress(Exception):
             raw.close()
-    _release(raw)
-
-
-def _release(raw: Any) -> None:
-    release = getattr(raw, "release_conn", None)
-    if release is not None:
-        with contextlib.suppress(Exception):  # a mock without a pool
-            release()
+    release(raw)
 
 
 # -- the decision: what this attempt got, and whether another may follow -------------------

@@ -26,7 +26,7 @@ class ErrorEnvelope:
 
 def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
     """Case-insensitive header lookup that works on any mapping and never raises."""
-    if not headers:
+    if headers is None:  # not "if not headers": a urllib3 HTTPHeaderDict's len() is Python code
         return None
     try:
         value = header_value(headers, name.lower())
@@ -86,15 +86,10 @@ def parse_envelope(
         doc = _load(headers, body, limit, decoded)
     except Exception:
         doc = None
-    error = doc.get("error") if isinstance(doc, dict) else None
+    top: Mapping[str, Any] = doc if isinstance(doc, dict) else _EMPTY
+    error = top.get("error")
     if not isinstance(error, dict):
-        error = {}
-    top: Mapping[str, Any] = doc if isinstance(doc, dict) else {}
-
-    def pick(name: str) -> Any:
-        value = error.get(name)
-        return top.get(name) if value is None else value
-
+        error = _EMPTY
     code = short_text(error.get("code")) or short_text(top.get("code"))
     if code is None and isinstance(top.get("error"), str):
         code = short_text(top.get("error"))  # {"error": "rate_limit_exceeded"}
@@ -104,15 +99,22 @@ def parse_envelope(
             request_id = short_text(header(headers, name))
             if request_id:
                 break
-    retryable = pick("retryable")
+    retryable = _pick(error, top, "retryable")
+    next_action = _pick(error, top, "next_action")
     return frozen(  # ErrorEnvelope(...) without its five object.__setattr__: made on every decision
         ErrorEnvelope,
         code=code,
-        message=short_text(pick("message"), 500) if message else None,
+        message=short_text(_pick(error, top, "message"), 500) if message else None,
         request_id=request_id,
         retryable=retryable if isinstance(retryable, bool) else None,
-        next_action=short_text(pick("next_action")),
+        next_action=None if next_action is None else short_text(next_action),
     )
+
+
+def _pick(error: Mapping[str, Any], top: Mapping[str, Any], name: str) -> Any:
+    """A field inside ``error``, else at the top level (the Sume surfaces use both)."""
+    value = error.get(name)
+    return top.get(name) if value is None else value
 
 
 def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: int, decoded: bool) -> Any:
@@ -122,7 +124,8 @@ def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: in
     raw = body if type(body) is bytes and len(body) <= limit else bytes(body[:limit])
     coding = header(headers, "content-encoding")
     text = raw if decoded or coding is None else decode_prefix(raw, coding, limit)
-    if not text or text.count(b"[") + text.count(b"{") > MAX_OPENINGS:
+    # Fewer bytes than MAX_OPENINGS cannot hold more openings than that: not counted.
+    if not text or (len(text) > MAX_OPENINGS and text.count(b"[") + text.count(b"{") > MAX_OPENINGS):
         return None
     return _DECODER.decode(text.decode("utf-8"))
 
@@ -134,6 +137,8 @@ def _bounded_int(digits: str) -> Any:
 def _no_constant(name: str) -> Any:
     return None  # NaN / Infinity are not JSON; treat them as unknown
 
+
+_EMPTY: Mapping[str, Any] = {}
 
 # An envelope is a few small objects. A body with more openings than this is not one, and
 # nesting that deep can overflow the C stack of json's scanner (Python 3.8 aborts the

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 from typing import Any, Callable, List, Optional, Tuple
-
-from urllib3.util.response import is_fp_closed
 
 
 class PrefixedFP:
@@ -79,7 +76,7 @@ class PrefixedFP:
 
     def isclosed(self) -> bool:
         """Closed only once the prefix is served, no error is pending and the stream is closed."""
-        return not self._rest and self._error is None and is_fp_closed(self.inner)
+        return not self._rest and self._error is None and fp_closed(self.inner)
 
     @property
     def closed(self) -> bool:
@@ -122,7 +119,7 @@ def peek_body(
     body = getattr(response, "_body", None)
     if body:
         return bytes(body[:limit]), bool(getattr(response, "decode_content", False))
-    if fp is None or is_fp_closed(fp):
+    if fp is None or fp_closed(fp):
         return None, False
     pieces: List[bytes] = []
     cut = False  # stopped by the deadline, not by the end of the body
@@ -143,7 +140,7 @@ def peek_body(
                 if got < limit and expired():
                     cut = True
                     break
-            if not cut and getattr(fp, "length", None) == 0 and not is_fp_closed(fp):
+            if not cut and getattr(fp, "length", None) == 0 and not fp_closed(fp):
                 # http.client closes a Content-Length body on a read(), never on read1():
                 # without this the connection would not go back to the pool.
                 fp.read()
@@ -167,19 +164,42 @@ def peek_body(
         error = http.client.IncompleteRead(prefix, promised - len(prefix))
         response._fp = PrefixedFP(prefix, fp, error)
         return prefix, False
-    closed = is_fp_closed(fp)
+    closed = fp_closed(fp)
     if prefix:
         response._fp = PrefixedFP(prefix, fp)
         response._fp.complete = ended or closed
     if closed:
         # The whole body is in hand. urllib3 hands the connection back only from inside
         # a read, and an empty body is never read again, so give it back now.
-        _release(response)
+        release(response)
     return prefix, False
 
 
-def _release(response: Any) -> None:
-    release = getattr(response, "release_conn", None)
-    if release is not None:
-        with contextlib.suppress(Exception):  # a mock without a pool
-            release()
+def release(response: Any) -> None:
+    """Hand a response's connection back to its pool; never raises (a mock has no pool)."""
+    give_back = getattr(response, "release_conn", None)
+    if give_back is not None:
+        try:  # noqa: SIM105 - contextlib.suppress would build an object on every decision
+            give_back()
+        except Exception:
+            pass
+
+
+def fp_closed(fp: Any) -> bool:
+    """Whether a body's stream is closed: urllib3's ``is_fp_closed``, asked the same three
+    ways in the same order (``isclosed()``, ``closed``, ``fp is None``), without raising and
+    catching an AttributeError for each way a stream lacks (a BytesIO has no ``isclosed``:
+    two exceptions per call, on every decision)."""
+    isclosed = getattr(fp, "isclosed", None)
+    if isclosed is not None:
+        return bool(isclosed())
+    closed = getattr(fp, "closed", _ABSENT)
+    if closed is not _ABSENT:
+        return bool(closed)
+    inner = getattr(fp, "fp", _ABSENT)
+    if inner is not _ABSENT:
+        return inner is None
+    raise ValueError("Unable to determine whether fp is closed.")
+
+
+_ABSENT = object()
