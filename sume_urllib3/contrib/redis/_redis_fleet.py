@@ -286,7 +286,7 @@ class RedisFleet(FailOpen):
         if full:
             self._flush(kid)
         elif first:
-            _flusher.watch(self)
+            _flusher.watch(self, late.due)
 
     def _carried(self, kid: str) -> List[Any]:
         """The key's lessons told late, as script arguments, taken for the call about to be made.
@@ -580,10 +580,12 @@ class _Flusher:
         self._cond = threading.Condition(threading.Lock())
         self._fleets: weakref.WeakSet[RedisFleet] = weakref.WeakSet()  # changed under _cond only
         self._thread: Optional[threading.Thread] = None
-        self._idle = False  # waiting with no deadline: a new lesson must wake it
+        # When the thread wakes next (time.monotonic(); None: when told): a lesson due before
+        # that wakes it sooner.
+        self._wakes_at: Optional[float] = None
 
-    def watch(self, fleet: RedisFleet) -> None:
-        """``fleet`` holds lessons again: make sure they are flushed when due."""
+    def watch(self, fleet: RedisFleet, due: float) -> None:
+        """``fleet`` holds lessons again, the oldest due at ``due``: flush them then."""
         if self._pid != os.getpid():
             self._start()
         with self._cond:
@@ -591,8 +593,8 @@ class _Flusher:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="sume-redis-lessons", daemon=True)
                 self._thread.start()
-            elif self._idle:
-                self._idle = False
+            elif self._wakes_at is None or due < self._wakes_at:
+                self._wakes_at = due
                 self._cond.notify()
 
     def _run(self) -> None:
@@ -613,9 +615,8 @@ class _Flusher:
                         self._fleets.discard(fleet)  # watch() adds it back with its next lesson
                     elif due is None or next_due < due:
                         due = next_due
-                self._idle = due is None
+                self._wakes_at = due
                 cond.wait(None if due is None else max(0.0, due - time.monotonic()))
-                self._idle = False
 
 
 _flusher = _Flusher()
