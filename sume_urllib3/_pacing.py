@@ -1,7 +1,8 @@
 """The pacing rules, once: a pure state machine over integer microseconds.
 
-``LocalFleet`` runs it in one process; ``contrib/redis/acquire.lua`` and ``release.lua`` are its
-line-for-line port, run atomically inside Redis. ``tests/contrib/test_pacing_conformance.py``
+``LocalFleet`` runs it in one process; ``contrib/redis/acquire.lua`` and ``learn.lua`` (which
+``release.lua`` runs, and ``acquire.lua`` on lessons told late first) are its line-for-line port,
+run atomically inside Redis. ``tests/contrib/test_pacing_conformance.py``
 feeds both the same timestamped scenarios and requires the same grants, so the two cannot drift
 apart. The rules in prose, numbered as the comments here cite them: the docs' "How it works"
 page, "The pacing rules" (``docs/how-it-works.md``).

@@ -336,17 +336,17 @@ class RedisFleet(FailOpen):
                     del self._in_transit[kid]
             landing.set()
 
-    def _flush_due(self, now: float) -> Optional[float]:
-        """Flush every key whose oldest lesson is due by ``now`` (time.monotonic()); the next due."""
+    def _flush_due(self, now: float) -> None:
+        """Flush every key whose oldest lesson is due by ``now`` (time.monotonic())."""
         if self._pid != os.getpid():
-            return None  # the parent's fleet, seen from a child: its lessons are the parent's
+            return  # the parent's fleet, seen from a child: its lessons are the parent's
         with self._late_lock:
             due = [kid for kid, lessons in self._late.items() if lessons[0].due <= now]
         for kid in due:
             self._flush(kid)
-        return self._next_due()
 
     def _next_due(self) -> Optional[float]:
+        """When the oldest lesson held is due (time.monotonic()); None when none is held."""
         with self._late_lock:
             return min((lessons[0].due for lessons in self._late.values()), default=None)
 
