@@ -11,6 +11,9 @@ import dataclasses
 import math
 import os
 import random
+import subprocess
+import sys
+import threading
 import time
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -277,7 +280,48 @@ def test_a_key_whose_answers_outrun_its_acquires_is_told_every_32_lessons(
     assert 8 == len(fleet._late[KID])
 
 
+@pytest.mark.usefixtures("no_timer")
+def test_threads_telling_lessons_late_lose_none_and_tell_none_twice(server: RedisServer, direct: Any) -> None:
+    """Eight threads, 25 plain successes each, on one fleet and key: each counted exactly once."""
+    clock = VirtualTime()
+    fleet = make(server, clock)
+    learn_a_pace(fleet, clock)
+
+    def work() -> None:
+        for _ in range(25):
+            fleet.release(KID, fleet.acquire(KID, time_left=math.inf), 200, {})
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fleet._flush_all()
+    assert (200, 0, 0) == (state(direct)["successes"], fleet.errors, fleet.fallbacks)
+
+
 # -- fork, exit, outages ---------------------------------------------------------------------------
+
+
+def test_a_process_tells_what_it_holds_as_it_exits(server: RedisServer, direct: Any) -> None:
+    """A process whose last plain success no call carried, exiting at once: its atexit hook tells it."""
+    code = f"""
+import math
+from sume_urllib3.contrib.redis import RedisFleet, _redis_fleet
+_redis_fleet._LATE = 60.0  # no timer: only the exit can tell it
+fleet = RedisFleet({server.url!r}, timeout=5.0)
+grants = [fleet.acquire({KID!r}, time_left=math.inf) for _ in range(4)]
+for grant in grants[:3]:
+    fleet.release({KID!r}, grant, 200, {{}})
+fleet.release({KID!r}, grants[3], 429, {{}})
+fleet.release({KID!r}, fleet.acquire({KID!r}, time_left=math.inf), 200, {{}})
+assert fleet._late, "told at once?"
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+    assert 1 == state(direct)["successes"]
+
+
 
 
 def _child_carries_nothing(fleet: RedisFleet) -> Callable[[], str]:

@@ -591,8 +591,12 @@ class _Flusher:
         with self._cond:
             self._fleets.add(fleet)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="sume-redis-lessons", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="sume-redis-lessons", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # at interpreter shutdown: the atexit hook tells what is held
+                    return
+                self._thread = thread
             elif self._wakes_at is None or due < self._wakes_at:
                 self._wakes_at = due
                 self._cond.notify()
