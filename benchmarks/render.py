@@ -544,6 +544,35 @@ def host_fleet(results: Results) -> str:
     return "\n".join(lines)
 
 
+def redis_round_trips(results: Results) -> str:
+    """RedisFleet per attempt on loopback: Redis round trips and wall time of acquire + release."""
+    doc = results["redis_round_trips"]
+    f = doc["figures"]
+    setups = f["setups"]
+
+    def row(pace: str, release: str, q: Mapping[str, Any]) -> str:
+        return (
+            f"| {pace} | {release} | {q['evalsha_per_attempt']:.2f} | {q['p50_us']:.0f} µs "
+            f"| {q['p99_us']:.0f} µs |"
+        )
+
+    lines = [
+        wrap(
+            f"""{command(doc)} ({provenance(doc)}): plain successes on one key, one after another,
+            acquire + release per attempt, {thousands(setups['learned']['attempts'])} attempts of
+            each set-up in {f['rounds']} alternating rounds; round trips are redis-server's own count
+            of EVALSHA calls, the last lesson's flush included:"""
+        ),
+        "",
+        "| pace | a plain success's release | round trips per attempt | p50 | p99 |",
+        "|---|---|---:|---:|---:|",
+        row("configured", "none", setups["configured"]),
+        row("learned from 429s", "a call of its own, at once (before)", setups["learned_at_once"]),
+        row("learned from 429s", "carried by the next acquire", setups["learned"]),
+    ]
+    return "\n".join(lines)
+
+
 def _median_and_spread(s: Mapping[str, Any], fmt: str, unit: str = "") -> str:
     """``5.12 s (5.02-5.31)``: the median of the runs, then the lowest-highest run when they differ."""
     if s["median"] is None:
@@ -966,6 +995,7 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
     "fleet": fleet,
     "fleet-redis": fleet_redis,
     "host-fleet": host_fleet,
+    "redis-round-trips": redis_round_trips,
     "pacing-matrix": pacing_matrix,
     "deploy": deploy,
     "comparison": comparison,

@@ -1,7 +1,8 @@
 """The pacing rules, once: a pure state machine over integer microseconds.
 
-``LocalFleet`` runs it in one process; ``contrib/redis/acquire.lua`` and ``release.lua`` are its
-line-for-line port, run atomically inside Redis. ``tests/contrib/test_pacing_conformance.py``
+``LocalFleet`` runs it in one process; ``contrib/redis/acquire.lua`` and ``learn.lua`` (which
+``release.lua`` runs, and ``acquire.lua`` on lessons told late first) are its line-for-line port,
+run atomically inside Redis. ``tests/contrib/test_pacing_conformance.py``
 feeds both the same timestamped scenarios and requires the same grants, so the two cannot drift
 apart. The rules in prose, numbered as the comments here cite them: the docs' "How it works"
 page, "The pacing rules" (``docs/how-it-works.md``).
@@ -51,6 +52,13 @@ MIN_PAUSE_US = MILLISECOND
 MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
 #: ratio * count is a float product: without this slack 0.57 * 100 = 56.99999... refuses the 57th.
 EPSILON = 1e-9
+
+#: What telling the fleet about one response needs (``release_need``): nothing; a place in this
+#: process's next call for the key, at most LATE_US late; a call of its own at once.
+RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
+#: A lesson told late reaches the fleet at most this late (RedisFleet flushes it on a timer): a
+#: tenth of the second a 429's measurement spans at least, and of IDLE_US.
+LATE_US = 100 * MILLISECOND
 
 #: Attempt kinds (``retry``), grant codes and wait sources, as both runtimes number them.
 FIRST, THROTTLE, ERROR = 0, 1, 2
@@ -345,7 +353,7 @@ def release(
     _purge(st, now)
     if st.slow_start_window < 0:
         st.slow_start_window = cfg.window
-    st.last_seen = now
+    st.last_seen = max(st.last_seen, now)  # a lesson told late never moves the idle clock back
     if status > 0 and 0 < slot <= now:
         rt, sample = st.response_time, now - slot
         st.response_time = sample if rt < 0 else ((RT_SHARE - 1) * rt + sample) // RT_SHARE
@@ -431,11 +439,27 @@ def release(
     return started
 
 
-def must_release(turn: Turn, status: int, retry_after: int, limit: int, remaining: int, window: int) -> bool:
-    """Whether a response can change anything worth a call (else both fleets skip release()): with
-    a configured pace (or a key past slow start) a plain success costs no second round trip."""
+def release_need(turn: Turn, status: int, retry_after: int, limit: int, remaining: int, window: int) -> int:
+    """What telling the fleet about one response needs; every fleet asks this, none decides alone.
+
+    RELEASE_NOW for what other clients must know at once: a 429, a Retry-After, rate-limit
+    headers, or an in-flight entry to free (a slow-start slot, an attempt a quota reading counts).
+    RELEASE_LATER for a response under a pace learned from 429s that only counts (one more admitted
+    in the round's measurement, the pace's creep, a response time): ``release`` may take it with
+    its own time up to LATE_US later, in order with this process's later lessons of the key, as a
+    slower answer would have come; a late answer of a round is already counted in that round.
+    RELEASE_NEVER when it changes nothing: a configured pace, or a key past slow start.
+    """
     quota = retry_after > 0 or remaining >= 0 or (limit >= 1 and window > 0)
-    return bool(turn.entry or turn.learning or status == 429 or quota)
+    if turn.entry or status == 429 or quota:
+        return RELEASE_NOW
+    return RELEASE_LATER if turn.learning else RELEASE_NEVER
+
+
+def must_release(turn: Turn, status: int, retry_after: int, limit: int, remaining: int, window: int) -> bool:
+    """Whether a response can change anything worth a call (else every fleet skips release()): with
+    a configured pace (or a key past slow start) a plain success costs no second round trip."""
+    return release_need(turn, status, retry_after, limit, remaining, window) != RELEASE_NEVER
 
 
 def is_open(st: State, cfg: Config, now: int) -> bool:

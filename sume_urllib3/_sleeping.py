@@ -53,6 +53,11 @@ class SleepRecorder:
         self._local.slept = slept
         return slept
 
+    @property
+    def horizon(self) -> float:
+        """The furthest any thread's time has reached (what :meth:`catch_up` moves a thread to)."""
+        return self._horizon
+
     def clear(self) -> None:
         """Forget the recorded waits."""
         with self._lock:
@@ -111,6 +116,13 @@ def virtual_offset() -> float:
     """Seconds the shared clock is ahead of real time (0 outside ``no_sleep()``)."""
     recorder = _recorder
     return recorder.catch_up() if recorder is not None else 0.0
+
+
+def virtual_horizon() -> float:
+    """What :func:`virtual_offset` reads now, without moving this thread's time: for stamping an
+    event whose age is told later (0 outside ``no_sleep()``)."""
+    recorder = _recorder
+    return recorder.horizon if recorder is not None else 0.0
 
 
 def default_sleep(seconds: float) -> None:

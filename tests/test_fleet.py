@@ -14,8 +14,16 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from sume_urllib3 import ConfigurationError, RetryBudget, SumeAdapter
-from sume_urllib3._fleet import GRANT_NOW, MAX_COOLDOWN, Grant, LocalFleet, fleet_key, parse_rate
+from sume_urllib3 import ConfigurationError, RetryBudget, SumeAdapter, _pacing
+from sume_urllib3._fleet import (
+    GRANT_NOW,
+    MAX_COOLDOWN,
+    Grant,
+    LocalFleet,
+    fleet_key,
+    parse_rate,
+    read_response,
+)
 
 from .conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
 
@@ -755,3 +763,48 @@ def test_a_429_on_an_open_key_after_a_c_fork_never_waits_on_a_parents_lock() -> 
         assert in_a_child_forked_from_c(child) == repr((True, 0))
     finally:
         lock.release()
+
+
+# -- what a response's release needs (every fleet asks _pacing.release_need) ----------------------
+
+_LEARNED = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE, learning=True)
+_CONFIGURED = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE)
+_HELD = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE, entry="e0")  # a slow-start slot, or a quota's
+_POLICY = {"RateLimit-Policy": "10;w=1", "RateLimit-Limit": "10"}
+
+
+@pytest.mark.parametrize(
+    ("turn", "status", "headers", "need"),
+    [
+        (_CONFIGURED, 200, {}, _pacing.RELEASE_NEVER),
+        (_CONFIGURED, 200, {"RateLimit-Reset": "5"}, _pacing.RELEASE_NEVER),  # a Reset alone counts nothing
+        (_LEARNED, 200, {}, _pacing.RELEASE_LATER),  # one more admitted, the pace's creep
+        (_LEARNED, None, None, _pacing.RELEASE_LATER),  # an answer lost under a learned pace is admitted
+        (_LEARNED, 500, {}, _pacing.RELEASE_LATER),  # a response time
+        (_LEARNED, 429, {}, _pacing.RELEASE_NOW),
+        (_CONFIGURED, 429, {}, _pacing.RELEASE_NOW),
+        (_LEARNED, 503, {"Retry-After": "1"}, _pacing.RELEASE_NOW),
+        (_LEARNED, 200, {"RateLimit-Remaining": "3", "RateLimit-Reset": "1"}, _pacing.RELEASE_NOW),
+        (_CONFIGURED, 200, _POLICY, _pacing.RELEASE_NOW),
+        (_HELD, 200, {}, _pacing.RELEASE_NOW),  # other processes wait for the slot
+        (_HELD._replace(learning=True), 200, {}, _pacing.RELEASE_NOW),
+    ],
+)
+def test_what_a_release_needs_is_decided_once_for_every_fleet(
+    turn: _pacing.Turn, status: Optional[int], headers: Optional[Dict[str, str]], need: int
+) -> None:
+    """At once what other processes must know now; late what only counts; nothing when nothing changes."""
+    lesson = read_response(status, headers)
+    args = (turn, status or 0, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window)
+    assert need == _pacing.release_need(*args)
+    assert (need != _pacing.RELEASE_NEVER) == _pacing.must_release(*args)
+
+
+def test_a_late_lesson_never_moves_the_idle_clock_back() -> None:
+    """The core's release at an earlier time than the key was last seen (RedisFleet tells a plain
+    success late, after another process's call) keeps the later time: no false new busy spell."""
+    st, cfg = _pacing.State(last_seen=5 * _pacing.SECOND), _pacing.Config()
+    turn = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE, slot=4 * _pacing.SECOND, learning=True)
+    _pacing.release(st, cfg, 4_500_000, entry="", slot=turn.slot, seq=1, epoch=0, inflight=1, status=200,
+                    retry_after=0, limit=-1, remaining=-1, reset=-1, window=-1)
+    assert (5 * _pacing.SECOND, 1, 500_000) == (st.last_seen, st.successes, st.response_time)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import random
@@ -11,7 +12,7 @@ import time
 import uuid
 import weakref
 from dataclasses import astuple
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 import redis
 from redis.backoff import NoBackoff
@@ -50,6 +51,21 @@ _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds stil
 _MAX_WINDOW = 10_000  # as LocalFleet's
 _MAX_TTL = 1e9
 _MAX_BACKOFF = 86_400.0  # a day: past that, an outage would never be retried in a process's life
+_LATE = _pacing.LATE_US / 1_000_000  # seconds a lesson told late waits for a call to carry it
+# Lessons of one key a process holds at most: the one that fills them is told at once, with them
+# (a key whose responses outrun its acquires still costs one call per this many).
+_MAX_LATE = 32
+
+
+class _Late(NamedTuple):
+    """A lesson told late (_pacing.RELEASE_LATER): when it was learned, by when it must reach Redis,
+    and the attempt and response it is about."""
+
+    learned_at: int  # µs on the fleet's lesson clock (RedisFleet._lesson_now)
+    due: float  # time.monotonic()
+    turn: _pacing.Turn
+    status: int
+    lesson: Lesson
 
 
 class RedisFleet(FailOpen):
@@ -59,10 +75,15 @@ class RedisFleet(FailOpen):
     atomic Lua scripts (``EVALSHA``, reloaded after ``SCRIPT FLUSH``); a conformance table in
     the tests runs both on the same scenarios. ``acquire.lua`` reserves a turn (and spends
     the fleet-wide retry budget for ``retry="error"``); ``release.lua`` records what a
-    response taught and frees an in-flight entry. One round trip per attempt with a
-    configured pace and plain successes; a second (release) when the answer teaches
-    something: a 429, a Retry-After, rate-limit headers, or while the pace is being learned
-    (slow start, a pace learned from 429s). Redis ``TIME`` is the clock.
+    response taught and frees an in-flight entry. One round trip per attempt for plain
+    successes under a configured pace or one learned from 429s; a second (release) at once
+    when the answer teaches what other processes must know now: a 429, a Retry-After,
+    rate-limit headers, or an in-flight entry to free (slow start, a quota reading). What a
+    plain success under a learned pace teaches (:func:`_pacing.release_need`: one more
+    admitted, the pace's creep, a response time) rides on this process's next call for the
+    key, each at its own time, as a release then would have; a background thread tells Redis
+    what no call carried within 0.1 s (``_pacing.LATE_US``), and what is left at exit. Redis
+    ``TIME`` is the clock.
 
     Keys are ``{prefix:v2:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
     ``kid`` is :func:`fleet_key`'s hash, never the key; ``v2`` the state's layout, so during a
@@ -163,6 +184,13 @@ class RedisFleet(FailOpen):
         self._client_id = f"{self._pid}-{uuid.uuid4().hex[:12]}"
         self._outage_lock = self._lock
         self._start_outage_state()
+        # Lessons told late, per key, oldest first: the parent's stay with the parent (it tells
+        # them); a child's calls carry only its own.
+        self._late_lock = threading.Lock()
+        self._late: Dict[str, List[_Late]] = {}
+        # A key whose lessons a flush is telling Redis: a call for it waits for that to land, so
+        # the state never sees this process's lessons out of order.
+        self._in_transit: Dict[str, threading.Event] = {}
 
     # -- the Fleet protocol ---------------------------------------------------------------
 
@@ -215,13 +243,20 @@ class RedisFleet(FailOpen):
                 return  # not a turn Redis granted
             lesson = read_response(status, headers)
             code = status or 0
-            if not _pacing.must_release(
+            need = _pacing.release_need(
                 token, code, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window
-            ):
+            )
+            if need == _pacing.RELEASE_NEVER:
                 return  # nothing to free, nothing learned: no second round trip
+            if self._pid != os.getpid():
+                self._forked()  # lessons told late belong to the process that learned them
             if self._clock() < self._down_until and not token.entry:
                 return  # Redis is down and there is no in-flight entry to free
             kid = _safe_key_id(key_id)
+            if need == _pacing.RELEASE_LATER:
+                due = time.monotonic() + _LATE
+                self._tell_later(kid, _Late(self._lesson_now(), due, token, code, lesson))
+                return
             if self._call_release(kid, token, code, lesson):
                 log.info(
                     "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests "
@@ -233,12 +268,107 @@ class RedisFleet(FailOpen):
         except Exception as exc:
             self._failed(exc)
 
+    # -- lessons told late ----------------------------------------------------------------
+
+    def _lesson_now(self) -> int:
+        """µs on the clock the scripts' ``now`` comes from (Redis TIME or ``server_clock``, plus
+        ``no_sleep()``'s virtual time), up to a constant: the difference of two is a lesson's age."""
+        clock = time.monotonic if self._server_clock is None else self._server_clock
+        return micros(clock()) + micros(_sleeping.virtual_horizon())
+
+    def _tell_later(self, kid: str, late: _Late) -> None:
+        """Keep a lesson for this process's next call for the key (or the flusher's, once due)."""
+        with self._late_lock:
+            first = not self._late
+            lessons = self._late.setdefault(kid, [])
+            lessons.append(late)
+            full = len(lessons) >= _MAX_LATE
+        if full:
+            self._flush(kid)
+        elif first:
+            _flusher.watch(self, late.due)
+
+    def _carried(self, kid: str) -> List[Any]:
+        """The key's lessons told late, as script arguments, taken for the call about to be made.
+
+        After a flush still telling Redis earlier ones (at most ``timeout``): lessons land in order.
+        """
+        if not self._late and not self._in_transit:
+            return []  # the common case, without the lock
+        with self._late_lock:
+            lessons = self._late.pop(kid, None)
+            landing = self._in_transit.get(kid)
+        if landing is not None:
+            landing.wait(self._timeout)
+        return self._lesson_args(lessons) if lessons else []
+
+    def _lesson_args(self, lessons: List[_Late]) -> List[Any]:
+        now = self._lesson_now()
+        args: List[Any] = []
+        for late in lessons:
+            args += _scripts.lesson_args(max(0, now - late.learned_at), late.turn, late.status, late.lesson)
+        return args
+
+    def _flush(self, kid: str) -> None:
+        """Tell Redis one key's lessons that no call carried in time (one release call); never raises.
+
+        While Redis is down they are dropped, as a release of theirs would have been skipped.
+        """
+        with self._late_lock:
+            if not self._late.get(kid):
+                return
+            earlier = self._in_transit.get(kid)
+            # In transit before the lessons leave _late: _carried's look without the lock never
+            # finds neither.
+            landing = self._in_transit[kid] = threading.Event()
+            lessons = self._late.pop(kid)
+        try:
+            if earlier is not None:
+                earlier.wait(self._timeout)
+            if self._clock() >= self._down_until:
+                self._run_release(kid, self._lesson_args(lessons))
+                self._recovered()
+        except Exception as exc:
+            self._failed(exc)
+        finally:
+            with self._late_lock:
+                if self._in_transit.get(kid) is landing:
+                    del self._in_transit[kid]
+            landing.set()
+
+    def _flush_due(self, now: float) -> None:
+        """Flush every key whose oldest lesson is due by ``now`` (time.monotonic())."""
+        if self._pid != os.getpid():
+            return  # the parent's fleet, seen from a child: its lessons are the parent's
+        with self._late_lock:
+            due = [kid for kid, lessons in self._late.items() if lessons[0].due <= now]
+        for kid in due:
+            self._flush(kid)
+
+    def _next_due(self) -> Optional[float]:
+        """When the oldest lesson held is due (time.monotonic()); None when none is held."""
+        with self._late_lock:
+            return min((lessons[0].due for lessons in self._late.values()), default=None)
+
+    def _flush_all(self) -> None:
+        """Tell Redis every lesson still held (at exit): one call per key, dropped once Redis fails."""
+        if self._pid != os.getpid():
+            return
+        with self._late_lock:
+            kids = list(self._late)
+        for kid in kids:
+            self._flush(kid)
+
     # -- Redis ------------------------------------------------------------------------------
 
     def _clock_args(self) -> List[int]:
         """now (0: Redis TIME) and the skew no_sleep() adds, in microseconds."""
         now = 0 if self._server_clock is None else micros(self._server_clock())
         return [now, micros(_sleeping.virtual_offset())]
+
+    def _config_args(self) -> List[int]:
+        """ARGV 3-5 of both scripts: the configured interval (0: learned), burst and first window."""
+        return [self._config_interval, self._burst, self._initial_window]
 
     def _call_acquire(
         self, kid: str, time_left: float, retry: Optional[str], not_before: float
@@ -247,9 +377,7 @@ class RedisFleet(FailOpen):
         entry = uuid.uuid4().hex[:16]
         args = [
             *self._clock_args(),
-            self._config_interval,
-            self._burst,
-            self._initial_window,
+            *self._config_args(),
             _scripts.RETRY_KINDS.get(retry, _pacing.ERROR),
             micros(max(not_before, 0.0)),
             micros(max(time_left, 0.0)),
@@ -259,25 +387,18 @@ class RedisFleet(FailOpen):
             *((-1, 0, 0) if budget is None else astuple(budget.allowance)),
             self._client_id,
             micros(_CLIENT_WINDOW),
+            *self._carried(kid),
         ]
         reply = self._acquire_script(keys=list(_scripts.keys(self._prefix, kid)), args=_scripts.as_args(args))
         return _scripts.parse_turn(reply, entry)
 
     def _call_release(self, kid: str, turn: _pacing.Turn, status: int, lesson: Lesson) -> bool:
-        args = [
-            *self._clock_args(),
-            self._config_interval,
-            self._burst,
-            self._initial_window,
-            turn.entry,
-            turn.slot,
-            turn.seq,
-            turn.epoch,
-            turn.inflight,
-            status,
-            *lesson,
-            int(self._ttl * 1000),
-        ]
+        """This response's lesson, after the key's lessons told late: True when it started a cooldown."""
+        return self._run_release(kid, [*self._carried(kid), *_scripts.lesson_args(0, turn, status, lesson)])
+
+    def _run_release(self, kid: str, lessons: List[Any]) -> bool:
+        """release.lua on ``lessons`` (script arguments, oldest first): did one start a cooldown?"""
+        args = [*self._clock_args(), *self._config_args(), int(self._ttl * 1000), *lessons]
         keys = list(_scripts.keys(self._prefix, kid)[:2])
         return _scripts.parse_release(self._release_script(keys=keys, args=_scripts.as_args(args)))
 
@@ -443,9 +564,80 @@ def _safe_key_id(key_id: str) -> str:
 _instances: weakref.WeakSet[RedisFleet] = weakref.WeakSet()
 
 
+class _Flusher:
+    """One daemon thread per process that tells Redis the lessons no call carried within LATE_US.
+
+    It sleeps without a deadline until a fleet holds lessons again (``watch``), else until the
+    oldest is due; it never runs a request's code, and a failed flush fails open as any call does.
+    """
+
+    def __init__(self) -> None:
+        self._start()
+
+    def _start(self) -> None:
+        """Nothing watched and no thread yet (again in a forked child: threads do not cross a fork)."""
+        self._pid = os.getpid()
+        self._cond = threading.Condition(threading.Lock())
+        self._fleets: weakref.WeakSet[RedisFleet] = weakref.WeakSet()  # changed under _cond only
+        self._thread: Optional[threading.Thread] = None
+        # When the thread wakes next (time.monotonic(); None: when told): a lesson due before
+        # that wakes it sooner.
+        self._wakes_at: Optional[float] = None
+
+    def watch(self, fleet: RedisFleet, due: float) -> None:
+        """``fleet`` holds lessons again, the oldest due at ``due``: flush them then."""
+        if self._pid != os.getpid():
+            self._start()
+        with self._cond:
+            self._fleets.add(fleet)
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="sume-redis-lessons", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # at interpreter shutdown: the atexit hook tells what is held
+                    return
+                self._thread = thread
+            elif self._wakes_at is None or due < self._wakes_at:
+                self._wakes_at = due
+                self._cond.notify()
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                fleets = list(self._fleets)
+            for fleet in fleets:  # flushes run outside the condition: watch() never waits on Redis
+                try:
+                    fleet._flush_due(time.monotonic())
+                except Exception:  # a bug here must not end the thread every fleet relies on
+                    log.exception("sume_urllib3: telling Redis the lessons told late failed")
+            with cond:
+                due: Optional[float] = None
+                for fleet in list(self._fleets):
+                    next_due = fleet._next_due()
+                    if next_due is None:
+                        self._fleets.discard(fleet)  # watch() adds it back with its next lesson
+                    elif due is None or next_due < due:
+                        due = next_due
+                self._wakes_at = due
+                cond.wait(None if due is None else max(0.0, due - time.monotonic()))
+
+
+_flusher = _Flusher()
+
+
 def _after_fork_in_child() -> None:
+    _flusher._start()
     for fleet in list(_instances):
         fleet._after_fork()
 
 
 _fork.in_child(_after_fork_in_child)
+
+
+@atexit.register
+def _tell_at_exit() -> None:
+    """What this process learned and has not told Redis yet, before it goes (fail-open, bounded
+    by ``timeout`` per key; once Redis fails the rest is dropped)."""
+    for fleet in list(_instances):
+        fleet._flush_all()

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Sequence, Tuple, Union
 
 from ... import _pacing
+from ..._fleet import Lesson
 from ..._pacing import AGAIN, NO_BUDGET, REFUSED, RETRY_KINDS, SEND, SOURCES
 
 __all__ = ["AGAIN", "NO_BUDGET", "REFUSED", "RETRY_KINDS", "SEND", "SOURCES"]
@@ -16,9 +17,17 @@ __all__ = ["AGAIN", "NO_BUDGET", "REFUSED", "RETRY_KINDS", "SEND", "SOURCES"]
 LAYOUT = "v2"
 
 
+#: The scripts' arguments: ARGV 1 to ACQUIRE_ARGV (RELEASE_ARGV) are the call's own; after them
+#: come lessons (``lesson_args``), LESSON_ARGV each, oldest first. The scripts read these three
+#: from their header too, so the layout is written once.
+ACQUIRE_ARGV, RELEASE_ARGV, LESSON_ARGV = 16, 6, 12
+
+
 def constants() -> Dict[str, Union[int, float]]:
-    """The numbers the scripts share with Python: every upper-case number of ``_pacing``."""
-    return {k: v for k, v in vars(_pacing).items() if k.isupper() and type(v) in (int, float)}
+    """The numbers the scripts share with Python: every upper-case number of ``_pacing``, and
+    the scripts' argument layout."""
+    numbers = {k: v for k, v in vars(_pacing).items() if k.isupper() and type(v) in (int, float)}
+    return {**numbers, "ACQUIRE_ARGV": ACQUIRE_ARGV, "RELEASE_ARGV": RELEASE_ARGV, "LESSON_ARGV": LESSON_ARGV}
 
 
 def fields() -> Dict[str, Union[int, float]]:
@@ -36,10 +45,16 @@ def header() -> str:
 
 
 _HERE = Path(__file__).parent
+
+
+def _lua(name: str) -> str:
+    return (_HERE / name).read_text(encoding="utf-8")
+
+
 # A Redis script cannot load another: the shared part goes in front of each.
-_SHARED = header() + (_HERE / "state.lua").read_text(encoding="utf-8")
-ACQUIRE_LUA = _SHARED + (_HERE / "acquire.lua").read_text(encoding="utf-8")
-RELEASE_LUA = _SHARED + (_HERE / "release.lua").read_text(encoding="utf-8")
+_SHARED = header() + _lua("state.lua") + _lua("learn.lua")
+ACQUIRE_LUA = _SHARED + _lua("acquire.lua")
+RELEASE_LUA = _SHARED + _lua("release.lua")
 
 
 def keys(prefix: str, key_id: str) -> Tuple[str, str, str]:
@@ -77,6 +92,14 @@ def parse_release(reply: Sequence[Any]) -> bool:
     """Decode the release script's reply: did this response start a cooldown?"""
     started, _cooldown_until, _interval = (int(v) for v in reply)
     return bool(started)
+
+
+def lesson_args(ago: int, turn: _pacing.Turn, status: int, lesson: Lesson) -> List[Any]:
+    """One lesson as the scripts read it (learn.lua): learned ``ago`` µs before the call, about
+    the attempt ``turn`` granted, which got ``status`` (0: no response) and ``lesson``."""
+    args = [ago, turn.entry, turn.slot, turn.seq, turn.epoch, turn.inflight, status, *lesson]
+    assert len(args) == LESSON_ARGV
+    return args
 
 
 def as_args(values: List[Any]) -> List[str]:

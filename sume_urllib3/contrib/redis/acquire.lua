@@ -1,17 +1,23 @@
 -- sume_urllib3 RedisFleet: reserve a turn for one attempt of one key, atomically: the port of
 -- sume_urllib3/_pacing.py acquire() and retry_wait(); tests/contrib/test_pacing_conformance.py
--- runs the same scenarios against both. (state.lua, in front, loads the state and holds pace().)
+-- runs the same scenarios against both. (state.lua and learn.lua, in front, load the state and
+-- hold pace() and learn().)
 -- KEYS[1] state hash {prefix:vN:kid}:s  KEYS[2] in-flight zset {prefix:vN:kid}:i (entry -> lease end)
 -- KEYS[3] clients zset {prefix:vN:kid}:c (client id -> last seen: processes sharing the key)
 -- ARGV: 1-5 as state.lua says; 6 retry (_pacing.RETRY_KINDS)  7 not_before_us
 --       8 time_left_us (-1: none)  9 random in [0, 1)  10 entry  11 ttl_ms
 --       12-14 the retry budget's ratio (-1: none), window_us and floor per second
---       15 client id  16 client window_us
+--       15 client id  16 client window_us (ACQUIRE_ARGV)
+--       then lessons told late, LESSON_ARGV each, oldest first, as learn.lua reads them
 -- Returns {code, wait_us, source, slot_us, seq, epoch, inflight, entry held (0/1), clients, learning (0/1)}
 local retry, not_before, time_left = arg(ARGV[6]), arg(ARGV[7]), arg(ARGV[8])
 local rand, entry, ttl_ms = arg(ARGV[9]), ARGV[10], arg(ARGV[11])
 local ratio, budget_window, budget_floor = arg(ARGV[12]), arg(ARGV[13]), arg(ARGV[14])
 local client, client_window = ARGV[15], arg(ARGV[16])
+
+-- What this process learned since its last call for the key (plain successes under a learned
+-- pace, told late: learn.lua), at their own times, before this turn is reserved.
+learn_from(ACQUIRE_ARGV)
 
 -- Who shares this key: one entry per process seen within the client window.
 redis.call('ZADD', KEYS[3], fmt(now), client)
@@ -54,8 +60,8 @@ if flight == 0 and now - st.last_seen >= IDLE_US then st.successes = 0 end
 st.last_seen = now
 local start, source = now + math.max(not_before, 0), NONE
 if st.cooldown_until > start then start, source = st.cooldown_until, COOLDOWN end
-local interval, burst = pace()
-local budget = budget_valid()
+local interval, burst = pace(now)
+local budget = budget_valid(now)
 local probe = 0  -- when this attempt goes as the budget's one probe (0: not the probe)
 if budget and st.budget_left <= 0 then
   local hold = st.budget_until
