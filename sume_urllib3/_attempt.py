@@ -22,8 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 from ._budget import RetryBudget
 from ._envelope import ErrorEnvelope, header, parse_envelope
@@ -50,9 +49,11 @@ DRAIN_LIMIT = 1024 * 1024
 _DRAIN_CHUNK = 65536
 
 
-@dataclass(frozen=True)
-class Turn:
-    """The retry's turn: the wait before it, or why it may not go (and when it might)."""
+class RetryTurn(NamedTuple):
+    """The retry's turn: the wait before it, or why it may not go (and when it might).
+
+    A tuple, not a frozen dataclass: one is made on every retry, and a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``."""
 
     wait: float
     refused: Optional[str] = None
@@ -68,7 +69,7 @@ def retry_turn(
     budget: Optional[RetryBudget],
     rng: RandomSource,
     now: float,
-) -> Turn:
+) -> RetryTurn:
     """Spend the retry budget and take the fleet's turn for a retry the policy allowed.
 
     A retry the server paced (a 429, or a Retry-After) waits its turn without spending the
@@ -81,11 +82,11 @@ def retry_turn(
     if budget is not None and not throttled:
         hold = budget.reserve(context.deadline(policy) - now)
         if hold is None:
-            return Turn(wait, "retry budget exhausted")
+            return RetryTurn(wait, "retry budget exhausted")
         wait = max(wait, hold)
     fleet = context.fleet
     if fleet is None:
-        return Turn(wait)
+        return RetryTurn(wait)
     grant = fleet.acquire(
         context.key_id or ANONYMOUS,
         time_left=context.deadline(policy) - now,
@@ -96,12 +97,12 @@ def retry_turn(
         context.fallbacks += 1
     if grant.refused:
         context.fleet_refused = True
-        return Turn(wait, grant.refused, refused_retry_in(max(grant.wait, wait), rng))
+        return RetryTurn(wait, grant.refused, refused_retry_in(max(grant.wait, wait), rng))
     context.grant = grant
     if grant.wait > wait + _HELD:
         context.paced += grant.wait - wait
         wait = grant.wait
-    return Turn(wait)
+    return RetryTurn(wait)
 
 
 def end_turn(context: RequestContext, status: Optional[int], headers: Optional[Mapping[str, str]]) -> None:

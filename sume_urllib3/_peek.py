@@ -5,6 +5,9 @@ from __future__ import annotations
 import http.client
 from typing import Any, Callable, List, Optional, Tuple
 
+#: What is left of a prefix once served or dropped (one object: every decision drops one).
+_NOTHING = memoryview(b"")
+
 
 class PrefixedFP:
     """A file object that serves a peeked prefix, then the rest of the original body.
@@ -70,7 +73,7 @@ class PrefixedFP:
 
     def close(self) -> None:
         """Drop the prefix and any pending error, and close the wrapped stream."""
-        self._rest = memoryview(b"")
+        self._rest = _NOTHING
         self._error = None
         self.inner.close()
 

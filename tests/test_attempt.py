@@ -12,7 +12,7 @@ import pytest
 from sume_urllib3 import LocalFleet, RetryBudget
 from sume_urllib3._attempt import (
     DRAIN_LIMIT,
-    Turn,
+    RetryTurn,
     body_refusal,
     end_turn,
     let_go,
@@ -132,8 +132,8 @@ def test_a_throttled_retry_waits_without_spending_the_budget() -> None:
     budget = RetryBudget(ratio=0.0, min_per_second=0.1, window=10.0, clock=vt.clock)  # one unit
     context = RequestContext(vt.now)
     common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
-    assert retry_turn(context, Policy(), 1.0, throttled=True, **common) == Turn(1.0)
-    assert retry_turn(context, Policy(), 1.0, throttled=False, **common) == Turn(1.0)
+    assert retry_turn(context, Policy(), 1.0, throttled=True, **common) == RetryTurn(1.0)
+    assert retry_turn(context, Policy(), 1.0, throttled=False, **common) == RetryTurn(1.0)
 
 
 def test_a_spent_budget_delays_an_error_retry_and_refuses_it_only_past_the_deadline() -> None:
@@ -142,8 +142,8 @@ def test_a_spent_budget_delays_an_error_retry_and_refuses_it_only_past_the_deadl
     budget = RetryBudget(ratio=0.0, min_per_second=2.0, window=1.0, clock=vt.clock)  # two units
     context = RequestContext(vt.now)
     common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
-    assert retry_turn(context, Policy(), 0.1, throttled=False, **common) == Turn(0.1)
-    assert retry_turn(context, Policy(), 0.1, throttled=False, **common) == Turn(0.1)
+    assert retry_turn(context, Policy(), 0.1, throttled=False, **common) == RetryTurn(0.1)
+    assert retry_turn(context, Policy(), 0.1, throttled=False, **common) == RetryTurn(0.1)
     delayed = retry_turn(context, Policy(), 0.1, throttled=False, **common)
     assert delayed.refused is None
     assert delayed.wait == pytest.approx(math.log(2), abs=1e-3)  # two spent decay to one free by e a window
