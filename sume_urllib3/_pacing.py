@@ -272,6 +272,15 @@ def acquire(
             if time_left < 0 or wait <= time_left:
                 return Turn(AGAIN, wait, PACE)
             return Turn(REFUSED, wait, PACE)
+        if st.flight and st.probe_at <= st.reading_at:
+            # Attempts in flight were counted as spent, though the server may have counted one
+            # before the reading (a unit back when its answer says so), or refilled since (a newer
+            # reading). With no probe out since the reading, ask again once their answers should
+            # be in: booked now, the probe would go a whole-second Reset away, leave those units
+            # unused until then, and be counted against the reading as one more unseen.
+            pause = _pause(st, rand)
+            if now + pause < max(start, hold) and (time_left < 0 or pause < time_left):
+                return Turn(AGAIN, pause, PACE)
         if hold > start:
             start, source = hold, PACE
         probe = hold
@@ -352,16 +361,23 @@ def release(
     if limit >= 1 and window > 0:
         st.stated_interval = _clamp(_ceil_div(window * SLACK_PERCENT, 100 * limit))
         st.stated_limit = limit
-    if remaining >= 0 and reset > 0 and seq >= st.reading_seq:
+    # Sent before the reading was answered, this attempt was counted in it as unseen; leaving more
+    # than the reading said, the server counted it first (answers of a herd arrive in any order,
+    # a later grant's too), or refilled since: one unit back either way, and the reading stands.
+    earlier = (
+        was_out
+        and (seq < st.reading_seq or 0 < slot <= st.reading_at)
+        and remaining > st.reading_remaining
+        and _budget_valid(st, now)
+    )
+    if remaining >= 0 and reset > 0 and seq >= st.reading_seq and not earlier:
         # The newest reading by send order. Not counted in it yet: the attempts granted after
         # this one, and those granted before it still in flight (they may reach the server
         # after it did). Counting both as spent, a reading never overstates what is left.
         unseen = st.seq - seq + _granted_before(st, seq)
         st.budget_left, st.budget_until = remaining - unseen, now + reset
         st.reading_seq, st.reading_at, st.reading_remaining = seq, now, remaining
-    elif was_out and seq < st.reading_seq and remaining > st.reading_remaining and _budget_valid(st, now):
-        # An older answer, counted as unseen by the reading: it left more than the reading
-        # said, so the server had counted it before answering the reading's attempt.
+    elif earlier:
         st.budget_left += 1
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
@@ -443,3 +459,4 @@ def is_open(st: State, cfg: Config, now: int) -> bool:
     paced = cfg.interval or st.stated_interval or st.learned_interval or cfg.retries is not None
     held = st.cooldown_until > now or _budget_valid(st, now)
     return not paced and not held and st.slow_start_window >= OPEN_WINDOW
+

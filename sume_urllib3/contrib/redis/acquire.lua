@@ -67,6 +67,13 @@ if budget and st.budget_left <= 0 then
     if time_left < 0 or wait <= time_left then return answer(AGAIN, wait, PACE) end
     return answer(REFUSED, wait, PACE)
   end
+  -- Answers still due, no probe out since the reading: they settle the budget (_pacing.py says why).
+  if flight > 0 and st.probe_at <= st.reading_at then
+    local p = pause()
+    if now + p < math.max(start, hold) and (time_left < 0 or p < time_left) then
+      return answer(AGAIN, p, PACE)
+    end
+  end
   if hold > start then start, source = hold, PACE end
   probe = hold
 end

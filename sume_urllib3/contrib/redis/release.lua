@@ -38,7 +38,10 @@ if limit >= 1 and window > 0 then
   st.stated_interval = clamp(math.ceil(window * SLACK_PERCENT / (100 * limit)))
   st.stated_limit = limit
 end
-if remaining >= 0 and reset > 0 and seq >= st.reading_seq then
+-- Counted as unseen by the reading, and it left more than the reading said (_pacing.py says why).
+local earlier = was_out and (seq < st.reading_seq or (slot > 0 and slot <= st.reading_at))
+  and remaining > st.reading_remaining and budget_valid()
+if remaining >= 0 and reset > 0 and seq >= st.reading_seq and not earlier then
   -- Not counted in this reading yet: granted after it, and granted before it still in flight.
   local unseen = st.seq - seq
   for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
@@ -47,8 +50,7 @@ if remaining >= 0 and reset > 0 and seq >= st.reading_seq then
   end
   st.budget_left, st.budget_until = remaining - unseen, now + reset
   st.reading_seq, st.reading_at, st.reading_remaining = seq, now, remaining
-elseif was_out and seq < st.reading_seq and remaining > st.reading_remaining and budget_valid() then
-  -- An older answer the reading counted as unseen, which the server had counted already.
+elseif earlier then
   st.budget_left = st.budget_left + 1
 end
 if status == 429 then
