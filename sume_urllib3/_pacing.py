@@ -272,12 +272,13 @@ def acquire(
             if time_left < 0 or wait <= time_left:
                 return Turn(AGAIN, wait, PACE)
             return Turn(REFUSED, wait, PACE)
-        if st.flight and st.probe_at <= st.reading_at:
+        if st.flight and st.probe_at <= st.reading_at and st.stated_interval == 0:
             # Attempts in flight were counted as spent, though the server may have counted one
             # before the reading (a unit back when its answer says so), or refilled since (a newer
             # reading). With no probe out since the reading, ask again once their answers should
             # be in: booked now, the probe would go a whole-second Reset away, leave those units
-            # unused until then, and be counted against the reading as one more unseen.
+            # unused until then, and be counted against the reading as one more unseen. (A stated
+            # pace holds the probe one interval per unit, not a whole second: nothing to wait for.)
             pause = _pause(st, rand)
             if now + pause < max(start, hold) and (time_left < 0 or pause < time_left):
                 return Turn(AGAIN, pause, PACE)
@@ -459,4 +460,3 @@ def is_open(st: State, cfg: Config, now: int) -> bool:
     paced = cfg.interval or st.stated_interval or st.learned_interval or cfg.retries is not None
     held = st.cooldown_until > now or _budget_valid(st, now)
     return not paced and not held and st.slow_start_window >= OPEN_WINDOW
-

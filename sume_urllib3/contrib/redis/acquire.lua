@@ -68,7 +68,7 @@ if budget and st.budget_left <= 0 then
     return answer(REFUSED, wait, PACE)
   end
   -- Answers still due, no probe out since the reading: they settle the budget (_pacing.py says why).
-  if flight > 0 and st.probe_at <= st.reading_at then
+  if flight > 0 and st.probe_at <= st.reading_at and st.stated_interval == 0 then
     local p = pause()
     if now + p < math.max(start, hold) and (time_left < 0 or p < time_left) then
       return answer(AGAIN, p, PACE)
