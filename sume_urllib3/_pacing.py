@@ -376,7 +376,14 @@ def release(
         # this one, and those granted before it still in flight (they may reach the server
         # after it did). Counting both as spent, a reading never overstates what is left.
         unseen = st.seq - seq + _granted_before(st, seq)
-        st.budget_left, st.budget_until = remaining - unseen, now + reset
+        left = remaining - unseen
+        if 0 < slot <= st.reading_at and _budget_valid(st, now):
+            # Sent before the reading in force came, this attempt overlapped it; answers that came
+            # in between may be of attempts the server counted after this one (no longer in
+            # flight, they count as seen here). The reading in force counted them as spent: what
+            # it leaves bounds this one (refills between the two go unseen: a conservative bound).
+            left = min(left, st.budget_left)
+        st.budget_left, st.budget_until = left, now + reset
         st.reading_seq, st.reading_at, st.reading_remaining = seq, now, remaining
     elif earlier:
         st.budget_left += 1

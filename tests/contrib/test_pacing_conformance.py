@@ -242,6 +242,15 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (0.03, "rel", "b", 200, rl(0, 1)),
         (0.03, "acq", "c", {}, "send 1.000 pace"),
     ]),
+    "an answer before the reading's, counted after it, stays spent: the reading in force bounds it": (
+        {}, [
+            *burst(4, 0.0, "a", "send 0.000"),
+            (0.01, "rel", "a1", 200, rl(5, 1)),  # a0, a2, a3 unseen: 2 left
+            (0.01, "rel", "a0", 200, rl(3, 1)),  # 3 < 5: counted after a1, as the reading assumed
+            (0.01, "rel", "a3", 200, rl(4, 1)),  # 4 - 1 (a2) would say 3, but a0 came after a3
+            *burst(3, 0.01, "b", ["send 0.000", "send 0.000", "again 0.010 pace"]),  # a third: a 429
+        ],
+    ),
     "an answer sent before the reading came that left more than it said was counted first": ({}, [
         *burst(2, 0.0, "a", "send 0.000"),
         (0.01, "rel", "a0", 200, rl(5, 1)),  # a1 unseen: 4 left
@@ -258,8 +267,7 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
     ]),
     "whole-second Reset of a 10/s bucket costs at most a second, never a pace of 1/s": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
-        *oks(0.01, ["a0", "a1", "a2"], rl(6, 1)),
-        (0.01, "rel", "a3", 200, rl(6, 1)),
+        *[(0.01, "rel", f"a{i}", 200, rl(9 - i, 1)) for i in range(4)],  # 6 left after each
         *burst(7, 0.01, "b", ["send 0.000"] * 6 + ["again 0.010 pace"]),  # b6: b0-b5 are due
         *[(0.02, "rel", f"b{i}", 200, rl(5 - i, 1)) for i in range(6)],
         (0.02, "acq", "b6", {}, "send 1.000 pace"),  # the probe, at the last reading's Reset

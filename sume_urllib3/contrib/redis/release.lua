@@ -48,7 +48,12 @@ if remaining >= 0 and reset > 0 and seq >= st.reading_seq and not earlier then
     local granted = tonumber(string.match(member, '^(%d+):'))  -- nil: an older version's entry
     if granted ~= nil and granted < seq then unseen = unseen + 1 end
   end
-  st.budget_left, st.budget_until = remaining - unseen, now + reset
+  local left = remaining - unseen
+  if slot > 0 and slot <= st.reading_at and budget_valid() then
+    -- Overlapping the reading in force: what it leaves bounds this one (_pacing.py says why).
+    left = math.min(left, st.budget_left)
+  end
+  st.budget_left, st.budget_until = left, now + reset
   st.reading_seq, st.reading_at, st.reading_remaining = seq, now, remaining
 elseif earlier then
   st.budget_left = st.budget_left + 1
