@@ -104,6 +104,23 @@ ABLATIONS: Tuple[Ablation, ...] = (
         ("lua", "hold = math.min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))", ""),
     ),
     Ablation(
+        "due-answers",
+        "4",
+        "at 0 left the probe is booked at once, answers still due or not",
+        BUDGET_SERVERS,
+        ("py", "if st.flight and st.probe_at <= st.reading_at and st.stated_interval == 0:", "if False:"),
+        ("lua", "if flight > 0 and st.probe_at <= st.reading_at and st.stated_interval == 0 then",
+         "if false then"),
+    ),
+    Ablation(
+        "overlap-bound",
+        "4",
+        "a reading overlapping the one in force is not bounded by it",
+        BUDGET_SERVERS,
+        ("py", "left = min(left, st.budget_left)", "pass"),
+        ("lua", "left = math.min(left, st.budget_left)", ""),
+    ),
+    Ablation(
         "one-probe",
         "4",
         "at 0 left every attempt goes at Reset, not one probe",
