@@ -261,23 +261,24 @@ def acquire(
     probe = 0  # when this attempt goes as the budget's one probe (0: it is not the probe)
     if budget and st.budget_left <= 0:
         # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
-        # quota comes one stated interval after the reading, and each unit overspent (sent,
+        # quota comes one interval after the reading, and each unit overspent (sent,
         # not yet seen by the server) takes one more.
         hold = st.budget_until
-        if st.stated_interval > 0:
-            hold = min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))
+        exact = max(cfg.interval, st.stated_interval)  # a configured pace is as exact as a stated one
+        if exact > 0:
+            hold = min(hold, st.reading_at + exact * (1 - st.budget_left))
         if st.probe_at >= hold:
             # The probe for this reading is out: come back once it should have been answered.
             wait = max(start, hold) - now + _pause(st, rand)
             if time_left < 0 or wait <= time_left:
                 return Turn(AGAIN, wait, PACE)
             return Turn(REFUSED, wait, PACE)
-        if st.flight and st.probe_at <= st.reading_at and st.stated_interval == 0:
+        if st.flight and st.probe_at <= st.reading_at and exact == 0:
             # Attempts in flight were counted as spent, though the server may have counted one
             # before the reading (a unit back when its answer says so), or refilled since (a newer
             # reading). With no probe out since the reading, ask again once their answers should
             # be in: booked now, the probe would go a whole-second Reset away, leave those units
-            # unused until then, and be counted against the reading as one more unseen. (A stated
+            # unused until then, and be counted against the reading as one more unseen. (An exact
             # pace holds the probe one interval per unit, not a whole second: nothing to wait for.)
             pause = _pause(st, rand)
             if now + pause < max(start, hold) and (time_left < 0 or pause < time_left):

@@ -210,6 +210,14 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (0.01, "acq", "b", {}, "send 0.202 pace"),  # 2 intervals of 0.101 after the reading
         (0.01, "acq", "c", {}, "again 0.212 pace"),  # after the probe's answer
     ]),
+    "a configured pace is exact too: at 0 left the probe waits one interval, not a whole-second Reset": (
+        {"rate": "10/s", "burst": 3}, [
+            *burst(3, 0.0, "a", "send 0.000"),
+            *[(0.01, "rel", f"a{i}", 200, rl(2 - i, 1, limit=3)) for i in range(3)],  # 0 left
+            (0.01, "acq", "b", {}, "send 0.100 pace"),  # the probe: one interval after the reading
+            (0.01, "acq", "c", {}, "again 0.110 pace"),  # after the probe's answer
+        ],
+    ),
     "a stated pace without Remaining has a burst of one": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.05, "rel", "a", 200, policy(4, 1)),
