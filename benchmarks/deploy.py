@@ -13,10 +13,11 @@ written independently of FakeSume: ``RateLimit-Limit/-Remaining/-Reset`` with Re
 seconds, no ``RateLimit-Policy``, 429 + Retry-After over the quota). A client of 60 threads,
 held at a barrier, posts to the view all at once. Scenarios (``SUME["FLEET"]``):
 
-- ``redis_configured``: ``{"REDIS_URL": ..., "RATE": "10/s"}`` on a real redis-server that this
-  benchmark starts on a free loopback port;
+- ``redis_configured``: ``{"REDIS_URL": ..., "RATE": "10/s", "BURST": 10}`` (the quota as the
+  server has it: a user configures it so) on a real redis-server that this benchmark starts on a
+  free loopback port;
 - ``redis_learned``: ``{"REDIS_URL": ...}``, the pace learned from the server's replies;
-- ``host_configured``: ``{"HOST": ..., "RATE": "10/s"}``, a ``HostFleet`` on a file of its own
+- ``host_configured``: ``{"HOST": ..., "RATE": "10/s", "BURST": 10}``, a ``HostFleet`` on a file of its own
   per run (the deployment's; ``True`` in production picks the default path);
 - ``host_learned``: ``{"HOST": ...}``;
 - ``default``: no ``FLEET`` key, the library's default (one ``LocalFleet`` per worker process).
@@ -84,9 +85,9 @@ QUOTA = "token-bucket"  # 10/s burst 10, RateLimit-Limit/-Remaining/-Reset (whol
 RATE, BURST = 10.0, 10  # the ideal last success follows from these: (REQUESTS - BURST) / RATE
 #: (id, label, SUME["FLEET"] given the Redis URL and the host file; None leaves the key out)
 SCENARIOS: Tuple[Tuple[str, str], ...] = (
-    ("redis_configured", 'Redis, `"RATE": "10/s"`'),
+    ("redis_configured", 'Redis, `"RATE": "10/s", "BURST": 10`'),
     ("redis_learned", "Redis, learned (no `RATE`)"),
-    ("host_configured", 'host file, `"RATE": "10/s"`'),
+    ("host_configured", 'host file, `"RATE": "10/s", "BURST": 10`'),
     ("host_learned", "host file, learned (no `RATE`)"),
     ("default", "none (library default)"),
 )
@@ -105,11 +106,11 @@ CLIENT_TIMEOUT = 200.0
 def fleet_setting(scenario: str, redis_url: str, host: Any = True) -> Optional[Dict[str, Any]]:
     """``SUME["FLEET"]`` for a scenario; None for the library default (no key)."""
     if scenario == "redis_configured":
-        return {"REDIS_URL": redis_url, "RATE": "10/s"}
+        return {"REDIS_URL": redis_url, "RATE": "10/s", "BURST": BURST}
     if scenario == "redis_learned":
         return {"REDIS_URL": redis_url}
     if scenario == "host_configured":
-        return {"HOST": host, "RATE": "10/s"}
+        return {"HOST": host, "RATE": "10/s", "BURST": BURST}
     if scenario == "host_learned":
         return {"HOST": host}
     if scenario == "default":

@@ -269,17 +269,28 @@ def acquire(
     probe = 0  # when this attempt goes as the budget's one probe (0: it is not the probe)
     if budget and st.budget_left <= 0:
         # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
-        # quota comes one stated interval after the reading, and each unit overspent (sent,
+        # quota comes one interval after the reading, and each unit overspent (sent,
         # not yet seen by the server) takes one more.
         hold = st.budget_until
-        if st.stated_interval > 0:
-            hold = min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))
+        exact = max(cfg.interval, st.stated_interval)  # a configured pace is as exact as a stated one
+        if exact > 0:
+            hold = min(hold, st.reading_at + exact * (1 - st.budget_left))
         if st.probe_at >= hold:
             # The probe for this reading is out: come back once it should have been answered.
             wait = max(start, hold) - now + _pause(st, rand)
             if time_left < 0 or wait <= time_left:
                 return Turn(AGAIN, wait, PACE)
             return Turn(REFUSED, wait, PACE)
+        if st.flight and st.probe_at <= st.reading_at and exact == 0:
+            # Attempts in flight were counted as spent, though the server may have counted one
+            # before the reading (a unit back when its answer says so), or refilled since (a newer
+            # reading). With no probe out since the reading, ask again once their answers should
+            # be in: booked now, the probe would go a whole-second Reset away, leave those units
+            # unused until then, and be counted against the reading as one more unseen. (An exact
+            # pace holds the probe one interval per unit, not a whole second: nothing to wait for.)
+            pause = _pause(st, rand)
+            if now + pause < max(start, hold) and (time_left < 0 or pause < time_left):
+                return Turn(AGAIN, pause, PACE)
         if hold > start:
             start, source = hold, PACE
         probe = hold
@@ -360,16 +371,30 @@ def release(
     if limit >= 1 and window > 0:
         st.stated_interval = _clamp(_ceil_div(window * SLACK_PERCENT, 100 * limit))
         st.stated_limit = limit
-    if remaining >= 0 and reset > 0 and seq >= st.reading_seq:
+    # Sent before the reading was answered, this attempt was counted in it as unseen; leaving more
+    # than the reading said, the server counted it first (answers of a herd arrive in any order,
+    # a later grant's too), or refilled since: one unit back either way, and the reading stands.
+    earlier = (
+        was_out
+        and (seq < st.reading_seq or 0 < slot <= st.reading_at)
+        and remaining > st.reading_remaining
+        and _budget_valid(st, now)
+    )
+    if remaining >= 0 and reset > 0 and seq >= st.reading_seq and not earlier:
         # The newest reading by send order. Not counted in it yet: the attempts granted after
         # this one, and those granted before it still in flight (they may reach the server
         # after it did). Counting both as spent, a reading never overstates what is left.
         unseen = st.seq - seq + _granted_before(st, seq)
-        st.budget_left, st.budget_until = remaining - unseen, now + reset
+        left = remaining - unseen
+        if 0 < slot <= st.reading_at and _budget_valid(st, now):
+            # Sent before the reading in force came, this attempt overlapped it; answers that came
+            # in between may be of attempts the server counted after this one (no longer in
+            # flight, they count as seen here). The reading in force counted them as spent: what
+            # it leaves bounds this one (refills between the two go unseen: a conservative bound).
+            left = min(left, st.budget_left)
+        st.budget_left, st.budget_until = left, now + reset
         st.reading_seq, st.reading_at, st.reading_remaining = seq, now, remaining
-    elif was_out and seq < st.reading_seq and remaining > st.reading_remaining and _budget_valid(st, now):
-        # An older answer, counted as unseen by the reading: it left more than the reading
-        # said, so the server had counted it before answering the reading's attempt.
+    elif earlier:
         st.budget_left += 1
     if status == 429:
         if epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing

@@ -210,6 +210,14 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (0.01, "acq", "b", {}, "send 0.202 pace"),  # 2 intervals of 0.101 after the reading
         (0.01, "acq", "c", {}, "again 0.212 pace"),  # after the probe's answer
     ]),
+    "a configured pace is exact too: at 0 left the probe waits one interval, not a whole-second Reset": (
+        {"rate": "10/s", "burst": 3}, [
+            *burst(3, 0.0, "a", "send 0.000"),
+            *[(0.01, "rel", f"a{i}", 200, rl(2 - i, 1, limit=3)) for i in range(3)],  # 0 left
+            (0.01, "acq", "b", {}, "send 0.100 pace"),  # the probe: one interval after the reading
+            (0.01, "acq", "c", {}, "again 0.110 pace"),  # after the probe's answer
+        ],
+    ),
     "a stated pace without Remaining has a burst of one": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
         (0.05, "rel", "a", 200, policy(4, 1)),
@@ -223,10 +231,39 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
     # -- rule 4: Remaining and Reset are a budget -------------------------------------------------
     "a budget allows Remaining more, less those sent since": ({}, [
         *burst(3, 0.0, "a", "send 0.000"),
-        (0.01, "rel", "a0", 200, rl(3, 1)),
-        *burst(2, 0.01, "b", ["send 0.000", "send 1.000 pace"]),
-        (0.01, "acq", "c", {}, "again 1.010 pace"),
-        (0.01, "acq", "d", {}, "again 1.010 pace"),
+        (0.01, "rel", "a0", 200, rl(3, 1)),  # a1, a2 unseen: 1 left
+        *burst(2, 0.01, "b", ["send 0.000", "again 0.010 pace"]),  # b1: a1, a2, b0 are due
+        (0.02, "rel", "a1", 200, rl(2, 1)),  # newer readings: 2 - 2, 1 - 1, 0 left
+        (0.02, "rel", "a2", 200, rl(1, 1)),
+        (0.02, "rel", "b0", 200, rl(0, 1)),
+        (0.02, "acq", "c", {}, "send 1.000 pace"),  # nothing due: the probe, at the last Reset
+        (0.02, "acq", "d", {}, "again 1.013 pace"),  # after the probe's answer: one RTT
+    ]),
+    "at 0 left an answer still due may give a unit back: asked again, not booked a Reset away": ({}, [
+        *burst(3, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a2", 200, rl(1, 1)),  # a0, a1 unseen: 1 - 2
+        (0.01, "acq", "b", {}, "again 0.010 pace"),  # a0 and a1 are due: again after one RTT
+        (0.02, "rel", "a0", 200, rl(3, 1)),  # 3 > 1: the server counted a0 before a2, 0 left
+        (0.02, "rel", "a1", 200, rl(2, 1)),  # and a1: 1 left
+        (0.02, "acq", "b", {}, "send 0.000"),  # the unit a probe booked at 0.01 would leave unused
+        (0.02, "acq", "c", {}, "again 0.014 pace"),  # b is due
+        (0.03, "rel", "b", 200, rl(0, 1)),
+        (0.03, "acq", "c", {}, "send 1.000 pace"),
+    ]),
+    "an answer before the reading's, counted after it, stays spent: the reading in force bounds it": (
+        {}, [
+            *burst(4, 0.0, "a", "send 0.000"),
+            (0.01, "rel", "a1", 200, rl(5, 1)),  # a0, a2, a3 unseen: 2 left
+            (0.01, "rel", "a0", 200, rl(3, 1)),  # 3 < 5: counted after a1, as the reading assumed
+            (0.01, "rel", "a3", 200, rl(4, 1)),  # 4 - 1 (a2) would say 3, but a0 came after a3
+            *burst(3, 0.01, "b", ["send 0.000", "send 0.000", "again 0.010 pace"]),  # a third: a 429
+        ],
+    ),
+    "an answer sent before the reading came that left more than it said was counted first": ({}, [
+        *burst(2, 0.0, "a", "send 0.000"),
+        (0.01, "rel", "a0", 200, rl(5, 1)),  # a1 unseen: 4 left
+        (0.01, "rel", "a1", 200, rl(6, 1)),  # granted after a0, counted before it: 5 left, a0's stands
+        *burst(6, 0.01, "b", ["send 0.000"] * 5 + ["again 0.010 pace"]),  # 6 would overspend
     ]),
     "at 0 left one probe goes at Reset and the rest come after its answer": ({"rand": [0.5, 0.5, 0.5, 0.0]}, [
         (0.0, "acq", "a", {}, "send 0.000"),
@@ -238,11 +275,12 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
     ]),
     "whole-second Reset of a 10/s bucket costs at most a second, never a pace of 1/s": ({}, [
         *burst(4, 0.0, "a", "send 0.000"),
-        *oks(0.01, ["a0", "a1", "a2"], rl(6, 1)),
-        (0.01, "rel", "a3", 200, rl(6, 1)),
-        *burst(7, 0.01, "b", ["send 0.000"] * 6 + ["send 1.000 pace"]),
-        (1.02, "rel", "b6", 200, rl(9, 1)),
-        *burst(9, 1.02, "c", "send 0.000"),
+        *[(0.01, "rel", f"a{i}", 200, rl(9 - i, 1)) for i in range(4)],  # 6 left after each
+        *burst(7, 0.01, "b", ["send 0.000"] * 6 + ["again 0.010 pace"]),  # b6: b0-b5 are due
+        *[(0.02, "rel", f"b{i}", 200, rl(5 - i, 1)) for i in range(6)],
+        (0.02, "acq", "b6", {}, "send 1.000 pace"),  # the probe, at the last reading's Reset
+        (1.03, "rel", "b6", 200, rl(9, 1)),
+        *burst(9, 1.03, "c", "send 0.000"),
     ]),
     "a fixed window of 10 per 60 s with X-RateLimit sends all 8 of 8": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
@@ -253,16 +291,19 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         *burst(2, 0.0, "a", "send 0.000"),
         (0.01, "rel", "a1", 200, rl(5, 1)),  # a0 still in flight: 4 left
         (0.02, "rel", "a0", 200, rl(0, 1)),
-        *burst(5, 0.02, "b", ["send 0.000"] * 4 + ["send 0.990 pace"]),
+        *burst(5, 0.02, "b", ["send 0.000"] * 4 + ["again 0.012 pace"]),  # a1's 4, b0-b3 due
     ]),
     "a reading does not count attempts still in flight: they may reach the server after it": ({}, [
         *burst(3, 0.0, "a", "send 0.000"),
         (0.01, "rel", "a2", 200, rl(5, 1)),  # a0 and a1, sent before a2, may arrive after it
-        *burst(4, 0.01, "b", ["send 0.000"] * 3 + ["send 1.000 pace"]),
+        *burst(4, 0.01, "b", ["send 0.000"] * 3 + ["again 0.010 pace"]),  # b0-b2 are due
         *oks(0.02, ["a0", "a1"], rl(4, 1)),  # older readings: they change nothing
-        (0.02, "acq", "c", {}, "again 1.004 pace"),  # after the probe's answer: 0.99 + one RTT
-        (0.03, "rel", "b0", 200, rl(1, 1)),  # b1, b2 and the probe b3 unseen: 1 - 3, overspent
-        (0.03, "acq", "d", {}, "send 1.000 pace"),  # the new reading's own probe, at its Reset
+        (0.02, "acq", "c", {}, "again 0.014 pace"),  # b0-b2 still due
+        (0.03, "rel", "b0", 200, rl(1, 1)),  # b1, b2 unseen: 1 - 2, overspent
+        (0.03, "acq", "d", {}, "again 0.015 pace"),
+        (0.04, "rel", "b1", 200, rl(0, 1)),
+        (0.04, "rel", "b2", 200, rl(0, 1)),
+        (0.04, "acq", "d", {}, "send 1.000 pace"),  # nothing due: the probe, at the last Reset
     ]),
     "a budget past its Reset no longer holds": ({}, [
         (0.0, "acq", "a", {}, "send 0.000"),
@@ -281,7 +322,7 @@ SCENARIOS: Dict[str, Tuple[Dict[str, Any], List[Event]]] = {
         (0.01, "rel", "a2", 200, rl(5, 1)),  # a0 and a1 unseen: 3 left
         (0.02, "rel", "a0", 200, rl(7, 1)),  # 7 > 5: the server saw a0 before a2: 4 left
         (0.02, "rel", "a1", 200, rl(4, 1)),  # 4 < 5: after a2, as the reading assumed
-        *burst(5, 0.02, "b", ["send 0.000"] * 4 + ["send 0.990 pace"]),
+        *burst(5, 0.02, "b", ["send 0.000"] * 4 + ["again 0.014 pace"]),  # b0-b3 are due
     ]),
     # -- rule 5: unknown pace ---------------------------------------------------------------------
     "slow start: four first attempts in flight, the fifth asks again": ({"rand": [0.5]}, [

@@ -65,13 +65,21 @@ local budget = budget_valid(now)
 local probe = 0  -- when this attempt goes as the budget's one probe (0: not the probe)
 if budget and st.budget_left <= 0 then
   local hold = st.budget_until
-  if st.stated_interval > 0 then
-    hold = math.min(hold, st.reading_at + st.stated_interval * (1 - st.budget_left))
+  local exact = math.max(cfg, st.stated_interval)  -- a configured pace is as exact as a stated one
+  if exact > 0 then
+    hold = math.min(hold, st.reading_at + exact * (1 - st.budget_left))
   end
   if st.probe_at >= hold then
     local wait = math.max(start, hold) - now + pause()
     if time_left < 0 or wait <= time_left then return answer(AGAIN, wait, PACE) end
     return answer(REFUSED, wait, PACE)
+  end
+  -- Answers still due, no probe out since the reading: they settle the budget (_pacing.py says why).
+  if flight > 0 and st.probe_at <= st.reading_at and exact == 0 then
+    local p = pause()
+    if now + p < math.max(start, hold) and (time_left < 0 or p < time_left) then
+      return answer(AGAIN, p, PACE)
+    end
   end
   if hold > start then start, source = hold, PACE end
   probe = hold

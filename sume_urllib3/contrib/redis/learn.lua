@@ -35,17 +35,24 @@ local function learn(at, entry, slot, seq, epoch, inflight, status, retry_after,
     st.stated_interval = clamp(math.ceil(window * SLACK_PERCENT / (100 * limit)))
     st.stated_limit = limit
   end
-  if remaining >= 0 and reset > 0 and seq >= st.reading_seq then
+  -- Counted as unseen by the reading, and it left more than the reading said (_pacing.py says why).
+  local earlier = was_out and (seq < st.reading_seq or (slot > 0 and slot <= st.reading_at))
+    and remaining > st.reading_remaining and budget_valid(at)
+  if remaining >= 0 and reset > 0 and seq >= st.reading_seq and not earlier then
     -- Not counted in this reading yet: granted after it, and granted before it still in flight.
     local unseen = st.seq - seq
     for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
       local granted = tonumber(string.match(member, '^(%d+):'))  -- nil: an older version's entry
       if granted ~= nil and granted < seq then unseen = unseen + 1 end
     end
-    st.budget_left, st.budget_until = remaining - unseen, at + reset
+    local left = remaining - unseen
+    if slot > 0 and slot <= st.reading_at and budget_valid(at) then
+      -- Overlapping the reading in force: what it leaves bounds this one (_pacing.py says why).
+      left = math.min(left, st.budget_left)
+    end
+    st.budget_left, st.budget_until = left, at + reset
     st.reading_seq, st.reading_at, st.reading_remaining = seq, at, remaining
-  elseif was_out and seq < st.reading_seq and remaining > st.reading_remaining and budget_valid(at) then
-    -- An older answer the reading counted as unseen, which the server had counted already.
+  elseif earlier then
     st.budget_left = st.budget_left + 1
   end
   if status == 429 then
