@@ -205,7 +205,7 @@ ABLATIONS: Tuple[Ablation, ...] = (
         "the next turn is not one step of the new pace after the 429",
         THROTTLE_SERVERS,
         ("py", "st.theoretical_arrival = max(st.theoretical_arrival, now + pace(st, cfg, now)[0])", "pass"),
-        ("lua", "st.theoretical_arrival = math.max(st.theoretical_arrival, now + pace())", ""),
+        ("lua", "st.theoretical_arrival = math.max(st.theoretical_arrival, at + pace(at))", ""),
     ),
     Ablation(
         "span-floor",
@@ -219,8 +219,8 @@ ABLATIONS: Tuple[Ablation, ...] = (
         ),
         (
             "lua",
-            "local span = math.max(now - st.successes_since, retry_after, SECOND)",
-            "local span = math.max(now - st.successes_since, 1)",
+            "local span = math.max(at - st.successes_since, retry_after, SECOND)",
+            "local span = math.max(at - st.successes_since, 1)",
         ),
     ),
     Ablation(
