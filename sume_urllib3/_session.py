@@ -15,6 +15,7 @@ from . import _sleeping
 from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
 from ._budget import RetryBudget
 from ._checks import check_url, setting
+from ._environment import EnvironmentSettings
 from ._errors import ConfigurationError
 from ._fleet import Fleet, LocalFleet
 from ._helpers import RandomSource, header_value, is_loopback, is_visible_ascii, origin, plain_http_refusal
@@ -139,6 +140,7 @@ class SumeSession(requests.Session):
         self._api_key = setting(api_key, "SUME_API_KEY", check_api_key)
         self.base_url = setting(base_url, "SUME_API_BASE_URL", check_base_url, DEFAULT_BASE_URL)
         self._prefix = self.base_url + "/"
+        self._environment = EnvironmentSettings()
         self._origin = origin(self.base_url)
         self._base_refusal = plain_http_refusal(self.base_url)
         self.auth_header = check_auth_header(auth_header)
@@ -401,6 +403,14 @@ class SumeSession(requests.Session):
                     else key_ids(self._origin_name, sent_key(headers))
                 )
         return prepared
+
+    def merge_environment_settings(
+        self, url: Union[str, bytes, None], proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> Any:
+        """As requests merges them, with the environment read again only when it changed."""
+        return self._environment.merge(
+            super().merge_environment_settings, self, url, proxies, stream, verify, cert
+        )
 
     def _is_ours(self, url: str) -> bool:
         """True when ``url`` is on the base URL's origin (the only one the key goes to)."""
