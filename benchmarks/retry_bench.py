@@ -210,9 +210,27 @@ def _checked(send: Callable[[], requests.Response]) -> Callable[[], requests.Res
 RETRYABLE_ERRORS = (requests.ConnectionError, requests.Timeout, _Retryable)
 
 
-def plain_session(adapter: Optional[HTTPAdapter] = None) -> requests.Session:
+class RememberingSession(requests.Session):
+    """A requests.Session that reads the environment as SumeSession does: again only on a change.
+
+    SumeSession spares requests its scan of ``os.environ`` for proxies on every request
+    (sume_urllib3/_environment.py); next to this session, a SumeSession's ratio is the cost of
+    its own code alone.
+    """
+
+    def __init__(self) -> None:
+        from sume_urllib3._environment import EnvironmentSettings
+
+        super().__init__()
+        self._environment = EnvironmentSettings()
+
+    def merge_environment_settings(self, *args: Any) -> Any:
+        return self._environment.merge(super().merge_environment_settings, self, *args)
+
+
+def plain_session(adapter: Optional[HTTPAdapter] = None, remembering: bool = False) -> requests.Session:
     """A requests.Session sending the same headers SumeSession sends (the key)."""
-    session = requests.Session()
+    session = RememberingSession() if remembering else requests.Session()
     session.headers["x-api-key"] = API_KEY
     if adapter is not None:
         session.mount("http://", adapter)
@@ -305,7 +323,17 @@ def build_variants(server_url: str, names: Optional[Sequence[str]] = None) -> Li
             "plain-get",
             lambda: _get_default_timeout(sume_session(server_url + "/v1"), PATH[len("/v1") :]),
         ),
+        "env-get": (
+            "requests.Session GET, environment read as SumeSession reads it",
+            "plain-get",
+            lambda: _get(plain_session(remembering=True), url),
+        ),
         "plain-post": ("requests.Session POST json", "plain-post", lambda: _post(plain_session(), post_url)),
+        "env-post": (
+            "requests.Session POST json, environment read as SumeSession reads it",
+            "plain-post",
+            lambda: _post(plain_session(remembering=True), post_url),
+        ),
         "sume-post": (
             "SumeSession POST json (defaults, Idempotency-Key)",
             "plain-post",
@@ -321,6 +349,13 @@ def build_variants(server_url: str, names: Optional[Sequence[str]] = None) -> Li
                     "mem-plain-get",
                     lambda: _get(plain_session(use_memory_transport(HTTPAdapter())), mem_url),
                 ),
+                "mem-env-get": (
+                    "in memory: requests.Session GET, environment read as SumeSession reads it",
+                    "mem-plain-get",
+                    lambda: _get(
+                        plain_session(use_memory_transport(HTTPAdapter()), remembering=True), mem_url
+                    ),
+                ),
                 "mem-sume-get": (
                     "in memory: SumeSession GET",
                     "mem-plain-get",
@@ -330,6 +365,13 @@ def build_variants(server_url: str, names: Optional[Sequence[str]] = None) -> Li
                     "in memory: requests.Session POST json",
                     "mem-plain-post",
                     lambda: _post(plain_session(use_memory_transport(HTTPAdapter())), mem_post),
+                ),
+                "mem-env-post": (
+                    "in memory: requests.Session POST json, environment read as SumeSession reads it",
+                    "mem-plain-post",
+                    lambda: _post(
+                        plain_session(use_memory_transport(HTTPAdapter()), remembering=True), mem_post
+                    ),
                 ),
                 "mem-sume-post": (
                     "in memory: SumeSession POST json",
