@@ -328,6 +328,13 @@ def build_variants(server_url: str, names: Optional[Sequence[str]] = None) -> Li
             "plain-get",
             lambda: _get(plain_session(remembering=True), url),
         ),
+        "host-get": (
+            "SumeSession GET, fleet=HostFleet()",
+            "plain-get",
+            lambda: _get_default_timeout(
+                sume_session(server_url + "/v1", fleet=_host_fleet()), PATH[len("/v1") :]
+            ),
+        ),
         "plain-post": ("requests.Session POST json", "plain-post", lambda: _post(plain_session(), post_url)),
         "env-post": (
             "requests.Session POST json, environment read as SumeSession reads it",
@@ -338,6 +345,13 @@ def build_variants(server_url: str, names: Optional[Sequence[str]] = None) -> Li
             "SumeSession POST json (defaults, Idempotency-Key)",
             "plain-post",
             lambda: _post(sume_session(server_url + "/v1"), POST_PATH[len("/v1") :], timeout=None),
+        ),
+        "host-post": (
+            "SumeSession POST json, fleet=HostFleet()",
+            "plain-post",
+            lambda: _post(
+                sume_session(server_url + "/v1", fleet=_host_fleet()), POST_PATH[len("/v1") :], timeout=None
+            ),
         ),
     }
     if URLLIB3_2:
@@ -378,6 +392,16 @@ def build_variants(server_url: str, names: Optional[Sequence[str]] = None) -> Li
                     "mem-plain-post",
                     lambda: _post(_memory_sume(), POST_PATH[len("/v1") :], timeout=None),
                 ),
+                "mem-host-get": (
+                    "in memory: SumeSession GET, fleet=HostFleet()",
+                    "mem-plain-get",
+                    lambda: _get_default_timeout(_memory_sume(fleet=_host_fleet()), PATH[len("/v1") :]),
+                ),
+                "mem-host-post": (
+                    "in memory: SumeSession POST json, fleet=HostFleet()",
+                    "mem-plain-post",
+                    lambda: _post(_memory_sume(fleet=_host_fleet()), POST_PATH[len("/v1") :], timeout=None),
+                ),
             }
         )
     wanted = list(makers) if not names else list(names)
@@ -391,8 +415,17 @@ def build_variants(server_url: str, names: Optional[Sequence[str]] = None) -> Li
     return [Variant(n, makers[n][0], makers[n][1], makers[n][2]()) for n in makers if n in wanted]
 
 
-def _memory_sume() -> requests.Session:
-    session = sume_session(MEMORY_ORIGIN + "/v1")
+def _host_fleet() -> Any:
+    """A HostFleet on a file of its own (issue 36: one process with it within these targets)."""
+    import tempfile
+
+    from sume_urllib3 import HostFleet
+
+    return HostFleet(os.path.join(tempfile.mkdtemp(prefix="sume-bench-"), "fleet.sqlite3"))
+
+
+def _memory_sume(**kwargs: Any) -> requests.Session:
+    session = sume_session(MEMORY_ORIGIN + "/v1", **kwargs)
     adapter = session.get_adapter(MEMORY_ORIGIN)
     assert isinstance(adapter, HTTPAdapter)
     use_memory_transport(adapter)
