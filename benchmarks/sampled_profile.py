@@ -17,7 +17,8 @@ no per-call cost) and prints:
   first alone, are the variant's cost.
 
 ``decision`` samples ``SumeRetry().increment`` on the canned 503 of ``retry_bench.py`` against
-stock ``Retry.increment`` instead of a request.
+stock ``Retry.increment`` instead of a request; ``decision-live`` does the same on a 503 read
+from the loopback server, each drained afterwards unsampled.
 
     python benchmarks/sampled_profile.py mem-sume-get              # 20 s, functions
     python benchmarks/sampled_profile.py decision --lines --top 40 # lines
@@ -65,15 +66,33 @@ def _pair(name: str, server_url: str) -> Pair:
     """How to make each call's argument, the variant's call and its baseline's."""
     import retry_bench
 
-    if name == "decision":
+    if name in ("decision", "decision-live"):
         from urllib3.util.retry import Retry
 
         from sume_urllib3 import SumeRetry
 
         stock = Retry(total=6, backoff_factor=0.5, status_forcelist=sorted(retry_bench.RETRY_STATUSES))
         ours = SumeRetry(sleep=lambda seconds: None)
+        make: Callable[[], Any] = retry_bench.canned_503  # a fresh unread 503 each, made unsampled
+        if name == "decision-live":
+            from urllib3 import HTTPConnectionPool
+
+            host, port = server_url.rsplit("/", 1)[-1].split(":")
+            pool = HTTPConnectionPool(host, int(port), maxsize=1, retries=False)
+            last: List[Any] = []
+
+            def make() -> Any:
+                # The one before is drained and its connection given back here, unsampled, as
+                # retry_bench.py does after timing each increment.
+                while last:
+                    done = last.pop()
+                    done.drain_conn()
+                    done.release_conn()
+                last.append(pool.urlopen("GET", "/503", retries=False, redirect=False, preload_content=False))
+                return last[0]
+
         return (
-            retry_bench.canned_503,  # a fresh unread 503 for each increment, made unsampled
+            make,
             lambda response: ours.increment("GET", "/503", response=response),
             lambda response: stock.increment("GET", "/503", response=response),
         )
@@ -88,7 +107,7 @@ def _loop(name: str, seconds: float) -> None:
 
     server: Optional[LoopbackServer] = None
     url = "http://127.0.0.1:9"
-    if name != "decision" and not name.startswith("mem-"):
+    if name != "decision" and not name.startswith("mem-"):  # decision-live needs the server
         server = LoopbackServer()
         server.start()
         url = server.url
@@ -171,7 +190,9 @@ def summarise(raw_lines: Sequence[str], lines: bool, top: int) -> List[str]:
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("variant", help="a retry_bench.py variant (mem-sume-get, ...) or 'decision'")
+    parser.add_argument(
+        "variant", help="a retry_bench.py variant (mem-sume-get, ...), 'decision' or 'decision-live'"
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="how long to sample (20)")
     parser.add_argument("--rate", type=int, default=1000, help="samples per second (1000)")
     parser.add_argument("--lines", action="store_true", help="per line rather than per function")
