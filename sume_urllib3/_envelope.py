@@ -107,7 +107,7 @@ def parse_envelope(
         message=short_text(_pick(error, top, "message"), 500) if message else None,
         request_id=request_id,
         retryable=retryable if isinstance(retryable, bool) else None,
-        next_action=None if next_action is None else short_text(next_action),
+        next_action=short_text(next_action),
     )
 
 
