@@ -254,6 +254,13 @@ def performance_targets(f: Dict[str, Any]) -> List[str]:
         ),
         line(f"one retry end to end at most {ratio(1.08)}", [one["ratio"]], 1.08),
     ]
+    if "floor" in canned:
+        # Not a target: what any decision that reads and parses the body must cost at least.
+        lines.append(
+            "| (no target) the floor: stock's `increment`, then the body read, parsed and put back "
+            "and the connection given back, canned / live "
+            f"| {ratio(canned['floor']['ratio'], 1)} / {ratio(live['floor']['ratio'], 1)} | — |"
+        )
     return lines
 
 
