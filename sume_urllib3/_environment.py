@@ -1,10 +1,11 @@
 """requests' reading of the environment, done again only when the environment changes.
 
 With ``trust_env`` on (its default), every ``requests.Session.request`` scans the whole of
-``os.environ`` three times for ``*_proxy`` variables, decoding each name and value, before it
-sends a byte: about 100 µs per request with 35 variables on the project's 2-core machine, a
-quarter of an in-memory request, and linear in the variables' count (a Kubernetes pod holds
-one set per service in its namespace: psf/requests#5600, python/cpython#91539).
+``os.environ`` for ``*_proxy`` variables (twice: the bypass check, then the proxies), decoding
+each name and value, before it sends a byte: 92 µs per request with the 35 variables of the
+project's 2-core machine, a quarter of an in-memory request (the command is in
+benchmarks/RESULTS-retry.md), and linear in their count (a Kubernetes pod holds one set per
+service in its namespace: psf/requests#5600, python/cpython#91539).
 
 ``EnvironmentSettings`` keeps what requests' ``merge_environment_settings`` returned for the
 same inputs (the URL's origin, the call's and the session's proxies, stream, verify and cert)
