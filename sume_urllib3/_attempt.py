@@ -216,11 +216,13 @@ def decide_response(
     urllib3 never showed the retry (old requests streaming around urllib3).
     """
     policy = policy or context.policy or retry.policy
-    status = status_of(raw) or 0
+    status = getattr(raw, "status", None)  # status_of, inline: this runs on every decision
+    if not isinstance(status, int):
+        status = 0
     headers = getattr(raw, "headers", None)
     envelope = _NO_HINTS
     if status >= 400:
-        deadline = context.deadline(policy)
+        deadline = context.start + policy.max_elapsed
         prefix, decoded = peek_body(raw, policy.peek_limit, lambda: retry._now() >= deadline)
         envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False)
     # Measured after the peek: reading a slow body is part of the elapsed time.
@@ -229,25 +231,19 @@ def decide_response(
     decision = policy.decide(
         status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=retry.rng
     )
-    if decision.retry:
+    verdict = decision.verdict
+    retry_in = None
+    if verdict is Verdict.RETRY:
         refusal = retry._refusal(context, method)
         if refusal:
             decision = Decision(
                 Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
             )
-    retry_in = None
-    if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
+            verdict = Verdict.NO_RETRY
+    if verdict is Verdict.STOP or verdict is Verdict.NO_RETRY:
         retry_in = _retry_in(policy, retry_after, context.retries, retry.rng)
-    return frozen(
-        Attempt,
-        status=status,
-        code=envelope.code,
-        request_id=envelope.request_id,
-        next_action=envelope.next_action,
-        decision=decision,
-        error=None,
-        at=now,
-        retry_in=retry_in,
+    return Attempt(
+        status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
     )
 
 

@@ -9,8 +9,10 @@ import time
 import warnings
 from typing import Any, Callable, Collection, Dict, Iterable, Optional
 
+import urllib3.response
 from urllib3.exceptions import MaxRetryError, ResponseError
-from urllib3.util.retry import Retry
+from urllib3.response import HTTPResponse
+from urllib3.util.retry import RequestHistory, Retry
 
 from . import _sleeping
 from ._attempt import (
@@ -39,6 +41,8 @@ from ._retry_after import parse_retry_after
 from ._state import Attempt, RequestContext, current
 
 log = logging.getLogger("sume_urllib3")
+# urllib3's own line for each retry it counts, kept where urllib3 writes it.
+_urllib3_log = logging.getLogger("urllib3.util.retry")
 
 # Retry arguments that only some urllib3 versions accept; kept as attributes elsewhere.
 _BASE_PARAMS = frozenset(inspect.signature(Retry.__init__).parameters)
@@ -88,6 +92,8 @@ class SumeRetry(Retry):
 
     #: The wait ``increment`` decided for the retry this object was made for (None: none).
     _sume_wait: Optional[float] = None
+    #: A lone retry's request (no adapter joined), on the objects its increments returned.
+    _sume_request: Optional[RequestContext] = None
 
     def __init__(
         self,
@@ -165,11 +171,10 @@ class SumeRetry(Retry):
             # urllib3's increment only moves the counters: copy instead of validating
             # every argument again (what Retry.__init__ does with these, done here), and
             # copy the attributes directly (copy.copy goes through __reduce_ex__: 3x slower).
-            state = self.__dict__.copy()
-            state.update(kw)
+            state = {**self.__dict__, **kw}
             state.pop("_sume_wait", None)
             new = object.__new__(type(self))
-            new.__dict__.update(state)
+            new.__dict__ = state
             if kw.get("redirect") is False or kw.get("total") is False:
                 new.redirect, new.raise_on_redirect = 0, False
             new.history = new.history or ()
@@ -262,11 +267,16 @@ class SumeRetry(Retry):
         return self._joined() is None and (method or "").upper() in BODY_METHODS
 
     def _joined(self) -> Optional[RequestContext]:
-        """The request this retry serves: the adapter's, or a lone retry's own once it began."""
+        """The request this retry serves: the adapter's, or a lone retry's own once it began.
+
+        A lone retry's request rides on the object its first ``increment`` returned (urllib3
+        carries that object to the next attempt), not on the thread: nothing is left behind on
+        the thread for the next request, and no context variable is set per decision.
+        """
         context = current.get()
-        if context is not None and (context.adapter is not None or context.expect is self):
+        if context is not None and context.adapter is not None:
             return context
-        return None
+        return self._sume_request
 
     def get_backoff_time(self) -> float:
         """The wait decided for the retry this object was made for (0.0 for any other object).
@@ -295,7 +305,7 @@ class SumeRetry(Retry):
 
     def sleep(self, response: Any = None) -> None:
         """Wait what the policy (and the fleet) decided, but never past the deadline."""
-        context = current.get()
+        context = self._joined()
         wait = self._sume_wait
         if wait is None and context is not None:
             wait = context.next_wait  # the adapter's resend of a body that broke mid-read
@@ -324,16 +334,25 @@ class SumeRetry(Retry):
         _stacktrace: Any = None,
     ) -> SumeRetry:
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``."""
-        raw = _raw_response(response)
-        if error is None and raw is None:
-            # A bare count (no response, no error): urllib3's own rules apply.
-            return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
-        if error is None and _redirect_location(raw):
-            return self._redirect(method, url, raw, _pool, _stacktrace)
-        if error is not None and self.total is False:
+        if isinstance(response, _URLLIB3_RESPONSE):
+            # What urllib3 hands increment: its redirects decided by REDIRECT_STATUSES alone
+            # (get_redirect_location's own test, without the call on every decision).
+            raw = response
+            if raw.status in raw.REDIRECT_STATUSES and error is None and _redirect_location(raw):
+                return self._redirect(method, url, raw, _pool, _stacktrace)
+        else:
+            raw = _raw_response(response)
+            if error is None and raw is not None and _redirect_location(raw):
+                return self._redirect(method, url, raw, _pool, _stacktrace)
+        if error is None:
+            if raw is None:
+                # A bare count (no response, no error): urllib3's own rules apply.
+                return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
+        elif self.total is False:
             raise error.with_traceback(_stacktrace)
         context = self._context(method, url)
-        end_turn(context, status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
+        if context.grant is not None:
+            end_turn(context, status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
         policy = context.policy or self.policy
         if error is not None:
             attempt = decide_error(self, context, policy, method, error)
@@ -346,7 +365,7 @@ class SumeRetry(Retry):
                 attempt = Attempt(status_of(raw), None, None, None, decision, at=self._now())
         new: Optional[SumeRetry] = None
         counted_out = False
-        if attempt.decision.retry:
+        if attempt.decision.verdict is Verdict.RETRY:
             new, attempt = self._count(context, attempt, method, url, raw, error, _pool, _stacktrace)
             if new is not None:
                 new._sume_wait = context.next_wait  # what sleep and get_backoff_time answer
@@ -354,12 +373,16 @@ class SumeRetry(Retry):
         context.add(attempt)
 
         decision = attempt.decision
-        if decision.retry and new is not None:
+        if new is not None:
             let_go(raw)  # drained through urllib3, so its connection goes back to the pool
             if context.adapter is None:
-                context.expect = new  # a lone retry: its next increment continues this request
+                new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
             announce_retry(self, context, policy, attempt, method, url)
             return new
+        if context.adapter is None:
+            # urllib3 asks raise_on_status of this object next, and this object may be shared
+            # by other threads: the answer is kept in this thread's context (see raise_on_status).
+            current.set(context)
         if error is None:
             # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
             # as urllib3's Retry does; a refusal of the first response is the answer itself,
@@ -406,7 +429,7 @@ class SumeRetry(Retry):
         new = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         assert isinstance(new, SumeRetry)  # made by self.new
         if context.adapter is None:
-            context.expect = new  # the hop after the redirect continues this request
+            new._sume_request = context  # the hop after the redirect continues this request
         return new
 
     def _paced_by_retry_after(self, raw: Any) -> bool:
@@ -436,9 +459,14 @@ class SumeRetry(Retry):
         Retry-After) waits its turn without spending the budget; others spend it here, at
         the moment the retry is committed to, with the fleet already having spread it.
         """
-        try:
-            new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
-        except MaxRetryError:
+        if error is None:
+            new = self._count_response(method, url, raw)
+        else:
+            try:
+                new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
+            except MaxRetryError:
+                new = None
+        if new is None:
             return None, _stop(attempt, COUNTERS_OUT)
         decision = attempt.decision
         turn = retry_turn(
@@ -448,12 +476,45 @@ class SumeRetry(Retry):
             throttled=attempt.status == 429 or decision.source == "retry_after",
             budget=self.retry_budget,
             rng=self.rng,
-            now=self._now(),
+            now=attempt.at,  # the decision's time, a few µs ago: no second clock read
         )
         if turn.refused is not None:
             return None, _stop(attempt, turn.refused, turn.retry_in)
         context.next_wait = turn.wait
         return new, attempt
+
+    def _count_response(self, method: Optional[str], url: Optional[str], raw: Any) -> Optional[SumeRetry]:
+        """What urllib3's ``Retry.increment`` does for a response it retries (not a redirect):
+        ``total`` and ``status`` count down, the history grows by one entry, ``new`` makes the
+        copy; None when a counter ran out (where urllib3 would raise ``MaxRetryError``).
+
+        Counted here rather than by calling it: urllib3's also asks the response for a redirect
+        location again and formats the error it raises, a fifth of a decision's time. The same
+        on both urllib3 lines; ``tests/test_retry.py`` holds it equal to urllib3's own.
+        """
+        total = self.total
+        if total is not None:
+            total -= 1
+        status_count = self.status
+        status = getattr(raw, "status", None)
+        if raw and status:
+            if status_count is not None:
+                status_count -= 1
+        else:
+            status = None
+        new = self.new(
+            total=total,
+            connect=self.connect,
+            read=self.read,
+            redirect=self.redirect,
+            status=status_count,
+            other=self.other,
+            history=(*self.history, RequestHistory(method, url, None, status, None)),
+        )
+        if new.is_exhausted():
+            return None
+        _urllib3_log.debug("Incremented Retry for (url='%s'): %r", url, new)
+        return new
 
     def _context(self, method: Optional[str], url: Optional[str]) -> RequestContext:
         """The request this increment belongs to: the adapter's, or a lone retry's own."""
@@ -464,7 +525,6 @@ class SumeRetry(Retry):
         # new request, so the deadline counts from now.
         context = RequestContext(self._now(), method=(method or "").upper(), url=url or "")
         context.hops = 1
-        current.set(context)
         return context
 
     def _refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
@@ -598,8 +658,13 @@ def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> 
     return policy
 
 
+#: urllib3's response class (``BaseHTTPResponse`` on 2.x, whose subclasses all decide
+#: redirects by ``REDIRECT_STATUSES``; ``HTTPResponse`` on 1.26).
+_URLLIB3_RESPONSE: type = getattr(urllib3.response, "BaseHTTPResponse", HTTPResponse)
+
+
 def _raw_response(response: Any) -> Any:
-    # responses 0.21 hands increment a requests.Response; everything else a urllib3 one.
+    # responses 0.21 hands increment a requests.Response; urllib3 its own (see increment).
     if response is not None and hasattr(response, "status_code") and hasattr(response, "raw"):
         return response.raw
     return response

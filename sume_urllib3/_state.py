@@ -7,8 +7,7 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
 from ._helpers import frozen, header_value, plural
@@ -17,9 +16,11 @@ from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
 
 
-@dataclass(frozen=True)
-class Attempt:
-    """One consulted attempt: what came back, what the policy said, and when."""
+class Attempt(NamedTuple):
+    """One consulted attempt: what came back, what the policy said, and when.
+
+    A tuple, not a frozen dataclass: one is made on every decision, and a frozen dataclass's
+    ``__init__`` sets each of its eight fields through ``object.__setattr__``."""
 
     status: Optional[int]
     code: Optional[str]
@@ -61,7 +62,6 @@ class RequestContext:
     next_wait: Optional[float] = None  # decided by SumeRetry.increment, slept by sleep
     raise_now = False  # a lone SumeRetry gave up: urllib3 must raise, not return
     raised_by: Any = None  # the SumeRetry whose refusal raise_now answers for
-    expect: Any = None  # a lone SumeRetry: the Retry object its next increment runs on
     fleet: Any = None  # the Fleet consulted before every attempt, or None for no pacing
     grant: Any = None  # the fleet's grant for the attempt in flight, until released
     paced = 0.0  # seconds the fleet held this request beyond the policy's waits
