@@ -660,7 +660,7 @@ def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> 
 
 #: urllib3's response class (``BaseHTTPResponse`` on 2.x, whose subclasses all decide
 #: redirects by ``REDIRECT_STATUSES``; ``HTTPResponse`` on 1.26).
-_URLLIB3_RESPONSE: type = getattr(urllib3.response, "BaseHTTPResponse", HTTPResponse)
+_URLLIB3_RESPONSE: Any = getattr(urllib3.response, "BaseHTTPResponse", HTTPResponse)
 
 
 def _raw_response(response: Any) -> Any:
