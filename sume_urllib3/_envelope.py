@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 from ._helpers import frozen, header_value, printable
 
@@ -86,10 +86,12 @@ def parse_envelope(
         doc = _load(headers, body, limit, decoded)
     except Exception:
         doc = None
-    top: Mapping[str, Any] = doc if isinstance(doc, dict) else _EMPTY
+    top: Mapping[str, Any] = doc if type(doc) is dict else _EMPTY
     error = top.get("error")
-    if not isinstance(error, dict):
+    if type(error) is not dict:
         error = _EMPTY
+    # Each field inside ``error`` first, then at the top level (the Sume surfaces use both);
+    # written out rather than through helpers: this runs on every decision.
     code = short_text(error.get("code")) or short_text(top.get("code"))
     if code is None and isinstance(top.get("error"), str):
         code = short_text(top.get("error"))  # {"error": "rate_limit_exceeded"}
@@ -99,15 +101,19 @@ def parse_envelope(
             request_id = short_text(header(headers, name))
             if request_id:
                 break
-    retryable = _pick(error, top, "retryable")
-    next_action = _pick(error, top, "next_action")
+    retryable = error.get("retryable")
+    if retryable is None:
+        retryable = top.get("retryable")
+    next_action = error.get("next_action")
+    if next_action is None:
+        next_action = top.get("next_action")
     return frozen(  # ErrorEnvelope(...) without its five object.__setattr__: made on every decision
         ErrorEnvelope,
         code=code,
         message=short_text(_pick(error, top, "message"), 500) if message else None,
         request_id=request_id,
         retryable=retryable if isinstance(retryable, bool) else None,
-        next_action=short_text(next_action),
+        next_action=None if next_action is None else short_text(next_action),
     )
 
 
@@ -127,7 +133,20 @@ def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: in
     # Fewer bytes than MAX_OPENINGS cannot hold more openings than that: not counted.
     if not text or (len(text) > MAX_OPENINGS and text.count(b"[") + text.count(b"{") > MAX_OPENINGS):
         return None
-    return _DECODER.decode(text.decode("utf-8"))
+    return _document(text.decode("utf-8"))
+
+
+def _document(text: str) -> Any:
+    """``json.loads(text)`` with the bounded decoder: one JSON value, whitespace around it.
+
+    The decoder's C scanner called directly: ``JSONDecoder.decode`` adds two Python calls and
+    two regular-expression matches to find the same whitespace. Raises on anything else.
+    """
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    value, end = _SCAN(text, start)  # StopIteration on a bad document
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
+        raise ValueError(f"extra data after the JSON value at {end}")
+    return value
 
 
 def _bounded_int(digits: str) -> Any:
@@ -148,6 +167,9 @@ MAX_OPENINGS = 1000
 # One decoder, made once (json.loads with hooks builds a new one per call). Digit strings
 # are capped so a huge int never burns CPU; NaN and Infinity read as unknown.
 _DECODER = json.JSONDecoder(parse_int=_bounded_int, parse_constant=_no_constant)
+_SCAN: Callable[[str, int], Tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+#: What JSON counts as whitespace (str.strip() alone would take more).
+_JSON_SPACE = " \t\n\r"
 
 
 def short_text(value: Any, max_len: int = 200) -> Optional[str]:

@@ -73,9 +73,13 @@ class PrefixedFP:
 
     def close(self) -> None:
         """Drop the prefix and any pending error, and close the wrapped stream."""
+        self.drop()
+        self.inner.close()
+
+    def drop(self) -> None:
+        """Drop the prefix and any pending error: nothing is left to read here."""
         self._rest = _NOTHING
         self._error = None
-        self.inner.close()
 
     def isclosed(self) -> bool:
         """Closed only once the prefix is served, no error is pending and the stream is closed."""
@@ -140,6 +144,9 @@ def peek_body(
                     break
                 pieces.append(piece)
                 got += len(piece)
+                if getattr(fp, "length", None) == 0:
+                    ended = True  # http.client: Content-Length met, no read left to ask for
+                    break
                 if got < limit and expired():
                     cut = True
                     break

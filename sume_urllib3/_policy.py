@@ -177,7 +177,10 @@ class Policy:
 
     def backoff(self, attempt: int, rng: RandomSource = None) -> float:
         """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""
-        ceiling = min(self.backoff_max, self.backoff_base * 2.0 ** min(max(attempt, 0), 64))
+        # min/max spelled out: three builtin calls fewer on every decision.
+        ceiling = self.backoff_base * 2.0 ** (attempt if 0 <= attempt <= 64 else (0 if attempt < 0 else 64))
+        if ceiling > self.backoff_max:
+            ceiling = self.backoff_max
         low, high = self.jitter
         return ceiling * uniform(rng, low, high)
 
@@ -226,7 +229,7 @@ class Policy:
                 reason=f"{label}: attempt cap reached ({plural(self.max_retries, 'retry', 'retries')})",
             )
 
-        asked = _seconds(retry_after, now)
+        asked = None if retry_after is None else _seconds(retry_after, now)
         fixed = rule.wait if rule is not None else None
         if fixed == IN_USE_WAIT:
             fixed = self.in_use_wait

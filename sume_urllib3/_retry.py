@@ -334,8 +334,9 @@ class SumeRetry(Retry):
         _stacktrace: Any = None,
     ) -> SumeRetry:
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``."""
-        if isinstance(response, _URLLIB3_RESPONSE):
-            # What urllib3 hands increment: its redirects decided by REDIRECT_STATUSES alone
+        if type(response) is HTTPResponse or isinstance(response, _URLLIB3_RESPONSE):
+            # What urllib3 hands increment (its exact class asked first: the isinstance of an
+            # io.IOBase goes through ABCMeta): its redirects decided by REDIRECT_STATUSES alone
             # (get_redirect_location's own test, without the call on every decision).
             raw = response
             if raw.status in raw.REDIRECT_STATUSES and error is None and _redirect_location(raw):
