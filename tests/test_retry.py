@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gzip
 import inspect
+import io
 import json
 import pickle
 import random
@@ -115,6 +116,56 @@ def test_is_retry_sends_every_error_status_a_get_may_resend_to_increment(retry: 
 
     assert {200: False, 302: False, 400: True, 402: True, 500: True, 503: True} == get
     assert {400: False, 503: False} == post  # no key here: never resent, so never shown
+
+
+def canned(status: int) -> urllib3.HTTPResponse:
+    """A response as urllib3 hands it to ``increment``: the Sume envelope, body unread."""
+    body = json.dumps({"error": {"code": "overloaded"}, "request_id": "req_1"}).encode()
+    return urllib3.HTTPResponse(
+        body=io.BytesIO(body),
+        headers={"Content-Length": str(len(body))},
+        status=status,
+        preload_content=False,
+    )
+
+
+@pytest.mark.parametrize("total", [None, 0, 1, 3, False])
+@pytest.mark.parametrize("status", [None, 0, 1, 2])
+@pytest.mark.parametrize("code", [429, 503])
+def test_a_retried_response_is_counted_as_urllib3_counts_it(
+    retry: SumeRetry, total: Any, status: Any, code: int
+) -> None:
+    """Counters and history after a retried response are urllib3's own, and so is running out."""
+    stock = Retry(total=total, status=status, redirect=10, status_forcelist=[code])  # SumeRetry: 10
+    ours = SumeRetry(sleep=retry.sleep_function, clock=retry.clock, total=total, status=status)
+    counted = []
+    for each in (stock, ours):
+        try:
+            new = each.increment("GET", "/jobs", response=canned(code))
+        except urllib3.exceptions.MaxRetryError:
+            counted.append("ran out")
+        else:
+            counters = (new.total, new.connect, new.read, new.redirect, new.status, new.other)
+            counted.append((counters, new.history))
+
+    assert counted[0] == counted[1]
+
+
+def test_lone_requests_interleaved_on_one_thread_each_keep_their_own_count(retry: SumeRetry) -> None:
+    """A lone retry's request goes on with the object urllib3 carries, not with the thread.
+
+    Request A's second 503 meets the policy's cap of one retry although request B began on the
+    same thread in between (a streamed body read while another request goes out).
+    """
+    template = SumeRetry(Policy(max_retries=1), sleep=retry.sleep_function, clock=retry.clock)
+
+    a = template.increment("GET", "/a", response=canned(503))
+    b = template.increment("GET", "/b", response=canned(503))
+    with pytest.raises(urllib3.exceptions.MaxRetryError, match=r"attempt cap reached \(1 retry\)"):
+        a.increment("GET", "/a", response=canned(503))
+    with pytest.raises(urllib3.exceptions.MaxRetryError, match=r"attempt cap reached \(1 retry\)"):
+        b.increment("GET", "/b", response=canned(503))
+    assert 1 == len(a.history) == len(b.history)
 
 
 # -- through requests' HTTPAdapter ----------------------------------------------------
