@@ -531,6 +531,8 @@ class SumeRetry(Retry):
     def _refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
         """Why this request may not be sent again (key, body, ``allowed_methods``), or None."""
         method = method or context.method
+        if method in _BODILESS_SAFE and context.replayable and self.allowed_methods is _URLLIB3_METHODS:
+            return None  # a GET (HEAD, DELETE, ...) under urllib3's own methods: asked first, as most are
         refusal = refusal_for(method, context.key) or body_refusal(context, method)
         allowed = self.allowed_methods
         if refusal is None and self._narrowed and allowed and (method or "").upper() not in allowed:
@@ -548,6 +550,9 @@ class SumeRetry(Retry):
         return _sleeping.now(self.clock)
 
 
+#: Methods any request may resend that carry no body (refusal_for and body_refusal agree).
+_BODILESS_SAFE = SAFE_METHODS - BODY_METHODS
+_URLLIB3_METHODS = Retry.DEFAULT_ALLOWED_METHODS
 #: A lone retry's request before its first increment: no key, its body unseen.
 _FRESH = RequestContext(0.0)
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
