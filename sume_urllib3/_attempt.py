@@ -358,7 +358,8 @@ def announce_retry(
                 error=attempt.error,
             )
         )
-    log.debug("sume_urllib3: %s", decision.reason)
+    if log.isEnabledFor(logging.DEBUG):  # the question debug() asks, one call fewer
+        log.debug("sume_urllib3: %s", decision.reason)
 
 
 def _source(decision: Decision, wait: Optional[float]) -> str:

@@ -173,11 +173,14 @@ class SumeRetry(Retry):
             # copy the attributes directly (copy.copy goes through __reduce_ex__: 3x slower).
             state = {**self.__dict__, **kw}
             state.pop("_sume_wait", None)
+            # What Retry.__init__ makes of them (urllib3's new passes every counter, so it
+            # reads the copy's values, as here).
+            if state["redirect"] is False or state["total"] is False:
+                state["redirect"], state["raise_on_redirect"] = 0, False
+            if not state["history"]:
+                state["history"] = ()
             new = object.__new__(type(self))
             new.__dict__ = state
-            if kw.get("redirect") is False or kw.get("total") is False:
-                new.redirect, new.raise_on_redirect = 0, False
-            new.history = new.history or ()
             return new
         kw.setdefault("raise_on_status", self._raise_on_give_up)
         kw.setdefault("policy", self.policy)
@@ -514,7 +517,8 @@ class SumeRetry(Retry):
         )
         if new.is_exhausted():
             return None
-        _urllib3_log.debug("Incremented Retry for (url='%s'): %r", url, new)
+        if _urllib3_log.isEnabledFor(logging.DEBUG):  # the question debug() asks, one call fewer
+            _urllib3_log.debug("Incremented Retry for (url='%s'): %r", url, new)
         return new
 
     def _context(self, method: Optional[str], url: Optional[str]) -> RequestContext:
