@@ -31,7 +31,7 @@ from ._idempotency import (
 )
 from ._keyid import key_ids
 from ._observers import Observers
-from ._policy import Decision, Policy, Verdict
+from ._policy import NO_RETRY, STOP, Decision, Policy
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
 from ._redact import redact_url
 from ._retry import SumeRetry
@@ -408,7 +408,7 @@ class SumeAdapter(HTTPAdapter):
                 context.fallbacks += 1
             if grant.refused:
                 context.fleet_refused = True
-                decision = Decision(Verdict.STOP, reason=f"not sent: {grant.refused}")
+                decision = Decision(STOP, reason=f"not sent: {grant.refused}")
                 # Spread: every caller refused now heard the same next turn.
                 retry_in = refused_retry_in(grant.wait, self.retry.rng)
                 now = _sleeping.now(clock)
@@ -473,7 +473,7 @@ class SumeAdapter(HTTPAdapter):
             return
         reason = f"a 307/308 redirect not followed: {why}"
         now = _sleeping.now(self.retry.clock)
-        context.add(Attempt(None, None, None, None, Decision(Verdict.NO_RETRY, reason=reason), at=now))
+        context.add(Attempt(None, None, None, None, Decision(NO_RETRY, reason=reason), at=now))
         raise SumeRetryError(self._finish(context, request, None, None))
 
     def _redirected(self, first: str, request: requests.PreparedRequest) -> None:
@@ -555,7 +555,7 @@ class SumeAdapter(HTTPAdapter):
         seen = decide_response(self.retry, context, response.raw)
         if seen.decision.retry:
             decision = Decision(
-                Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
+                NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
             )
             seen = Attempt(seen.status, seen.code, seen.request_id, seen.next_action, decision, at=seen.at)
         context.add(seen)

@@ -30,7 +30,7 @@ from ._fleet import ANONYMOUS
 from ._helpers import RandomSource, frozen, uniform
 from ._idempotency import BODY_METHODS
 from ._peek import PrefixedFP, fp_closed, peek_body, release
-from ._policy import Decision, Policy, Verdict
+from ._policy import NO_RETRY, RETRY, STOP, Decision, Policy
 from ._record import RetryEvent, key_prefix, status_label
 from ._redact import redact_url
 from ._retry_after import parse_retry_after
@@ -237,14 +237,14 @@ def decide_response(
     )
     verdict = decision.verdict
     retry_in = None
-    if verdict is Verdict.RETRY:
+    if verdict is RETRY:
         refusal = retry._refusal(context, method)
         if refusal:
             decision = Decision(
-                Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
+                NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
             )
-            verdict = Verdict.NO_RETRY
-    if verdict is Verdict.STOP or verdict is Verdict.NO_RETRY:
+            verdict = NO_RETRY
+    if verdict is STOP or verdict is NO_RETRY:
         retry_in = _retry_in(policy, retry_after, context.retries, retry.rng)
     return Attempt(
         status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
@@ -271,7 +271,7 @@ def decide_error(
     decision = policy.decide_error(
         kind, context.retries, now - context.start, replay_safe=replay_safe, rng=retry.rng
     )
-    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is Verdict.STOP else None
+    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is STOP else None
     return Attempt(
         None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
     )
@@ -297,9 +297,9 @@ def resend_broken_body(
         rng=retry.rng,
     )
     if decision.retry and not counters_allow(retry, context.retries):
-        decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
+        decision = Decision(STOP, reason=f"{why}: {COUNTERS_OUT}")
     if decision.retry and not rewind():
-        decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
+        decision = Decision(NO_RETRY, reason=f"{why}; the request body cannot be rewound")
     wait = decision.wait or 0.0
     retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
     if decision.retry:  # a resend waits its turn and spends the budget like any retry
@@ -307,8 +307,8 @@ def resend_broken_body(
         turn = retry_turn(context, policy, wait, throttled=False, budget=budget, rng=retry.rng, now=now)
         wait, retry_in = turn.wait, turn.retry_in
         if turn.refused is not None:
-            decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
-    if decision.verdict is Verdict.STOP and retry_in is None:
+            decision = Decision(STOP, reason=f"{why}: {turn.refused}")
+    if decision.verdict is STOP and retry_in is None:
         retry_in = decision.wait
         if retry_in is None:
             retry_in = policy.backoff(context.retries, retry.rng)

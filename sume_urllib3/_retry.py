@@ -35,7 +35,7 @@ from ._errors import ConfigurationError
 from ._helpers import RandomSource
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._observers import Observers
-from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
+from ._policy import ANY, DEFAULT_POLICY, NO_RETRY, RETRY, STOP, Decision, Policy, Rule
 from ._redact import redact_url
 from ._retry_after import parse_retry_after
 from ._state import Attempt, RequestContext, current
@@ -261,7 +261,7 @@ class SumeRetry(Retry):
         )
 
     def _retry_row(self, status: int) -> bool:
-        return any(rule.status == status and rule.verdict is Verdict.RETRY for rule in self.policy.rules)
+        return any(rule.status == status and rule.verdict is RETRY for rule in self.policy.rules)
 
     def _is_method_retryable(self, method: str) -> bool:
         return self._refusal(self._joined() or _FRESH, method) is None
@@ -365,11 +365,11 @@ class SumeRetry(Retry):
                 attempt = decide_response(self, context, raw, method, policy)
             except Exception:  # a bug here must not leak the connection or the response
                 log.exception("sume_urllib3: failed to decide on a response; not retrying")
-                decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
+                decision = Decision(NO_RETRY, reason="internal error while deciding")
                 attempt = Attempt(status_of(raw), None, None, None, decision, at=self._now())
         new: Optional[SumeRetry] = None
         counted_out = False
-        if attempt.decision.verdict is Verdict.RETRY:
+        if attempt.decision.verdict is RETRY:
             new, attempt = self._count(context, attempt, method, url, raw, error, _pool, _stacktrace)
             if new is not None:
                 new._sume_wait = context.next_wait  # what sleep and get_backoff_time answer
@@ -399,7 +399,7 @@ class SumeRetry(Retry):
             )
             # The URL's query (a presigned signature) stays out of the message (see _redact).
             raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
-        if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
+        if decision.verdict is STOP and (self._is_connection_error(error) or context.adapter is None):
             # Retries ran out: MaxRetryError, as urllib3 raises it.
             raise MaxRetryError(_pool, redact_url(url), error) from error
         # Not resent (a request that is not replay-safe), or a read failure under SumeAdapter:
@@ -561,14 +561,14 @@ _URLLIB3_METHODS = Retry.DEFAULT_ALLOWED_METHODS
 _FRESH = RequestContext(0.0)
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
 _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
-_GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
+_GIVE_UP = (STOP, NO_RETRY)
 # A fleet's wait longer than the policy's by less than this is the same wait (float noise).
 _HELD = 1e-6
 
 
 def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
     """``attempt`` stopped for ``why``; ``retry_in`` defaults to the wait the retry would have had."""
-    decision = Decision(Verdict.STOP, reason=f"{attempt.label}: {why}")
+    decision = Decision(STOP, reason=f"{attempt.label}: {why}")
     return Attempt(
         attempt.status,
         attempt.code,
@@ -626,8 +626,8 @@ def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
     for status in sorted(statuses):
         rule = policy.match(status, None)
         if rule is None:
-            added.append(Rule(status, ANY, Verdict.RETRY))
-        elif rule.verdict is not Verdict.RETRY:
+            added.append(Rule(status, ANY, RETRY))
+        elif rule.verdict is not RETRY:
             raise ConfigurationError(
                 f"status_forcelist: the policy's row for {status} says {rule.verdict.value}; "
                 "change Policy(rules=...) to decide differently"
