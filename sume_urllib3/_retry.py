@@ -170,8 +170,10 @@ class SumeRetry(Retry):
         if kw.keys() <= _COUNTERS:
             # urllib3's increment only moves the counters: copy instead of validating
             # every argument again (what Retry.__init__ does with these, done here), and
-            # copy the attributes directly (copy.copy goes through __reduce_ex__: 3x slower).
-            state = {**self.__dict__, **kw}
+            # copy the attributes directly (copy.copy goes through __reduce_ex__: 3x slower;
+            # dict.copy keeps an instance dict's shared keys, where {**a, **kw} inserts each).
+            state = self.__dict__.copy()
+            state.update(kw)
             state.pop("_sume_wait", None)
             # What Retry.__init__ makes of them (urllib3's new passes every counter, so it
             # reads the copy's values, as here).
