@@ -226,7 +226,7 @@ def decide_response(
     headers = getattr(raw, "headers", None)
     envelope = _NO_HINTS
     if status >= 400:
-        deadline = context.start + policy.max_elapsed
+        deadline = context.deadline(policy)
         prefix, decoded = peek_body(raw, policy.peek_limit, lambda: retry._now() >= deadline)
         envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False)
     # Measured after the peek: reading a slow body is part of the elapsed time.

@@ -385,19 +385,15 @@ class SumeRetry(Retry):
                 new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
             announce_retry(self, context, policy, attempt, method, url)
             return new
-        if context.adapter is None:
-            # urllib3 asks raise_on_status of this object next, and this object may be shared
-            # by other threads: the answer is kept in this thread's context (see raise_on_status).
-            current.set(context)
         if error is None:
             # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
             # as urllib3's Retry does; a refusal of the first response is the answer itself,
             # and so is a 413/429/503 with Retry-After out of retries (urllib3 returns those).
-            context.raised_by = self
-            context.raise_now = (
-                decision.verdict in _GIVE_UP
+            self._refuse(
+                context,
+                raise_now=decision.verdict in _GIVE_UP
                 and (context.retries > 0 or counted_out)
-                and not self._paced_by_retry_after(raw)
+                and not self._paced_by_retry_after(raw),
             )
             # The URL's query (a presigned signature) stays out of the message (see _redact).
             raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
@@ -430,13 +426,24 @@ class SumeRetry(Retry):
         context = self._context(method, url)
         why = redirect_refusal(context, method, status_of(raw))
         if why is not None:
-            context.raised_by, context.raise_now = self, True
+            self._refuse(context, raise_now=True)
             raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
         new = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         assert isinstance(new, SumeRetry)  # made by self.new
         if context.adapter is None:
             new._sume_request = context  # the hop after the redirect continues this request
         return new
+
+    def _refuse(self, context: RequestContext, *, raise_now: bool) -> None:
+        """Note that this object refused the response, and whether urllib3 must raise.
+
+        urllib3 asks ``raise_on_status`` of this object next, and other threads may share it
+        (a template): the answer waits in this thread's context, made current here for a lone
+        retry's request (an adapter's is current already).
+        """
+        if context.adapter is None:
+            current.set(context)
+        context.raised_by, context.raise_now = self, raise_now
 
     def _paced_by_retry_after(self, raw: Any) -> bool:
         """A status urllib3 retries for its Retry-After alone (not listed in status_forcelist)."""

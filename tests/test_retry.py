@@ -171,6 +171,18 @@ def test_lone_requests_interleaved_on_one_thread_each_keep_their_own_count(retry
 # -- through requests' HTTPAdapter ----------------------------------------------------
 
 
+def test_a_refusal_answers_for_its_own_request_only(fake: FakeSume, retry: SumeRetry) -> None:
+    """A 400 handed back as the answer leaves nothing that makes a later refusal on the thread
+    hand its response back too: a PUT whose 307 would resend its body still raises."""
+    fake.script("GET", "/jobs", Reply.error(400, "invalid_request"))
+    fake.script("PUT", "/upload", Reply(307, headers={"Location": "/regional"}))
+    session = plain_session(retry)
+
+    assert 400 == session.get(fake.url + "/jobs").status_code
+    with pytest.raises(requests.exceptions.RetryError, match="307 redirect not followed"):
+        session.put(fake.url + "/upload", data=b"z" * 100)
+
+
 def test_retries_503_until_success_with_the_policy_schedule(
     fake: FakeSume, retry: SumeRetry, vtime: VirtualTime
 ) -> None:
