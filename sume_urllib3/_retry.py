@@ -501,8 +501,8 @@ class SumeRetry(Retry):
         ``total`` and ``status`` count down, the history grows by one entry, ``new`` makes the
         copy; None when a counter ran out (where urllib3 would raise ``MaxRetryError``).
 
-        Counted here rather than by calling it: urllib3's also asks the response for a redirect
-        location again and formats the error it raises, a fifth of a decision's time. The same
+        Counted here rather than by calling it: urllib3's also asks the response for its
+        redirect location again and formats the error it would raise, on every retry. The same
         on both urllib3 lines; ``tests/test_retry.py`` holds it equal to urllib3's own.
         """
         total = self.total
