@@ -220,9 +220,7 @@ def decide_response(
     urllib3 never showed the retry (old requests streaming around urllib3).
     """
     policy = policy or context.policy or retry.policy
-    status = getattr(raw, "status", None)  # status_of, inline: this runs on every decision
-    if not isinstance(status, int):
-        status = 0
+    status = status_of(raw) or 0
     headers = getattr(raw, "headers", None)
     envelope = _NO_HINTS
     if status >= 400:

@@ -180,7 +180,4 @@ def short_text(value: Any, max_len: int = 200) -> Optional[str]:
     """A short, printable string or None: ids and codes must be safe to log."""
     if not isinstance(value, str):
         return None
-    text = value.strip()
-    if len(text) <= max_len and text.isprintable():
-        return text or None  # what printable() answers for the usual value, without the call
-    return printable(text[:max_len], max_len) or None
+    return printable(value.strip()[:max_len], max_len) or None

@@ -563,8 +563,9 @@ class SumeRetry(Retry):
         return _sleeping.now(self.clock)
 
 
-#: Methods any request may resend that carry no body (refusal_for and body_refusal agree).
-_BODILESS_SAFE = SAFE_METHODS - BODY_METHODS
+#: Methods refusal_for lets any request resend, key or not, and that carry no body (so
+#: body_refusal has nothing to say of a replayable request): asked of the rules themselves.
+_BODILESS_SAFE = frozenset(m for m in SAFE_METHODS - BODY_METHODS if refusal_for(m, None) is None)
 _URLLIB3_METHODS = Retry.DEFAULT_ALLOWED_METHODS
 #: A lone retry's request before its first increment: no key, its body unseen.
 _FRESH = RequestContext(0.0)
