@@ -49,15 +49,14 @@ def _stand_in(part: str, templates: Sequence[Any], copies: int) -> None:
     a retry urllib3 carries on is a new object, and the decision writes on it."""
     import retry_bench
 
-    from sume_urllib3 import _attempt, _budget, _observers, _retry
+    from sume_urllib3 import _attempt, _budget, _retry
     from sume_urllib3._policy import Policy
 
     if part == "envelope":
         envelope = _attempt.parse_envelope(None, retry_bench.ERROR_BODY, message=False)
         _attempt.parse_envelope = lambda *args, **kwargs: envelope  # type: ignore[assignment]
     elif part == "policy":
-        decide = Policy.decide
-        decision = decide(Policy(), 503, "service_unavailable", None, 0, 0.0, None)
+        decision = Policy().decide(503, "service_unavailable", None, 0, 0.0, None)
         Policy.decide = lambda self, *args, **kwargs: decision  # type: ignore[method-assign]
     elif part == "counters":
         spares = {id(template): [template.new() for _ in range(copies)] for template in templates}
@@ -65,7 +64,6 @@ def _stand_in(part: str, templates: Sequence[Any], copies: int) -> None:
     elif part == "let-go":
         _retry.let_go = lambda raw, limit=0: None  # type: ignore[assignment]
     elif part == "announce":
-        _observers.Observers.retry = lambda self, event: None  # type: ignore[method-assign]
         _retry.announce_retry = lambda *args: None  # type: ignore[assignment]
     elif part == "budget":
         _budget.RetryBudget.reserve = lambda self, time_left=0.0: 0.0  # type: ignore[method-assign]
