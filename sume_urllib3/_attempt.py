@@ -173,13 +173,9 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
     if isinstance(fp, PrefixedFP) and fp.complete:
         # The peek read the whole body: what is left is in memory, and dropping it is the
         # drain (reading it back through urllib3 cost a fifth of a decision).
-        try:
-            if fp_closed(fp.inner):
-                fp.drop()  # http.client closed itself at the end of the body: closing it
-                # again would only flush a file that is gone
-            else:
-                fp.close()
-        except Exception:  # not contextlib.suppress: it would build an object on every decision
+        try:  # noqa: SIM105 - contextlib.suppress would build an object on every decision
+            fp.close()
+        except Exception:
             pass
         release(raw)
         return

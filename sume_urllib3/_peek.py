@@ -72,14 +72,13 @@ class PrefixedFP:
         return int(self.inner.fileno())
 
     def close(self) -> None:
-        """Drop the prefix and any pending error, and close the wrapped stream."""
-        self.drop()
-        self.inner.close()
-
-    def drop(self) -> None:
-        """Drop the prefix and any pending error: nothing is left to read here."""
+        """Drop the prefix and any pending error, and close the wrapped stream unless it closed
+        itself (http.client does at the end of a body: closing it again only flushes a file that
+        is gone, on every decision that read its body whole)."""
         self._rest = _NOTHING
         self._error = None
+        if not fp_closed(self.inner):
+            self.inner.close()
 
     def isclosed(self) -> bool:
         """Closed only once the prefix is served, no error is pending and the stream is closed."""
