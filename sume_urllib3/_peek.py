@@ -129,7 +129,9 @@ def peek_body(
         return None, False
     pieces: List[bytes] = []
     cut = False  # stopped by the deadline, not by the end of the body
-    ended = False  # an empty read: the end of the body
+    ended = False  # an empty read, or Content-Length met: the end of the body
+    # What urllib3 has yet to read of a Content-Length body (None: chunked, or unknown).
+    promised = getattr(response, "length_remaining", None)
     try:
         if expired is None or not hasattr(fp, "read1"):
             pieces.append(fp.read(limit))
@@ -143,8 +145,10 @@ def peek_body(
                     break
                 pieces.append(piece)
                 got += len(piece)
-                if getattr(fp, "length", None) == 0:
-                    ended = True  # http.client: Content-Length met, no read left to ask for
+                if got == promised or getattr(fp, "length", None) == 0:
+                    # Content-Length met (urllib3's count, or http.client's): no read is left
+                    # to ask for, nor a deadline to check before it.
+                    ended = True
                     break
                 if got < limit and expired():
                     cut = True
@@ -162,7 +166,6 @@ def peek_body(
     if cut:
         response._fp = PrefixedFP(prefix, fp)
         return prefix, False
-    promised = getattr(response, "length_remaining", None)
     if (
         getattr(response, "enforce_content_length", False)
         and isinstance(promised, int)

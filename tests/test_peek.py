@@ -109,3 +109,33 @@ def test_a_body_read_whole_by_the_peek_gives_its_connection_back() -> None:
     peek_body(response, 100)
 
     assert 1 == response.released
+
+
+class NoReadPastTheEnd(io.BytesIO):
+    """A body on a kept-alive connection: asking for a byte past its end would wait for the
+    server (here it fails the test instead)."""
+
+    def read1(self, size: int = -1) -> bytes:
+        if self.tell() == len(self.getbuffer()):
+            raise AssertionError("read past Content-Length")
+        return super().read1(size)
+
+
+def test_a_body_whose_content_length_is_met_is_not_read_again() -> None:
+    """Once urllib3's Content-Length is met the peek stops: no read past it, and no deadline
+    asked about a read that will not happen; the caller still reads the whole body."""
+    import urllib3
+
+    body = b'{"error": {"code": "queue_full"}}'
+    response = urllib3.HTTPResponse(
+        body=NoReadPastTheEnd(body),
+        headers={"Content-Length": str(len(body))},
+        status=503,
+        preload_content=False,
+    )
+    asked = []
+
+    prefix, _ = peek_body(response, 65536, lambda: bool(asked.append(1)))
+
+    assert (body, [], True) == (prefix, asked, response._fp.complete)
+    assert body == response.read()
