@@ -15,9 +15,11 @@ Parts (the names on the command line): ``envelope`` (the JSON body read into an
 (``Policy.decide``), ``counters`` (urllib3's counters and the copy of the retry), ``let-go``
 (the connection given back), ``announce`` (the debug line, and for the session the
 ``RetryEvent`` and its observers' hooks), ``budget`` (the retry budget; the session's only).
+Parts joined by ``+`` are replaced together; ``all`` replaces every one, so what it leaves is
+the decision's frame (the peek, the request context, the record, the glue between parts).
 
-    python benchmarks/decision_parts.py                 # every part, 2,000 decisions x 5 runs
-    python benchmarks/decision_parts.py envelope policy --decisions 500 --runs 3
+    python benchmarks/decision_parts.py                 # every part, then all, 2,000 decisions x 5 runs
+    python benchmarks/decision_parts.py envelope policy+counters --decisions 500 --runs 3
 
 Not a figure of the docs: it says where to look, and its stand-ins reach into the package's
 private modules, so it follows their names.
@@ -42,7 +44,13 @@ PARTS = ("envelope", "policy", "counters", "let-go", "announce", "budget")
 SETUPS = ("stock", "alone", "session")
 
 
-def _stand_in(part: str, templates: Sequence[Any], copies: int) -> None:
+def _stand_in(parts: str, templates: Sequence[Any], copies: int) -> None:
+    """Replace each of ``parts`` (joined by ``+``; ``all``: every part) with its stand-in."""
+    for part in PARTS if parts == "all" else parts.split("+"):
+        _stand_in_one(part, templates, copies)
+
+
+def _stand_in_one(part: str, templates: Sequence[Any], copies: int) -> None:
     """Replace ``part`` with a stand-in answering what it answered for the canned 503.
 
     The counters' stand-in hands out copies of each template made beforehand (``copies`` each):
@@ -120,8 +128,8 @@ def main(argv: Sequence[str]) -> int:
     if args.child:
         print(json.dumps(measure(args.child, args.decisions, args.runs)))
         return 0
-    parts = args.parts or list(PARTS)
-    unknown = sorted(set(parts) - set(PARTS))
+    parts = args.parts or [*PARTS, "all"]
+    unknown = sorted({p for joined in parts if joined != "all" for p in joined.split("+")} - set(PARTS))
     if unknown:
         parser.error(f"unknown parts {', '.join(unknown)}: choose from {', '.join(PARTS)}")
 
@@ -140,6 +148,7 @@ def main(argv: Sequence[str]) -> int:
     )
     print("| part replaced by its answer | alone: µs saved | x stock | the session's: µs saved | x stock |")
     print("|---|---:|---:|---:|---:|")
+    frame = None
     for part in parts:
         without = child(part)
         row = [part]
@@ -148,6 +157,13 @@ def main(argv: Sequence[str]) -> int:
             saved = whole[name] / whole["stock"] - without[name] / without["stock"]
             row += [f"{saved * whole['stock']:.1f}", f"{saved:.2f}"]
         print("| " + " | ".join(row) + " |")
+        if part == "all":
+            frame = without
+    if frame is not None:
+        print(
+            f"\nWith every part replaced (the frame): SumeRetry() {frame['alone'] / frame['stock']:.2f}x "
+            f"stock, the session's {frame['session'] / frame['stock']:.2f}x."
+        )
     return 0
 
 
