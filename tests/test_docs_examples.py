@@ -24,7 +24,7 @@ DOCS = ROOT / "docs"
 #: A fenced Python block, with the not-run mark that may precede it.
 BLOCK = re.compile(r"^(?:<!-- not-run: (?P<why>[^\n]*?) -->\n)?```python\n(?P<source>.*?)^```", re.S | re.M)
 #: Packages some examples need that the test extra does not install: their examples skip without them.
-OPTIONAL = ("celery", "opentelemetry", "requests_cache", "cachecontrol", "requests_mock", "responses")
+OPTIONAL = ("celery", "opentelemetry", "requests_cache", "cachecontrol", "requests_mock", "responses", "vcr")
 
 
 class Example(NamedTuple):
