@@ -23,7 +23,8 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 #: A fenced Python block, with the not-run mark that may precede it.
 BLOCK = re.compile(r"^(?:<!-- not-run: (?P<why>[^\n]*?) -->\n)?```python\n(?P<source>.*?)^```", re.S | re.M)
-#: Packages some examples need that the test extra does not install: their examples skip without them.
+#: Packages some examples need that not every leg installs (the docs extra, the legacy stack, Python
+#: below 3.10 for vcrpy): their examples skip without them.
 OPTIONAL = ("celery", "opentelemetry", "requests_cache", "cachecontrol", "requests_mock", "responses", "vcr")
 
 
