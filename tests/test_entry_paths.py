@@ -175,8 +175,20 @@ def chunks(total: int = 30_000) -> Iterator[bytes]:
         yield b"x" * 1000
 
 
+def unreplayable(kind: str) -> Tuple[Any, int]:
+    """A body that can be sent once, and how many bytes it sends: a generator, a reader without
+    seek, or requests-toolbelt's real ``MultipartEncoder`` (a streamed upload users send)."""
+    if kind == "generator":
+        return chunks(), 30_000
+    if kind == "reader":
+        return ReaderWithoutSeek(b"y" * 30_000), 30_000
+    toolbelt = pytest.importorskip("requests_toolbelt")
+    encoder = toolbelt.MultipartEncoder(fields={"file": ("y.bin", b"y" * 30_000, "application/octet-stream")})
+    return encoder, encoder.len
+
+
 class ReaderWithoutSeek:
-    """A file-like body with a length and no way back (like requests-toolbelt's MultipartEncoder)."""
+    """A file-like body with a length and no way back (as requests-toolbelt's MultipartEncoder)."""
 
     def __init__(self, data: bytes) -> None:
         self._data = io.BytesIO(data)
@@ -236,22 +248,22 @@ def test_a_post_without_a_key_is_never_resent(fake: FakeSume, way_in: Callable[.
     assert len(fake.requests) == 1
 
 
-@pytest.mark.parametrize("body", ["generator", "reader"])
+@pytest.mark.parametrize("body", ["generator", "reader", "multipart"])
 @pytest.mark.parametrize("name", WAYS)
 def test_an_unreplayable_body_is_not_resent_after_a_503(
     fake: FakeSume, way_in: Callable[..., Way], name: str, body: str
 ) -> None:
     """A generator or a reader without seek is sent once, whole; the caller gets the 503."""
     fake.script("PUT", "/v1/upload", 503, 200)
-    payload: Any = chunks() if body == "generator" else ReaderWithoutSeek(b"y" * 30_000)
+    payload, size = unreplayable(body)
     result = way_in(name).call("PUT", "/upload", body=payload)
     assert len(fake.requests) == 1
-    assert len(fake.requests[0].body) == 30_000
+    assert len(fake.requests[0].body) == size
     assert result.status == 503 or isinstance(result.error, Exception)
     assert result.status != 200
 
 
-@pytest.mark.parametrize("body", ["generator", "reader"])
+@pytest.mark.parametrize("body", ["generator", "reader", "multipart"])
 @pytest.mark.parametrize("status", [307, 308])
 @pytest.mark.parametrize("name", WAYS)
 def test_an_unreplayable_body_is_not_resent_after_a_redirect(
@@ -265,10 +277,10 @@ def test_an_unreplayable_body_is_not_resent_after_a_redirect(
         )
     fake.script("PUT", "/v1/upload", Reply(status, headers={"Location": "/v1/regional"}))
     fake.script("PUT", "/v1/regional", 200)
-    payload: Any = chunks() if body == "generator" else ReaderWithoutSeek(b"y" * 30_000)
+    payload, size = unreplayable(body)
     result = way_in(name).call("PUT", "/upload", body=payload)
     assert [r.path for r in fake.requests] == ["/v1/upload"]
-    assert len(fake.requests[0].body) == 30_000
+    assert len(fake.requests[0].body) == size
     assert result.status != 200
     if result.error is not None:
         assert "redirect" in str(result.error)
