@@ -253,7 +253,8 @@ def test_a_post_without_a_key_is_never_resent(fake: FakeSume, way_in: Callable[.
 def test_an_unreplayable_body_is_not_resent_after_a_503(
     fake: FakeSume, way_in: Callable[..., Way], name: str, body: str
 ) -> None:
-    """A generator or a reader without seek is sent once, whole; the caller gets the 503."""
+    """A generator, a reader without seek or a multipart encoder is sent once, whole; the caller
+    gets the 503."""
     fake.script("PUT", "/v1/upload", 503, 200)
     payload, size = unreplayable(body)
     result = way_in(name).call("PUT", "/upload", body=payload)

@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 import pytest
+import urllib3
 
 from sume_urllib3._peek import PrefixedFP, peek_body
 
@@ -124,8 +125,6 @@ class NoReadPastTheEnd(io.BytesIO):
 def test_a_body_whose_content_length_is_met_is_not_read_again() -> None:
     """Once urllib3's Content-Length is met the peek stops: no read past it, and no deadline
     asked about a read that will not happen; the caller still reads the whole body."""
-    import urllib3
-
     body = b'{"error": {"code": "queue_full"}}'
     response = urllib3.HTTPResponse(
         body=NoReadPastTheEnd(body),
