@@ -572,8 +572,6 @@ _FRESH = RequestContext(0.0)
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
 _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
 _GIVE_UP = (STOP, NO_RETRY)
-# A fleet's wait longer than the policy's by less than this is the same wait (float noise).
-_HELD = 1e-6
 
 
 def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
