@@ -30,7 +30,7 @@ from ._idempotency import (
     validate_idempotency_key,
 )
 from ._keyid import key_ids
-from ._observers import Observers
+from ._observers import Observers, in_own_context
 from ._policy import NO_RETRY, STOP, Decision, Policy
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
 from ._redact import redact_url
@@ -244,15 +244,29 @@ class SumeAdapter(HTTPAdapter):
         context = current.get()
         # Join only a session's request that no other adapter serves; a context a lone
         # SumeRetry left behind on this thread, or another adapter's, is not ours.
-        own = (
-            context is None
-            or not context.owned
-            or (context.adapter is not None and context.adapter is not self)
-        )
-        if own:
+        if context is not None and context.owned and (context.adapter is None or context.adapter is self):
+            return self._serve(context, request, stream, timeout, verify, cert, proxies)
+        if self.retry.observers.starts:  # this call is the logical request, and is announced
+            return in_own_context(self._serve, None, request, stream, timeout, verify, cert, proxies)
+        return self._serve(None, request, stream, timeout, verify, cert, proxies)
+
+    def _serve(
+        self,
+        joined: Optional[RequestContext],
+        request: requests.PreparedRequest,
+        stream: bool,
+        timeout: Any,
+        verify: Union[bool, str],
+        cert: Any,
+        proxies: Optional[Mapping[str, str]],
+    ) -> requests.Response:
+        """One call: a session's request (``joined``), else a logical request of its own."""
+        own = joined is None
+        if joined is None:
             context = RequestContext(_sleeping.now(self.retry.clock))
             token = current.set(context)
-        assert context is not None
+        else:
+            context = joined
         try:
             return self._send(context, request, stream, timeout, verify, cert, proxies)
         except BaseException as exc:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import weakref
-from typing import Any, Dict, Iterable, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, Tuple, TypeVar
 
 from ._errors import ConfigurationError
 from ._record import RequestStart, RetryEvent, SumeObserver, SumeRecord
@@ -73,6 +74,21 @@ class Observers:
                 hook(record)
             except Exception:
                 _failed(observer, "on_outcome")
+
+
+_T = TypeVar("_T")
+
+
+def in_own_context(call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """Run one logical request in a copy of the caller's context (an announced request).
+
+    Whoever tells a request's ``on_start`` (the session, or an adapter used alone) runs the
+    call through this when some observer has that hook: what ``on_start`` makes current (a
+    span) stays current for every attempt, wait and redirect, and is gone when the call
+    returns, even when the outcome comes later (a streamed body, see ``StreamWatch``). The
+    observer never has to undo it, and the caller's context comes back as it was.
+    """
+    return contextvars.copy_context().run(call, *args, **kwargs)
 
 
 def observer_tuple(observers: object) -> Tuple[SumeObserver, ...]:

@@ -105,8 +105,11 @@ class SumeObserver(Protocol):
     """Receives every retry and every final outcome, on the requesting thread.
 
     An observer may also have ``on_start(RequestStart)`` (called once before the first
-    attempt, always followed by exactly one ``on_outcome`` on the same thread) and
-    ``on_job(JobEvent)`` (job polls and endings); neither is required.
+    attempt, always followed by exactly one ``on_outcome``) and ``on_job(JobEvent)`` (job
+    polls and endings); neither is required. With ``on_start`` present, the request runs in
+    a copy of the caller's ``contextvars`` context, so what ``on_start`` sets is seen by the
+    request's other hooks and gone when the call returns. A streamed response's outcome
+    (``stream=True``) comes when its body ends, on whichever thread ends it, in that context.
     """
 
     def on_retry(self, event: RetryEvent) -> None:

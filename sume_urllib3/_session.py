@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Callable, Dict, Iterable, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 import requests
@@ -23,7 +23,7 @@ from ._jobs import Jobs
 from ._keyid import key_ids, origin_name, sent_key
 from ._logging import LoggingObserver
 from ._metrics import SumeMetrics
-from ._observers import Observers
+from ._observers import Observers, in_own_context
 from ._policy import Policy
 from ._record import SumeObserver
 from ._redact import redact_error, secrets_of
@@ -258,13 +258,27 @@ class SumeSession(requests.Session):
         """
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
+        if self._announced():
+            return in_own_context(self._request, _text(method), _text(url), args, policy, kwargs)
+        return self._request(_text(method), _text(url), args, policy, kwargs)
+
+    def _announced(self) -> bool:
+        """Whether a request here is told to an observer's ``on_start`` (by the SumeAdapter serving it)."""
+        for adapter in self.adapters.values():
+            if isinstance(adapter, SumeAdapter) and adapter.retry.observers.starts:
+                return True
+        return False
+
+    def _request(
+        self, method: str, url: str, args: Tuple[Any, ...], policy: Optional[Policy], kwargs: Dict[str, Any]
+    ) -> requests.Response:
         adapter = self.adapter
         clock = adapter.retry.clock
         context = RequestContext(_sleeping.now(clock), policy=policy, owned=True)
         context.fleet = adapter.fleet
         token = current.set(context)
         try:
-            return super().request(_text(method), _text(url), *args, **kwargs)
+            return super().request(method, url, *args, **kwargs)
         except Exception as exc:
             # Raised before the adapter could redact it (requests' InvalidHeader, InvalidURL
             # and the like echo what they refused): the secrets this call carried come out.

@@ -10,6 +10,7 @@ record (``exc.sume``), on both urllib3 lines (1.26 is told to enforce Content-Le
 
 from __future__ import annotations
 
+import contextvars
 import weakref
 from typing import Any, Callable, Iterator, Optional
 
@@ -32,7 +33,8 @@ class StreamWatch:
 
     ``broken`` makes the failure's record (the adapter knows the request); ``report`` is set
     by whoever tells the observers (the session, or an adapter used alone) once the
-    response is returned, and is called with the final record exactly once.
+    response is returned, and is called with the final record exactly once, in the context
+    the call returned in (whichever thread, or the garbage collector, ends the body).
     """
 
     def __init__(
@@ -47,16 +49,23 @@ class StreamWatch:
         self.record = record
         self._broken = broken
         self._report: Optional[Callable[[SumeRecord], None]] = None
+        self._context: Optional[contextvars.Context] = None
         self._ended = False
 
     def report_with(self, report: Callable[[SumeRecord], None]) -> None:
-        """Tell ``report`` the outcome when the body ends (or when the response is collected unread)."""
+        """Tell ``report`` the outcome when the body ends (or when the response is collected unread).
+
+        Told later, it runs in a copy of the context the call returned in, so observers see
+        the request's context variables (a span their ``on_start`` made current, a logger's
+        bound fields) on whichever thread ends the body, and change nothing on that thread.
+        """
         self._report = report
         response = self._response()
         if self._ended or response is None:
             self._ended = True
             report(self.record)
         else:
+            self._context = contextvars.copy_context()
             weakref.finalize(response, self.end)
 
     @property
@@ -71,7 +80,10 @@ class StreamWatch:
         self._ended = True
         disarm(self._deadline)
         if self._report is not None:
-            self._report(self.record)
+            if self._context is not None:
+                self._context.run(self._report, self.record)
+            else:
+                self._report(self.record)
 
     def fail(self, error: Exception) -> Exception:
         """The body broke: the give-up to raise, with the failure's record, told to the observers."""

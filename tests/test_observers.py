@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
-from typing import List
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
+import requests
 
 from sume_urllib3 import (
     ConfigurationError,
+    RequestStart,
+    SumeAdapter,
     SumeSession,
 )
 from sume_urllib3._observers import Observers
 from sume_urllib3._record import Outcome, RetryEvent, SumeRecord
+from sume_urllib3.testing import FakeSume
 
 from .raw_server import (
     KEY,
@@ -223,3 +228,79 @@ def test_an_observer_with_no_hook_is_refused() -> None:
     """observers=[object()] is a ConfigurationError naming the hooks."""
     with pytest.raises(ConfigurationError, match="on_outcome"):
         SumeSession(KEY, observers=[object()])  # type: ignore[list-item]
+
+
+# -- the context an announced request runs in --------------------------------------------
+
+#: What a context-keeping observer (a tracer) makes current in on_start.
+OPEN: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("test_observers_open", default=None)
+
+
+class Scoped:
+    """Sets a context variable in on_start, as a tracer makes its span current, and never
+    resets it; notes what each hook sees and on which thread."""
+
+    def __init__(self) -> None:
+        self.outcomes: List[Tuple[Optional[str], str]] = []
+
+    def on_start(self, start: RequestStart) -> None:
+        OPEN.set(start.url)
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        self.outcomes.append((OPEN.get(), threading.current_thread().name))
+
+
+def plain_with_adapter(observer: Scoped) -> requests.Session:
+    """A requests.Session with a SumeAdapter mounted: the adapter is the request's owner."""
+    plain = requests.Session()
+    plain.mount("http://", SumeAdapter(observers=[observer]))
+    return plain
+
+
+SESSIONS: List[Tuple[str, Callable[[FakeSume, Scoped], Any]]] = [
+    ("SumeSession", lambda fake, observer: SumeSession(KEY, base_url=fake.url + "/v1", observers=[observer])),
+    ("requests.Session + SumeAdapter", lambda fake, observer: plain_with_adapter(observer)),
+]
+
+
+@pytest.mark.parametrize("make", [m for _, m in SESSIONS], ids=[n for n, _ in SESSIONS])
+def test_what_on_start_makes_current_is_gone_when_the_call_returns(
+    fake: FakeSume, make: Callable[[FakeSume, Scoped], Any]
+) -> None:
+    """An announced request runs in a copy of the caller's context: on_start's change lasts the call."""
+    fake.script("GET", "/v1/me", 200)
+    observer = Scoped()
+    client = make(fake, observer)
+
+    client.get(fake.url + "/v1/me")
+
+    assert None is OPEN.get()
+    assert [(fake.url + "/v1/me", threading.current_thread().name)] == observer.outcomes
+
+
+@pytest.mark.parametrize("make", [m for _, m in SESSIONS], ids=[n for n, _ in SESSIONS])
+def test_a_streamed_outcome_comes_in_the_calls_context_on_the_thread_that_ends_the_body(
+    fake: FakeSume, make: Callable[[FakeSume, Scoped], Any]
+) -> None:
+    """stream=True: the call returns first (the caller's context back as it was); the outcome comes
+    when another thread reads the body, and sees what on_start set, without setting it there."""
+    fake.script("GET", "/v1/export", 200)
+    observer = Scoped()
+    client = make(fake, observer)
+    seen_by_reader: List[Optional[str]] = []
+
+    response = client.get(fake.url + "/v1/export", stream=True)
+    after_call = OPEN.get()
+
+    def read() -> None:
+        response.content  # noqa: B018 - reading the body ends the request
+        response.close()
+        seen_by_reader.append(OPEN.get())
+
+    reader = threading.Thread(target=read, name="reader")
+    reader.start()
+    reader.join()
+
+    assert None is after_call
+    assert [(fake.url + "/v1/export", "reader")] == observer.outcomes
+    assert [None] == seen_by_reader  # the reader's own context is left as it was

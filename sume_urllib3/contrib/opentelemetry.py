@@ -5,9 +5,10 @@ span named by the HTTP semantic conventions (``GET``, ``POST``...), parented to 
 is current when the caller makes the call, covering the whole request: every attempt, every
 wait and every redirect. The span carries ``http.request.method``, ``url.full`` (scheme, host,
 port and path only: never the query, the fragment or credentials), ``server.address``,
-``server.port``, ``http.response.status_code``, ``http.request.resend_count`` (the retries,
-when there were any), ``error.type`` on failure, ``sume.outcome``, ``sume.attempts``,
-``sume.request_id`` and ``sume.idempotency_key_prefix``, and one ``retry`` event per retry,
+``server.port``, ``http.response.status_code``, ``http.request.resend_count`` (the requests
+sent after the first, retries and redirects alike, when there were any), ``error.type`` on
+failure, ``sume.outcome``, ``sume.attempts``, ``sume.request_id`` and
+``sume.idempotency_key_prefix``, and one ``retry`` event per retry,
 stamped when the retry was decided (``sume.retry.attempt``, ``.wait``, ``.source``,
 ``.reason``, ``.code``, ``http.response.status_code``, ``error.type``). Headers, the API key
 and the full idempotency key never reach a span.
@@ -28,10 +29,13 @@ A broken tracer or meter never breaks a request: each part is guarded, the first
 logged once on logger ``sume_urllib3`` and ``observer.failures`` counts them all.
 
 The span starts when the session announces the request (``on_start``, before the first
-attempt and any pacing wait) and is current until the request's outcome: spans made
-meanwhile, on the requesting thread (another observer's, a response hook's, a nested call's),
-nest under it. An observer used where nothing calls ``on_start`` (a ``SumeRetry`` used alone,
-an older adapter) makes the same span when the request ends, back-dated to its start.
+attempt and any pacing wait) and ends with the request's outcome. It is current while the
+call runs: spans made meanwhile (another observer's, a response hook's, a nested call's) nest
+under it, and once the call returns the caller's own span is current again (the session runs
+an announced request in a copy of the caller's context). A streamed response's span
+(``stream=True``) stays open until its body is read, closed or dropped, on whichever thread
+does it. An observer used where nothing calls ``on_start`` (a ``SumeRetry`` used alone, an
+older adapter) makes the same span when the request ends, back-dated to its start.
 
 How it sits with ``opentelemetry-instrumentation-requests`` (``RequestsInstrumentor``): both
 can be on, and neither makes a span per attempt. That instrumentation wraps ``Session.send``,
@@ -49,6 +53,7 @@ ours), and none while ``RequestsInstrumentor``'s is open.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -91,8 +96,15 @@ JOB_EVENTS: Tuple[str, ...] = ("poll", "completed", "failed", "timed_out")
 
 _Pending = Tuple[int, Dict[str, Any]]  # (timestamp ns, event attributes)
 _Identity = Tuple[str, str, Optional[str]]  # (method, url, idempotency key) of one request
-# (span or None when the tracer failed, context token or None, the request it belongs to)
-_Started = Tuple[Optional[Span], object, _Identity]
+# (span or None when the tracer failed, the request it belongs to)
+_Started = Tuple[Optional[Span], _Identity]
+#: The announced request of each observer (by id) in this context. The session runs an
+#: announced request in a copy of the caller's context, and reports a streamed one's outcome
+#: in a copy of it, so on_retry and on_outcome find the span on_start made from any thread,
+#: and a nested request (its own copy) never sees the outer one's entry replaced.
+_ANNOUNCED: contextvars.ContextVar[Optional[Dict[int, _Started]]] = contextvars.ContextVar(
+    "sume_urllib3_otel_announced", default=None
+)
 
 
 class OpenTelemetryObserver:
@@ -160,31 +172,31 @@ class OpenTelemetryObserver:
         return (OpenTelemetryObserver, ())
 
     def on_start(self, start: RequestStart) -> None:
-        """Open the request's span now and make it current until the request's ``on_outcome``.
+        """Open the request's span now and make it current for the rest of the call.
 
-        Sessions call this before the first attempt (and before any pacing wait), then
-        exactly one ``on_outcome`` on the same thread; spans made in between nest under ours.
+        Sessions call this before the first attempt (and before any pacing wait), inside the
+        call's own context, then exactly one ``on_outcome``; spans made in between nest under
+        ours, and the call's context (ours current in it) is dropped when the call returns.
         """
         identity = (start.method, start.url, start.idempotency_key)
         span: Optional[Span] = None
-        token: object = None
         try:
             attributes = {"http.request.method": _method(start.method), **url_attributes(start.url)}
             span = self._tracer.start_span(
                 _span_name(start.method), kind=SpanKind.CLIENT, attributes=attributes
             )
-            token = otel_context.attach(trace.set_span_in_context(span))
+            otel_context.attach(trace.set_span_in_context(span))  # undone with the call's context
         except Exception:
             self._failed("on_start")
-        # Pushed even when the tracer failed, so that nested requests still pop their own entry.
-        self._stack().append((span, token, identity))
+        # Noted even when the tracer failed: the outcome then makes the span, back-dated.
+        _ANNOUNCED.set({**(_ANNOUNCED.get() or {}), id(self): (span, identity)})
 
     def on_retry(self, event: RetryEvent) -> None:
         """Note one retry as a span event, and count it under its reason."""
         stamp = time.time_ns()
         attributes = _retry_attributes(event)
-        stack = self._stack()
-        span = stack[-1][0] if stack else None
+        started = (_ANNOUNCED.get() or {}).get(id(self))
+        span = started[0] if started is not None else None
         try:
             if span is not None:
                 span.add_event("retry", attributes, timestamp=stamp)
@@ -213,14 +225,11 @@ class OpenTelemetryObserver:
         # Events stamped before this request started belong to one that never reported.
         events = [(stamp, attributes) for stamp, attributes in pending if stamp >= start]
         pending.clear()
-        span, token = (started[0], started[1]) if started is not None else (None, None)
+        span = started[0] if started is not None else None
         try:
             self._end_span(record, span, start, end, events)
         except Exception:
             self._failed("on_outcome")
-        finally:
-            if span is not None:
-                _restore(span, token)
         try:
             self._count(record)
         except Exception:
@@ -237,15 +246,17 @@ class OpenTelemetryObserver:
             self._failed("on_job")
 
     def _announced(self, record: SumeRecord) -> Optional[_Started]:
-        """The ``on_start`` entry of this record's request, taken off the stack; None if unannounced."""
-        stack = self._stack()
-        identity = (record.method, record.url, record.idempotency_key)
-        # Nested requests end in reverse order, so the match is on top; a request whose start
-        # was not announced to this observer (no on_start hook upstream) leaves the stack alone.
-        for index in range(len(stack) - 1, -1, -1):
-            if stack[index][2] == identity:
-                return stack.pop(index)
-        return None
+        """The ``on_start`` entry of this record's request, taken out; None if it was not announced.
+
+        A request refused before it started (an invalid Idempotency-Key) inside an announced
+        one sees the outer entry: the identity tells them apart.
+        """
+        announced = _ANNOUNCED.get() or {}
+        started = announced.get(id(self))
+        if started is None or started[1] != (record.method, record.url, record.idempotency_key):
+            return None
+        _ANNOUNCED.set({k: v for k, v in announced.items() if k != id(self)})
+        return started
 
     def _end_span(
         self, record: SumeRecord, span: Optional[Span], start: int, end: int, events: List[_Pending]
@@ -281,12 +292,6 @@ class OpenTelemetryObserver:
         if record.fleet_fallbacks > 0:
             self._fallbacks.add(int(record.fleet_fallbacks))
 
-    def _stack(self) -> List[_Started]:
-        stack: Optional[List[_Started]] = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
-
     def _pending(self) -> List[_Pending]:
         pending: Optional[List[_Pending]] = getattr(self._local, "pending", None)
         if pending is None:
@@ -319,9 +324,10 @@ def span_attributes(record: SumeRecord) -> Dict[str, Any]:
     attributes.update(url_attributes(record.url))
     if record.status is not None:
         attributes["http.response.status_code"] = record.status
-    retries = len(record.waits)
-    if retries > 0:
-        attributes["http.request.resend_count"] = retries
+    # Every request sent after the first, retries and redirects alike, as the convention counts.
+    resends = record.attempts - 1
+    if resends > 0:
+        attributes["http.request.resend_count"] = resends
     error = _error_type(record)
     if error:
         attributes["error.type"] = error
@@ -431,19 +437,3 @@ def _histogram(meter: Any, name: str, unit: str, description: str, buckets: Sequ
         )
     except TypeError:  # opentelemetry-api < 1.23 has no bucket advice
         return meter.create_histogram(name, unit=unit, description=description)
-
-
-def _restore(span: Span, token: Any) -> None:
-    """Make current again what was current before ``on_start``, if nobody has done it yet.
-
-    Contexts are restored by resetting to what was current when each was attached: a wrapper
-    around ``Session.send`` (``RequestsInstrumentor``) attached before us and restores its own
-    before the session reports the outcome, which already dropped ours. Resetting ours then
-    would bring back the wrapper's ended span (and its suppression of HTTP instrumentation).
-    """
-    if token is None or trace.get_current_span() is not span:
-        return
-    try:
-        otel_context.detach(token)
-    except Exception:  # pragma: no cover - detach logs its own errors and does not raise
-        logger.debug("OpenTelemetryObserver: could not detach the span's context", exc_info=True)

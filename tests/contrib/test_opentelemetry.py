@@ -8,6 +8,7 @@ import pickle
 import random
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
@@ -248,6 +249,18 @@ def test_a_caller_error_is_not_retried_and_has_no_resend_count(fake: FakeSume, o
     assert "invalid_request" == attributes["sume.code"]
     assert "http.request.resend_count" not in attributes
     assert () == otel.only("POST").events
+
+
+def test_resend_count_counts_redirects_as_the_convention_does(fake: FakeSume, otel: Telemetry) -> None:
+    """A 302 then a 503 retried: three requests sent, two of them resends (for any reason)."""
+    fake.script("GET", "/v1/old", Reply(302, headers={"Location": "/v1/new"}, body=b""))
+    fake.script("GET", "/v1/new", 503, 200)
+
+    with no_sleep():
+        session(fake, otel).get("/old")
+
+    attributes = dict(otel.only("GET").attributes or {})
+    assert (3, 2) == (attributes["sume.attempts"], attributes["http.request.resend_count"])
 
 
 def test_a_transport_error_has_no_status_and_names_the_error(fake: FakeSume, otel: Telemetry) -> None:
@@ -530,6 +543,53 @@ def test_a_request_made_during_another_is_its_child(fake: FakeSume, otel: Teleme
     assert inner.parent is not None
     assert outer.context.span_id == inner.parent.span_id
     assert (0, 1) == (len(outer.events), len(inner.events))
+    assert trace.INVALID_SPAN is trace.get_current_span()
+
+
+def test_a_streamed_requests_span_is_current_only_during_the_call_and_ends_with_its_body(
+    fake: FakeSume, otel: Telemetry
+) -> None:
+    """stream=True: the call returns before the body is read. The caller's span is current again
+    at once (what the caller does next is not nested under ours), and ours ends when the body ends."""
+    fake.script("GET", "/v1/export", 200)
+    fake.script("GET", "/v1/me", 200)
+    client = session(fake, otel)
+
+    with otel.tracer.start_as_current_span("view") as view:
+        response = client.get("/export", stream=True)
+        current = trace.get_current_span()
+        with otel.tracer.start_as_current_span("parse"):
+            client.get("/me")
+        response.content  # noqa: B018 - reading the body ends the request
+        response.close()
+
+    assert view is current
+    by_path = {str(dict(s.attributes or {})["url.full"]).rsplit("/", 1)[1]: s for s in otel.finished("GET")}
+    export, me, parse = by_path["export"], by_path["me"], otel.only("parse")
+    assert [view.get_span_context().span_id] * 2 == [s.parent.span_id for s in (export, parse) if s.parent]
+    assert me.parent is not None
+    assert parse.context.span_id == me.parent.span_id
+    assert parse.end_time <= export.end_time  # type: ignore[operator]
+    assert trace.INVALID_SPAN is trace.get_current_span()
+
+
+def test_a_streamed_body_read_on_another_thread_ends_its_span_there(fake: FakeSume, otel: Telemetry) -> None:
+    """A worker reads each streamed body: every span ends, under the span of the call that made it,
+    and nothing is left open or current on either thread."""
+    fake.script("GET", "/v1/export", 200)
+    client = session(fake, otel)
+    handlers = []
+
+    with ThreadPoolExecutor(1) as worker:
+        for n in range(20):
+            with otel.tracer.start_as_current_span(f"handler{n}") as handler:
+                response = client.get("/export", stream=True)
+                worker.submit(lambda r=response: (r.content, r.close())).result()
+                assert handler is trace.get_current_span()
+            handlers.append(handler.get_span_context().span_id)
+
+    gets = otel.finished("GET")
+    assert handlers == [s.parent.span_id for s in gets if s.parent]
     assert trace.INVALID_SPAN is trace.get_current_span()
 
 
