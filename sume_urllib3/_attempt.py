@@ -139,15 +139,21 @@ def body_refusal(context: RequestContext, method: Optional[str]) -> Optional[str
 
 
 def redirect_refusal(context: RequestContext, method: Optional[str], status: Optional[int]) -> Optional[str]:
-    """Why a 307/308 (which resends the body) may not be followed, or None.
+    """Why a redirect that sends the body again may not be followed, or None.
 
-    A 301/302/303 turns the request into a GET without a body (requests and urllib3 agree),
-    so only a 307/308 of a request with a body that cannot be sent again is refused.
+    Only a 303 always becomes a GET without a body. urllib3 keeps the method and the body on
+    a 301, 302, 307 and 308 when it follows them itself (a ``PoolManager``); requests keeps them
+    on a 307/308 only, and only those reach a ``SumeRetry`` under requests. Either way a
+    request with a body that cannot be sent again is refused.
     """
-    if status not in (307, 308):
+    if status not in _BODY_KEEPING_REDIRECTS:
         return None
     why = body_refusal(context, method)
     return None if why is None else f"{status} redirect not followed: {why}"
+
+
+#: Redirects urllib3 follows with the same method and body (a 303 becomes a bodiless GET).
+_BODY_KEEPING_REDIRECTS = frozenset({301, 302, 307, 308})
 
 
 def redirect_wait(asked: Optional[float], time_left: float) -> float:

@@ -30,12 +30,18 @@ class PrefixedFP:
         self._error = error
 
     def read(self, amt: Optional[int] = None) -> bytes:
-        """Read like ``http.client.HTTPResponse.read``: up to ``amt`` bytes, all if None."""
+        """Read like ``http.client.HTTPResponse.read``: up to ``amt`` bytes, all if None.
+
+        Reading all of a body whose peek broke raises that error, as http.client's ``read()``
+        raises for a body cut short: returning the prefix alone would pass it off as whole.
+        """
         if amt is None or amt < 0:
             if not self._rest:
                 return self._read_inner()  # no concatenation: a drain holds the body once
             head = self._take(len(self._rest))
-            return head if self._error is not None else head + self._read_inner()
+            if self._error is not None:
+                self._raise_pending()
+            return head + self._read_inner()
         head = self._take(amt)
         if len(head) < amt and self._error is None:
             more = self._read_inner(amt - len(head))

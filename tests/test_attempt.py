@@ -118,11 +118,12 @@ def test_through_an_adapter_only_an_unreplayable_body_is_refused() -> None:
     assert "cannot be replayed" in (body_refusal(_context(adapter=True, replayable=False), "PUT") or "")
 
 
-def test_only_a_307_or_308_that_resends_a_spent_body_is_refused() -> None:
-    """301/302/303 drop the body (the request becomes a GET); 307/308 would send it again."""
+def test_a_redirect_that_resends_a_spent_body_is_refused_but_a_303() -> None:
+    """A 303 always becomes a GET without a body; urllib3 sends the body again on 301/302/307/308."""
     spent = _context(adapter=True, replayable=False)
-    assert redirect_refusal(spent, "PUT", 302) is None
-    assert (redirect_refusal(spent, "PUT", 307) or "").startswith("307 redirect not followed")
+    assert redirect_refusal(spent, "PUT", 303) is None
+    for status in (301, 302, 307, 308):
+        assert (redirect_refusal(spent, "PUT", status) or "").startswith(f"{status} redirect not followed")
     assert redirect_refusal(_context(adapter=True), "PUT", 308) is None
 
 

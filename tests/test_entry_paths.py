@@ -223,6 +223,32 @@ def test_a_fix_status_is_not_retried_and_keeps_its_whole_body(
     assert len(fake.requests) == 1
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+@pytest.mark.parametrize("truncate", [100, 9_000])
+@pytest.mark.parametrize("name", WAYS)
+def test_an_error_body_cut_short_raises_when_read_whole(
+    fake: FakeSume, way_in: Callable[..., Way], name: str, truncate: int, chunked: bool
+) -> None:
+    """A 400 whose body stops early (the connection closed), handed back unread and then read in
+    one ``read()``: it raises, as without the policy, rather than pass the bytes that came off as
+    the whole body. Cut within the peek and past it."""
+    error = Reply.error(400, "invalid_request")
+    cut = dataclasses.replace(error, size=20_000, truncate=truncate, chunked=chunked)
+    fake.script("GET", "/v1/things", cut)
+    way = way_in(name)
+    if way.session is not None:
+        response = way.session.get("/things" if name == "session" else way.base + "/things", stream=True)
+        status, read = response.status_code, response.raw.read
+    else:
+        target = way.base + "/things" if name == "pool_manager" else "/v1/things"
+        raw = way.pool.urlopen("GET", target, preload_content=False)
+        status, read = raw.status, raw.read
+    assert status == 400
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        read()
+    assert len(fake.requests) == 1
+
+
 @pytest.mark.parametrize("name", WAYS)
 def test_a_keyed_post_is_resent_with_the_same_key_and_body(
     fake: FakeSume, way_in: Callable[..., Way], name: str
@@ -286,6 +312,28 @@ def test_an_unreplayable_body_is_not_resent_after_a_redirect(
     if result.error is not None:
         assert "redirect" in str(result.error)
         assert "body" in str(result.error)
+
+
+@pytest.mark.parametrize("body", ["bytes", "generator"])
+@pytest.mark.parametrize("status", [301, 302])
+@pytest.mark.parametrize("name", WAYS)
+def test_a_post_is_not_sent_again_on_a_301_or_302(
+    fake: FakeSume, way_in: Callable[..., Way], name: str, status: int, body: str
+) -> None:
+    """urllib3 follows a 301/302 with the same method and body (only a 303 becomes a GET): a lone
+    SumeRetry, which cannot see the body nor know a key, does not follow it. Through requests the
+    POST becomes a GET without a body (requests' rule), so it is not sent again either."""
+    fake.script("POST", "/v1/start", Reply(status, headers={"Location": "/v1/landing"}))
+    fake.script("POST", "/v1/landing", 200)
+    fake.script("GET", "/v1/landing", 200)
+    result = way_in(name).call("POST", "/start", body=b"p" * 10_000 if body == "bytes" else chunks())
+    assert [r.path for r in fake.requests if r.method == "POST"] == ["/v1/start"]
+    assert len(fake.requests[0].body) == (10_000 if body == "bytes" else 30_000)
+    if name in ("pool_manager", "connection_pool"):
+        assert result.error is not None
+        assert f"{status} redirect not followed" in str(result.error)
+    else:
+        assert (result.status, [r.method for r in fake.requests]) == (200, ["POST", "GET"])
 
 
 @pytest.mark.parametrize("name", WAYS)

@@ -71,6 +71,16 @@ def test_a_failed_peek_is_raised_after_the_prefix() -> None:
         fp.read(5)
 
 
+def test_reading_all_of_a_body_whose_peek_failed_raises_the_error() -> None:
+    """read() of the whole body raises what the peek hit, as http.client's read() of a body cut
+    short does: the prefix alone would pass for the whole body."""
+    error = http.client.IncompleteRead(b"ab", 10)
+    fp = wrapped(b"ab", b"", error)
+
+    with pytest.raises(http.client.IncompleteRead):
+        fp.read()
+
+
 def test_flush_and_fileno_delegate() -> None:
     """flush() and fileno() go to the wrapped stream."""
     fp = wrapped()
