@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ._helpers import frozen, header_value, printable
 
@@ -38,10 +39,13 @@ def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
 
 
 def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> Optional[bytes]:
-    """Undo gzip/deflate on a (maybe truncated) prefix, producing at most ``limit`` bytes.
+    """Undo gzip/deflate/br/zstd on a (maybe truncated) prefix, producing at most ``limit`` bytes.
 
-    Returns None for encodings we cannot read (br, zstd, stacked codings), so a
-    compressed body never reaches the JSON parser as garbage.
+    Brotli and zstd are read with the libraries urllib3 itself decodes them with, when they
+    are installed (requests then asks servers for them in ``Accept-Encoding``). Returns None
+    for what cannot be read within the limit (such a library missing, or too old to bound
+    its output; stacked codings), so a compressed body never reaches the JSON parser as
+    garbage and a decompression bomb never allocates more than ``limit``.
     """
     if limit <= 0:
         return b""  # zlib reads max_length=0 as "no limit": never let it
@@ -54,6 +58,10 @@ def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> O
     elif coding == "deflate":
         # Servers disagree on whether "deflate" means zlib-wrapped or raw deflate.
         wbits_options = (zlib.MAX_WBITS, -zlib.MAX_WBITS)
+    elif coding == "br":
+        return _brotli_prefix(body, limit)
+    elif coding == "zstd":
+        return _zstd_prefix(body, limit)
     else:
         return None
     for wbits in wbits_options:
@@ -63,6 +71,49 @@ def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> O
         except zlib.error:
             continue
     return None
+
+
+def _brotli_prefix(body: bytes, limit: int) -> Optional[bytes]:
+    # brotlicffi first, then brotli: the order urllib3 imports them in.
+    brotli = _optional("brotlicffi") or _optional("brotli")
+    if brotli is None:
+        return None
+    try:
+        # output_buffer_limit (brotli 1.2+) bounds what one call makes; older ones cannot.
+        out = brotli.Decompressor().process(body, output_buffer_limit=limit)
+    except Exception:  # a truncated or corrupt stream, or a brotli without the bound
+        return None
+    return bytes(out[:limit])
+
+
+def _zstd_prefix(body: bytes, limit: int) -> Optional[bytes]:
+    # What urllib3 decodes zstd with: the standard library's (3.14), its backport (urllib3 2.6
+    # and later), or zstandard (urllib3 2.0 to 2.5).
+    zstd = _optional("compression.zstd") or _optional("backports.zstd")
+    try:
+        if zstd is not None:
+            return bytes(zstd.ZstdDecompressor().decompress(body, max_length=limit))
+        zstandard = _optional("zstandard")
+        if zstandard is None:
+            return None
+        # A stream reader stops at ``limit`` bytes out, whatever the frame promises.
+        with zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True) as reader:
+            return bytes(reader.read(limit))
+    except Exception:  # a truncated or corrupt frame
+        return None
+
+
+def _optional(name: str) -> Any:
+    """An optional module, or None when it is not installed (looked for once)."""
+    if name not in _MODULES:
+        try:
+            _MODULES[name] = importlib.import_module(name)
+        except ImportError:
+            _MODULES[name] = None
+    return _MODULES[name]
+
+
+_MODULES: Dict[str, Any] = {}
 
 
 def parse_envelope(

@@ -130,7 +130,10 @@ def peek_body(
         return fp.prefix[:limit], False
     body = getattr(response, "_body", None)
     if body:
-        return bytes(body[:limit]), bool(getattr(response, "decode_content", False))
+        # Preloaded: decoded only if urllib3 had a decoder for its Content-Encoding (an
+        # encoding it cannot read, zstd without its library say, is kept as it came).
+        decoded = getattr(response, "_decoder", None) is not None
+        return bytes(body[:limit]), decoded and bool(getattr(response, "decode_content", False))
     if fp is None or fp_closed(fp):
         return None, False
     pieces: List[bytes] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import random
 import threading
 from dataclasses import dataclass
@@ -220,6 +221,28 @@ def test_a_fix_status_is_not_retried_and_keeps_its_whole_body(
     assert result.status == 400
     assert len(result.body) == 100_000
     assert b"invalid_request" in result.body
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+@pytest.mark.parametrize("name", WAYS)
+def test_a_compressed_envelope_is_trusted(
+    fake: FakeSume, way_in: Callable[..., Way], name: str, encoding: str
+) -> None:
+    """A 503 whose gzip, br or zstd body says ``retryable: false`` is not retried: the body is read
+    whatever the encoding requests asked for (br with brotli installed, zstd with zstandard)."""
+    doc = {"error": {"code": "service_unavailable", "retryable": False}}
+    if encoding == "gzip":
+        reply = Reply(503, json=doc, gzip=True)
+    else:
+        library = pytest.importorskip("brotli" if encoding == "br" else "zstandard")
+        plain = json.dumps(doc).encode()
+        packed = library.compress(plain) if encoding == "br" else library.ZstdCompressor().compress(plain)
+        headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+        reply = Reply(503, body=packed, headers=headers)
+    fake.script("GET", "/v1/things", reply, 200)
+    result = way_in(name).call("GET", "/things")
+    assert result.status == 503
     assert len(fake.requests) == 1
 
 

@@ -6,7 +6,7 @@ import gzip
 import json
 import tracemalloc
 import zlib
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
+from sume_urllib3 import _envelope
 from sume_urllib3._envelope import ErrorEnvelope, decode_prefix, header, parse_envelope
 
 EMPTY = ErrorEnvelope()
@@ -353,7 +354,8 @@ def test_bodies_that_are_not_what_they_claim_give_no_hints(encoding: str) -> Non
 
 @pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, br", "gzip, gzip", "unknown"])
 def test_unknown_encodings_give_no_hints(encoding: str) -> None:
-    """Encodings we cannot read (br, zstd, stacked) give no body hints; header ids still count."""
+    """Encodings we cannot read (compress, stacked, unknown), and a body that is not the br or zstd
+    it claims, give no body hints; header ids still count."""
     headers = {"Content-Encoding": encoding, "X-Request-Id": "req_h"}
     assert ErrorEnvelope(request_id="req_h") == parse_envelope(headers, gzip.compress(body(DOC)))
 
@@ -362,6 +364,83 @@ def test_unknown_encodings_give_no_hints(encoding: str) -> None:
 def test_decode_prefix_unknown_encoding_is_none(encoding: str) -> None:
     """decode_prefix returns None for encodings it cannot undo."""
     assert decode_prefix(b"\x1f\x8b anything", encoding, 100) is None
+
+
+def brotli_compress(data: bytes) -> bytes:
+    """Brotli from the brotli library urllib3 decodes with (skipped where it is not installed)."""
+    brotli = pytest.importorskip("brotli")
+    compressed: bytes = brotli.compress(data)
+    return compressed
+
+
+def zstd_compress(data: bytes) -> bytes:
+    """One zstd frame from zstandard, the library urllib3 2.x decodes with (skipped where absent)."""
+    zstandard = pytest.importorskip("zstandard")
+    compressed: bytes = zstandard.ZstdCompressor().compress(data)
+    return compressed
+
+
+COMPRESSORS = {"br": brotli_compress, "zstd": zstd_compress}
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd"])
+def test_br_and_zstd_bodies_are_decoded_when_their_library_is_installed(encoding: str) -> None:
+    """A server asked for br or zstd (requests asks once brotli or zstandard is installed) is read."""
+    headers = {"Content-Encoding": encoding, "Content-Type": "application/json"}
+    assert PARSED == parse_envelope(headers, COMPRESSORS[encoding](body(DOC)))
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd"])
+def test_br_and_zstd_bombs_decode_to_at_most_limit_bytes(encoding: str) -> None:
+    """50 MB of zeros compressed to a few kB: decoded to the limit, never whole."""
+    bomb = COMPRESSORS[encoding](bytes(50_000_000))
+    tracemalloc.start()
+    try:
+        decoded = decode_prefix(bomb, encoding, 65_536)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert decoded is not None
+    assert 65_536 == len(decoded)
+    assert peak < 4 * 65_536 + 256 * 1024
+
+
+@pytest.mark.parametrize("keep", [5, 20])
+@pytest.mark.parametrize("encoding", ["br", "zstd"])
+def test_truncated_br_and_zstd_give_no_hints(encoding: str, keep: int) -> None:
+    """A br or zstd body cut mid-stream is no hint, never an exception."""
+    compressed = COMPRESSORS[encoding](body({"error": {"code": "queue_full"}, "pad": "x" * 200}))
+    assert EMPTY == parse_envelope({"Content-Encoding": encoding}, compressed[:keep])
+
+
+ZSTD_LIBRARIES = ("compression.zstd", "backports.zstd", "zstandard")
+
+
+@pytest.mark.parametrize("library", ZSTD_LIBRARIES)
+def test_zstd_is_read_with_each_library_urllib3_decodes_it_with(
+    library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The standard library's zstd (3.14), its backport (urllib3 2.6+) or zstandard (urllib3 2.0-2.5)."""
+    pytest.importorskip(library)
+    for other in ZSTD_LIBRARIES:
+        if other != library:
+            monkeypatch.setitem(_envelope._MODULES, other, None)
+    compressed = zstd_compress(body(DOC))
+    assert PARSED == parse_envelope({"Content-Encoding": "zstd"}, compressed)
+    assert 65_536 == len(decode_prefix(zstd_compress(bytes(50_000_000)), "zstd", 65_536) or b"")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "modules"), [("br", ("brotli", "brotlicffi")), ("zstd", ZSTD_LIBRARIES)]
+)
+def test_without_the_library_br_and_zstd_give_no_hints(
+    encoding: str, modules: Tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no library for it is installed the body is unknown (the status table decides)."""
+    compressed = COMPRESSORS[encoding](body(DOC))
+    for name in modules:
+        monkeypatch.setitem(_envelope._MODULES, name, None)
+    assert EMPTY == parse_envelope({"Content-Encoding": encoding}, compressed)
 
 
 # --- decode_prefix limits -----------------------------------------------------------------

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import io
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 import urllib3
@@ -100,6 +101,23 @@ class FakeResponse:
 
     def release_conn(self) -> None:
         self.released += 1
+
+
+@pytest.mark.parametrize(("encoding", "decoded"), [("gzip", True), ("x-unheard-of", False), (None, False)])
+def test_a_preloaded_body_counts_as_decoded_only_if_urllib3_decoded_it(
+    encoding: Optional[str], decoded: bool
+) -> None:
+    """urllib3 decodes a preloaded body only when it has a decoder for its encoding (zstd needs a
+    library): one it kept as it came is decoded by the envelope, not parsed as it is."""
+    data = gzip.compress(b'{"error": {}}') if encoding == "gzip" else b'{"error": {}}'
+    response = urllib3.HTTPResponse(
+        body=io.BytesIO(data),
+        headers={"Content-Encoding": encoding} if encoding else {},
+        preload_content=True,
+        decode_content=True,
+    )
+
+    assert (b'{"error": {}}', decoded) == peek_body(response, 100)
 
 
 def test_peek_puts_the_bytes_back_and_never_peeks_twice() -> None:
