@@ -171,6 +171,18 @@ class SumeAdapter(HTTPAdapter):
         super().__init__(max_retries=max_retries, **adapter_kwargs)
         _after_fork.add(self)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Libraries reconfigure mounted adapters in place (requests-futures' adapter_kwargs sets
+        # max_retries to a urllib3 Retry): refused here, by name, rather than failing every
+        # later request with an AttributeError deep in a retry.
+        if name == "max_retries" and not isinstance(value, SumeRetry):
+            raise ConfigurationError(
+                f"SumeAdapter.max_retries must be a SumeRetry, got {type(value).__name__}: cap "
+                "retries with Policy(max_retries=...) (and leave max_retries out of what a library "
+                "such as requests-futures sets on mounted adapters)"
+            )
+        super().__setattr__(name, value)
+
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         """requests' pools, whose connections the request's deadline can interrupt."""
         super().init_poolmanager(*args, **kwargs)

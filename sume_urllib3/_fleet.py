@@ -508,7 +508,10 @@ class LocalFleet:
             kept: List[Tuple[int, str, _Key]] = []
             plain_after, pace_after = now - self._idle_us, now - self._idle_us * PACE_KEPT
             # The loop runs once per entry and sweep: its tests are written out, not called.
-            for key_id, key in list(keys.items()):
+            # Over a copy made in one C call: list(keys.items()) makes a tuple per entry, and a
+            # garbage collection one of them sets off can let another thread add a key halfway
+            # ("dictionary changed size during iteration", seen on Python 3.8).
+            for key_id, key in keys.copy().items():
                 if key.ticks != _SWEEP_EVERY:  # used lock-free since the last sweep
                     key.ticks = _SWEEP_EVERY
                     key.seen = now
@@ -590,7 +593,7 @@ class LocalFleet:
         """
         old = self._keys
         self._keys = new = dict(old)
-        for key_id, key in list(old.items()):
+        for key_id, key in old.copy().items():  # a copy in one C call, as in _sweep
             if not key.gone:
                 new.setdefault(key_id, key)
 

@@ -23,11 +23,22 @@ class PrefixedFP:
     #: nobody will read has nothing left to drain (see ``_attempt.let_go``).
     complete = False
 
-    def __init__(self, prefix: bytes, inner: Any, error: Optional[BaseException] = None) -> None:
+    def __init__(
+        self,
+        prefix: bytes,
+        inner: Any,
+        error: Optional[BaseException] = None,
+        *,
+        whole_reads_only: bool = False,
+    ) -> None:
         self.prefix = prefix
         self.inner = inner
         self._rest = memoryview(prefix)
         self._error = error
+        # http.client raises a Content-Length body cut short only from a read() of all of it;
+        # a read(amt) just comes back short. Where urllib3 does not enforce the length
+        # (1.26's default), the error keeps to that.
+        self._whole_reads_only = whole_reads_only
 
     def read(self, amt: Optional[int] = None) -> bytes:
         """Read like ``http.client.HTTPResponse.read``: up to ``amt`` bytes, all if None.
@@ -40,7 +51,7 @@ class PrefixedFP:
                 return self._read_inner()  # no concatenation: a drain holds the body once
             head = self._take(len(self._rest))
             if self._error is not None:
-                self._raise_pending()
+                self._raise_pending(whole=True)
             return head + self._read_inner()
         head = self._take(amt)
         if len(head) < amt and self._error is None:
@@ -101,14 +112,14 @@ class PrefixedFP:
         return head
 
     def _read_inner(self, amt: Optional[int] = None) -> bytes:
-        self._raise_pending()
+        self._raise_pending(whole=amt is None)
         if getattr(self.inner, "closed", False):
             return b""  # e.g. responses closes its BytesIO at EOF; http.client gives b"" too
         return bytes(self.inner.read() if amt is None else self.inner.read(amt))
 
-    def _raise_pending(self) -> None:
+    def _raise_pending(self, whole: bool = False) -> None:
         error, self._error = self._error, None
-        if error is not None:
+        if error is not None and (whole or not self._whole_reads_only):
             raise error
 
 
@@ -175,15 +186,13 @@ def peek_body(
     if cut:
         response._fp = PrefixedFP(prefix, fp)
         return prefix, False
-    if (
-        getattr(response, "enforce_content_length", False)
-        and isinstance(promised, int)
-        and len(prefix) < min(promised, limit)
-    ):
-        # The connection closed before Content-Length was met: http.client only says so
-        # with a short read, which urllib3 would have turned into IncompleteRead.
+    if isinstance(promised, int) and len(prefix) < min(promised, limit):
+        # The connection closed before Content-Length was met: read1 only says so with a
+        # short read. urllib3 enforcing the length (2.x) raises IncompleteRead on any read;
+        # else http.client raises it from a read() of the whole body.
         error = http.client.IncompleteRead(prefix, promised - len(prefix))
-        response._fp = PrefixedFP(prefix, fp, error)
+        enforced = bool(getattr(response, "enforce_content_length", False))
+        response._fp = PrefixedFP(prefix, fp, error, whole_reads_only=not enforced)
         return prefix, False
     closed = fp_closed(fp)
     if prefix:

@@ -22,8 +22,16 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from sume_urllib3 import Policy, SumeAdapter, SumeRecord, SumeRetry, SumeRetryError, SumeSession
-from sume_urllib3.testing import FakeSume, Reply
+from sume_urllib3 import (
+    ConfigurationError,
+    Policy,
+    SumeAdapter,
+    SumeRecord,
+    SumeRetry,
+    SumeRetryError,
+    SumeSession,
+)
+from sume_urllib3.testing import FakeSume, Reply, no_sleep
 
 from .conftest import API_KEY, VirtualTime
 
@@ -31,6 +39,7 @@ WAYS = ("session", "mounted", "http_adapter", "pool_manager", "connection_pool")
 #: requests before 2.29 sends chunked bodies (generators) without urllib3's urlopen.
 OLD_REQUESTS = tuple(int(part) for part in requests.__version__.split(".")[:2]) < (2, 29)
 LONE = ("http_adapter", "pool_manager", "connection_pool")
+URLLIB3_1 = urllib3.__version__.startswith("1.")
 
 NOT_APPLICABLE: Dict[Tuple[str, str], str] = {
     **{
@@ -84,7 +93,8 @@ class Way:
             session.mount("http://", adapter)
             self.session = session
         elif name == "pool_manager":
-            self.pool = urllib3.PoolManager(retries=SumeRetry(policy, **injected), **_urllib3_pool(pool))
+            self.retry = SumeRetry(policy, **injected)
+            self.pool = urllib3.PoolManager(retries=self.retry, **_urllib3_pool(pool))
         else:
             host, port = fake.url.split("//")[1].split(":")
             self.pool = urllib3.HTTPConnectionPool(
@@ -127,9 +137,13 @@ class Way:
         self, method: str, path: str, body: Any, headers: Optional[Dict[str, str]], stream: bool
     ) -> Result:
         target = self.base + path if self.name == "pool_manager" else "/v1" + path
+        # urllib3 1.26's PoolManager follows redirects with its default Retry unless the retry
+        # comes with the request, as the urllib3 guide says to do there.
+        per_request = {"retries": self.retry} if self.name == "pool_manager" and URLLIB3_1 else {}
         try:
             response = self.pool.urlopen(
-                method, target, body=body, headers=headers, preload_content=not stream, redirect=True
+                method, target, body=body, headers=headers, preload_content=not stream, redirect=True,
+                **per_request,
             )
             content = b"".join(response.stream(8192)) if stream else response.data
             response.release_conn()
@@ -483,6 +497,22 @@ def test_a_stream_cut_short_is_a_failure_with_its_record(
     if name == "session":
         assert isinstance(way.session, SumeSession)
         assert way.session.metrics.snapshot()["outcomes"].get("ok", 0) == 0
+
+
+@pytest.mark.parametrize("value", [3, urllib3.Retry(3)], ids=["int", "Retry"])
+def test_a_plain_retry_set_on_a_mounted_adapter_is_refused_by_name(fake: FakeSume, value: Any) -> None:
+    """requests-futures' ``adapter_kwargs={"max_retries": 3}`` sets a urllib3 ``Retry`` on the session's
+    mounted adapters: refused at once, by name, and the adapter keeps its SumeRetry and works."""
+    fake.script("GET", "/v1/things", 503, 200)
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1")
+    adapter = session.get_adapter(fake.url)
+
+    with pytest.raises(ConfigurationError, match=r"max_retries must be a SumeRetry.*Policy\(max_retries"):
+        adapter.max_retries = urllib3.Retry.from_int(value)
+
+    assert isinstance(adapter.max_retries, SumeRetry)
+    with no_sleep():
+        assert session.get("/things").status_code == 200
 
 
 def test_a_mounted_adapter_serves_with_the_sessions_settings(fake: FakeSume, vtime: VirtualTime) -> None:

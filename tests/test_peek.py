@@ -82,6 +82,18 @@ def test_reading_all_of_a_body_whose_peek_failed_raises_the_error() -> None:
         fp.read()
 
 
+def test_a_length_urllib3_does_not_enforce_is_raised_only_by_a_whole_read() -> None:
+    """urllib3 1.26 does not enforce Content-Length: as with http.client, a body cut short comes back
+    short from read(amt) and raises only from a read() of all of it."""
+    error = http.client.IncompleteRead(b"ab", 10)
+    pieces = PrefixedFP(b"ab", Stream(b""), error, whole_reads_only=True)
+    whole = PrefixedFP(b"ab", Stream(b""), error, whole_reads_only=True)
+
+    assert (b"ab", b"") == (pieces.read(5), pieces.read(5))
+    with pytest.raises(http.client.IncompleteRead):
+        whole.read()
+
+
 def test_flush_and_fileno_delegate() -> None:
     """flush() and fileno() go to the wrapped stream."""
     fp = wrapped()

@@ -14,7 +14,8 @@ def no_sleep() -> Iterator[SleepRecorder]:
 
     Time appears to pass by the recorded waits, so deadlines still behave as in
     production: a test can assert "waited 1.0 s then 2.3 s, then gave up at the
-    deadline" instantly. Process-wide (every thread), restored on exit.
+    deadline" instantly. Process-wide, restored on exit: one virtual clock for every thread,
+    so the waits of threads retrying at once add up, and count against each one's deadline.
     """
     recorder = SleepRecorder()
     previous = install_recorder(recorder)
