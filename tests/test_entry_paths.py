@@ -10,6 +10,7 @@ apply to a way in says why in ``NOT_APPLICABLE``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import io
 import json
 import random
@@ -39,7 +40,9 @@ WAYS = ("session", "mounted", "http_adapter", "pool_manager", "connection_pool")
 #: requests before 2.29 sends chunked bodies (generators) without urllib3's urlopen.
 OLD_REQUESTS = tuple(int(part) for part in requests.__version__.split(".")[:2]) < (2, 29)
 LONE = ("http_adapter", "pool_manager", "connection_pool")
-URLLIB3_1 = urllib3.__version__.startswith("1.")
+#: urllib3 1.26 and the older 2.x releases: PoolManager follows redirects with Retry.DEFAULT,
+#: not its own retries=, unless the retry comes with the request.
+REDIRECTS_WITH_DEFAULT = "response.retries" not in inspect.getsource(urllib3.PoolManager.urlopen)
 
 NOT_APPLICABLE: Dict[Tuple[str, str], str] = {
     **{
@@ -137,9 +140,9 @@ class Way:
         self, method: str, path: str, body: Any, headers: Optional[Dict[str, str]], stream: bool
     ) -> Result:
         target = self.base + path if self.name == "pool_manager" else "/v1" + path
-        # urllib3 1.26's PoolManager follows redirects with its default Retry unless the retry
-        # comes with the request, as the urllib3 guide says to do there.
-        per_request = {"retries": self.retry} if self.name == "pool_manager" and URLLIB3_1 else {}
+        per_request = {}
+        if self.name == "pool_manager" and REDIRECTS_WITH_DEFAULT:
+            per_request["retries"] = self.retry  # as the urllib3 guide says to do there
         try:
             response = self.pool.urlopen(
                 method, target, body=body, headers=headers, preload_content=not stream, redirect=True,
