@@ -396,7 +396,7 @@ class SumeAdapter(HTTPAdapter):
         record = self._finish(context, request, response.status_code, response.headers)
         response.sume = record  # type: ignore[attr-defined]
         if stream and record.outcome is not Outcome.GAVE_UP:
-            on_break = functools.partial(self._broken, context, request, response)
+            on_break = functools.partial(self._broken, context, request)  # not the response: see StreamWatch
             context.stream = watch_stream(response, record, on_break, context.watch)
         if record.outcome is Outcome.GAVE_UP and self.raise_on_give_up:
             if not stream:

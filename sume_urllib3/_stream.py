@@ -31,7 +31,9 @@ BODY_ERRORS = (
 class StreamWatch:
     """The end of one streamed request: tells its outcome once, when the body is done with.
 
-    ``broken`` makes the failure's record (the adapter knows the request); ``report`` is set
+    ``broken`` makes the failure's record from the response and the error's name (the adapter
+    knows the request). Nothing here holds the response itself, only a weak reference: the
+    finalizer that reports a response dropped unread must not keep it alive. ``report`` is set
     by whoever tells the observers (the session, or an adapter used alone) once the
     response is returned, and is called with the final record exactly once, in the context
     the call returned in (whichever thread, or the garbage collector, ends the body).
@@ -41,7 +43,7 @@ class StreamWatch:
         self,
         response: requests.Response,
         record: SumeRecord,
-        broken: Callable[[str], SumeRecord],
+        broken: Callable[[requests.Response, str], SumeRecord],
         deadline: Optional[Watch] = None,
     ) -> None:
         self._deadline = deadline
@@ -89,7 +91,9 @@ class StreamWatch:
         """The body broke: the give-up to raise, with the failure's record, told to the observers."""
         error = timeout_for(self._deadline, error)
         if not self._ended:
-            self.record = self._broken(type(error).__name__)
+            response = self._response()  # alive: its own read is what failed
+            if response is not None:
+                self.record = self._broken(response, type(error).__name__)
             self.end()
         return raisable(error, self.record)
 
@@ -133,7 +137,7 @@ class StreamedResponse(requests.Response):
 def watch_stream(
     response: requests.Response,
     record: SumeRecord,
-    broken: Callable[[str], SumeRecord],
+    broken: Callable[[requests.Response, str], SumeRecord],
     deadline: Optional[Watch] = None,
 ) -> StreamWatch:
     """Watch a streamed ``response``: from now on its body's end decides the request's outcome."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextvars
+import gc
 import logging
 import threading
+import weakref
 from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
@@ -304,3 +306,25 @@ def test_a_streamed_outcome_comes_in_the_calls_context_on_the_thread_that_ends_t
     assert None is after_call
     assert [(fake.url + "/v1/export", "reader")] == observer.outcomes
     assert [None] == seen_by_reader  # the reader's own context is left as it was
+
+
+@pytest.mark.parametrize("read", [False, True], ids=["dropped unread", "read to the end"])
+@pytest.mark.parametrize("make", [m for _, m in SESSIONS], ids=[n for n, _ in SESSIONS])
+def test_a_streamed_response_let_go_is_collected_and_its_outcome_told(
+    fake: FakeSume, make: Callable[[FakeSume, Scoped], Any], read: bool
+) -> None:
+    """Nothing the library keeps holds a streamed response: once the caller lets it go it is
+    collected (its body and socket with it), and one dropped unread tells its outcome then."""
+    fake.script("GET", "/v1/export", 200)
+    observer = Scoped()
+    client = make(fake, observer)
+
+    response = client.get(fake.url + "/v1/export", stream=True)
+    if read:
+        response.content  # noqa: B018 - reading the body ends the request
+    alive = weakref.ref(response)
+    del response
+    gc.collect()
+
+    assert alive() is None
+    assert [(fake.url + "/v1/export", threading.current_thread().name)] == observer.outcomes
