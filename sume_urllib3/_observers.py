@@ -6,7 +6,7 @@ import contextvars
 import logging
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, Tuple, TypeVar
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, Tuple, TypeVar
 
 from ._errors import ConfigurationError
 from ._record import RequestStart, RetryEvent, SumeObserver, SumeRecord
@@ -52,12 +52,21 @@ class Observers:
     # The loops call the bound hooks inline (no helper frame): outcome() runs on every request.
 
     def start(self, event: RequestStart) -> None:
-        """Tell every observer with ``on_start`` that a logical request begins."""
+        """Tell every observer with ``on_start`` that a logical request begins.
+
+        The context variables the hooks set are noted: they stay within the call (see
+        ``in_own_context``), where everything else set during it reaches the caller.
+        """
+        before = contextvars.copy_context()
         for observer, hook in self._start:
             try:
                 hook(event)
             except Exception:
                 _failed(observer, "on_start")
+        after = contextvars.copy_context()
+        changed = frozenset(var for var, value in after.items() if before.get(var, _UNSET) is not value)
+        if changed:
+            _SET_BY_START.set(_SET_BY_START.get() | changed)
 
     def retry(self, event: RetryEvent) -> None:
         """Tell every observer with ``on_retry`` about a retry that is about to happen."""
@@ -85,10 +94,25 @@ def in_own_context(call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     Whoever tells a request's ``on_start`` (the session, or an adapter used alone) runs the
     call through this when some observer has that hook: what ``on_start`` makes current (a
     span) stays current for every attempt, wait and redirect, and is gone when the call
-    returns, even when the outcome comes later (a streamed body, see ``StreamWatch``). The
-    observer never has to undo it, and the caller's context comes back as it was.
+    returns, even when the outcome comes later (a streamed body, see ``StreamWatch``); the
+    observer never has to undo it. Every other change made during the call (a response
+    hook binding a logger's fields) reaches the caller, as it does without the copy.
     """
-    return contextvars.copy_context().run(call, *args, **kwargs)
+    call_context = contextvars.copy_context()
+    try:
+        return call_context.run(call, *args, **kwargs)
+    finally:
+        scoped = call_context.get(_SET_BY_START, frozenset())
+        for var, value in call_context.items():
+            if var is not _SET_BY_START and var not in scoped and var.get(_UNSET) is not value:
+                var.set(value)
+
+
+#: The context variables ``on_start`` hooks set during this call (kept within it).
+_SET_BY_START: contextvars.ContextVar[FrozenSet[contextvars.ContextVar[Any]]] = contextvars.ContextVar(
+    "sume_urllib3_set_by_start", default=frozenset()
+)
+_UNSET = object()
 
 
 def observer_tuple(observers: object) -> Tuple[SumeObserver, ...]:

@@ -280,6 +280,39 @@ def test_what_on_start_makes_current_is_gone_when_the_call_returns(
     assert [(fake.url + "/v1/me", threading.current_thread().name)] == observer.outcomes
 
 
+#: What a response hook sets (a logger's bound fields), as the caller would read it after the call.
+HOOKED: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("test_observers_hooked", default=None)
+
+
+@pytest.mark.parametrize("starts", [False, True], ids=["no on_start", "on_start"])
+@pytest.mark.parametrize("make", [m for _, m in SESSIONS], ids=[n for n, _ in SESSIONS])
+def test_what_a_response_hook_sets_reaches_the_caller_whatever_the_observers(
+    fake: FakeSume, make: Callable[[FakeSume, Any], Any], starts: bool
+) -> None:
+    """Only what on_start sets stays within the call: a hook's context variables reach the caller
+    as they do with plain requests, with or without an observer that has on_start."""
+    fake.script("GET", "/v1/me", 200)
+    observer = Scoped() if starts else RecordsOutcomes()
+    client = make(fake, observer)
+
+    def bind(response: requests.Response, **kwargs: Any) -> None:
+        HOOKED.set(response.headers["x-sume-request-id"])
+
+    client.hooks["response"].append(bind)
+
+    context = contextvars.copy_context()
+    context.run(client.get, fake.url + "/v1/me")
+
+    assert ("req_1", None) == (context.get(HOOKED), context.get(OPEN))
+
+
+class RecordsOutcomes:
+    """An observer without on_start."""
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        pass
+
+
 @pytest.mark.parametrize("make", [m for _, m in SESSIONS], ids=[n for n, _ in SESSIONS])
 def test_a_streamed_outcome_comes_in_the_calls_context_on_the_thread_that_ends_the_body(
     fake: FakeSume, make: Callable[[FakeSume, Scoped], Any]
