@@ -460,17 +460,14 @@ class SumeSession(requests.Session):
 
         A :class:`SumeAdapter` mounted here (to size a pool, say) serves with this session's
         policy, timeout, fleet, observers, retry budget and ``raise_on_give_up``; only its
-        pool arguments are its own. Any other adapter over the base URL warns: the calls it
-        serves lose the policy, the Idempotency-Key, ``response.sume`` and the metrics.
+        pool arguments are its own. Any other adapter over the base URL, or below it, warns:
+        the calls it serves lose the policy, the Idempotency-Key, ``response.sume`` and the
+        metrics.
         """
         own = getattr(self, "adapter", None)  # None while requests mounts its defaults
         if own is not None and isinstance(adapter, SumeAdapter) and adapter is not own:
             adapter.serve_as(own)
-        elif (
-            own is not None
-            and not isinstance(adapter, SumeAdapter)
-            and self.base_url.lower().startswith(_text(prefix).lower())
-        ):
+        elif own is not None and not isinstance(adapter, SumeAdapter) and self._serves_the_api(prefix):
             warnings.warn(
                 f"{type(adapter).__name__} mounted on {prefix!r} is not a SumeAdapter: calls to "
                 f"{self._origin} through it are not retried by the Sume policy, POSTs get no "
@@ -480,6 +477,12 @@ class SumeSession(requests.Session):
                 stacklevel=2,
             )
         super().mount(prefix, adapter)  # type: ignore[arg-type,unused-ignore]  # bytes too, as requests
+
+    def _serves_the_api(self, prefix: Union[str, bytes]) -> bool:
+        """Whether an adapter mounted on ``prefix`` would serve some of the API's calls: the
+        prefix covers the base URL (``https://``, the origin), or lies below it (``/files/``)."""
+        mounted, base = _text(prefix).lower(), self.base_url.lower().rstrip("/")
+        return base.startswith(mounted) or mounted.startswith(base + "/")
 
     def close(self) -> None:
         """Close every mounted adapter once (the default one is mounted twice)."""

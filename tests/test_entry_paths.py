@@ -15,6 +15,7 @@ import io
 import json
 import random
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -585,11 +586,21 @@ def test_sessions_take_the_pool_arguments(fake: FakeSume, vtime: VirtualTime) ->
         assert session.get("/things").status_code == 200
 
 
-def test_mounting_a_non_sume_adapter_over_the_base_url_warns(fake: FakeSume) -> None:
-    """Mounting a plain HTTPAdapter where the session's calls go says what stops working."""
+@pytest.mark.parametrize("prefix", ["http://", "{base}", "{base}/", "{base}/files/"])
+def test_mounting_a_non_sume_adapter_where_the_api_goes_warns(fake: FakeSume, prefix: str) -> None:
+    """Mounting a plain HTTPAdapter over the base URL, or below it, says what stops working."""
     session = SumeSession(API_KEY, base_url=fake.url + "/v1")
     with session, pytest.warns(UserWarning, match="not a SumeAdapter"):
-        session.mount("http://", HTTPAdapter())
+        session.mount(prefix.format(base=session.base_url), HTTPAdapter())
+
+
+@pytest.mark.parametrize("prefix", ["https://", "{base}0/", "http://storage.example/"])
+def test_mounting_an_adapter_where_the_api_does_not_go_is_quiet(fake: FakeSume, prefix: str) -> None:
+    """Another scheme, a sibling path (``/v10`` beside ``/v1``) or another host: nothing to warn."""
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1")
+    with session, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        session.mount(prefix.format(base=session.base_url), HTTPAdapter())
 
 
 def _within(seconds: float, call: Callable[[], Any]) -> Any:
