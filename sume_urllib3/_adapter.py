@@ -274,11 +274,9 @@ class SumeAdapter(HTTPAdapter):
     ) -> requests.Response:
         """One call: a session's request (``joined``), else a logical request of its own."""
         own = joined is None
-        if joined is None:
-            context = RequestContext(_sleeping.now(self.retry.clock))
+        context = RequestContext(_sleeping.now(self.retry.clock)) if joined is None else joined
+        if own:
             token = current.set(context)
-        else:
-            context = joined
         try:
             return self._send(context, request, stream, timeout, verify, cert, proxies)
         except BaseException as exc:

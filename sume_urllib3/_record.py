@@ -109,8 +109,8 @@ class SumeObserver(Protocol):
     polls and endings); neither is required. With ``on_start`` present, the request runs in
     a copy of the caller's ``contextvars`` context, so what ``on_start`` sets is seen by the
     request's other hooks and gone when the call returns (what else the call sets reaches the
-    caller). A streamed response's outcome
-    (``stream=True``) comes when its body ends, on whichever thread ends it, in that context.
+    caller). A streamed response's outcome (``stream=True``) comes when its body ends, on
+    whichever thread ends it, in that context.
     """
 
     def on_retry(self, event: RetryEvent) -> None:
