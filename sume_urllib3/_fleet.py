@@ -746,6 +746,21 @@ def _after_fork_in_child() -> None:
 _fork.in_child(_after_fork_in_child)
 
 
+def grant_for(code: int, turn: _pacing.Turn, floor: float, time_left: float) -> Grant:
+    """The grant of a turn a shared fleet's store decided (``HostFleet``'s file, ``RedisFleet``'s
+    script): ``code`` is the store's answer, ``floor`` the caller's own wait. The turn is the
+    grant's token, for ``release``."""
+    wait = turn.wait / _pacing.SECOND
+    source = _pacing.SOURCES[turn.source]
+    if code == _pacing.REFUSED:
+        return Grant(wait=wait, refused=refusal(source or "pace", wait, time_left), source=source)
+    if code == _pacing.NO_BUDGET:
+        return budget_refused(wait, time_left)
+    if code == _pacing.AGAIN:
+        return Grant(wait=wait, source=source, again=True)
+    return Grant(wait=max(wait, floor), source=source if wait > floor + 1e-9 else None, token=turn)
+
+
 def budget_refused(wait: float, time_left: float) -> Grant:
     """A retry the fleet's retry budget holds past its deadline (``wait`` > 0) or for good (0)."""
     why = "retry budget: the fleet's retries for this API key are spent"

@@ -43,15 +43,14 @@ from ._fail_open import FailOpen
 from ._fleet import (
     GRANT_NOW,
     Grant,
-    budget_refused,
     check_burst,
     check_clock,
     check_seconds_between,
     fleet_key,
+    grant_for,
     interval_us,
     parse_rate,
     read_response,
-    refusal,
 )
 from ._ratelimit import may_carry_ratelimit
 
@@ -377,16 +376,7 @@ class HostFleet(FailOpen):
             self._failed(exc)
             return self._fallback(kid, time_left, retry, not_before)
         self._recovered()
-        wait = turn.wait / _pacing.SECOND
-        source = _pacing.SOURCES[turn.source]
-        if turn.code == _pacing.REFUSED:
-            return Grant(wait=wait, refused=refusal(source or "pace", wait, left), source=source)
-        if turn.code == _pacing.NO_BUDGET:
-            return budget_refused(wait, left)
-        if turn.code == _pacing.AGAIN:
-            return Grant(wait=wait, source=source, again=True)
-        source = source if wait > floor + 1e-9 else None
-        return Grant(wait=max(wait, floor), source=source, token=turn)
+        return grant_for(turn.code, turn, floor, left)
 
     def release(
         self,

@@ -28,19 +28,18 @@ from ..._fleet import (
     Grant,
     Lesson,
     LocalFleet,
-    budget_refused,
     check_burst,
     check_clock,
     check_prefix,
     check_seconds_between,
     fleet_key,
+    grant_for,
     interval_us,
     parse_rate,
     read_response,
-    refusal,
 )
 from . import _scripts
-from ._scripts import AGAIN, NO_BUDGET, REFUSED, SOURCES, micros
+from ._scripts import micros
 
 log = logging.getLogger("sume_urllib3")
 
@@ -215,17 +214,7 @@ class RedisFleet(FailOpen):
             return self._fallback(kid, time_left, retry, not_before)
         self._recovered()
         self._clients = max(1, turn.clients)
-        wait = turn.pacing.wait / 1_000_000
-        source = SOURCES[turn.pacing.source]
-        if turn.code == REFUSED:
-            return Grant(wait=wait, refused=refusal(source or "pace", wait, time_left), source=source)
-        if turn.code == NO_BUDGET:
-            return budget_refused(wait, time_left)
-        if turn.code == AGAIN:
-            return Grant(wait=wait, source=source, again=True)
-        floor = max(not_before, 0.0)
-        source = source if wait > floor + 1e-9 else None
-        return Grant(wait=max(wait, floor), source=source, token=turn.pacing)
+        return grant_for(turn.code, turn.pacing, max(not_before, 0.0), time_left)
 
     def release(
         self,
