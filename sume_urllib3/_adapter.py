@@ -6,7 +6,7 @@ import functools
 import threading
 import time
 import weakref
-from typing import Any, Callable, FrozenSet, Iterable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, FrozenSet, Iterable, Mapping, NoReturn, Optional, Tuple, Union
 from urllib.parse import urldefrag, urljoin
 
 import requests
@@ -32,7 +32,7 @@ from ._idempotency import (
 from ._keyid import key_ids
 from ._observers import Observers, in_own_context
 from ._policy import NO_RETRY, STOP, Decision, Policy
-from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
+from ._record import Outcome, RequestStart, SumeObserver, SumeRecord, status_label
 from ._redact import redact_url
 from ._retry import SumeRetry
 from ._state import Attempt, RequestContext, current
@@ -311,14 +311,26 @@ class SumeAdapter(HTTPAdapter):
     ) -> requests.Response:
         if context.hops:
             self._redirected(context.url, request)
-            self._refuse_a_spent_body(context, request)
+            if context.owned and _has_both_auth(request.headers):
+                # SumeSession refuses both before the first send; an auth handler (requests'
+                # HTTPDigestAuth answering a 401 challenge) may add Authorization to a resend.
+                raise ConfigurationError(
+                    "both x-api-key and Authorization are set on this request (an auth handler "
+                    "added Authorization to a resend): send only one"
+                )
+            answered = context.record
+            self._refuse_a_spent_body(context, request, None if answered is None else answered.status)
         else:
-            first = None if context.owned else self._followed_from(request)
-            if first is not None:  # a plain requests.Session following our last redirect
-                self._redirected(first, request)
+            followed = None if context.owned else self._followed_from(request)
+            if followed is not None:  # a plain requests.Session following our last redirect
+                self._redirected(followed[0], request)
             self._join(context, request)
-            if first is not None:
-                self._refuse_a_spent_body(context, request)
+            if followed is not None:
+                self._refuse_a_spent_body(context, request, followed[1])
+            elif not context.replayable and _taken_before(request.body):
+                # An auth handler's resend outside a SumeSession (or a caller's own): a new
+                # request here, with a body an earlier send took.
+                self._refuse(context, request, _TAKEN_BEFORE)
         retry: SumeRetry = self.max_retries  # type: ignore[assignment]  # self.retry, one call fewer
         policy = context.policy or retry.policy
         deadline = context.deadline(policy)
@@ -391,6 +403,10 @@ class SumeAdapter(HTTPAdapter):
             self._consult_late(context, response)
         if not context.owned:
             self._remember_redirect(context, response)
+        elif response.status_code >= 400:
+            # The answer a refused resend leaves the caller with (a 401 challenge an auth handler
+            # answers): held weakly, as only the caller may hold a streamed response (StreamWatch).
+            context.answered = weakref.ref(response)
         record = self._finish(context, request, response.status_code, response.headers)
         response.sume = record  # type: ignore[attr-defined]
         if stream and record.outcome is not Outcome.GAVE_UP:
@@ -486,19 +502,32 @@ class SumeAdapter(HTTPAdapter):
         if observers.starts:
             observers.start(RequestStart(method, redact_url(context.url), key))
 
-    def _refuse_a_spent_body(self, context: RequestContext, request: requests.PreparedRequest) -> None:
-        """A 307/308 hop would send the first hop's body again: refuse one already spent.
+    def _refuse_a_spent_body(
+        self, context: RequestContext, request: requests.PreparedRequest, status: Optional[int]
+    ) -> None:
+        """A send after ``status`` would send the first send's body again: refuse one spent.
 
-        requests keeps the body only for 307/308 (and rewinds a file it can); a generator or
-        a stream without seek would go out empty, under the same Idempotency-Key.
+        requests sends the body again after a 307/308 (rewinding a file it can), and so does an
+        auth handler answering a 401 challenge (requests' ``HTTPDigestAuth``): a generator or a
+        stream without seek would go out empty, under the same Idempotency-Key.
         """
         why = None if request.body is None else body_refusal(context, request.method)
         if why is None:
             return
-        reason = f"a 307/308 redirect not followed: {why}"
-        now = _sleeping.now(self.retry.clock)
-        context.add(Attempt(None, None, None, None, Decision(NO_RETRY, reason=reason), at=now))
-        raise SumeRetryError(self._finish(context, request, None, None))
+        if status in REDIRECT_STATI:
+            reason = f"{status} redirect not followed: {why}"
+        else:
+            reason = f"not sent again after the {status_label(status)}: {why}"
+        self._refuse(context, request, reason)
+
+    def _refuse(self, context: RequestContext, request: requests.PreparedRequest, reason: str) -> NoReturn:
+        """End the request unsent for ``reason``, with the response a hop got before, if any."""
+        previous = context.answered() if context.answered is not None else None
+        status = None if previous is None else previous.status_code
+        decision = Decision(NO_RETRY, reason=reason)
+        context.add(Attempt(status, None, None, None, decision, at=_sleeping.now(self.retry.clock)))
+        headers = None if previous is None else previous.headers
+        raise SumeRetryError(self._finish(context, request, status, headers), previous)
 
     def _redirected(self, first: str, request: requests.PreparedRequest) -> None:
         """A redirect hop: keep the keys only where they still mean the same request."""
@@ -514,19 +543,20 @@ class SumeAdapter(HTTPAdapter):
         location = response.headers.get("location")
         if location and response.is_redirect:
             target = requote_uri(urldefrag(urljoin(response.url or context.url, location))[0])
-            _hops.next = (id(self), target, getattr(_hops, "first", None) or context.url)
+            first = getattr(_hops, "first", None) or context.url
+            _hops.next = (id(self), target, first, response.status_code)
         else:
             _hops.next = None
 
-    def _followed_from(self, request: requests.PreparedRequest) -> Optional[str]:
-        """The first URL of a redirect chain this send continues, if it continues one."""
+    def _followed_from(self, request: requests.PreparedRequest) -> Optional[Tuple[str, int]]:
+        """The first URL of a redirect chain this send continues, and the redirect's status."""
         pending = getattr(_hops, "next", None)
         _hops.next = _hops.first = None
         if pending is None or pending[0] != id(self) or pending[1] != urldefrag(request.url or "")[0]:
             return None
         first: str = pending[2]
         _hops.first = first
-        return first
+        return first, pending[3]
 
     def _retry_body(
         self, context: RequestContext, policy: Policy, error: Exception, request: requests.PreparedRequest
@@ -636,6 +666,29 @@ def _check_length(response: requests.Response) -> None:
         raise requests.exceptions.ChunkedEncodingError(
             f"Connection broken: IncompleteRead({got} bytes read, {int(length) - got} more expected)"
         )
+
+
+def _taken_before(body: Any) -> bool:
+    """Whether a send already took this body that cannot be sent twice; notes it taken now.
+
+    Only a body seen here can be told again: one that cannot be weakly referenced is let go.
+    """
+    try:
+        if body in _TAKEN:
+            return True
+        _TAKEN.add(body)
+    except TypeError:
+        pass
+    return False
+
+
+_TAKEN_BEFORE = (
+    "not sent: an earlier send took its body, which cannot be sent again (a generator or a "
+    "stream without seek): pass a new one"
+)
+#: Bodies that can be sent once (generators, streams without seek) that a send has taken: an
+#: auth handler's resend (requests' ``HTTPDigestAuth``) or a caller's own would send them empty.
+_TAKEN: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def _has_both_auth(headers: Optional[Mapping[str, Any]]) -> bool:

@@ -70,6 +70,7 @@ class RequestContext:
     body_pos: Optional[int] = None  # where a file body started, to send it whole again
     stream: Any = None  # a _stream.StreamWatch: a stream=True body decides the outcome when it ends
     watch: Any = None  # a _deadline.Watch: cuts the attempt's socket when the deadline passes
+    answered: Any = None  # a weakref to a session hop's error response (see SumeAdapter._refuse)
 
     def __init__(
         self,

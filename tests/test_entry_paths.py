@@ -355,6 +355,73 @@ def test_an_unreplayable_body_is_not_resent_after_a_redirect(
         assert "body" in str(result.error)
 
 
+#: A 401 challenge requests' HTTPDigestAuth answers by sending the request again from a hook.
+DIGEST_CHALLENGE = Reply.error(401, headers={"WWW-Authenticate": 'Digest realm="sume", nonce="n0", qop="auth"'})
+
+
+@pytest.mark.parametrize("body", ["generator", "reader", "multipart"])
+def test_an_auth_handlers_resend_never_sends_a_spent_body(fake: FakeSume, body: str) -> None:
+    """requests' ``HTTPDigestAuth`` answers a 401 challenge by sending the request again, with the
+    same Idempotency-Key. Outside a SumeSession that send is a new request to the adapter: a body
+    the first send took is refused, not sent empty under the key."""
+    fake.script("POST", "/v1/avatars", DIGEST_CHALLENGE, 201)
+    session = requests.Session()
+    session.mount("http://", SumeAdapter(fleet=None))
+    payload, size = unreplayable(body)
+    with pytest.raises(SumeRetryError, match="an earlier send took its body") as raised:
+        session.post(fake.url + "/v1/avatars", data=payload, auth=requests.auth.HTTPDigestAuth("u", "p"))
+    assert [len(r.body) for r in fake.requests] == [size]
+    assert raised.value.record.attempts == 0  # the refused send went nowhere
+
+
+def test_an_auth_handlers_resend_of_a_replayable_body_goes_whole_under_one_key(fake: FakeSume) -> None:
+    """Bytes (and a file the handler rewinds) are sent whole again, under the same key."""
+    fake.script("POST", "/v1/avatars", DIGEST_CHALLENGE, 201)
+    session = requests.Session()
+    session.mount("http://", SumeAdapter(fleet=None))
+    response = session.post(fake.url + "/v1/avatars", data=b"z" * 5000, auth=requests.auth.HTTPDigestAuth("u", "p"))
+    assert response.status_code == 201
+    assert [len(r.body) for r in fake.requests] == [5000, 5000]
+    assert len({r.headers["Idempotency-Key"] for r in fake.requests}) == 1
+    assert "Authorization" in fake.requests[1].headers
+
+
+def test_a_generator_is_not_sent_twice_by_a_caller_either(fake: FakeSume) -> None:
+    """The same spent generator given to a second call is refused, whichever way in took it."""
+    fake.script("POST", "/v1/avatars", 201, 201)
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1", fleet=None)
+    body = chunks()
+    assert session.post("/avatars", data=body).status_code == 201
+    with pytest.raises(SumeRetryError, match="an earlier send took its body"):
+        session.post("/avatars", data=body)
+    assert [len(r.body) for r in fake.requests] == [30_000]
+
+
+def test_a_session_resend_after_a_challenge_names_the_401_and_keeps_its_response(fake: FakeSume) -> None:
+    """Through a SumeSession the handler's resend continues the logical request: a spent body is
+    refused naming the 401 (not a redirect), and the 401 is the response the caller gets."""
+    fake.script("POST", "/v1/avatars", DIGEST_CHALLENGE)
+    # The key as a Bearer token: the handler's Authorization replaces it, one auth header still.
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1", fleet=None, auth_header="bearer")
+    with pytest.raises(SumeRetryError, match="not sent again after the 401: the request body cannot") as raised:
+        session.post("/avatars", data=chunks(), auth=requests.auth.HTTPDigestAuth("u", "p"))
+    assert [len(r.body) for r in fake.requests] == [30_000]
+    error = raised.value
+    assert error.response is not None and error.response.status_code == 401
+    assert (error.record.status, error.record.attempts) == (401, 1)
+
+
+def test_a_session_refuses_an_auth_handler_adding_authorization_beside_its_key(fake: FakeSume) -> None:
+    """SumeSession refuses x-api-key and Authorization together before the first send; a handler
+    that adds Authorization to a resend (a digest answer) is refused there, before it goes out."""
+    fake.script("GET", "/v1/jobs", DIGEST_CHALLENGE)
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1", fleet=None)
+    with pytest.raises(ConfigurationError, match="an auth handler added Authorization to a resend"):
+        session.get("/jobs", auth=requests.auth.HTTPDigestAuth("u", "p"))
+    assert len(fake.requests) == 1
+    assert "Authorization" not in fake.requests[0].headers
+
+
 @pytest.mark.parametrize("body", ["bytes", "generator"])
 @pytest.mark.parametrize("status", [301, 302])
 @pytest.mark.parametrize("name", WAYS)
