@@ -401,9 +401,9 @@ class SumeAdapter(HTTPAdapter):
             # urllib3 never showed this response to the retry (requests < 2.29 streams
             # chunked bodies around urllib3): decide once here, but nothing was resent.
             self._consult_late(context, response)
-        if not context.owned:
-            self._remember_redirect(context, response)
-        elif response.status_code >= 400:
+        if response.status_code in REDIRECT_STATI or not context.owned:
+            self._answered_redirect(context, request, response)
+        if context.owned and response.status_code >= 400:
             # The answer a refused resend leaves the caller with (a 401 challenge an auth handler
             # answers): held weakly, as only the caller may hold a streamed response (StreamWatch).
             context.answered = weakref.ref(response)
@@ -538,25 +538,38 @@ class SumeAdapter(HTTPAdapter):
             for name in AUTH_HEADER_NAMES:  # requests strips Authorization only
                 headers.pop(name, None)
 
-    def _remember_redirect(self, context: RequestContext, response: requests.Response) -> None:
-        """Note where a redirect answered outside a SumeSession leads, for the next send."""
-        location = response.headers.get("location")
+    def _answered_redirect(
+        self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
+    ) -> None:
+        """Before requests follows a redirect that leaves the origin, take the auth headers off.
+
+        requests sends the next hop as a copy of this request, stripping only Authorization,
+        and the adapter sending it may not be this one (a plain ``HTTPAdapter`` on ``http://``
+        strips nothing): the headers come off here, where every way through requests passes.
+        Outside a SumeSession the thread also notes where the redirect leads, for the next send
+        (see ``_followed_from``); any other response clears that note.
+        """
+        target = None
+        location = response.headers.get("location") if response.status_code in REDIRECT_STATI else None
         if location and response.is_redirect:
             target = requote_uri(urldefrag(urljoin(response.url or context.url, location))[0])
+            if leaves_origin(request.url or context.url, target):
+                for name in AUTH_HEADER_NAMES:
+                    request.headers.pop(name, None)
+        if not context.owned:
             first = getattr(_hops, "first", None) or context.url
-            _hops.next = (id(self), target, first, response.status_code)
-        else:
-            _hops.next = None
+            _hops.next = None if target is None else (target, first, response.status_code)
 
     def _followed_from(self, request: requests.PreparedRequest) -> Optional[Tuple[str, int]]:
-        """The first URL of a redirect chain this send continues, and the redirect's status."""
+        """The first URL of a redirect chain this send continues, and the redirect's status
+        (whichever SumeAdapter on this thread answered it)."""
         pending = getattr(_hops, "next", None)
         _hops.next = _hops.first = None
-        if pending is None or pending[0] != id(self) or pending[1] != urldefrag(request.url or "")[0]:
+        if pending is None or pending[0] != urldefrag(request.url or "")[0]:
             return None
-        first: str = pending[2]
+        first: str = pending[1]
         _hops.first = first
-        return first, pending[3]
+        return first, pending[2]
 
     def _retry_body(
         self, context: RequestContext, policy: Policy, error: Exception, request: requests.PreparedRequest
@@ -696,7 +709,7 @@ def _has_both_auth(headers: Optional[Mapping[str, Any]]) -> bool:
 
 
 # Outside a SumeSession each redirect hop is a separate send: the thread notes where the
-# last redirect it received leads (adapter id, target URL, the chain's first URL).
+# last redirect it received leads (target URL, the chain's first URL, the redirect's status).
 _hops = threading.local()
 
 # Adapters made in this process: after os.fork() the child must not reuse the parent's

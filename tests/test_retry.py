@@ -517,6 +517,27 @@ def test_a_per_call_sume_retry_strips_the_key_on_a_cross_host_redirect(raw_serve
     assert {} == auth_headers(other.requests[0])
 
 
+@pytest.mark.parametrize("next_hop", ["a plain HTTPAdapter", "another SumeAdapter"])
+def test_sume_adapter_takes_the_key_off_before_another_adapter_sends_the_next_hop(
+    raw_server: Any, next_hop: str
+) -> None:
+    """SumeAdapter mounted on the API only (https:// in the guide's example): the redirect's next hop
+    is sent by whatever serves the other origin, and requests strips only Authorization, so the
+    adapter that got the redirect takes both auth headers off before requests copies the request."""
+    other = raw_server()
+    api = raw_server(redirect_to(other.url + "/landing"))
+    session = requests.Session()
+    session.mount(api.url + "/", SumeAdapter(QUICK, fleet=None))
+    if next_hop == "another SumeAdapter":
+        session.mount(other.url + "/", SumeAdapter(QUICK, fleet=None))
+
+    response = session.get(api.url + "/start", headers={"x-api-key": KEY, "Authorization": BEARER})
+
+    assert b"/landing" == response.content
+    assert {"x-api-key": KEY, "authorization": BEARER} == auth_headers(api.requests[0])
+    assert {} == auth_headers(other.requests[0])
+
+
 def test_pool_manager_keeps_the_key_on_a_same_host_redirect(raw_server: Any) -> None:
     """A redirect that stays on the same host and port keeps x-api-key."""
     api = raw_server(redirect_to("/landing"))
