@@ -67,8 +67,8 @@ def check_fleet(fleet: Any) -> Optional[Fleet]:
 
 #: Auth headers that never leave the origin they were meant for.
 AUTH_HEADER_NAMES = ("x-api-key", "Authorization")
-# urllib3 2 enforces Content-Length itself; 1.26 does not.
-_CHECK_LENGTH = not hasattr(urllib3, "BaseHTTPResponse")  # added in urllib3 2.0
+# urllib3 2 enforces Content-Length by default; 1.26 only when asked (see _send).
+_ENFORCE_LENGTH = not hasattr(urllib3, "BaseHTTPResponse")  # added in urllib3 2.0
 # Transport errors of a body read after urllib3 handed the response back.
 _BODY_ERRORS = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError)
 
@@ -367,6 +367,10 @@ class SumeAdapter(HTTPAdapter):
                     raise self._body_failed(context, request, broken) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(self._cut_by_deadline(context, exc), self._finish(context, request, None, None))
+            if _ENFORCE_LENGTH:
+                # 1.26 hands back a body cut short as if whole (an error body, a gzip one, a
+                # stream): told to, it raises at the cut, as 2.x does, on every read of it.
+                response.raw.enforce_content_length = True
             if context.grant is not None:
                 end_turn(context, response.status_code, response.headers)
             watch = context.watch
@@ -379,8 +383,6 @@ class SumeAdapter(HTTPAdapter):
                 break  # a redirect's body is requests' to read (it forgives a bad one)
             try:
                 response.content  # noqa: B018 - requests reads it next; read it where we can act
-                if _CHECK_LENGTH:
-                    _check_length(response)
                 if watch is not None and watch.fired:
                     self._not_cut(context, request, response)
                 break
@@ -418,8 +420,11 @@ class SumeAdapter(HTTPAdapter):
                 # and the connection goes back to the pool whether or not they do.
                 try:
                     response.content  # noqa: B018
-                except _BODY_ERRORS:
-                    response.close()  # the give-up stands; a body that broke or stalled frees its slot
+                except _BODY_ERRORS as exc:
+                    # The give-up stands, without a body to hand over (none came whole): a body
+                    # that broke or stalled frees its slot, and is the give-up's cause.
+                    response.close()
+                    raise SumeRetryError(record) from redact(exc)
             raise SumeRetryError(record, response)
         if not stream and response.status_code >= 400:
             try:
@@ -661,24 +666,6 @@ def _rewind(body: Any, position: Optional[int]) -> bool:
     except Exception:
         return False
     return True
-
-
-def _check_length(response: requests.Response) -> None:
-    """Raise as urllib3 2 does when a plain body is shorter than its Content-Length.
-
-    urllib3 1.26 returns such a body cut short without a word; a truncated success must
-    not pass for ``ok``.
-    """
-    length = response.headers.get("content-length")
-    if not length or not length.isdigit() or response.headers.get("content-encoding"):
-        return
-    got = len(response.content or b"")
-    if response.request is not None and response.request.method == "HEAD":
-        return
-    if got < int(length) and response.status_code not in (204, 304):
-        raise requests.exceptions.ChunkedEncodingError(
-            f"Connection broken: IncompleteRead({got} bytes read, {int(length) - got} more expected)"
-        )
 
 
 def _taken_before(body: Any) -> bool:

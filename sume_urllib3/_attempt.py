@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import ssl
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
@@ -254,6 +255,9 @@ def decide_response(
 def decide_error(
     retry: SumeRetry, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
 ) -> Attempt:
+    refused_with = tunnel_status(error)
+    if refused_with is not None:
+        return _decide_tunnel(retry, context, policy, refused_with, error)
     if retry._is_connection_error(error):
         kind = "connect"
     elif retry._is_read_error(error) or not _verification_failure(error):
@@ -275,6 +279,48 @@ def decide_error(
     return Attempt(
         None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
     )
+
+
+def _decide_tunnel(
+    retry: SumeRetry, context: RequestContext, policy: Policy, status: int, error: Exception
+) -> Attempt:
+    """A proxy that refused the CONNECT tunnel with ``status``: decided by that status's row.
+
+    Through a plain-http origin the proxy's answer arrives as a response, decided by the table;
+    through a tunnel it arrives as an error. The same row decides both (a 407 is not retried, a
+    proxy's 503 is), and nothing reached the API: any request may go again.
+    """
+    now = retry._now()
+    decided = policy.decide(status, None, None, context.retries, now - context.start, rng=retry.rng)
+    reason = f"the proxy refused the tunnel: {decided.reason}"
+    decision = Decision(decided.verdict, decided.wait, decided.source, reason)
+    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is STOP else None
+    return Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
+
+
+def tunnel_status(error: BaseException) -> Optional[int]:
+    """The status a proxy refused an https request's tunnel with, or None.
+
+    http.client raises ``OSError("Tunnel connection failed: 407 Proxy Authentication Required")``
+    and urllib3 wraps it in a ``ProxyError``: its text is the only place the status is kept.
+    """
+    cause: Optional[BaseException] = error
+    for _ in range(8):
+        if cause is None:
+            return None
+        if type(cause) is OSError:
+            found = _TUNNEL_REFUSED.match(str(cause))
+            if found is not None:
+                return int(found.group(1))
+        cause = (
+            cause.__cause__
+            or cause.__context__
+            or next((arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None)
+        )
+    return None
+
+
+_TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: ([1-5][0-9][0-9])\b")
 
 
 def resend_broken_body(

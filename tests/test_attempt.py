@@ -8,8 +8,11 @@ import random
 from typing import Any, List, Optional
 
 import pytest
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
 
-from sume_urllib3 import LocalFleet, RetryBudget
+from sume_urllib3 import LocalFleet, RetryBudget, SumeRetry, SumeSession
 from sume_urllib3._attempt import (
     DRAIN_LIMIT,
     RetryTurn,
@@ -19,6 +22,7 @@ from sume_urllib3._attempt import (
     redirect_refusal,
     redirect_wait,
     retry_turn,
+    tunnel_status,
 )
 from sume_urllib3._peek import PrefixedFP
 from sume_urllib3._policy import Policy
@@ -189,3 +193,60 @@ def test_a_turn_past_the_deadline_is_refused_with_a_spread_retry_in() -> None:
     assert context.fleet_refused
     assert turn.retry_in is not None
     assert 29.0 <= turn.retry_in <= 60.0
+
+
+# -- a proxy that refuses the tunnel ------------------------------------------------------------
+
+
+def refuse_tunnels(status: int) -> Any:
+    """A raw-server handler: a forward proxy answering every CONNECT with ``status``."""
+    from .raw_server import CLOSE, reply
+
+    def handler(seen: Any, n: int) -> Any:
+        yield reply(status, b"proxy says no")
+        yield CLOSE
+
+    return handler
+
+
+def test_tunnel_status_reads_http_clients_refusal_through_urllib3s_wrapping() -> None:
+    """http.client's text is where the status lives; anything else is not a tunnel refusal."""
+    refused = OSError("Tunnel connection failed: 407 Proxy Authentication Required")
+    assert tunnel_status(urllib3.exceptions.ProxyError("Unable to connect to proxy", refused)) == 407
+    assert tunnel_status(refused) == 407
+    down = ConnectionRefusedError(111, "refused")
+    assert tunnel_status(urllib3.exceptions.ProxyError("down", down)) is None
+    assert tunnel_status(OSError("Tunnel connection failed: soon")) is None
+    assert tunnel_status(ValueError("Tunnel connection failed: 407 x")) is None
+
+
+@pytest.mark.parametrize("way", ["session", "http_adapter"])
+@pytest.mark.parametrize(("status", "sent", "outcome"), [(407, 1, "no_retry"), (503, 3, "gave_up")])
+def test_a_proxy_refusing_the_tunnel_is_decided_by_its_statuss_row(
+    raw_server: Any, way: str, status: int, sent: int, outcome: str
+) -> None:
+    """An https request through a proxy that refuses the CONNECT: the proxy's status decides, as
+    its response would through a plain-http origin. A 407 is not retried (it was resent seven
+    times, as a read failure); a proxy's 503 is, for a POST too, since nothing reached the API."""
+    from .raw_server import QUICK
+
+    proxy = raw_server(refuse_tunnels(status))
+    policy = QUICK.replace(max_retries=2)
+    if way == "session":
+        session: requests.Session = SumeSession(
+            "sk_test_tunnel", base_url=API, policy=policy, fleet=None, sleep=lambda s: None
+        )
+    else:
+        session = requests.Session()
+        session.mount("https://", HTTPAdapter(max_retries=SumeRetry(policy, sleep=lambda s: None)))
+    session.trust_env = False
+    with pytest.raises(requests.exceptions.ProxyError) as raised:
+        session.post(API + "/jobs", json={"n": 1}, proxies={"https": proxy.url})
+    assert [seen.method for seen in proxy.requests] == ["CONNECT"] * sent
+    if way == "session":
+        record = raised.value.sume  # type: ignore[attr-defined]
+        assert record.reason.startswith(f"the proxy refused the tunnel: {status}")
+        assert (record.outcome, record.retry_in is None) == (outcome, status == 407)
+
+
+API = "https://api.sume.test/v1"

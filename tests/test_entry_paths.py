@@ -13,6 +13,7 @@ import dataclasses
 import inspect
 import io
 import json
+import os
 import random
 import threading
 import warnings
@@ -290,6 +291,53 @@ def test_an_error_body_cut_short_raises_when_read_whole(
     assert len(fake.requests) == 1
 
 
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("status", [400, 404, 422])
+@pytest.mark.parametrize("name", ["session", "mounted"])
+def test_an_error_body_cut_short_is_never_handed_over_as_whole(
+    fake: FakeSume, way_in: Callable[..., Way], name: str, status: int, gzip: bool
+) -> None:
+    """A non-retried error whose body stops before its Content-Length, read by the adapter (no
+    ``stream=True``): the body's error is raised, on urllib3 1.26 too (which does not enforce the
+    length unless told to), rather than the bytes that came passed off as the whole body."""
+    # Random bytes: gzip keeps them as long, so the cut falls inside the compressed body.
+    cut = Reply(status, body=os.urandom(200_000), truncate=3_000, gzip=gzip)
+    fake.script("GET", "/v1/things", cut)
+    result = way_in(name).call("GET", "/things")
+    assert isinstance(result.error, requests.exceptions.ChunkedEncodingError)
+    assert "the body failed mid-read" in str(result.error)
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("gzip", [False, True], ids=["plain", "gzip"])
+@pytest.mark.parametrize("name", ["session", "mounted"])
+def test_a_success_body_cut_short_is_resent_whole(
+    fake: FakeSume, way_in: Callable[..., Way], name: str, gzip: bool
+) -> None:
+    """A 200 cut short (gzip included, where the length counts the compressed bytes) is a read
+    failure after sending: a GET is resent, and the caller gets the whole body, never the part."""
+    body = os.urandom(30_000)  # gzip keeps random bytes as long: the cut falls inside
+    cut, whole = Reply(200, body=body, truncate=5_000, gzip=gzip), Reply(200, body=body, gzip=gzip)
+    fake.script("GET", "/v1/things", cut, whole)
+    result = way_in(name).call("GET", "/things")
+    assert (result.status, result.body, len(fake.requests)) == (200, body, 2)
+
+
+@pytest.mark.parametrize("name", ["session", "mounted"])
+def test_a_give_up_whose_last_body_broke_hands_over_no_body(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """Retries run out on a 503 whose body is cut short: the give-up stands, with no response to
+    read (none came whole) and the body's error as its cause, on both urllib3 lines."""
+    cut = dataclasses.replace(Reply.error(503, "service_unavailable"), size=200_000, truncate=3_000)
+    fake.script("GET", "/v1/things", *[cut] * 8)
+    result = way_in(name, policy=Policy(max_retries=1)).call("GET", "/things")
+    assert isinstance(result.error, SumeRetryError)
+    assert result.error.response is None
+    assert isinstance(result.error.__cause__, requests.exceptions.ChunkedEncodingError)
+    assert (result.error.record.outcome, result.error.record.attempts) == ("gave_up", 2)
+
+
 @pytest.mark.parametrize("name", WAYS)
 def test_a_keyed_post_is_resent_with_the_same_key_and_body(
     fake: FakeSume, way_in: Callable[..., Way], name: str
@@ -356,7 +404,14 @@ def test_an_unreplayable_body_is_not_resent_after_a_redirect(
 
 
 #: A 401 challenge requests' HTTPDigestAuth answers by sending the request again from a hook.
-DIGEST_CHALLENGE = Reply.error(401, headers={"WWW-Authenticate": 'Digest realm="sume", nonce="n0", qop="auth"'})
+DIGEST_CHALLENGE = Reply.error(
+    401, headers={"WWW-Authenticate": 'Digest realm="sume", nonce="n0", qop="auth"'}
+)
+
+
+def digest() -> requests.auth.HTTPDigestAuth:
+    """A new handler each time: one keeps the nonce it was challenged with, and answers before asked."""
+    return requests.auth.HTTPDigestAuth("u", "p")
 
 
 @pytest.mark.parametrize("body", ["generator", "reader", "multipart"])
@@ -369,7 +424,7 @@ def test_an_auth_handlers_resend_never_sends_a_spent_body(fake: FakeSume, body: 
     session.mount("http://", SumeAdapter(fleet=None))
     payload, size = unreplayable(body)
     with pytest.raises(SumeRetryError, match="an earlier send took its body") as raised:
-        session.post(fake.url + "/v1/avatars", data=payload, auth=requests.auth.HTTPDigestAuth("u", "p"))
+        session.post(fake.url + "/v1/avatars", data=payload, auth=digest())
     assert [len(r.body) for r in fake.requests] == [size]
     assert raised.value.record.attempts == 0  # the refused send went nowhere
 
@@ -379,7 +434,7 @@ def test_an_auth_handlers_resend_of_a_replayable_body_goes_whole_under_one_key(f
     fake.script("POST", "/v1/avatars", DIGEST_CHALLENGE, 201)
     session = requests.Session()
     session.mount("http://", SumeAdapter(fleet=None))
-    response = session.post(fake.url + "/v1/avatars", data=b"z" * 5000, auth=requests.auth.HTTPDigestAuth("u", "p"))
+    response = session.post(fake.url + "/v1/avatars", data=b"z" * 5000, auth=digest())
     assert response.status_code == 201
     assert [len(r.body) for r in fake.requests] == [5000, 5000]
     assert len({r.headers["Idempotency-Key"] for r in fake.requests}) == 1
@@ -403,11 +458,12 @@ def test_a_session_resend_after_a_challenge_names_the_401_and_keeps_its_response
     fake.script("POST", "/v1/avatars", DIGEST_CHALLENGE)
     # The key as a Bearer token: the handler's Authorization replaces it, one auth header still.
     session = SumeSession(API_KEY, base_url=fake.url + "/v1", fleet=None, auth_header="bearer")
-    with pytest.raises(SumeRetryError, match="not sent again after the 401: the request body cannot") as raised:
-        session.post("/avatars", data=chunks(), auth=requests.auth.HTTPDigestAuth("u", "p"))
+    with pytest.raises(SumeRetryError, match="not sent again after the 401: the request body") as raised:
+        session.post("/avatars", data=chunks(), auth=digest())
     assert [len(r.body) for r in fake.requests] == [30_000]
     error = raised.value
-    assert error.response is not None and error.response.status_code == 401
+    assert error.response is not None
+    assert error.response.status_code == 401
     assert (error.record.status, error.record.attempts) == (401, 1)
 
 
@@ -417,7 +473,7 @@ def test_a_session_refuses_an_auth_handler_adding_authorization_beside_its_key(f
     fake.script("GET", "/v1/jobs", DIGEST_CHALLENGE)
     session = SumeSession(API_KEY, base_url=fake.url + "/v1", fleet=None)
     with pytest.raises(ConfigurationError, match="an auth handler added Authorization to a resend"):
-        session.get("/jobs", auth=requests.auth.HTTPDigestAuth("u", "p"))
+        session.get("/jobs", auth=digest())
     assert len(fake.requests) == 1
     assert "Authorization" not in fake.requests[0].headers
 
