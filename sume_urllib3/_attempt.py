@@ -269,12 +269,15 @@ def decide_error(
         kind = "other"
     now = retry._now()
     verb = method or context.method
-    replay_safe = retry._refusal(context, verb) is None
+    refusal = retry._refusal(context, verb)
     if kind == "read" and not verb and not retry._is_read_error(error):
-        replay_safe = True  # a direct increment(error=...) names no request to protect
+        refusal = None  # a direct increment(error=...) names no request to protect
     decision = policy.decide_error(
-        kind, context.retries, now - context.start, replay_safe=replay_safe, rng=retry.rng
+        kind, context.retries, now - context.start, replay_safe=refusal is None, rng=retry.rng
     )
+    if refusal is not None and decision.verdict is NO_RETRY and kind == "read":
+        # Which rule keeps it from going again (no key, a body sent once), as for a response.
+        decision = Decision(NO_RETRY, reason=f"{decision.reason}: {refusal}")
     retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is STOP else None
     return Attempt(
         None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
