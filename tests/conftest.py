@@ -9,7 +9,8 @@ from __future__ import annotations
 import ctypes
 import os
 import random
-from typing import Any, Callable, Iterator, List
+import ssl
+from typing import Any, Callable, Iterator, List, Optional
 
 import pytest
 
@@ -110,8 +111,8 @@ def raw_server() -> Iterator[Callable[[Handler], Loopback]]:
     """Start raw loopback servers (tests/raw_server.py) for a test; every one is stopped at its end."""
     started: List[Loopback] = []
 
-    def start(handler: Handler = echo) -> Loopback:
-        started.append(Loopback(handler))
+    def start(handler: Handler = echo, tls: Optional[ssl.SSLContext] = None) -> Loopback:
+        started.append(Loopback(handler, tls))
         return started[-1]
 
     yield start

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -64,8 +65,9 @@ class Loopback:
     Connections are kept alive; ``CLOSE`` ends one. Stopping interrupts every pause.
     """
 
-    def __init__(self, handler: Handler = echo) -> None:
+    def __init__(self, handler: Handler = echo, tls: Optional[ssl.SSLContext] = None) -> None:
         self.handler = handler
+        self._tls = tls
         self.requests: List[Seen] = []
         self._counts: Dict[str, int] = {}
         self._lock = threading.Lock()
@@ -75,7 +77,7 @@ class Loopback:
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
         self.port = self._listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         threading.Thread(target=self._accept, daemon=True).start()
 
     def __enter__(self) -> Loopback:
@@ -112,6 +114,14 @@ class Loopback:
             threading.Thread(target=self._serve, args=(conn, number), daemon=True).start()
 
     def _serve(self, conn: socket.socket, number: int) -> None:
+        if self._tls is not None:
+            try:  # on this thread: a client that never finishes its handshake holds only this one
+                wrapped = self._tls.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                conn.close()
+                return
+            with self._lock:  # stop() closes what is open now: the TLS socket, not the one it took over
+                self._conns[self._conns.index(conn)] = conn = wrapped
         reader = conn.makefile("rb")
         try:
             while not self._stop.is_set():
