@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, BaseAdapter
-from requests.utils import default_user_agent
+from requests.utils import default_user_agent, select_proxy
 
 from . import _sleeping
 from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
@@ -426,6 +426,24 @@ class SumeSession(requests.Session):
             super().merge_environment_settings, self, url, proxies, stream, verify, cert
         )
 
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        """Send as requests does; a key over plain http goes through no proxy but a loopback one.
+
+        Plain http is refused off loopback (``prepare_request``); a proxy for ``http://`` reads
+        the request in clear, key included, wherever it runs: one off loopback is refused too.
+        """
+        url = request.url or ""
+        if url.startswith("http:") and (
+            "x-api-key" in request.headers or "Authorization" in request.headers
+        ):
+            host = _proxy_host(select_proxy(url, kwargs.get("proxies") or {}))
+            if host is not None and not is_loopback(host):
+                raise ConfigurationError(
+                    f"refusing to send the API key over plain http through the proxy {host}: use "
+                    "https, or name the host in NO_PROXY"
+                )
+        return super().send(request, **kwargs)
+
     def _is_ours(self, url: str) -> bool:
         """True when ``url`` is on the base URL's origin (the only one the key goes to)."""
         return url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
@@ -528,6 +546,16 @@ _LOGGING = LoggingObserver()
 
 def _text(value: Union[str, bytes]) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _proxy_host(proxy: Optional[str]) -> Optional[str]:
+    """The host of a proxy URL as requests reads it (``host:port`` is ``http://host:port``)."""
+    if not proxy:
+        return None
+    try:
+        return urlsplit(proxy if "://" in proxy else "http://" + proxy).hostname
+    except ValueError:  # requests refuses it itself, with its own error
+        return None
 
 
 def _has_scheme(url: str) -> bool:

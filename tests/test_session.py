@@ -941,3 +941,40 @@ def test_a_303_through_a_plain_session_with_sume_adapter_drops_the_idempotency_k
     post, get = api.requests
     assert "idempotency-key" in post.headers
     assert "idempotency-key" not in get.headers
+
+
+# -- a proxy for plain http ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["proxies=", "HTTP_PROXY"])
+def test_the_key_goes_through_no_plain_http_proxy_off_loopback(
+    fake: FakeSume, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A loopback base URL over plain http is allowed; a proxy for http:// elsewhere would read the
+    key in clear: refused before anything is sent, naming the proxy and the way out."""
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1", fleet=None)
+    kwargs: Dict[str, Any] = {}
+    if how == "proxies=":
+        kwargs["proxies"] = {"http": "http://corp-proxy.example.test:3128"}
+    else:
+        monkeypatch.setenv("HTTP_PROXY", "corp-proxy.example.test:3128")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+    with pytest.raises(ConfigurationError, match=r"through the proxy corp-proxy\.example\.test: use https"):
+        session.get("/me", **kwargs)
+    assert fake.requests == []
+
+
+def test_a_loopback_proxy_or_no_proxy_lets_a_plain_http_request_go(
+    fake: FakeSume, raw_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy on this machine reads nothing another host can; NO_PROXY bypasses a remote one."""
+    fake.script("GET", "/v1/me", 200)
+    proxy = raw_server()  # answers 200 with the request's target: a forward proxy's absolute form
+    session = SumeSession(API_KEY, base_url=fake.url + "/v1", fleet=None)
+    through = session.get("/me", proxies={"http": proxy.url})
+    assert (through.status_code, through.content) == (200, (fake.url + "/v1/me").encode())
+    monkeypatch.setenv("HTTP_PROXY", "http://corp-proxy.example.test:3128")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert session.get("/me").status_code == 200
+    assert len(fake.requests) == 1
