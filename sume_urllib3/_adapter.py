@@ -34,9 +34,9 @@ from ._observers import Observers, in_own_context
 from ._policy import NO_RETRY, STOP, Decision, Policy
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord, status_label
 from ._redact import redact_url
-from ._retry import SumeRetry
+from ._retry import SumeRetry, renamed_budget
 from ._state import Attempt, RequestContext, current
-from ._stream import watch_stream
+from ._stream import BODY_ERRORS, watch_stream
 from ._timeouts import TimeoutSpec, capped, check_timeout, on_real_time
 
 
@@ -69,8 +69,6 @@ def check_fleet(fleet: Any) -> Optional[Fleet]:
 AUTH_HEADER_NAMES = ("x-api-key", "Authorization")
 # urllib3 2 enforces Content-Length by default; 1.26 only when asked (see _send).
 _ENFORCE_LENGTH = not hasattr(urllib3, "BaseHTTPResponse")  # added in urllib3 2.0
-# Transport errors of a body read after urllib3 handed the response back.
-_BODY_ERRORS = (requests.exceptions.ChunkedEncodingError, requests.exceptions.ConnectionError)
 
 
 class SumeAdapter(HTTPAdapter):
@@ -120,10 +118,8 @@ class SumeAdapter(HTTPAdapter):
         max_retries: Optional[SumeRetry] = None,
         **adapter_kwargs: Any,
     ) -> None:
-        if "budget" in adapter_kwargs:  # the older name
-            if retry_budget is not None:
-                raise ConfigurationError("give retry_budget only (budget is its older name)")
-            retry_budget = adapter_kwargs.pop("budget")
+        if "budget" in adapter_kwargs:  # the older name, warned of as SumeRetry does
+            retry_budget = renamed_budget(adapter_kwargs.pop("budget"), retry_budget, "SumeAdapter")
         # What this adapter was given itself: mounted on a SumeSession, it keeps these and
         # takes the session's for the rest (see serve_as).
         no_observers = isinstance(observers, (tuple, list)) and not observers  # never consume an iterator
@@ -386,8 +382,10 @@ class SumeAdapter(HTTPAdapter):
                 if watch is not None and watch.fired:
                     self._not_cut(context, request, response)
                 break
-            except _BODY_ERRORS as exc:
-                if not self._retry_body(context, policy, exc, request):
+            except BODY_ERRORS as exc:
+                # A body that cannot be decoded comes the same way again: recorded, not resent.
+                undecodable = isinstance(exc, requests.exceptions.ContentDecodingError)
+                if undecodable or not self._retry_body(context, policy, exc, request):
                     cut = self._cut_by_deadline(context, exc)
                     record = self._finish(
                         context, request, response.status_code, response.headers, error=type(cut).__name__
@@ -420,7 +418,7 @@ class SumeAdapter(HTTPAdapter):
                 # and the connection goes back to the pool whether or not they do.
                 try:
                     response.content  # noqa: B018
-                except _BODY_ERRORS as exc:
+                except BODY_ERRORS as exc:
                     # The give-up stands, without a body to hand over (none came whole): a body
                     # that broke or stalled frees its slot, and is the give-up's cause.
                     response.close()
@@ -429,7 +427,7 @@ class SumeAdapter(HTTPAdapter):
         if not stream and response.status_code >= 400:
             try:
                 response.content  # noqa: B018 - requests reads it next; read it where we can record
-            except _BODY_ERRORS as exc:
+            except BODY_ERRORS as exc:
                 cut = self._cut_by_deadline(context, exc)
                 record = self._finish(
                     context, request, response.status_code, response.headers, error=type(cut).__name__
@@ -643,7 +641,7 @@ class SumeAdapter(HTTPAdapter):
     ) -> SumeRecord:
         retry_in = None
         if context.watch is not None and context.watch.fired:
-            # The caller's deadline ended it, not the server: another try may go at once.
+            # The caller's deadline ended it, not the server: another try may go after a backoff.
             retry_in = (context.policy or self.policy).backoff(context.retries, self.retry.rng)
         record = context.finish(
             status,

@@ -361,11 +361,12 @@ def resend_broken_body(
         retry_in = decision.wait
         if retry_in is None:
             retry_in = policy.backoff(context.retries, retry.rng)
-    context.add(
-        Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
-    )
+    attempt = Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
+    context.add(attempt)
     if decision.retry:
         context.next_wait = wait
+        # A retry like any other: the observers (metrics, the log line) hear of it before its wait.
+        announce_retry(retry, context, policy, attempt, context.method, context.url)
     return decision.retry
 
 

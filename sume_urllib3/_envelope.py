@@ -141,8 +141,9 @@ def parse_envelope(
     error = top.get("error")
     if type(error) is not dict:
         error = _EMPTY
-    # Each field inside ``error`` first, then at the top level (the Sume surfaces use both);
-    # written out rather than through helpers: this runs on every decision.
+    # Each field inside ``error`` first, then at the top level (the Sume surfaces use both), but
+    # the request id top level first (see the docstring); written out rather than through
+    # helpers: this runs on every decision.
     code = short_text(error.get("code")) or short_text(top.get("code"))
     if code is None and isinstance(top.get("error"), str):
         code = short_text(top.get("error"))  # {"error": "rate_limit_exceeded"}

@@ -2,7 +2,8 @@
 
 A fleet is asked before each attempt (``acquire``) and told what came back (``release``).
 ``LocalFleet`` keeps that state in one process, shared by every thread and session that
-uses it; ``sume_urllib3.contrib.redis.RedisFleet`` shares it across processes.
+uses it; ``HostFleet`` shares it across the processes of a host (a file), and
+``sume_urllib3.contrib.redis.RedisFleet`` across hosts (Redis).
 """
 
 from __future__ import annotations
@@ -206,8 +207,9 @@ class LocalFleet:
     The rules are :mod:`sume_urllib3._pacing`'s (docs/how-it-works.md): a ``Retry-After`` cooldown
     that holds every request of the key and releases them spread out; a configured ``rate``
     (``"10/min"``, ``"20/s"``, ``"100/h"``, or requests per second as a number) with ``burst``
-    turns at once, which headers never change and only 429s slow; the pace a server states
-    (``RateLimit-Policy``, a limit with a window); ``Remaining``/``Reset`` as a budget of
+    turns at once, which headers never make faster (a slower stated pace wins) and 429s
+    slow; the pace a server states (``RateLimit-Policy``, a limit with a window);
+    ``Remaining``/``Reset`` as a budget of
     attempts; and, while nothing is known, a slow-start window of ``initial_window`` first
     attempts in flight, with the pace the server admitted learned from its 429s. A turn
     that would come after the request's deadline is refused at once, reserving nothing.
@@ -217,10 +219,10 @@ class LocalFleet:
     does fleet-wide) a ``retry="error"`` turn waits until the budget has room for it, and is
     refused only when that comes after its deadline.
 
-    ``contrib.redis.RedisFleet`` runs the same rules in Redis (a conformance table in the
-    tests checks both). Thread-safe; when nothing is known and nothing is held, ``acquire``
-    is one dictionary look-up. ``clock`` (monotonic seconds; by default the shared clock
-    that ``no_sleep()`` drives), ``wall`` (Unix time, for ``X-RateLimit-Reset``
+    ``HostFleet`` runs the same rules on a file and ``contrib.redis.RedisFleet`` in Redis (a
+    conformance table in the tests checks all three). Thread-safe; when nothing is known and
+    nothing is held, ``acquire`` is one dictionary look-up. ``clock`` (monotonic seconds; by
+    default the shared clock that ``no_sleep()`` drives), ``wall`` (Unix time, for ``X-RateLimit-Reset``
     timestamps) and ``rng`` (a ``random.Random`` or a callable returning [0, 1)) are
     injectable. ``reset()`` forgets every key. After ``os.fork()`` the child starts with
     no state, whether or not the fork ran Python's at-fork hooks (uWSGI forks from C: every

@@ -482,7 +482,7 @@ def job_id_of(job: Any) -> str:
 
 
 def find_job_id(doc: Any) -> Optional[str]:
-    """The first job id in a response body, in the order DESIGN lists, or None."""
+    """The first job id in a response body, in ``JOB_ID_PATHS``' order, or None."""
     for path in JOB_ID_PATHS:
         value = _dig(doc, path)
         if isinstance(value, int) and not isinstance(value, bool):

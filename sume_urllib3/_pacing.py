@@ -1,11 +1,12 @@
 """The pacing rules, once: a pure state machine over integer microseconds.
 
-``LocalFleet`` runs it in one process; ``contrib/redis/acquire.lua`` and ``learn.lua`` (which
-``release.lua`` runs, and ``acquire.lua`` on lessons told late first) are its line-for-line port,
-run atomically inside Redis. ``tests/contrib/test_pacing_conformance.py``
-feeds both the same timestamped scenarios and requires the same grants, so the two cannot drift
-apart. The rules in prose, numbered as the comments here cite them: the docs' "How it works"
-page, "The pacing rules" (``docs/how-it-works.md``).
+``LocalFleet`` runs it in one process and ``HostFleet`` on state in a file every process of a
+host shares; ``contrib/redis/acquire.lua`` and ``learn.lua`` (which ``release.lua`` runs, and
+``acquire.lua`` on lessons told late first) are its line-for-line port, run atomically inside
+Redis. ``tests/contrib/test_pacing_conformance.py`` feeds all three the same timestamped
+scenarios and requires the same grants, so they cannot drift apart. The rules in prose,
+numbered as the comments here cite them: the docs' "How it works" page, "The pacing rules"
+(``docs/how-it-works.md``).
 
 Times are integer microseconds (``now``, turns, leases), so the Lua port computes the same
 numbers exactly; ``rand`` in [0, 1) is an argument, never drawn here.

@@ -83,7 +83,7 @@ class RetryEvent:
     attempt: int  # 1-based number of this retry
     max_retries: int
     wait: float
-    wait_source: str  # "retry_after" | "backoff" | "fixed"
+    wait_source: str  # "retry_after" | "backoff" | "fixed" | "pace" (the fleet made it longer)
     status: Optional[int]
     code: Optional[str]
     request_id: Optional[str]

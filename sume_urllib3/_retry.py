@@ -61,8 +61,8 @@ class SumeRetry(Retry):
 
     Use it through ``SumeAdapter``/``SumeSession`` (which give it the request's start
     time, idempotency key and whether its body can be replayed), or alone on any
-    ``HTTPAdapter`` or ``PoolManager``, where POST and PATCH are never resent and the
-    deadline counts from the first failure. Error responses that are not retried are
+    ``HTTPAdapter`` or ``PoolManager``, where a method with a body (POST, PUT, PATCH) is
+    never resent and the deadline counts from the first failure. Error responses that are not retried are
     returned, not raised; giving up raises ``MaxRetryError`` when ``raise_on_status``
     (the default, as in urllib3) after at least one retry; a first response the policy
     refuses to retry, and a 413/429/503 with Retry-After out of retries, are returned
@@ -107,7 +107,7 @@ class SumeRetry(Retry):
         **retry_kwargs: Any,
     ) -> None:
         if "budget" in retry_kwargs:
-            retry_budget = _renamed_budget(retry_kwargs.pop("budget"), retry_budget)
+            retry_budget = renamed_budget(retry_kwargs.pop("budget"), retry_budget)
         policy = _positional(args, policy, retry_kwargs)
         if policy is None:
             policy = DEFAULT_POLICY
@@ -117,7 +117,7 @@ class SumeRetry(Retry):
             raise ConfigurationError("sleep must be callable")
         if clock is not None and not callable(clock):
             raise ConfigurationError("clock must be callable")
-        if retry_budget is not None and not callable(getattr(retry_budget, "try_spend", None)):
+        if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
             raise ConfigurationError("retry_budget must be a RetryBudget or None")
         check_rng(rng)
         check_retry_arguments(retry_kwargs)
@@ -470,7 +470,8 @@ class SumeRetry(Retry):
 
         Any of them can turn it into STOP. A retry the server paced (a 429, or a 503 with
         Retry-After) waits its turn without spending the budget; others spend it here, at
-        the moment the retry is committed to, with the fleet already having spread it.
+        the moment the retry is committed to, before the fleet's turn (a turn the fleet then
+        refuses keeps its unit spent: the budget errs strict).
         """
         if error is None:
             new = self._count_response(method, url, raw)
@@ -643,10 +644,11 @@ def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
     return policy.replace(rules=(*policy.rules, *added)) if added else policy
 
 
-def _renamed_budget(budget: Any, retry_budget: Any) -> Any:
+def renamed_budget(budget: Any, retry_budget: Any, owner: str = "SumeRetry") -> Any:
+    """``budget=``, the older name of ``retry_budget=``: accepted with a DeprecationWarning."""
     if retry_budget is not None:
         raise ConfigurationError("give retry_budget only (budget is its older name)")
-    warnings.warn("SumeRetry(budget=...) is now retry_budget=...", DeprecationWarning, stacklevel=3)
+    warnings.warn(f"{owner}(budget=...) is now retry_budget=...", DeprecationWarning, stacklevel=3)
     return budget
 
 

@@ -40,8 +40,8 @@ class Attempt(NamedTuple):
 class RequestContext:
     """Mutable state of one logical request; owned by the thread that sends it.
 
-    Everything but the start has a class-level default, so the success path makes an
-    object with six attributes, not twenty.
+    Everything but the start has a class-level default, so a request sets only the
+    attributes its path needs (about a dozen for a session's success), not all of them.
     """
 
     #: A per-call policy (``session.post(..., policy=...)``), else None for the retry's own.
@@ -60,7 +60,7 @@ class RequestContext:
     adapter: Any = None  # the SumeAdapter that joined first
     record: Optional[SumeRecord] = None
     next_wait: Optional[float] = None  # decided by SumeRetry.increment, slept by sleep
-    raise_now = False  # a lone SumeRetry gave up: urllib3 must raise, not return
+    raise_now = False  # a SumeRetry refused: urllib3 must raise, not return (see raise_on_status)
     raised_by: Any = None  # the SumeRetry whose refusal raise_now answers for
     fleet: Any = None  # the Fleet consulted before every attempt, or None for no pacing
     grant: Any = None  # the fleet's grant for the attempt in flight, until released

@@ -250,3 +250,21 @@ def test_a_proxy_refusing_the_tunnel_is_decided_by_its_statuss_row(
 
 
 API = "https://api.sume.test/v1"
+
+
+def test_a_resend_after_a_body_broke_is_a_retry_the_observers_hear_of(fake: Any) -> None:
+    """A 200 whose body breaks mid-read is resent: one retry event (its error named) and one
+    retry in the metrics, as for a retry urllib3 makes, before the resend's wait."""
+    from sume_urllib3.testing import RecordingObserver, Reply
+
+    fake.script("GET", "/v1/report", Reply(200, size=30_000, truncate=5_000), Reply(200, size=30_000))
+    recorder = RecordingObserver()
+    session = SumeSession(
+        "sk_test_x", base_url=fake.url + "/v1", observers=[recorder], fleet=None, sleep=lambda s: None
+    )
+    response = session.get("/report")
+    assert (response.status_code, len(response.content), response.sume.attempts) == (200, 30_000, 2)
+    assert [(event.attempt, event.status, event.error) for event in recorder.retries] == [
+        (1, None, "ChunkedEncodingError")
+    ]
+    assert sum(session.metrics.snapshot()["retries"].values()) == 1

@@ -324,6 +324,20 @@ def test_a_success_body_cut_short_is_resent_whole(
 
 
 @pytest.mark.parametrize("name", ["session", "mounted"])
+def test_a_success_body_that_cannot_be_decoded_is_recorded_not_resent(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """A 200 saying gzip whose body is not: it would come the same way again, so it is not resent,
+    and the failure carries its record (``SumeContentDecodingError``), not requests' bare error."""
+    not_gzip = Reply(200, body=b"not gzip at all", headers={"Content-Encoding": "gzip"})
+    fake.script("GET", "/v1/things", not_gzip)
+    result = way_in(name).call("GET", "/things")
+    assert isinstance(result.error, requests.exceptions.ContentDecodingError)
+    assert getattr(result.error, "sume", None) is not None
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("name", ["session", "mounted"])
 def test_a_give_up_whose_last_body_broke_hands_over_no_body(
     fake: FakeSume, way_in: Callable[..., Way], name: str
 ) -> None:

@@ -448,10 +448,10 @@ def test_every_done_status_returns(fake: FakeSume, make_session: MakeSession, st
         ("first wins", {"data": {"status": "processing"}, "status": "ready"}),
     ],
 )
-def test_the_status_is_read_from_every_place_design_lists(
+def test_the_status_is_read_from_every_place_the_api_puts_it(
     fake: FakeSume, make_session: MakeSession, path: str, doc: Dict[str, Any]
 ) -> None:
-    """The status is read from the first place DESIGN lists that has one."""
+    """The status is read from the first of the places the API's job shapes put it that has one."""
     fake.script("GET", "/v1/jobs/job_1/status", Reply(200, json=doc))
 
     job = jobs_for(make_session()).get("job_1")

@@ -232,7 +232,7 @@ def test_empty_hints_change_nothing() -> None:
     assert (Verdict.FIX, None, None) == summary(Policy().decide(402, hints=hints))
 
 
-# --- wait_seconds: the DESIGN reference results -------------------------------------------
+# --- wait_seconds: the reference results of the default table ------------------------------
 
 
 def test_wait_seconds_reference_402_insufficient_credits() -> None:
