@@ -600,29 +600,19 @@ class LocalFleet:
                 new.setdefault(key_id, key)
 
     def _grant(self, key: _Key, turn: _pacing.Turn, floor: float, left: float) -> Grant:
-        wait = turn.wait / 1_000_000
-        source = _pacing.SOURCES[turn.source]
-        if turn.code == _pacing.NO_BUDGET:
+        """``grant_for``'s grant, with the refusal worded from the key's state, counted in its stats."""
+        why = self._why(key.state, _pacing.SOURCES[turn.source]) if turn.code == _pacing.REFUSED else None
+        grant = grant_for(turn.code, turn, floor, left, token=_Token(key, turn), why=why)
+        if grant.refused:
             key.refused += 1
-            return budget_refused(wait, left)
-        if turn.code == _pacing.REFUSED:
-            key.refused += 1
-            return Grant(wait=wait, refused=self._refusal(key, source, wait, left), source=source)
-        if turn.code == _pacing.AGAIN:
+        elif grant.again:
             key.again += 1
-            if source is not None:
-                key.waited[source] += wait
-            return Grant(wait=wait, source=source, again=True)
-        token = _Token(key, turn)
-        if source is not None and wait > floor + 1e-9:
+            if grant.source is not None:
+                key.waited[grant.source] += grant.wait
+        elif grant.source is not None:
             key.held += 1
-            key.waited[source] += wait - floor
-        else:
-            source = None
-        return Grant(wait=max(wait, floor), source=source, token=token)
-
-    def _refusal(self, key: _Key, source: Optional[str], wait: float, left: float) -> str:
-        return refusal(self._why(key.state, source), wait, left)
+            key.waited[grant.source] += grant.wait - floor
+        return grant
 
     def _why(self, st: _pacing.State, source: Optional[str]) -> str:
         """What holds a refused turn, in words (the rule and, with a pace, its rate and origin)."""
@@ -748,19 +738,29 @@ def _after_fork_in_child() -> None:
 _fork.in_child(_after_fork_in_child)
 
 
-def grant_for(code: int, turn: _pacing.Turn, floor: float, time_left: float) -> Grant:
-    """The grant of a turn a shared fleet's store decided (``HostFleet``'s file, ``RedisFleet``'s
-    script): ``code`` is the store's answer, ``floor`` the caller's own wait. The turn is the
-    grant's token, for ``release``."""
+def grant_for(
+    code: int,
+    turn: _pacing.Turn,
+    floor: float,
+    time_left: float,
+    *,
+    token: Any = None,
+    why: Optional[str] = None,
+) -> Grant:
+    """The grant of a turn the pacing core decided, for every fleet: ``code`` is its answer (a
+    store's own, which may say NO_BUDGET), ``floor`` the caller's own wait. ``token`` goes with
+    the grant to ``release`` (the turn itself by default); ``why`` words a refusal (by default
+    the turn's source)."""
     wait = turn.wait / _pacing.SECOND
     source = _pacing.SOURCES[turn.source]
     if code == _pacing.REFUSED:
-        return Grant(wait=wait, refused=refusal(source or "pace", wait, time_left), source=source)
+        return Grant(wait=wait, refused=refusal(why or source or "pace", wait, time_left), source=source)
     if code == _pacing.NO_BUDGET:
         return budget_refused(wait, time_left)
     if code == _pacing.AGAIN:
         return Grant(wait=wait, source=source, again=True)
-    return Grant(wait=max(wait, floor), source=source if wait > floor + 1e-9 else None, token=turn)
+    held = source if wait > floor + 1e-9 else None
+    return Grant(wait=max(wait, floor), source=held, token=turn if token is None else token)
 
 
 def budget_refused(wait: float, time_left: float) -> Grant:

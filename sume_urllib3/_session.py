@@ -18,7 +18,15 @@ from ._checks import check_url, setting
 from ._environment import EnvironmentSettings
 from ._errors import ConfigurationError
 from ._fleet import Fleet, LocalFleet
-from ._helpers import RandomSource, header_value, is_loopback, is_visible_ascii, origin, plain_http_refusal
+from ._helpers import (
+    RandomSource,
+    header_value,
+    is_loopback,
+    is_visible_ascii,
+    leaves_origin,
+    origin,
+    plain_http_refusal,
+)
 from ._jobs import Jobs
 from ._keyid import key_ids, origin_name, sent_key
 from ._logging import LoggingObserver
@@ -463,11 +471,14 @@ class SumeSession(requests.Session):
             del headers["Authorization"]
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
-        """Strip the key header too (requests strips only Authorization) when leaving the host."""
+        """Strip the key header too (requests strips only Authorization) when leaving the origin.
+
+        The ``SumeAdapter`` that got the redirect has taken them off already; this holds where a
+        caller mounted another adapter over the API. The same rule as the adapter's
+        (``leaves_origin``: an https upgrade on the same host stays).
+        """
         previous = response.request.url if response.request is not None else None
-        leaving = previous is not None and self.should_strip_auth(  # type: ignore[no-untyped-call,unused-ignore]
-            previous, prepared_request.url or ""
-        )
+        leaving = previous is not None and leaves_origin(previous, prepared_request.url or "")
         super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call,unused-ignore]
         if leaving:
             for name in AUTH_HEADER_NAMES:
