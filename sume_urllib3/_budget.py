@@ -11,6 +11,7 @@ import weakref
 from typing import Any, Callable, ClassVar, Dict, Optional, Type
 
 from . import _fork, _pacing
+from ._checks import check_clock
 from ._errors import ConfigurationError
 
 
@@ -49,7 +50,7 @@ class RetryBudget:
         if self._window < 1e-3:  # counts decay per window, in whole microseconds
             raise ConfigurationError(f"window must be at least 0.001 seconds, got {window!r}")
         self._min_per_second = _check(min_per_second, "min_per_second", high=1e6)
-        _check_clock(clock)
+        check_clock(clock, "clock")
         self._clock = clock
         self._allowance = _pacing.RetryAllowance(
             self._ratio, round(self._window * _pacing.SECOND), self._min_per_second
@@ -174,20 +175,6 @@ _fork.in_child(_fresh_in_child)
 
 def _blank(cls: Type[RetryBudget]) -> RetryBudget:
     return cls.__new__(cls)
-
-
-def _check_clock(clock: Any) -> None:
-    """Checked once here, so a clock that cannot be read fails the constructor, not a request."""
-    if not callable(clock):
-        raise ConfigurationError(f"clock must be a callable returning seconds, got {type(clock).__name__}")
-    try:
-        now = clock()
-    except Exception as exc:
-        raise ConfigurationError(
-            f"clock must be a callable returning seconds; reading it raised {type(exc).__name__}"
-        ) from None
-    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
-        raise ConfigurationError(f"clock must return a finite number of seconds, got {type(now).__name__}")
 
 
 def _check(value: Any, name: str, *, high: float = math.inf, positive: bool = False) -> float:

@@ -162,3 +162,17 @@ def check_url(url: str, name: str) -> None:
         raise ConfigurationError(
             f"{name} must be a URL with a valid host (urllib3 cannot parse it)"
         ) from None
+
+
+def check_clock(clock: Any, name: str) -> None:
+    """A clock must be callable and read as a finite number: checked once, here, not per request."""
+    if not callable(clock):
+        raise ConfigurationError(f"{name} must be a callable returning seconds, got {type(clock).__name__}")
+    try:
+        now = clock()
+    except Exception as exc:
+        raise ConfigurationError(
+            f"{name} must be a callable returning seconds; reading it raised {type(exc).__name__}"
+        ) from None
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise ConfigurationError(f"{name} must return a finite number of seconds, got {type(now).__name__}")

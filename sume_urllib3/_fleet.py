@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple, Opt
 
 from . import _fork, _pacing, _sleeping
 from ._budget import RetryBudget
-from ._checks import check_rng
+from ._checks import check_clock, check_int, check_rng
 from ._envelope import header
 from ._errors import ConfigurationError
 from ._ratelimit import may_carry_ratelimit, parse_ratelimit
@@ -261,8 +261,8 @@ class LocalFleet:
         self._burst = check_burst(burst) if burst is not None else 1
         if burst is not None and self._rate is None:
             raise ConfigurationError("burst needs a rate: LocalFleet(rate='10/min', burst=5)")
-        self._window = _check_int(initial_window, "initial_window", 1, 10_000)
-        self._max_keys = _check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
+        self._window = check_int(initial_window, "initial_window", 1, 10_000)
+        self._max_keys = check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
         self._idle = check_seconds_between(idle, "idle", 1.0, _MAX_IDLE)
         for name, value, default in (("clock", clock, _sleeping.shared_monotonic), ("wall", wall, time.time)):
             if value is not default:  # reading the shared clock under no_sleep() moves this thread's time
@@ -855,7 +855,7 @@ REDIS_TIMEOUT = (0.001, 60.0)
 
 def check_burst(value: Any, name: str = "burst") -> int:
     """A burst both fleets can use: an int from 1 to 1,000,000."""
-    return _check_int(value, name, 1, _MAX_BURST)
+    return check_int(value, name, 1, _MAX_BURST)
 
 
 def check_prefix(value: Any, name: str = "prefix") -> str:
@@ -865,28 +865,6 @@ def check_prefix(value: Any, name: str = "prefix") -> str:
         raise ConfigurationError(
             f"{name} must be 1-64 characters of letters, digits and _.:- (no braces), got {shown}"
         )
-    return value
-
-
-def check_clock(clock: Any, name: str) -> None:
-    """A clock must be callable and read as a finite number: checked once, here, not per request."""
-    if not callable(clock):
-        raise ConfigurationError(f"{name} must be a callable returning seconds, got {type(clock).__name__}")
-    try:
-        now = clock()
-    except Exception as exc:
-        raise ConfigurationError(
-            f"{name} must be a callable returning seconds; reading it raised {type(exc).__name__}"
-        ) from None
-    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
-        raise ConfigurationError(f"{name} must return a finite number of seconds, got {type(now).__name__}")
-
-
-def _check_int(value: Any, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{name} must be an int, got {value!r}")
-    if not low <= value <= high:
-        raise ConfigurationError(f"{name} must be between {low} and {high}, got {value!r}")
     return value
 
 

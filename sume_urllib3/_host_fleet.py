@@ -37,14 +37,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar,
 
 from . import _fork, _pacing, _sleeping
 from ._budget import RetryBudget
-from ._checks import check_rng
+from ._checks import check_clock, check_rng
 from ._errors import ConfigurationError
 from ._fail_open import FailOpen
 from ._fleet import (
     GRANT_NOW,
     Grant,
     check_burst,
-    check_clock,
     check_seconds_between,
     fleet_key,
     grant_for,

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
-from ._checks import check_seconds
+from ._checks import check_int, check_seconds
 from ._envelope import ErrorEnvelope
 from ._errors import ConfigurationError
 from ._helpers import RandomSource, StrEnum, frozen, plural, seconds, uniform
@@ -150,8 +150,8 @@ class Policy:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "rules", _check_rules(self.rules))
-        _check_int(self.max_retries, "max_retries", 0, 1000)
-        _check_int(self.peek_limit, "peek_limit", 0, 16 * 1024 * 1024)
+        check_int(self.max_retries, "max_retries", 0, 1000)
+        check_int(self.peek_limit, "peek_limit", 0, 16 * 1024 * 1024)
         set_(self, "max_elapsed", _check_seconds(self.max_elapsed, "max_elapsed", positive=True))
         set_(self, "backoff_base", _check_seconds(self.backoff_base, "backoff_base"))
         set_(self, "backoff_max", _check_seconds(self.backoff_max, "backoff_max"))
@@ -356,13 +356,6 @@ def _check_rules(rules: Any) -> Tuple[Rule, ...]:
                 f"rules: each row must be a Rule or (status, code, verdict[, wait]), got {row!r}"
             )
     return tuple(checked)
-
-
-def _check_int(value: Any, name: str, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{name} must be an int, got {value!r}")
-    if not low <= value <= high:
-        raise ConfigurationError(f"{name} must be between {low} and {high}, got {value!r}")
 
 
 def _check_seconds(value: Any, name: str, positive: bool = False) -> float:

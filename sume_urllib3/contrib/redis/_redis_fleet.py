@@ -20,7 +20,7 @@ from redis.retry import Retry
 
 from ... import _fork, _pacing, _sleeping
 from ..._budget import RetryBudget
-from ..._checks import check_rng
+from ..._checks import check_clock, check_rng
 from ..._errors import ConfigurationError
 from ..._fail_open import FailOpen
 from ..._fleet import (
@@ -29,7 +29,6 @@ from ..._fleet import (
     Lesson,
     LocalFleet,
     check_burst,
-    check_clock,
     check_prefix,
     check_seconds_between,
     fleet_key,
