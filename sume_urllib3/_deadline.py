@@ -26,6 +26,7 @@ from typing import Any, Dict, Optional
 
 import requests
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import EmptyPoolError, ReadTimeoutError
 
 from . import _fork
 from ._state import current
@@ -169,16 +170,59 @@ def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
     return timeout
 
 
+class PoolWaitTimeout(EmptyPoolError, ReadTimeoutError):
+    """No connection of a blocking pool came free before the request's deadline.
+
+    An empty pool's error to urllib3 (which then puts no connection back: it took none) and a
+    read timeout's to requests (``ReadTimeout``, which the adapter records as any give-up)."""
+
+    def __init__(self, pool: Any, message: str) -> None:
+        ReadTimeoutError.__init__(self, pool, None, message)
+
+
 class _Watched:
-    """Connection pool mixin: the request being sent notes the connection it holds."""
+    """Connection pool mixin: the request being sent notes the connection it holds, and waits
+    for a free one of a blocking pool no longer than its deadline allows."""
+
+    block: bool
 
     def _get_conn(self, timeout: Optional[float] = None) -> Any:
-        conn = super()._get_conn(timeout)  # type: ignore[misc]
         context = current.get()
         watch = context.watch if context is not None else None
+        if watch is None or not self.block:
+            conn = super()._get_conn(timeout)  # type: ignore[misc]
+        else:
+            conn = self._get_conn_by(watch, timeout)
         if watch is not None:
             _watchdog.holds(watch, conn)
         return conn
+
+    def _get_conn_by(self, watch: Watch, timeout: Optional[float]) -> Any:
+        """A connection of this blocking pool before ``watch``'s deadline, else ``PoolWaitTimeout``.
+
+        A full pool holds the request until a connection comes back, with no bound of its own
+        (requests gives none): the deadline is it. The watch cannot cut a wait (there is no
+        socket yet), and a request that got its connection after the deadline would send anyway.
+        """
+        left = watch.deadline - time.monotonic()
+        bounded = timeout is None or left < timeout
+        try:
+            conn = super()._get_conn(max(left, 0.0) if bounded else timeout)  # type: ignore[misc]
+        except EmptyPoolError:
+            if not bounded:
+                raise  # the caller's own pool_timeout ran out first
+            conn = None
+        if conn is not None and time.monotonic() < watch.deadline:
+            return conn
+        if conn is not None:
+            self._put_conn(conn)
+        watch.fired = True  # the deadline ended it: the record says when to try again
+        raise PoolWaitTimeout(
+            self,
+            f"the deadline (max_elapsed={watch.max_elapsed:g}s) passed while waiting for a free "
+            "connection from the pool (pool_block=True: a larger pool_maxsize, or fewer "
+            "responses held open, would serve it)",
+        )
 
     def _put_conn(self, conn: Any) -> None:
         if conn is not None:

@@ -132,3 +132,31 @@ def test_calls_that_finish_in_time_leave_nothing_armed(raw_server: Callable[[Any
         streamed = session.get("/a", stream=True)
         assert b"".join(streamed.iter_content(1)) == b"ok"
     assert _deadline._watchdog._watches == {}
+
+
+def test_a_wait_for_a_free_connection_ends_at_the_deadline(raw_server: Callable[[Any], Loopback]) -> None:
+    """A blocking pool whose one connection a held stream keeps: the next call waits for it no
+    longer than its deadline (requests gives the wait no bound of its own), and ends as the
+    deadline's give-up, naming the pool. Once the stream lets go the pool serves again, with no
+    connection lost or made twice."""
+
+    def held_then_quick(seen: Seen, n: int) -> Iterable[Step]:
+        if seen.path.endswith("/held"):
+            yield b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld"
+        else:
+            yield b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    server = raw_server(held_then_quick)
+    with SumeSession(
+        KEY, base_url=server.url + "/v1", policy=POLICY, fleet=None, pool_maxsize=1, pool_block=True
+    ) as session:
+        held = session.get("/held", stream=True)  # the pool's only connection, kept
+        _ends_as_a_deadline_give_up(lambda: session.get("/quick"))
+        with pytest.raises(SumeReadTimeout, match="waiting for a free connection from the pool"):
+            session.get("/quick", policy=POLICY.replace(max_elapsed=0.1))
+        held.close()
+        assert session.get("/quick").content == b"ok"
+        assert session.get("/quick").content == b"ok"
+        pool = session.adapter.poolmanager.connection_from_url(server.url)
+        assert pool.pool is not None
+        assert pool.pool.qsize() == 1  # its one slot, back: none lost to the timeouts, none added
