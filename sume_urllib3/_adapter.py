@@ -13,6 +13,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 from requests.models import REDIRECT_STATI
+from requests.structures import CaseInsensitiveDict
 from requests.utils import requote_uri
 
 from . import _deadline, _fork, _sleeping
@@ -544,11 +545,13 @@ class SumeAdapter(HTTPAdapter):
     def _answered_redirect(
         self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
     ) -> None:
-        """Before requests follows a redirect that leaves the origin, take the auth headers off.
+        """Before requests follows a redirect that leaves the origin, keep the auth headers home.
 
         requests sends the next hop as a copy of this request, stripping only Authorization,
         and the adapter sending it may not be this one (a plain ``HTTPAdapter`` on ``http://``
-        strips nothing): the headers come off here, where every way through requests passes.
+        strips nothing): the request's headers become ones whose copy leaves both behind, here,
+        where every way through requests passes. The request itself still shows what it sent
+        (``response.history[0].request.headers``), as in requests.
         Outside a SumeSession the thread also notes where the redirect leads, for the next send
         (see ``_followed_from``); any other response clears that note.
         """
@@ -557,8 +560,7 @@ class SumeAdapter(HTTPAdapter):
         if location and response.is_redirect:
             target = requote_uri(urldefrag(urljoin(response.url or context.url, location))[0])
             if leaves_origin(request.url or context.url, target):
-                for name in AUTH_HEADER_NAMES:
-                    request.headers.pop(name, None)
+                request.headers = _HeadersLeftHome(request.headers)
         if not context.owned:
             first = getattr(_hops, "first", None) or context.url
             _hops.next = None if target is None else (target, first, response.status_code)
@@ -664,6 +666,17 @@ def _rewind(body: Any, position: Optional[int]) -> bool:
     except Exception:
         return False
     return True
+
+
+class _HeadersLeftHome(CaseInsensitiveDict):  # type: ignore[type-arg]
+    """A request's headers whose copy (requests' next hop, after a redirect that leaves the
+    origin) carries no auth header: ``x-api-key`` and ``Authorization`` stay with the origin."""
+
+    def copy(self) -> CaseInsensitiveDict:  # type: ignore[type-arg]
+        copied = super().copy()
+        for name in AUTH_HEADER_NAMES:
+            copied.pop(name, None)
+        return copied
 
 
 def _taken_before(body: Any) -> bool:

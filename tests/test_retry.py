@@ -536,6 +536,8 @@ def test_sume_adapter_takes_the_key_off_before_another_adapter_sends_the_next_ho
     assert b"/landing" == response.content
     assert {"x-api-key": KEY, "authorization": BEARER} == auth_headers(api.requests[0])
     assert {} == auth_headers(other.requests[0])
+    sent = response.history[0].request.headers  # the first hop still shows what it sent, as in requests
+    assert (sent["x-api-key"], sent["Authorization"]) == (KEY, BEARER)
 
 
 def test_pool_manager_keeps_the_key_on_a_same_host_redirect(raw_server: Any) -> None:
