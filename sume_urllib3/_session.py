@@ -440,11 +440,12 @@ class SumeSession(requests.Session):
         Plain http is refused off loopback (``prepare_request``); a proxy for ``http://`` reads
         the request in clear, key included, wherever it runs: one off loopback is refused too.
         """
+        proxies = kwargs.get("proxies")  # merged from the environment: {} without any
         url = request.url or ""
-        if url.startswith("http:") and (
+        if proxies and url.startswith("http:") and (
             "x-api-key" in request.headers or "Authorization" in request.headers
         ):
-            host = _proxy_host(select_proxy(url, kwargs.get("proxies") or {}))
+            host = _proxy_host(select_proxy(url, proxies))
             if host is not None and not is_loopback(host):
                 raise ConfigurationError(
                     f"refusing to send the API key over plain http through the proxy {host}: use "
