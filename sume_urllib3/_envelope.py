@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
@@ -182,12 +183,7 @@ def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: in
     raw = body if type(body) is bytes and len(body) <= limit else bytes(body[:limit])
     coding = header(headers, "content-encoding")
     text = raw if decoded or coding is None else decode_prefix(raw, coding, limit)
-    # Fewer bytes than MAX_OPENINGS cannot hold more openings than that: not counted.
-    # An envelope rarely holds a "[": ``in`` (a memchr) spares counting them (a byte at a time).
-    if not text or (
-        len(text) > MAX_OPENINGS
-        and (text.count(b"[") if b"[" in text else 0) + text.count(b"{") > MAX_OPENINGS
-    ):
+    if not text or nests_too_deep(text):
         return None
     return _document(text.decode("utf-8"))
 
@@ -215,10 +211,50 @@ def _no_constant(name: str) -> Any:
 
 _EMPTY: Mapping[str, Any] = {}
 
-# An envelope is a few small objects. A body with more openings than this is not one, and
-# nesting that deep can overflow the C stack of json's scanner (Python 3.8 aborts the
-# whole process rather than raise RecursionError), so it is never parsed at all.
-MAX_OPENINGS = 1000
+def nests_too_deep(text: bytes) -> bool:
+    """Whether JSON ``text`` nests arrays and objects deeper than ``MAX_DEPTH`` (brackets inside
+    strings not counted): such a body is never parsed.
+
+    Fewer openings than ``MAX_DEPTH`` cannot nest deeper, and counting them is a C loop: only a
+    body with more (a job's result with many segments, say) is walked, one step per bracket,
+    quote and backslash (linear, whatever the body: no pattern that can backtrack).
+    """
+    if len(text) <= MAX_DEPTH:
+        return False
+    # An envelope rarely holds a "[": ``in`` (a memchr) spares counting them (a byte at a time).
+    if (text.count(b"[") if b"[" in text else 0) + text.count(b"{") <= MAX_DEPTH:
+        return False
+    depth = 0
+    in_string = False
+    escaped = -1  # the position a backslash inside a string escapes
+    for found in _SYNTAX.finditer(text):
+        at = found.start()
+        if at == escaped:
+            continue
+        byte = text[at]
+        if in_string:
+            if byte == 0x5C:  # backslash
+                escaped = at + 1
+            elif byte == 0x22:  # closing quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte == 0x5B or byte == 0x7B:  # [ {
+            depth += 1
+            if depth > MAX_DEPTH:
+                return True
+        elif byte == 0x5D or byte == 0x7D:  # ] }
+            depth -= 1
+    return False
+
+
+# An envelope or a job document nests a few levels. json's C scanner recurses once per level:
+# deep enough, it raises RecursionError, or overflows the C stack where the recursion limit was
+# raised (the process dies), so a body nesting deeper than this is not parsed at all.
+MAX_DEPTH = 200
+#: What the depth walk looks at: brackets, and the quotes and backslashes that say which are
+#: inside strings.
+_SYNTAX = re.compile(rb'[\[\]{}"\\]')
 
 # One decoder, made once (json.loads with hooks builds a new one per call). Digit strings
 # are capped so a huge int never burns CPU; NaN and Infinity read as unknown.

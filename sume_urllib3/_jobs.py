@@ -15,11 +15,11 @@ from urllib.parse import quote
 import requests
 
 from . import _sleeping
-from ._envelope import MAX_OPENINGS
+from ._envelope import nests_too_deep
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._helpers import RandomSource, uniform
 from ._job_schedule import JITTER, PollSchedule, cut_by_deadline, poll_timeout
-from ._record import sume_record
+from ._record import Outcome, sume_record
 from ._retry_after import parse_retry_after
 
 logger = logging.getLogger("sume_urllib3")
@@ -114,7 +114,7 @@ class Job:
 class JobEvent:
     """What observers' ``on_job(event)`` receive: one poll, or how a wait ended."""
 
-    kind: str  # "poll" | "completed" | "failed" | "timed_out"
+    kind: str  # one of JOB_EVENT_KINDS: "poll", or how the wait ended
     job: Job  # the job as last seen (status None before any readable status)
     polls: int  # status reads so far in this wait (1 for a single get)
     elapsed: float  # seconds since the wait started
@@ -285,59 +285,74 @@ class Jobs:
         decided, pause = start, 0.0  # the first poll goes at once
         polls = 0
         reported: Optional[str] = None
-        while True:
-            now = self._now()
-            if now - decided < pause:
-                _sleeping.wait(pause - (now - decided), self.sleep)
+        try:
+            while True:
                 now = self._now()
-            left = plan.deadline - now
-            if left <= 0:  # a late wake-up: no poll goes after the deadline
-                raise self._timed_out(last, polls, start, timeout, "no time is left for another poll")
-            try:
-                response = self._send("GET", job_id, "status", left)
-            except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
-                if cut_by_deadline(getattr(self.session, "timeout", None), left):
-                    why = "the last poll ran out of time"
-                    raise self._timed_out(last, polls, start, timeout, why) from exc
-                raise
-            except SumeRetryError as exc:
-                got: Optional[requests.Response] = exc.response  # None: nothing was sent
-                if got is None and exc.record.fleet_refused:
-                    # Nothing was sent: the API key's turn (a cooldown, the pace) comes later.
-                    turn = exc.record.retry_in
-                    decided = self._now()
-                    if turn is not None and plan.fits(decided, max(turn, interval)):
-                        pause = max(turn, interval)  # the poll's own time limit was shorter than the wait's
-                        continue
-                    raise self._timed_out(last, polls, start, timeout, _no_turn(turn)) from exc
-                if got is None:
+                if now - decided < pause:
+                    _sleeping.wait(pause - (now - decided), self.sleep)
+                    now = self._now()
+                left = plan.deadline - now
+                if left <= 0:  # a late wake-up: no poll goes after the deadline
+                    raise self._timed_out(last, polls, start, timeout, "no time is left for another poll")
+                try:
+                    response = self._send("GET", job_id, "status", left)
+                except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
+                    polls += 1  # it went: counted, as every poll sent is
+                    self._emit("poll", last, polls, self._now() - start)
+                    if cut_by_deadline(getattr(self.session, "timeout", None), left):
+                        why = "the last poll ran out of time"
+                        raise self._timed_out(last, polls, start, timeout, why) from exc
                     raise
-                response = got  # the policy gave up on this poll; the next one may do better
-            polls += 1
-            plan.took(_round_trip(self._now() - now, response))
-            seen = _seen(job_id, response)
-            if seen is None and not _ok(response) and not _no_news(response):
-                _raise_for(response)  # 401, 404...: more polls would not fix it
-            if seen is not None:
-                last = seen
-            self._emit("poll", last, polls, self._now() - start)
-            if seen is not None and seen.status != reported:
-                reported = seen.status
-                if on_status is not None:
-                    on_status(seen)
-            if seen is not None and seen.done:
-                self._end("completed", seen, polls, start)
-                return seen
-            if seen is not None and seen.failed:
-                self._end("failed", seen, polls, start)
-                raise _failed(seen)
-            decided = self._now()
-            pause_or_none, why = plan.next_poll(decided, _hint(response), lambda: uniform(self.rng, *JITTER))
-            if pause_or_none is None:
-                if seen is None:
-                    why += f" (the last poll {_answer(response)})"
-                raise self._timed_out(last, polls, start, timeout, why)
-            pause = pause_or_none
+                except SumeRetryError as exc:
+                    got: Optional[requests.Response] = exc.response  # None: nothing was sent
+                    if got is None and exc.record.fleet_refused:
+                        # Nothing was sent: the API key's turn (a cooldown, the pace) comes later.
+                        turn = exc.record.retry_in
+                        decided = self._now()
+                        if turn is not None and plan.fits(decided, max(turn, interval)):
+                            # The poll's own time limit was shorter than the wait's.
+                            pause = max(turn, interval)
+                            continue
+                        raise self._timed_out(last, polls, start, timeout, _no_turn(turn)) from exc
+                    if got is None:  # the transport failed, after the policy's retries
+                        polls += 1
+                        self._emit("poll", last, polls, self._now() - start)
+                        raise
+                    response = got  # the policy gave up on this poll; the next one may do better
+                polls += 1
+                plan.took(_round_trip(self._now() - now, response))
+                seen = _seen(job_id, response)
+                if seen is not None:
+                    last = seen
+                self._emit("poll", last, polls, self._now() - start)
+                if seen is None and not _ok(response) and not _no_news(response):
+                    _raise_for(response)  # 401, 404...: more polls would not fix it
+                if seen is not None and seen.status != reported:
+                    reported = seen.status
+                    if on_status is not None:
+                        on_status(seen)
+                if seen is not None and seen.done:
+                    self._end("completed", seen, polls, start)
+                    return seen
+                if seen is not None and seen.failed:
+                    self._end("failed", seen, polls, start)
+                    raise _failed(seen)
+                decided = self._now()
+                pause_or_none, why = plan.next_poll(
+                    decided, _hint(response), lambda: uniform(self.rng, *JITTER)
+                )
+                if pause_or_none is None:
+                    if seen is None:
+                        why += f" (the last poll {_answer(response)})"
+                    raise self._timed_out(last, polls, start, timeout, why)
+                pause = pause_or_none
+        except (JobFailed, JobTimeout):
+            raise  # told and logged where they were raised
+        except Exception:
+            # Anything else that ends the wait (an answer polling cannot fix, a transport
+            # failure, the caller's on_status raising) ends it as an error, told once too.
+            self._end("error", last, polls, start)
+            raise
 
     # -- parts -----------------------------------------------------------------------------
 
@@ -569,8 +584,7 @@ def _dig(doc: Any, path: Tuple[str, ...]) -> Any:
 
 def _json(response: requests.Response) -> Any:
     try:
-        content = response.content or b""
-        if content.count(b"[") + content.count(b"{") > MAX_OPENINGS:
+        if nests_too_deep(response.content or b""):
             return None  # not a job document, and nesting that deep can crash json's scanner
         return response.json()
     except (ValueError, RuntimeError):  # not JSON, or a consumed stream
@@ -582,8 +596,12 @@ def _ok(response: requests.Response) -> bool:
 
 
 def _no_news(response: requests.Response) -> bool:
-    """An answer that says nothing about the job: try again at the next poll."""
-    return response.status_code == 429 or response.status_code >= 500
+    """An answer that says nothing about the job: try again at the next poll (a 429 or 5xx, or
+    an error whose body says to poll: the policy's POLL, trusting the body over the status)."""
+    if response.status_code == 429 or response.status_code >= 500:
+        return True
+    record = getattr(response, "sume", None)
+    return record is not None and record.outcome is Outcome.POLL
 
 
 def _error_code(response: requests.Response) -> Optional[str]:

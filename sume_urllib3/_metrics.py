@@ -9,13 +9,14 @@ from typing import Any, Collection, Counter, Dict
 
 from . import _fork
 from ._helpers import LockFreePickle
-from ._record import Outcome, RetryEvent, SumeRecord
+from ._record import JOB_EVENT_KINDS, Outcome, RetryEvent, SumeRecord
 
 #: Distinct retry reasons counted before the rest go under "other": codes come from the
 #: server, and a label set that grows without bound is a memory leak in a metrics store.
 MAX_REASONS = 50
 #: What ``on_job`` counts: polls, and how waited-for jobs ended.
-JOB_EVENTS = ("polls", "completed", "failed", "timed_out")
+#: ``snapshot()["jobs"]``'s keys: each JobEvent kind, a poll counted as "polls".
+JOB_EVENTS = tuple("polls" if kind == "poll" else kind for kind in JOB_EVENT_KINDS)
 _OUTCOMES = tuple(outcome.value for outcome in Outcome)
 # Outcome -> its value, looked up rather than computed (Enum.value is a slow descriptor).
 _KEYS: Dict[Any, str] = {outcome: outcome.value for outcome in Outcome}

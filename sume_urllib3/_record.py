@@ -26,6 +26,11 @@ def status_label(status: Optional[int], code: Optional[str] = None) -> str:
     return f"{status} {code}" if code else str(status)
 
 
+#: The kinds of a ``JobEvent``: one poll, or how a wait ended (an error: an answer polling cannot
+#: fix, a transport failure, the caller's ``on_status`` raising). Every observer counts these.
+JOB_EVENT_KINDS = ("poll", "completed", "failed", "timed_out", "error")
+
+
 def key_prefix(key: Optional[str]) -> Optional[str]:
     """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
     if not key:

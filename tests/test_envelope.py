@@ -618,15 +618,18 @@ def test_property_arbitrary_headers_never_raise(headers: Any, raw: Optional[byte
     _well_formed(parse_envelope(headers, raw))
 
 
-def test_a_body_of_too_many_openings_is_never_parsed() -> None:
-    """Over 1,000 "[" / "{" (here 1,001) the body is not parsed: even a valid envelope gives no hints.
-
-    Deep nesting overflows the C stack of json's scanner (Python 3.8 aborts the process).
-    """
+def test_a_body_nesting_too_deep_is_never_parsed() -> None:
+    """Nesting deeper than ``MAX_DEPTH`` (200) is not parsed, whatever it holds; a wide body of many
+    small objects, or brackets inside strings, is. json's scanner recurses once per level (with a
+    raised recursion limit, deep enough overflows the C stack and the process dies)."""
     nested = b"[" * 50_000 + b"]" * 50_000
-    shallow = b'{"error": {"code": "queue_full", "details": [' + b",".join([b"{}"] * 997) + b"]}}"
-    wide = b'{"error": {"code": "queue_full", "details": [' + b",".join([b"{}"] * 998) + b"]}}"
+    deepest = b'{"error": {"code": "queue_full", "x": ' + b"[" * 198 + b"]" * 198 + b"}}"
+    too_deep = b'{"error": {"code": "queue_full", "x": ' + b"[" * 199 + b"]" * 199 + b"}}"
+    wide = b'{"error": {"code": "queue_full", "details": [' + b",".join([b"{}"] * 5_000) + b"]}}"
+    quoted = b'{"error": {"code": "queue_full", "message": "' + b'[[\\" {' * 1_000 + b'"}}'
 
     assert ErrorEnvelope() == parse_envelope(JSON, nested, limit=len(nested))
-    assert "queue_full" == parse_envelope(JSON, shallow, limit=len(shallow)).code
-    assert ErrorEnvelope() == parse_envelope(JSON, wide, limit=len(wide))
+    assert "queue_full" == parse_envelope(JSON, deepest, limit=len(deepest)).code
+    assert ErrorEnvelope() == parse_envelope(JSON, too_deep, limit=len(too_deep))
+    assert "queue_full" == parse_envelope(JSON, wide, limit=len(wide)).code
+    assert "queue_full" == parse_envelope(JSON, quoted, limit=len(quoted)).code

@@ -742,6 +742,17 @@ def test_result_after_wait(fake: FakeSume, make_session: MakeSession) -> None:
     assert "u" == jobs.result(jobs.wait("job_1"))["url"]
 
 
+def test_a_result_of_many_objects_and_brackets_is_read(fake: FakeSume, make_session: MakeSession) -> None:
+    """A transcript of 1,500 segments, its text full of "[laughs]": a wide body, not a deep one.
+    The wait sees it complete and the result is every segment (over 1,000 "[" / "{" it was once
+    taken for no JSON at all, and the wait polled on until its timeout)."""
+    segments = [{"start": i, "text": "[laughs] [music] ok"} for i in range(1_500)]
+    fake.job("job_1", ["processing", ("completed", {"segments": segments})])
+    jobs = jobs_for(make_session())
+
+    assert segments == jobs.result(jobs.wait("job_1"))["segments"]
+
+
 def test_result_that_is_not_a_json_object_is_a_clear_error(fake: FakeSume, make_session: MakeSession) -> None:
     """A 200 result body that is not a JSON object raises a SumeError naming the job."""
     fake.script("GET", "/v1/jobs/job_1/result", Reply(200, body=b"binary"))
@@ -883,6 +894,46 @@ def test_each_way_a_wait_ends_is_one_event(
         jobs_for(make_session(observers=[recorder])).wait("job_1", timeout=10)
 
     assert [kind] == [k for k in recorder.kinds if k != "poll"]
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [Reply.error(404, "job_not_found"), Reply(200, drop="before_headers"), "on_status raises"],
+    ids=["404", "connection dropped", "on_status raises"],
+)
+def test_a_wait_an_error_ends_is_one_error_event_with_every_poll_counted(
+    fake: FakeSume, make_session: MakeSession, vtime: VirtualTime, ending: Any
+) -> None:
+    """An answer polling cannot fix, a poll whose connection failed after the policy's retries, or
+    the caller's on_status raising: the wait ends with one "error" event and its INFO line, and
+    the poll that ended it is counted like every other."""
+    if ending == "on_status raises":
+        fake.job("job_1", ["queued"])
+    else:
+        fake.job("job_1", ["queued", *[ending] * 8])
+    recorder = JobRecorder(vtime)
+    session = make_session(observers=[recorder], policy=Policy(max_retries=1))
+
+    def on_status(job: Job) -> None:
+        if ending == "on_status raises":
+            raise RuntimeError("the caller's own bug")
+
+    with pytest.raises((SumeRetryError, RuntimeError)):
+        jobs_for(session).wait("job_1", on_status=on_status)
+
+    polls = 1 if ending == "on_status raises" else 2
+    assert ["poll"] * polls + ["error"] == recorder.kinds
+    counted = session.metrics.snapshot()["jobs"]
+    assert (polls, 1) == (counted["polls"], counted["error"])
+
+
+def test_an_error_whose_body_says_poll_is_no_news(fake: FakeSume, make_session: MakeSession) -> None:
+    """A status poll answered by an error whose body says to poll (not job_not_completed): the body
+    is trusted over the status, and the wait polls on to the job's end."""
+    busy = Reply.error(409, "job_in_progress", next_action="poll")
+    fake.job("job_1", ["queued", busy, "completed"])
+
+    assert "completed" == jobs_for(make_session()).wait("job_1").status
 
 
 def test_a_broken_observer_never_breaks_the_wait(

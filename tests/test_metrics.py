@@ -34,7 +34,7 @@ FRESH = {
     "retries": {},
     "attempts": {},
     "pacing": {"held": 0, "wait_seconds": 0.0, "refused": 0, "fleet_fallbacks": 0},
-    "jobs": {"polls": 0, "completed": 0, "failed": 0, "timed_out": 0},
+    "jobs": {"polls": 0, "completed": 0, "failed": 0, "timed_out": 0, "error": 0},
 }
 
 

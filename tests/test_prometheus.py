@@ -157,7 +157,7 @@ def test_pacing_and_job_series_start_at_zero(registry: CollectorRegistry) -> Non
     PrometheusObserver(registry)
     get = registry.get_sample_value
     assert [0.0] * 4 == [get(name) for name in PACING]
-    assert [0.0] * 4 == [get("sume_job_events_total", {"event": kind}) for kind in JOB_EVENTS]
+    assert [0.0] * len(JOB_EVENTS) == [get("sume_job_events_total", {"event": kind}) for kind in JOB_EVENTS]
 
 
 def test_a_request_the_fleet_held_is_counted_with_its_wait(
@@ -230,5 +230,5 @@ def test_job_polls_and_endings_are_counted_by_event(
     get = registry.get_sample_value
     counts = {kind: get("sume_job_events_total", {"event": kind}) for kind in JOB_EVENTS}
     polls = 3 + 2 + len(stuck.history)
-    assert {"poll": polls, "completed": 1.0, "failed": 1.0, "timed_out": 1.0} == counts
+    assert {"poll": polls, "completed": 1.0, "failed": 1.0, "timed_out": 1.0, "error": 0.0} == counts
     assert None is registry.get_sample_value("sume_job_events_total", {"event": "paused"})

@@ -22,7 +22,7 @@ once are not recorded, so its count is the requests held), ``sume.fleet.refused`
 requests not sent because their turn would have come after the deadline),
 ``sume.fleet.fallbacks`` (counter of turns granted by local pacing because the shared store
 failed) and ``sume.job.events`` (counter of job polls and job endings, by ``sume.job.event``:
-``poll``, ``completed``, ``failed``, ``timed_out``). A span of a request the fleet held also
+``poll``, ``completed``, ``failed``, ``timed_out``, ``error``). A span of a request the fleet held also
 has ``sume.paced`` (seconds) and one it refused ``sume.fleet.refused``.
 
 A broken tracer or meter never breaks a request: each part is guarded, the first failure is
@@ -71,6 +71,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, RequestStart, RetryEvent, SumeRecord, __version__
+from .._record import JOB_EVENT_KINDS
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"
@@ -92,7 +93,7 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 logger = logging.getLogger("sume_urllib3")
 
 #: The job event kinds counted by ``sume.job.events`` (others are ignored).
-JOB_EVENTS: Tuple[str, ...] = ("poll", "completed", "failed", "timed_out")
+JOB_EVENTS: Tuple[str, ...] = JOB_EVENT_KINDS
 
 _Pending = Tuple[int, Dict[str, Any]]  # (timestamp ns, event attributes)
 _Identity = Tuple[str, str, Optional[str]]  # (method, url, idempotency key) of one request

@@ -11,7 +11,7 @@
 - ``sume_fleet_refused_total``: requests not sent because their turn came after the deadline;
 - ``sume_fleet_fallbacks_total``: turns granted by local pacing because the shared store failed;
 - ``sume_job_events_total{event}``: job status polls (``poll``) and how waits ended
-  (``completed``, ``failed``, ``timed_out``), every event from 0.
+  (``completed``, ``failed``, ``timed_out``, ``error``), every event from 0.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .._metrics import bounded_reason, retry_reason
-from .._record import Outcome, RetryEvent, SumeRecord
+from .._record import JOB_EVENT_KINDS, Outcome, RetryEvent, SumeRecord
 
 #: Histogram buckets for attempts per logical request (the default policy sends at most 7).
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 10)
 #: The ``event`` label values of ``{namespace}_job_events_total`` (a JobEvent's ``kind``).
-JOB_EVENTS = ("poll", "completed", "failed", "timed_out")
+JOB_EVENTS = JOB_EVENT_KINDS
 
 
 class _Collectors(NamedTuple):
@@ -157,7 +157,7 @@ def _create(registry: CollectorRegistry, namespace: str) -> _Collectors:
     )
     job_events = Counter(
         "job_events",
-        "Job status polls (poll) and job waits ended (completed, failed, timed_out).",
+        "Job status polls (poll) and job waits ended (completed, failed, timed_out, error).",
         ["event"],
         namespace=namespace,
         registry=None,
