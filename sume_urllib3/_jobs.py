@@ -175,11 +175,20 @@ class Jobs:
     def __repr__(self) -> str:
         return f"<Jobs of {self.session!r}>"
 
+    def _job_id(self, job: JobRef) -> str:
+        """``job_id_of(job)``, refusing the session's own API key: pasted where a job id goes,
+        it would travel in the URL's path, where logs and records show it."""
+        job_id = job_id_of(job)
+        key = getattr(self.session, "_api_key", None)
+        if key and job_id == key:
+            raise ConfigurationError("that is the session's API key, not a job id")
+        return job_id
+
     # -- one request each ------------------------------------------------------------
 
     def get(self, job: JobRef) -> Job:
         """Read the job's status once (``GET /jobs/{id}/status``)."""
-        job_id = job_id_of(job)
+        job_id = self._job_id(job)
         response = self._send("GET", job_id, "status", None)
         seen = _seen(job_id, response)
         if seen is None:
@@ -201,7 +210,7 @@ class Jobs:
         (one ``GET /jobs/{id}/status``), so the error names the job's code (``nsfw``), not
         the 409's.
         """
-        job_id = job_id_of(job)
+        job_id = self._job_id(job)
         response = self._send("GET", job_id, "result", None)
         if not _ok(response):
             if response.status_code == 409 and _error_code(response) == "job_not_completed":
@@ -231,7 +240,7 @@ class Jobs:
         other state raises ``JobError`` naming it (``'completed'``, ``'failed'`` with its
         error code, or a running job the server will not stop), with the job in ``.job``.
         """
-        job_id = job_id_of(job)
+        job_id = self._job_id(job)
         response = self._send("POST", job_id, "cancel", None)
         if not _ok(response):
             if response.status_code == 409 or _error_code(response) in CANCEL_REFUSALS:
@@ -266,7 +275,7 @@ class Jobs:
         fix (401, 403, 404...) raises ``SumeRetryError`` at once. ``on_status(job)`` is
         called on the first status seen and on each change.
         """
-        job_id = job_id_of(job)
+        job_id = self._job_id(job)
         timeout = _seconds(timeout, "timeout")
         interval = _seconds(interval, "interval")
         max_interval = _seconds(max_interval, "max_interval")

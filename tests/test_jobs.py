@@ -1007,3 +1007,13 @@ def test_job_errors_pickle_with_their_job(error: Any) -> None:
 
     assert (str(original), original.job) == (str(copy), copy.job)
     assert isinstance(copy, SumeError)
+
+
+def test_the_api_key_is_never_taken_for_a_job_id(fake: FakeSume, make_session: MakeSession) -> None:
+    """The key pasted where a job id goes would travel in the path (and so into logs): refused,
+    without being echoed, and nothing is sent."""
+    jobs = jobs_for(make_session())
+    with pytest.raises(ConfigurationError, match="the session's API key, not a job id") as caught:
+        jobs.wait(API_KEY)
+    assert API_KEY not in str(caught.value)
+    assert [] == fake.requests
