@@ -474,8 +474,8 @@ class SumeSession(requests.Session):
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
         """Strip the key header too (requests strips only Authorization) when leaving the origin.
 
-        The ``SumeAdapter`` that got the redirect has taken them off already; this holds where a
-        caller mounted another adapter over the API. The same rule as the adapter's
+        The ``SumeAdapter`` that got the redirect has seen to it that this copy carries neither;
+        this holds where a caller mounted another adapter over the API. The same rule as the adapter's
         (``leaves_origin``: an https upgrade on the same host stays).
         """
         previous = response.request.url if response.request is not None else None
