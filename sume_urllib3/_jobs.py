@@ -353,7 +353,7 @@ class Jobs:
                 if pause_or_none is None:
                     if seen is None:
                         why += f" (the last poll {_answer(response)})"
-                    raise self._timed_out(last, polls, start, timeout, why)
+                    raise self._timed_out(last, polls, start, timeout, why, response)
                 pause = pause_or_none
         except (JobFailed, JobTimeout):
             raise  # told and logged where they were raised
@@ -419,13 +419,25 @@ class Jobs:
     def _now(self) -> float:
         return _sleeping.now(self.clock)
 
-    def _timed_out(self, last: Job, polls: int, start: float, timeout: float, why: str) -> JobTimeout:
+    def _timed_out(
+        self,
+        last: Job,
+        polls: int,
+        start: float,
+        timeout: float,
+        why: str,
+        answer: Optional[requests.Response] = None,
+    ) -> JobTimeout:
+        """The wait's end at its deadline, naming the request id of ``answer`` (the last poll's
+        response, a 429 asking for a pause past the deadline say), else of the last status."""
         self._end("timed_out", last, polls, start)
         plural = "" if polls == 1 else "s"
+        request_id = _request_id(answer, _json(answer)) if answer is not None else None
+        rid = f" (request id {request_id})" if request_id else _rid_of(last)
         return JobTimeout(
             f"job {last.id} is still {_say(last.status)} after {self._now() - start:.1f}s and "
             f"{polls} poll{plural} ({timeout:g}s timeout): {why}; it may still finish, "
-            f"so wait again later with its id{_rid_of(last)}",
+            f"so wait again later with its id{rid}",
             last,
         )
 

@@ -1017,3 +1017,15 @@ def test_the_api_key_is_never_taken_for_a_job_id(fake: FakeSume, make_session: M
         jobs.wait(API_KEY)
     assert API_KEY not in str(caught.value)
     assert [] == fake.requests
+
+
+def test_a_timeout_names_the_request_id_of_the_poll_that_ended_the_wait(
+    fake: FakeSume, make_session: MakeSession
+) -> None:
+    """A 429 asking for a pause past the deadline ends the wait: the JobTimeout names that poll's
+    request id (the one to give support), not the last readable status's."""
+    late = Reply.error(429, "rate_limit_exceeded", retry_after="900", request_id="req_late")
+    fake.job("job_1", ["processing", late])
+    with pytest.raises(JobTimeout, match=r"request id req_late\)") as caught:
+        jobs_for(make_session(policy=Policy(max_retries=0))).wait("job_1", timeout=60)
+    assert "processing" == caught.value.job.status
