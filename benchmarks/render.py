@@ -181,11 +181,18 @@ def performance(results: Results) -> str:
     pair("the same in memory", ("mem-env-get", "mem-env-post"))
     alone, session = canned["alone"], canned["session"]
     lines += [
-        f"| one 503 decision (1 KiB JSON body), `SumeRetry()` vs stock `Retry` | {alone['us']:.1f} vs "
-        f"{canned['stock_us']:.1f} µs | {ratio(alone['ratio'], 1)} "
+        f"| one 503 decision (1 KiB JSON body), `SumeRetry()` vs stock `Retry`, `increment` alone "
+        f"| {alone['us']:.1f} vs {canned['stock_us']:.1f} µs | {ratio(alone['ratio'], 1)} "
         f"| {spread(alone['ratio_low'], alone['ratio_high'], 1)} |",
         f"| the same with the session's metrics, logging and budget | {session['us']:.1f} µs "
         f"| {ratio(session['ratio'], 1)} | {spread(session['ratio_low'], session['ratio_high'], 1)} |",
+        f"| the same 503 handled as urllib3's loop does (`increment`, then `drain_conn`) "
+        f"| {alone['handled_us']:.1f} vs {canned['stock_handled_us']:.1f} µs "
+        f"| {ratio(alone['handled_ratio'], 1)} "
+        f"| {spread(alone['handled_ratio_low'], alone['handled_ratio_high'], 1)} |",
+        f"| ... with the session's metrics, logging and budget | {session['handled_us']:.1f} µs "
+        f"| {ratio(session['handled_ratio'], 1)} "
+        f"| {spread(session['handled_ratio_low'], session['handled_ratio_high'], 1)} |",
         f"| a GET meeting one 503 then a 200, `SumeSession` vs stock `Retry` (no sleeping) "
         f"| {one['us_per_request']:.0f} | {ratio(one['ratio'])} "
         f"| {spread(one['ratio_low'], one['ratio_high'])} |",
@@ -239,19 +246,28 @@ def performance_targets(f: Dict[str, Any]) -> List[str]:
                 1.03,
             )
         )
+    # Targets on a 503 as urllib3's loop handles it (increment, then drain_conn): stock's
+    # increment leaves the body for the drain, ours reads it to decide, so increment alone
+    # charges one side only. Both are shown.
     lines += [
         line(
-            f"one 503 decision, canned / live, at most {ratio(3, 1)} stock's",
-            [canned["alone"]["ratio"], live["alone"]["ratio"]],
+            f"one 503 decision, canned / live, at most {ratio(3, 1)} stock's "
+            "(`increment`, then urllib3's `drain_conn`)",
+            [canned["alone"]["handled_ratio"], live["alone"]["handled_ratio"]],
             3.0,
             1,
         ),
         line(
             f"the same with the session's observers at most {ratio(3.5, 1)}",
-            [canned["session"]["ratio"], live["session"]["ratio"]],
+            [canned["session"]["handled_ratio"], live["session"]["handled_ratio"]],
             3.5,
             1,
         ),
+        "| (no target) `increment` alone, canned / live: `SumeRetry()`, then the session's "
+        f"| {ratio(canned['alone']['ratio'], 1)} / {ratio(live['alone']['ratio'], 1)}, "
+        f"{ratio(canned['session']['ratio'], 1)} / {ratio(live['session']['ratio'], 1)} | — |",
+    ]
+    lines += [
         line(f"one retry end to end at most {ratio(1.08)}", [one["ratio"]], 1.08),
     ]
     if "floor" in canned:

@@ -184,6 +184,11 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
             fp.close()
         except Exception:
             pass
+        if isinstance(getattr(raw, "length_remaining", None), int):
+            # urllib3 counts what it reads itself; the peek read the body around it. Told that
+            # nothing is left, the drain urllib3 makes after every retry reads nothing, where it
+            # would raise IncompleteRead for the bytes it never saw (and catch it).
+            raw.length_remaining = 0
         release(raw)
         return
     if fp is None or (isinstance(fp, PrefixedFP) and fp.isclosed()) or fp_closed(fp):

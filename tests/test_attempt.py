@@ -93,6 +93,23 @@ def test_a_body_already_read_whole_by_the_peek_is_only_released() -> None:
     assert (body.read_bytes, body.released) == (0, 1)
 
 
+def test_a_body_the_peek_read_whole_leaves_urllib3_nothing_to_drain() -> None:
+    """urllib3 drains every retried response after ``increment``: a body the peek read whole
+    (around urllib3's own count) reads back as empty, never as a body cut short."""
+    body = b'{"error": {"code": "service_unavailable"}}'
+    raw = urllib3.HTTPResponse(
+        body=io.BytesIO(body),
+        headers={"Content-Length": str(len(body))},
+        status=503,
+        preload_content=False,
+        enforce_content_length=True,
+    )
+    SumeRetry(sleep=lambda seconds: None).increment("GET", "/v1/x", response=raw)
+    assert raw.length_remaining == 0
+    assert raw.read(1024) == b""  # was urllib3's ProtocolError (IncompleteRead) on both lines
+    raw.drain_conn()
+
+
 def test_a_redirects_retry_after_is_waited_only_when_it_fits() -> None:
     """Retry-After on a redirect: waited when it fits in the time left, else not waited at all."""
     assert redirect_wait(2.0, 5.0) == 2.0
