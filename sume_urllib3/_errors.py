@@ -65,7 +65,7 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
 
     # The last response, body intact. None when no response ended the request: nothing was
     # sent (the fleet refused the turn), a transport error, or rebuilt from its summary.
-    response: requests.Response
+    response: Optional[requests.Response]
 
     def __init__(
         self,

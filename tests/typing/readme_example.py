@@ -15,8 +15,10 @@ def use_it() -> None:
     try:
         response = session.post("/avatars", json={"type": "prompt", "name": "Ada", "prompt": "a presenter"})
     except SumeRetryError as error:  # gave up: status, code, request ids, attempts, elapsed, why
-        body: Any = error.response.json()  # SumeRetryError.response is a Response, not Optional
-        print("gave up:", error, body)
+        print("gave up:", error)
+        if error.response is not None:  # the server answered: its last error body, intact
+            body: Any = error.response.json()  # None-checked: a give-up may have no response
+            print(body)
     else:
         record = sume_record(response)  # outcome, attempts, waits, request_id(s), idempotency_key, reason
         if record is not None:
