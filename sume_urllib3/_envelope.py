@@ -42,15 +42,19 @@ def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
 def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> Optional[bytes]:
     """Undo gzip/deflate/br/zstd on a (maybe truncated) prefix, producing at most ``limit`` bytes.
 
-    Brotli and zstd are read with the libraries urllib3 itself decodes them with, when they
-    are installed (requests then asks servers for them in ``Accept-Encoding``). Returns None
-    for what cannot be read within the limit (such a library missing, or too old to bound
-    its output; stacked codings), so a compressed body never reaches the JSON parser as
-    garbage and a decompression bomb never allocates more than ``limit``.
+    Brotli and zstd are read with the libraries urllib3 decodes them with, when they are
+    installed (requests then asks servers for them in ``Accept-Encoding``). Stacked codings
+    (``gzip, br``: listed in the order they were applied) are undone last first, each bounded
+    by the limit, up to as many as urllib3 undoes. Returns None for what cannot be read within
+    the limit (an unknown coding, a library missing or too old to bound its output), so a
+    compressed body never reaches the JSON parser as garbage and a decompression bomb never
+    allocates more than ``limit``.
     """
     if limit <= 0:
         return b""  # zlib reads max_length=0 as "no limit": never let it
     coding = (content_encoding or "").strip().lower()
+    if "," in coding:
+        return _undo_stacked(body, coding, limit)
     if coding in ("", "identity"):
         return body[:limit]
     wbits_options: Tuple[int, ...]
@@ -72,6 +76,23 @@ def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> O
         except zlib.error:
             continue
     return None
+
+
+def _undo_stacked(body: bytes, codings: str, limit: int) -> Optional[bytes]:
+    """``body`` under several codings, in the order they were applied: undone in reverse."""
+    applied = [coding.strip() for coding in codings.split(",")]
+    applied = [coding for coding in applied if coding not in ("", "identity")]
+    if len(applied) > MAX_CODINGS:
+        return None
+    text: Optional[bytes] = body
+    for coding in reversed(applied):
+        text = decode_prefix(text, coding, limit) if text is not None else None
+    return text
+
+
+#: The most stacked codings undone: urllib3 2.x refuses more (a chain of decoders is work per
+#: byte; each link here is bounded by the limit too).
+MAX_CODINGS = 5
 
 
 def _brotli_prefix(body: bytes, limit: int) -> Optional[bytes]:

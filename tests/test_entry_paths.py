@@ -10,6 +10,7 @@ apply to a way in says why in ``NOT_APPLICABLE``.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import inspect
 import io
 import json
@@ -243,16 +244,25 @@ def test_a_fix_status_is_not_retried_and_keeps_its_whole_body(
     assert len(fake.requests) == 1
 
 
-@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd", "gzip, gzip", "gzip, br"])
 @pytest.mark.parametrize("name", WAYS)
 def test_a_compressed_envelope_is_trusted(
     fake: FakeSume, way_in: Callable[..., Way], name: str, encoding: str
 ) -> None:
     """A 503 whose gzip, br or zstd body says ``retryable: false`` is not retried: the body is read
-    whatever the encoding requests asked for (br with brotli installed, zstd with zstandard)."""
+    whatever the encoding requests asked for (br with brotli installed, zstd with zstandard), and
+    under stacked codings, as urllib3 decodes them for the caller."""
     doc = {"error": {"code": "service_unavailable", "retryable": False}}
     if encoding == "gzip":
         reply = Reply(503, json=doc, gzip=True)
+    elif encoding.startswith("gzip, "):
+        packed = gzip.compress(json.dumps(doc).encode())
+        if encoding.endswith("br"):
+            packed = pytest.importorskip("brotli").compress(packed)
+        else:
+            packed = gzip.compress(packed)
+        headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
+        reply = Reply(503, body=packed, headers=headers)
     else:
         library = pytest.importorskip("brotli" if encoding == "br" else "zstandard")
         plain = json.dumps(doc).encode()

@@ -352,18 +352,55 @@ def test_bodies_that_are_not_what_they_claim_give_no_hints(encoding: str) -> Non
     assert EMPTY == parse_envelope({"Content-Encoding": encoding}, body(DOC))
 
 
-@pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, br", "gzip, gzip", "unknown"])
+@pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, br", "compress, gzip", "unknown"])
 def test_unknown_encodings_give_no_hints(encoding: str) -> None:
-    """Encodings we cannot read (compress, stacked, unknown), and a body that is not the br or zstd
-    it claims, give no body hints; header ids still count."""
+    """Encodings we cannot read (compress, one stacked on gzip, unknown), and a body that is not
+    the br or zstd it claims, give no body hints; header ids still count."""
     headers = {"Content-Encoding": encoding, "X-Request-Id": "req_h"}
     assert ErrorEnvelope(request_id="req_h") == parse_envelope(headers, gzip.compress(body(DOC)))
 
 
-@pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, br"])
+@pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, br", "compress, gzip"])
 def test_decode_prefix_unknown_encoding_is_none(encoding: str) -> None:
     """decode_prefix returns None for encodings it cannot undo."""
     assert decode_prefix(b"\x1f\x8b anything", encoding, 100) is None
+
+
+@pytest.mark.parametrize(
+    ("encoding", "pack"),
+    [
+        ("gzip, gzip", lambda data: gzip.compress(gzip.compress(data))),
+        ("deflate, gzip", lambda data: gzip.compress(zlib.compress(data))),
+        ("identity, gzip", gzip.compress),
+        ("Gzip ,  x-gzip", lambda data: gzip.compress(gzip.compress(data))),
+    ],
+)
+def test_stacked_codings_are_undone_in_reverse(encoding: str, pack: Any) -> None:
+    """``Content-Encoding`` lists codings in the order they were applied (as urllib3 reads it):
+    the last is undone first, and the envelope is read."""
+    headers = {"Content-Encoding": encoding}
+    assert parse_envelope(headers, pack(body(DOC))).code == "queue_full"
+
+
+def test_a_brotli_stacked_on_gzip_is_read() -> None:
+    """``gzip, br``: brotli undone first, then gzip (where brotli is installed)."""
+    packed = brotli_compress(gzip.compress(body(DOC)))
+    assert parse_envelope({"Content-Encoding": "gzip, br"}, packed).code == "queue_full"
+
+
+def test_more_stacked_codings_than_urllib3_undoes_are_not_read() -> None:
+    """Six codings (urllib3 2.x refuses more than five): no hints, never an error."""
+    packed = body(DOC)
+    for _ in range(6):
+        packed = gzip.compress(packed)
+    assert decode_prefix(packed, ", ".join(["gzip"] * 6), 65536) is None
+    assert parse_envelope({"Content-Encoding": ", ".join(["gzip"] * 6)}, packed) == ErrorEnvelope()
+
+
+def test_each_stacked_coding_is_bounded_by_the_limit() -> None:
+    """A bomb under a second coding still yields at most ``limit`` bytes."""
+    bomb = gzip.compress(gzip.compress(bytes(20_000_000)))
+    assert len(decode_prefix(bomb, "gzip, gzip", 4096) or b"") == 4096
 
 
 def brotli_compress(data: bytes) -> bytes:
