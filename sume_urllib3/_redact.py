@@ -131,10 +131,12 @@ def secrets_of(url: Any = None, *carriers: Any) -> Tuple[str, ...]:
         for name, value in _items(carrier):
             if name.lower() in SECRET_HEADERS:
                 text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
-                found.append(text)
+                # requests names a value it refuses (a trailing newline, a control character) by
+                # its repr: the value is looked for as it is, stripped, and escaped as repr shows it.
+                found.extend((text, text.strip(), repr(text)[1:-1]))
                 scheme, _, token = text.partition(" ")
                 if token and scheme.isalpha():
-                    found.append(token.strip())
+                    found.extend((token.strip(), repr(token.strip())[1:-1]))
     unique = {value for value in found if len(value) >= MIN_SECRET}
     # The longest first: a secret that contains another is replaced whole.
     return tuple(sorted(unique, key=len, reverse=True))

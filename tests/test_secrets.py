@@ -228,6 +228,31 @@ def test_a_malformed_key_is_refused_without_echoing_it(
     assert [] == leaks([], debug_logs)
 
 
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("x-api-key", API_KEY + "\n"),
+        ("x-api-key", (API_KEY + "\n").encode()),
+        ("x-api-key", API_KEY[:12] + "\n" + API_KEY[12:]),
+        ("Authorization", "Bearer " + API_KEY + "\r\n"),
+    ],
+    ids=["newline", "bytes", "inside", "bearer"],
+)
+def test_a_malformed_key_given_per_call_is_refused_without_echoing_it(
+    name: str, value: Any, debug_logs: pytest.LogCaptureFixture
+) -> None:
+    """A keyless session given a key per call that requests refuses (a newline in it): requests
+    names the value by its repr, escaped, and the message shows neither it nor its parts."""
+    session = SumeSession(base_url="http://127.0.0.1:9/v1", fleet=None)
+    with session, pytest.raises(requests.exceptions.InvalidHeader) as raised:
+        session.get("/x", headers={name: value})
+
+    texts = error_texts(raised.value)
+    parts = (*FRAGMENTS, API_KEY[:12], API_KEY[12:])  # either side of a newline inside
+    assert not [t for t in texts if any(f in t for f in parts)]
+    assert [] == leaks([], debug_logs)
+
+
 def test_an_empty_key_means_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """SumeSession(os.environ.get("SUME_API_KEY", "")) with nothing set sends no key."""
     monkeypatch.delenv("SUME_API_KEY", raising=False)
