@@ -17,7 +17,14 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import requote_uri
 
 from . import _deadline, _fork, _sleeping
-from ._attempt import body_refusal, decide_response, end_turn, refused_retry_in, resend_broken_body
+from ._attempt import (
+    DRAIN_LIMIT,
+    body_refusal,
+    decide_response,
+    end_turn,
+    refused_retry_in,
+    resend_broken_body,
+)
 from ._budget import RetryBudget
 from ._checks import check_flag, check_pool_arguments
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
@@ -32,6 +39,7 @@ from ._idempotency import (
 )
 from ._keyid import key_ids
 from ._observers import Observers, in_own_context
+from ._peek import hold_whole
 from ._policy import NO_RETRY, STOP, Decision, Policy
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord, status_label
 from ._redact import redact_url
@@ -424,6 +432,12 @@ class SumeAdapter(HTTPAdapter):
                     # that broke or stalled frees its slot, and is the give-up's cause.
                     response.close()
                     raise SumeRetryError(record) from redact(exc)
+            else:
+                # Handed over on an exception, a streamed body is easily dropped unread, and a
+                # blocking pool would never see its connection again: one that ends within the
+                # drain's limit is read into memory now (the caller reads it as before), and its
+                # connection goes back. A longer one is the caller's to read or close.
+                hold_whole(response.raw, DRAIN_LIMIT, lambda: _sleeping.now(retry.clock) >= deadline)
             raise SumeRetryError(record, response)
         if not stream and response.status_code >= 400:
             try:

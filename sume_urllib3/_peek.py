@@ -147,17 +147,45 @@ def peek_body(
         return bytes(body[:limit]), decoded and bool(getattr(response, "decode_content", False))
     if fp is None or fp_closed(fp):
         return None, False
-    pieces: List[bytes] = []
+    return _read_ahead(response, fp, b"", limit, expired), False
+
+
+def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] = None) -> None:
+    """Read the rest of a body nobody has read yet into memory, when it ends within ``limit``
+    bytes, and give its connection back; the caller reads it as before.
+
+    For a response handed over on an exception (a streamed give-up): the caller may drop it
+    unread, and a blocking pool would never see that connection again. A longer body, one
+    that broke or one cut by ``expired`` stays as it is, each byte read put back.
+    """
+    fp = getattr(response, "_fp", None)
+    if isinstance(fp, PrefixedFP):
+        if fp.complete or fp._error is not None or len(fp._rest) != len(fp.prefix):
+            return  # all of it in hand already, an error pending, or the caller began reading
+        head, fp = fp.prefix, fp.inner
+    else:
+        head = b""
+    if fp is not None and not getattr(response, "_body", None) and not fp_closed(fp):
+        _read_ahead(response, fp, head, limit, expired)
+
+
+def _read_ahead(
+    response: Any, fp: Any, head: bytes, limit: int, expired: Optional[Callable[[], bool]]
+) -> Optional[bytes]:
+    """Read ``fp`` on from ``head`` (bytes of it read before) up to ``limit`` in all, put what
+    was read back in front of it, and give the connection back once the body is in hand."""
+    pieces: List[bytes] = [head] if head else []
+    got = len(head)
     cut = False  # stopped by the deadline, not by the end of the body
     ended = False  # an empty read, or Content-Length met: the end of the body
     # What urllib3 has yet to read of a Content-Length body (None: chunked, or unknown).
     promised = getattr(response, "length_remaining", None)
     try:
         if expired is None or not hasattr(fp, "read1"):
-            pieces.append(fp.read(limit))
-            ended = len(pieces[0]) < limit
+            piece = fp.read(limit - got)
+            pieces.append(piece)
+            ended = len(piece) < limit - got
         else:
-            got = 0
             while got < limit:
                 piece = fp.read1(limit - got)
                 if not piece:
@@ -181,11 +209,11 @@ def peek_body(
         partial = getattr(exc, "partial", b"")
         pieces.append(partial if isinstance(partial, bytes) else b"")
         response._fp = PrefixedFP(b"".join(pieces), fp, exc)
-        return None, False
+        return None
     prefix = b"".join(pieces)
     if cut:
         response._fp = PrefixedFP(prefix, fp)
-        return prefix, False
+        return prefix
     if isinstance(promised, int) and len(prefix) < min(promised, limit):
         # The connection closed before Content-Length was met: read1 only says so with a
         # short read. urllib3 enforcing the length (2.x) raises IncompleteRead on any read;
@@ -193,7 +221,7 @@ def peek_body(
         error = http.client.IncompleteRead(prefix, promised - len(prefix))
         enforced = bool(getattr(response, "enforce_content_length", False))
         response._fp = PrefixedFP(prefix, fp, error, whole_reads_only=not enforced)
-        return prefix, False
+        return prefix
     closed = fp_closed(fp)
     if prefix:
         response._fp = PrefixedFP(prefix, fp)
@@ -202,7 +230,7 @@ def peek_body(
         # The whole body is in hand. urllib3 hands the connection back only from inside
         # a read, and an empty body is never read again, so give it back now.
         release(response)
-    return prefix, False
+    return prefix
 
 
 def release(response: Any) -> None:

@@ -35,6 +35,7 @@ from sume_urllib3 import (
     SumeRetryError,
     SumeSession,
 )
+from sume_urllib3._attempt import DRAIN_LIMIT
 from sume_urllib3.testing import FakeSume, Reply, no_sleep
 
 from .conftest import API_KEY, VirtualTime
@@ -607,6 +608,52 @@ def test_give_ups_the_caller_never_reads_still_return_their_connection(
 
     _within(10.0, give_up_ten_times)
     assert fake.connections == 1
+
+
+@pytest.mark.parametrize("name", ["session", "mounted"])
+def test_streamed_give_ups_the_caller_drops_still_return_their_connection(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """``stream=True``: a give-up hands its response over on the exception, where ``with`` cannot
+    close it. A 100 KB page (past the peek) is held whole, so the connection goes back even when
+    the caller drops it unread, and the one who reads it gets all of it."""
+    fake.script("GET", "/v1/things", Reply(503, body=b"<html>maintenance</html>", size=100_000))
+    way = way_in(name, Policy(max_retries=0), pool_maxsize=1, pool_block=True)
+    assert way.session is not None
+    session, path = way.session, way.base + "/things" if name == "mounted" else "/things"
+
+    def give_up_ten_times() -> bytes:
+        for _ in range(9):
+            with pytest.raises(SumeRetryError), session.get(path, stream=True):
+                pass  # never reached: the give-up raises
+        with pytest.raises(SumeRetryError) as raised:
+            session.get(path, stream=True)
+        assert raised.value.response is not None
+        return raised.value.response.content
+
+    body = _within(10.0, give_up_ten_times)
+    assert len(body) == 100_000
+    assert body.startswith(b"<html>maintenance</html>")
+    assert fake.connections == 1
+
+
+@pytest.mark.parametrize("name", ["session", "mounted"])
+def test_a_streamed_give_up_past_the_drain_limit_stays_streamed_and_whole(
+    fake: FakeSume, way_in: Callable[..., Way], name: str
+) -> None:
+    """A give-up's body longer than the drain's limit is not taken into memory: the caller streams
+    all of it from ``error.response`` (and closing it is theirs, as for any streamed response)."""
+    size = DRAIN_LIMIT * 2
+    fake.script("GET", "/v1/things", Reply(503, body=b"x", size=size))
+    way = way_in(name, Policy(max_retries=0))
+    assert way.session is not None
+    with pytest.raises(SumeRetryError) as raised:
+        way.session.get(way.base + "/things" if name == "mounted" else "/things", stream=True)
+    response = raised.value.response
+    assert response is not None
+    assert not response._content_consumed
+    with response:
+        assert sum(len(piece) for piece in response.iter_content(65536)) == size
 
 
 @pytest.mark.parametrize("name", ["session", "mounted"])
