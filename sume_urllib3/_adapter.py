@@ -559,11 +559,13 @@ class SumeAdapter(HTTPAdapter):
     def _answered_redirect(
         self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
     ) -> None:
-        """Before requests follows a redirect that leaves the origin, keep the auth headers home.
+        """Before requests follows a redirect, leave behind what must not go with the next hop.
 
         requests sends the next hop as a copy of this request, stripping only Authorization,
-        and the adapter sending it may not be this one (a plain ``HTTPAdapter`` on ``http://``
-        strips nothing): the request's headers become ones whose copy leaves both behind, here,
+        and the adapter sending it may not be this one (a plain ``HTTPAdapter`` on ``http://``,
+        or for another origin, strips nothing): the request's headers become ones whose copy
+        leaves both auth headers behind when the redirect leaves the origin, and the
+        Idempotency-Key when requests makes the next hop another method (a 303's GET), here,
         where every way through requests passes. The request itself still shows what it sent
         (``response.history[0].request.headers``), as in requests.
         Outside a SumeSession the thread also notes where the redirect leads, for the next send
@@ -573,8 +575,14 @@ class SumeAdapter(HTTPAdapter):
         location = response.headers.get("location") if response.status_code in REDIRECT_STATI else None
         if location and response.is_redirect:
             target = requote_uri(urldefrag(urljoin(response.url or context.url, location))[0])
-            if leaves_origin(request.url or context.url, target):
-                request.headers = _HeadersLeftHome(request.headers)
+            leaving = leaves_origin(request.url or context.url, target)
+            left_behind: Tuple[str, ...] = AUTH_HEADER_NAMES if leaving else ()
+            if IDEMPOTENCY_HEADER in request.headers and (
+                _next_method(request.method, response.status_code) not in KEYED_METHODS
+            ):
+                left_behind += (IDEMPOTENCY_HEADER,)  # a 303 makes the POST a GET: nothing to dedupe
+            if left_behind:
+                request.headers = _HeadersLeftBehind(request.headers, left_behind)
         if not context.owned:
             first = getattr(_hops, "first", None) or context.url
             _hops.next = None if target is None else (target, first, response.status_code)
@@ -682,15 +690,28 @@ def _rewind(body: Any, position: Optional[int]) -> bool:
     return True
 
 
-class _HeadersLeftHome(CaseInsensitiveDict):  # type: ignore[type-arg]
-    """A request's headers whose copy (requests' next hop, after a redirect that leaves the
-    origin) carries no auth header: ``x-api-key`` and ``Authorization`` stay with the origin."""
+class _HeadersLeftBehind(CaseInsensitiveDict):  # type: ignore[type-arg]
+    """A request's headers whose copy (requests' next hop after a redirect) leaves some behind:
+    ``x-api-key`` and ``Authorization`` when the redirect leaves the origin, the
+    ``Idempotency-Key`` when the next hop is no longer the keyed request."""
+
+    def __init__(self, headers: Mapping[str, Any], left_behind: Tuple[str, ...]) -> None:
+        super().__init__(headers)
+        self.left_behind = left_behind
 
     def copy(self) -> CaseInsensitiveDict:  # type: ignore[type-arg]
         copied = super().copy()
-        for name in AUTH_HEADER_NAMES:
+        for name in self.left_behind:
             copied.pop(name, None)
         return copied
+
+
+def _next_method(method: Optional[str], status: int) -> str:
+    """The method requests sends a redirect's next hop with (its ``rebuild_method``)."""
+    method = (method or "GET").upper()
+    if (status in (302, 303) and method != "HEAD") or (status == 301 and method == "POST"):
+        return "GET"
+    return method
 
 
 def _taken_before(body: Any) -> bool:

@@ -32,6 +32,7 @@ from .raw_server import (
     BEARER,
     KEY,
     QUICK,
+    always,
     auth_headers,
     redirect_to,
 )
@@ -538,6 +539,33 @@ def test_sume_adapter_takes_the_key_off_before_another_adapter_sends_the_next_ho
     assert {} == auth_headers(other.requests[0])
     sent = response.history[0].request.headers  # the first hop still shows what it sent, as in requests
     assert (sent["x-api-key"], sent["Authorization"]) == (KEY, BEARER)
+
+
+@pytest.mark.parametrize(
+    ("status", "next_method", "keeps_key"),
+    [(303, "GET", False), (302, "GET", False), (301, "GET", False), (307, "POST", True)],
+)
+def test_the_next_hop_another_adapter_sends_carries_the_key_only_while_it_is_the_same_post(
+    raw_server: Any, status: int, next_method: str, keeps_key: bool
+) -> None:
+    """SumeAdapter on the API only: requests makes the next hop of a POST redirected by a 303 (or
+    302, 301) a GET, which no longer means the keyed request: the copy requests sends with the
+    other origin's adapter carries no Idempotency-Key, as the SumeAdapter's own hops do. A 307
+    resends the same POST, key and all; the auth headers never follow."""
+    other = raw_server(always(200, b"landed"))
+    api = raw_server(always(status, b"", {"Location": other.url + "/landing"}))
+    session = requests.Session()
+    session.mount(api.url + "/", SumeAdapter(QUICK, fleet=None))
+
+    response = session.post(api.url + "/start", json={"n": 1}, headers={"x-api-key": KEY})
+
+    assert response.status_code == 200
+    key = api.requests[0].headers["idempotency-key"]
+    landed = other.requests[0]
+    assert landed.method == next_method
+    assert landed.headers.get("idempotency-key") == (key if keeps_key else None)
+    assert {} == auth_headers(landed)
+    assert response.history[0].request.headers["Idempotency-Key"] == key  # what the POST sent
 
 
 def test_pool_manager_keeps_the_key_on_a_same_host_redirect(raw_server: Any) -> None:
