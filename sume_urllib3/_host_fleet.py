@@ -9,8 +9,8 @@ Why SQLite rather than a memory-mapped file under ``fcntl`` locks (both measured
 a transaction is atomic when a process is SIGKILLed halfway through a write (a torn record in
 a mapped file would need checksums and a recovery of its own), a key's state may grow (every
 attempt in flight under a quota reading holds an entry), a corrupt file is detected rather than
-read as numbers, the lock has a timeout (``busy_timeout``), and the size bound is one pragma
-(``max_page_count``).
+read as numbers, a lock taken says so at once (``SQLITE_BUSY``, polled with a bound), and the
+size bound is one pragma (``max_page_count``).
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ _LAYOUT = hashlib.sha256(",".join(_NAMES).encode()).hexdigest()[:8]
 
 
 class _Busy(Exception):
-    """Another thread of this process held the fleet's lock past the timeout."""
+    """The file stayed locked past what may be waited (the fleet fails open): another thread of
+    this process held the fleet's lock, or the file could not be set up in time."""
 
 
 def _default_of(f: dataclasses.Field[Any]) -> Any:
@@ -342,7 +343,8 @@ class HostFleet(FailOpen):
     def acquire(
         self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
     ) -> Grant:
-        """Reserve a turn for one attempt; never raises, never waits on the file past ``timeout``."""
+        """Reserve a turn for one attempt; never raises, never waits on the file past ``timeout``
+        (a process's first, which sets the file up, past :data:`QUEUE_TIMEOUT` if longer)."""
         if self._pid != os.getpid():
             self._forked()
         kid = _safe_key_id(key_id)
@@ -499,7 +501,13 @@ class HostFleet(FailOpen):
             # Opening may wait for the lock longer than a transaction: every worker of a
             # deployment opens the file at its first request, at once.
             opening = max(self._timeout, QUEUE_TIMEOUT)
-            db = self._db = _open(self._path, self._given_path, opening, self._max_size)
+            try:
+                db = self._db = _open(self._path, self._given_path, opening, self._max_size)
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                # Waited for already: the transaction's own polling must not wait as long again.
+                raise _Busy(f"the host fleet's file stayed locked past {opening:g}s while opening") from exc
         return db
 
     def _transact(
@@ -680,41 +688,45 @@ def _open(path: str, given: bool, timeout: float, max_size: int) -> sqlite3.Conn
     os.close(os.open(path, flags, 0o600))
     # isolation_level None: the transactions are ours (BEGIN IMMEDIATE takes the write lock at
     # once, so two processes never both read a state and then race to write it).
-    # SQLite's busy handler waits for the lock while the file is set up (once per process);
-    # transactions then poll it themselves (HostFleet._transact), so it is turned off after.
-    db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    # timeout 0: no SQLite busy handler, ever. It waits for a lock by sleeping inside C, where
+    # a gevent hub cannot switch (every greenlet of the process would stop), and it answers a
+    # change of journal mode that meets a lock with SQLITE_BUSY at once anyway. The set-up is
+    # polled as a transaction is (HostFleet._transact), for at most ``timeout``.
+    db = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
     try:
-        # SQLite answers a change of journal mode that meets another connection's lock with
-        # SQLITE_BUSY at once, skipping its busy handler: several processes opening a new file
-        # together (every worker's first request) would fail open. Polled like a transaction.
-        mode = _while_busy(lambda: db.execute("PRAGMA journal_mode=WAL").fetchone(), timeout)
-        if mode is None or str(mode[0]).lower() != "wal":
-            raise sqlite3.OperationalError(f"cannot use WAL mode here (got {mode!r})")
-        # The state is worth nothing after a power loss (clocks restart too): no fsync per write.
-        db.execute("PRAGMA synchronous=OFF")
-        (page_size,) = db.execute("PRAGMA page_size").fetchone()
-        db.execute(f"PRAGMA max_page_count={max(16, max_size // int(page_size))}")
-        db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _SCHEMA:
-                db.execute(statement)
-            boot = _boot_id()
-            row = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
-            if row is None or row[0] != boot:
-                # A reboot restarted the monotonic clock every state is written on.
-                db.execute("DELETE FROM keys")
-                db.execute("DELETE FROM clients")
-                db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('boot', ?)", (boot,))
-            db.execute("COMMIT")
-        except BaseException:
-            _rollback(db)
-            raise
-        db.execute("PRAGMA busy_timeout=0")
+        _while_busy(lambda: _set_up(db, max_size), timeout)
     except BaseException:
         db.close()  # this process's own, just opened: safe to close
         raise
     return db
+
+
+def _set_up(db: sqlite3.Connection, max_size: int) -> None:
+    """WAL, the size bound and the tables, on a connection of its own (repeatable: every step
+    leaves the file as it found it or set up, so a try that met the lock is simply made again)."""
+    mode = db.execute("PRAGMA journal_mode=WAL").fetchone()
+    if mode is None or str(mode[0]).lower() != "wal":
+        raise sqlite3.OperationalError(f"cannot use WAL mode here (got {mode!r})")
+    # The state is worth nothing after a power loss (clocks restart too): no fsync per write.
+    db.execute("PRAGMA synchronous=OFF")
+    (page_size,) = db.execute("PRAGMA page_size").fetchone()
+    db.execute(f"PRAGMA max_page_count={max(16, max_size // int(page_size))}")
+    db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA:
+            db.execute(statement)
+        boot = _boot_id()
+        row = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
+        if row is None or row[0] != boot:
+            # A reboot restarted the monotonic clock every state is written on.
+            db.execute("DELETE FROM keys")
+            db.execute("DELETE FROM clients")
+            db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('boot', ?)", (boot,))
+        db.execute("COMMIT")
+    except BaseException:
+        _rollback(db)
+        raise
 
 
 # The tables: ``keys`` (a key's state, and when it was last written on the file's clock, for the

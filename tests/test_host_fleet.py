@@ -21,7 +21,7 @@ import pytest
 from sume_urllib3 import ConfigurationError, HostFleet, RetryBudget
 from sume_urllib3 import _pacing as pacing
 from sume_urllib3._fleet import Grant, fleet_key
-from sume_urllib3._host_fleet import decode_state, default_app, default_path, encode_state
+from sume_urllib3._host_fleet import QUEUE_TIMEOUT, decode_state, default_app, default_path, encode_state
 
 from .conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
 
@@ -192,6 +192,32 @@ def test_a_file_locked_past_the_timeout_paces_locally_then_the_file_again(
     clock.advance(1.0)  # the backoff: a second, times 0.5 + rng
     assert fleet.acquire(KEY, time_left=60.0).fallback is False
     assert fleet.healthy
+
+
+def test_a_file_locked_at_a_process_first_open_is_waited_for_once_in_pythons_sleep(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file is held by another process's writer when this one first opens it: the set-up waits
+    up to QUEUE_TIMEOUT once, polling in ``time.sleep`` (gevent's, once patched: the hub serves
+    every other greenlet meanwhile), never inside SQLite's busy handler, then paces locally."""
+    HostFleet(path).acquire(KEY, time_left=60.0)  # an earlier process made the file
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's writer, stuck
+    slept: List[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda seconds: (slept.append(seconds), real_sleep(seconds)))
+    fleet = HostFleet(path, timeout=0.05)
+    try:
+        started = time.monotonic()
+        grant = fleet.acquire(KEY, time_left=60.0)
+        took = time.monotonic() - started
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert grant.fallback
+    assert (fleet.fallbacks, fleet.errors) == (1, 1)
+    assert QUEUE_TIMEOUT <= took < QUEUE_TIMEOUT + 0.5  # once: not again by the transaction's polling
+    assert sum(slept) >= QUEUE_TIMEOUT / 2  # most of it (each try runs a few statements)
 
 
 def test_a_thread_queued_behind_its_own_process_waits_its_turn(path: str) -> None:
