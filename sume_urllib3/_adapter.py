@@ -196,9 +196,10 @@ class SumeAdapter(HTTPAdapter):
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         """requests' proxy pools, with the same deadline as :meth:`init_poolmanager`'s."""
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-        socks = proxy.lower().startswith("socks")  # its own pool classes: bounded by timeouts only
-        if getattr(manager, "pool_classes_by_scheme", None) is not None and not socks:
-            manager.pool_classes_by_scheme = _deadline.POOL_CLASSES
+        classes = getattr(manager, "pool_classes_by_scheme", None)
+        if classes is not None:
+            # A SOCKS manager's pools have connection classes of their own: each kept, watched.
+            manager.pool_classes_by_scheme = _deadline.watched_pools(classes)
         return manager
 
     def serve_as(self, other: SumeAdapter) -> None:

@@ -440,6 +440,10 @@ def _verification_failure(error: BaseException) -> bool:
             return True
         if type(cause).__name__ == "CertificateError":  # urllib3 1.26's own match_hostname
             return True
+        if isinstance(cause, ssl.SSLError) and "certificate verify failed" in str(cause):
+            # pyOpenSSL once injected into urllib3: a plain SSLError("bad handshake: ...") naming
+            # OpenSSL's reason, the one the ssl module raises as SSLCertVerificationError.
+            return True
         cause = (
             cause.__cause__
             or cause.__context__

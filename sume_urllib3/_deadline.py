@@ -22,7 +22,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import requests
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
@@ -125,7 +125,7 @@ class _Watchdog:
         self._watches.pop(id(watch), None)
         with self._lock:
             conn = watch.conn
-            sock = getattr(conn, "sock", None) if conn is not None else None
+            sock = _socket_of(getattr(conn, "sock", None) if conn is not None else None)
             if sock is None:
                 return  # not reading (connecting is bounded by the capped connect timeout)
             watch.fired = True  # before the cut: the reading thread looks as soon as it wakes
@@ -134,6 +134,17 @@ class _Watchdog:
                 socket.socket.shutdown(sock, socket.SHUT_RDWR)
             except OSError:
                 watch.fired = False  # already closed: nothing was cut, the error is the server's
+
+
+def _socket_of(sock: Any) -> Optional[socket.socket]:
+    """The OS socket under a connection's ``sock``: itself, or what a TLS layer that is not the
+    ssl module's wraps (pyOpenSSL's ``WrappedSocket`` once ``inject_into_urllib3()`` ran,
+    urllib3's ``SSLTransport`` through an https proxy), found by its ``socket`` attribute."""
+    for _ in range(4):
+        if sock is None or isinstance(sock, socket.socket):
+            return sock
+        sock = getattr(sock, "socket", None)
+    return None
 
 
 _watchdog = _Watchdog()
@@ -157,8 +168,14 @@ disarm = _watchdog.disarm
 
 
 def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
-    """``error``, or a ``ReadTimeout`` caused by it when ``watch``'s deadline cut the read."""
-    if watch is None or not watch.fired or isinstance(error, requests.exceptions.Timeout):
+    """``error``, or a ``ReadTimeout`` caused by it when ``watch``'s deadline cut the read.
+
+    The read timeout is capped to the time left, so a read that stalls times out at the
+    deadline too, often just before the watch fires: requests makes that a ``ConnectionError``
+    mid-body, which is the deadline all the same."""
+    if watch is None or isinstance(error, requests.exceptions.Timeout):
+        return error
+    if not watch.fired and not (_read_timed_out(error) and time.monotonic() >= watch.deadline):
         return error
     timeout = requests.exceptions.ReadTimeout(
         f"the deadline (max_elapsed={watch.max_elapsed:g}s) passed while the response was "
@@ -168,6 +185,18 @@ def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
     )
     timeout.__cause__ = error
     return timeout
+
+
+def _read_timed_out(error: BaseException) -> bool:
+    """Whether a socket read timing out is behind ``error`` (requests wraps urllib3's)."""
+    cause: Optional[BaseException] = error
+    for _ in range(4):
+        if cause is None:
+            return False
+        if isinstance(cause, (ReadTimeoutError, socket.timeout)):
+            return True
+        cause = next((arg for arg in cause.args if isinstance(arg, BaseException)), None) or cause.__cause__
+    return False
 
 
 class PoolWaitTimeout(EmptyPoolError, ReadTimeoutError):
@@ -240,3 +269,22 @@ class WatchedHTTPSConnectionPool(_Watched, HTTPSConnectionPool):
 
 #: ``PoolManager.pool_classes_by_scheme`` for SumeAdapter's pools.
 POOL_CLASSES = {"http": WatchedHTTPConnectionPool, "https": WatchedHTTPSConnectionPool}
+#: Each pool class watched, by the class (a proxy manager's own, urllib3's SOCKS pools, made once).
+_WATCHED: Dict[type, type] = {
+    HTTPConnectionPool: WatchedHTTPConnectionPool,
+    HTTPSConnectionPool: WatchedHTTPSConnectionPool,
+}
+
+
+def watched_pools(classes: Mapping[str, type]) -> Dict[str, type]:
+    """A manager's ``pool_classes_by_scheme`` with each class watched, its connections kept."""
+    return {scheme: _watched(cls) for scheme, cls in classes.items()}
+
+
+def _watched(cls: type) -> type:
+    if issubclass(cls, _Watched):
+        return cls
+    watched = _WATCHED.get(cls)
+    if watched is None:
+        watched = _WATCHED[cls] = type(f"Watched{cls.__name__}", (_Watched, cls), {})
+    return watched

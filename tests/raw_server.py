@@ -14,7 +14,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from sume_urllib3 import Policy, SumeSession
 
@@ -211,3 +211,70 @@ def status_503_once_on_warm(seen: Seen, n: int) -> Iterable[Step]:
         yield reply(503, b'{"error":{"code":"busy"}}')
     else:
         yield reply(200, seen.path.encode())
+
+
+class Socks5Relay:
+    """A SOCKS5 proxy on 127.0.0.1 (no authentication, CONNECT only) relaying to loopback
+    servers, as PySocks speaks to it under ``proxies={"https": "socks5h://..."}``. ``targets``
+    lists every CONNECT it was asked for (host, port)."""
+
+    def __init__(self) -> None:
+        self.targets: List[Tuple[str, int]] = []
+        self._stop = threading.Event()
+        self._socks: List[socket.socket] = []
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self.url = f"socks5h://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for sock in [self._listener, *self._socks]:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._socks.append(client)
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            reader = client.makefile("rb")
+            _version, methods = reader.read(2)
+            reader.read(methods)
+            client.sendall(b"\x05\x00")  # no authentication
+            _version, _command, _reserved, kind = reader.read(4)
+            # A host name (socks5h: the proxy resolves it), else an IPv4 address.
+            host = reader.read(reader.read(1)[0]).decode() if kind == 3 else socket.inet_ntoa(reader.read(4))
+            port = int.from_bytes(reader.read(2), "big")
+            self.targets.append((host, port))
+            upstream = socket.create_connection((host, port), timeout=5)
+            self._socks.append(upstream)
+            client.sendall(b"\x05\x00\x00\x01\x7f\x00\x00\x01\x00\x00")  # granted
+            threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+            _pipe(client, upstream)
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                client.close()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Copy ``source`` to ``sink`` until either closes."""
+    try:
+        while True:
+            data = source.recv(65536)
+            if not data:
+                break
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

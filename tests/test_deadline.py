@@ -160,3 +160,21 @@ def test_a_wait_for_a_free_connection_ends_at_the_deadline(raw_server: Callable[
         pool = session.adapter.poolmanager.connection_from_url(server.url)
         assert pool.pool is not None
         assert pool.pool.qsize() == 1  # its one slot, back: none lost to the timeouts, none added
+
+
+def stalled_body(seen: Seen, n: int) -> Iterator[Step]:
+    """Headers and a first byte at once, then nothing for far longer than the deadline."""
+    yield b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\nx"
+    yield 30.0
+
+
+@pytest.mark.parametrize("run", range(2))
+def test_a_stall_with_a_read_timeout_past_the_deadline_ends_as_the_deadline(
+    raw_server: Callable[[Any], Loopback], run: int
+) -> None:
+    """The read timeout (30 s) is capped to the time left, so it fires when the deadline's watch
+    does: whichever comes first, the call ends as the deadline's ``SumeReadTimeout``, never as
+    the ``ConnectionError`` requests makes of a read timeout mid-body."""
+    server = raw_server(stalled_body)
+    with SumeSession(KEY, base_url=server.url, policy=POLICY, fleet=None) as session:
+        _ends_as_a_deadline_give_up(lambda: session.get("/stall", timeout=(1, 30)))

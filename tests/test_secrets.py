@@ -244,7 +244,9 @@ def test_a_malformed_key_given_per_call_is_refused_without_echoing_it(
     """A keyless session given a key per call that requests refuses (a newline in it): requests
     names the value by its repr, escaped, and the message shows neither it nor its parts."""
     session = SumeSession(base_url="http://127.0.0.1:9/v1", fleet=None)
-    with session, pytest.raises(requests.exceptions.InvalidHeader) as raised:
+    # requests' InvalidHeader (a ValueError), or, where its check lets a trailing newline pass
+    # (older releases), http.client's own ValueError: either names the value by its repr.
+    with session, pytest.raises(ValueError, match=r"[Hh]eader") as raised:
         session.get("/x", headers={name: value})
 
     texts = error_texts(raised.value)

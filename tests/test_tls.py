@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
+import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 import pytest
@@ -18,7 +20,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from sume_urllib3 import Policy, SumeAdapter, SumeRetry, SumeSession
+from sume_urllib3 import Policy, SumeAdapter, SumeReadTimeout, SumeRetry, SumeSession
 
 from .raw_server import CLOSE, QUICK, Loopback, Seen, reply
 
@@ -188,3 +190,61 @@ def test_pool_manager_and_a_lone_retry_over_tls(tls_server: Callable[..., Loopba
         assert len(other.requests) == 1
     finally:
         http.clear()
+
+
+# -- pyOpenSSL injected into urllib3, as legacy code does -------------------------------------
+
+
+@pytest.fixture
+def pyopenssl() -> Iterator[None]:
+    """urllib3's TLS through pyOpenSSL (``inject_into_urllib3()``), undone after the test."""
+    pytest.importorskip("OpenSSL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # urllib3 2.x deprecates the module
+        from urllib3.contrib import pyopenssl as contrib
+    contrib.inject_into_urllib3()
+    yield
+    contrib.extract_from_urllib3()
+
+
+@pytest.mark.parametrize("name", WAYS)
+def test_under_pyopenssl_a_certificate_that_fails_verification_is_never_retried(
+    pyopenssl: None, raw_server: Callable[..., Loopback], ca_file: str, name: str
+) -> None:
+    """pyOpenSSL reports a failed verification as a plain SSLError("bad handshake: ... certificate
+    verify failed"), not the ssl module's SSLCertVerificationError: still one handshake, no retry."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    trustme.CA().issue_cert("127.0.0.1").configure_cert(context)  # a CA the client does not trust
+    server = raw_server(scripted(reply(200, b"ok")), tls=context)
+    with pytest.raises(requests.exceptions.SSLError, match="certificate verify failed"):
+        Ways(ca_file).get(name, server.url + "/v1/jobs")
+    assert len(server._conns) == 1  # one connection: never tried again
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("name", ["session", "mounted"])
+def test_under_pyopenssl_a_trickle_ends_at_the_deadline(
+    pyopenssl: None, tls_server: Callable[..., Loopback], ca_file: str, name: str
+) -> None:
+    """pyOpenSSL's WrappedSocket is not a socket: the deadline cuts the OS socket beneath it, so a
+    body sent a byte every 0.3 s (under the 1 s read timeout) still ends at the 1 s deadline."""
+
+    def trickle(seen: Seen, n: int) -> Iterator[Any]:
+        yield b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n"
+        for _ in range(30):
+            yield 0.3
+            yield b"x"
+
+    server = tls_server(trickle)
+    policy = Policy(max_elapsed=1.0, max_retries=0)
+    if name == "session":
+        session: requests.Session = SumeSession(KEY, base_url=server.url + "/v1", policy=policy, fleet=None)
+    else:
+        session = requests.Session()
+        session.mount("https://", SumeAdapter(policy, fleet=None))
+    started = time.monotonic()
+    with session, pytest.raises(SumeReadTimeout) as raised:
+        session.get(server.url + "/v1/slow", verify=ca_file, timeout=(1, 1))
+    took = time.monotonic() - started
+    assert took < 1.5, f"took {took:.2f} s"
+    assert "deadline" in str(raised.value)
