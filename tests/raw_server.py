@@ -175,6 +175,15 @@ def auth_headers(seen: Seen) -> Dict[str, str]:
     return {k: v for k, v in seen.headers.items() if k in ("x-api-key", "authorization")}
 
 
+def trickled_body(seen: Seen, n: int) -> Iterable[Step]:
+    """Headers at once, then a 30-byte body one byte every 0.3 s: under a 1 s read timeout,
+    which each byte restarts, so only a deadline ends it early."""
+    yield b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n"
+    for _ in range(30):
+        yield 0.3
+        yield b"x"
+
+
 def redirect_to(target: str) -> Handler:
     """A handler: a path with /start answers 302 to ``target``, any other 200 ``landed``."""
 

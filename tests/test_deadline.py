@@ -19,7 +19,7 @@ import requests
 
 from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeReadTimeout, SumeSession, sume_record
 
-from .raw_server import KEY, Loopback, Seen, Step
+from .raw_server import KEY, Loopback, Seen, Step, trickled_body
 
 DEADLINE = 1.0
 TRICKLE = 0.3  # seconds between pieces: well under the 1 s read timeout, so it never fires
@@ -35,14 +35,6 @@ def trickled_head(seen: Seen, n: int) -> Iterator[Step]:
     yield b"Content-Length: 2\r\n\r\nok"
 
 
-def trickled_sized_body(seen: Seen, n: int) -> Iterator[Step]:
-    """Headers at once, then a 30-byte body one byte at a time."""
-    yield b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n"
-    for _ in range(30):
-        yield TRICKLE
-        yield b"x"
-
-
 def trickled_chunked_body(seen: Seen, n: int) -> Iterator[Step]:
     """Headers at once, then one small chunk at a time."""
     yield b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -52,7 +44,7 @@ def trickled_chunked_body(seen: Seen, n: int) -> Iterator[Step]:
     yield b"0\r\n\r\n"
 
 
-HANDLERS = {"head": trickled_head, "sized": trickled_sized_body, "chunked": trickled_chunked_body}
+HANDLERS = {"head": trickled_head, "sized": trickled_body, "chunked": trickled_chunked_body}
 
 
 @pytest.fixture
@@ -110,7 +102,7 @@ def test_a_fast_answer_after_a_slow_one_reuses_nothing_the_deadline_cut(
 
     def slow_then_fast(seen: Seen, n: int) -> Iterable[Step]:
         if n == 0:
-            yield from trickled_sized_body(seen, n)
+            yield from trickled_body(seen, n)
         else:
             yield b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 

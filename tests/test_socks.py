@@ -18,7 +18,7 @@ import requests
 from sume_urllib3 import Policy, SumeAdapter, SumeReadTimeout, SumeSession
 from sume_urllib3._deadline import _Watched
 
-from .raw_server import KEY, QUICK, Loopback, Seen, Socks5Relay, Step, reply
+from .raw_server import KEY, QUICK, Loopback, Seen, Socks5Relay, Step, reply, trickled_body
 
 pytest.importorskip("socks")  # PySocks: requests[socks]
 
@@ -71,13 +71,7 @@ def test_a_trickle_through_the_proxy_ends_at_the_deadline(
     """A body sent a byte every 0.3 s keeps a 1 s read timeout from firing; the deadline (1 s)
     still ends the call, through the proxy's own pools as through the adapter's."""
 
-    def trickle(seen: Seen, n: int) -> Iterator[Step]:
-        yield b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n"
-        for _ in range(30):
-            yield 0.3
-            yield b"x"
-
-    server = raw_server(trickle)
+    server = raw_server(trickled_body)
     policy = Policy(max_elapsed=1.0, max_retries=0)
     started = time.monotonic()
     with _session(name, server, relay, policy) as session, pytest.raises(SumeReadTimeout) as raised:

@@ -22,7 +22,7 @@ from requests.adapters import HTTPAdapter
 
 from sume_urllib3 import Policy, SumeAdapter, SumeReadTimeout, SumeRetry, SumeSession
 
-from .raw_server import CLOSE, QUICK, Loopback, Seen, reply
+from .raw_server import CLOSE, QUICK, Loopback, Seen, reply, trickled_body
 
 trustme = pytest.importorskip("trustme")
 
@@ -229,13 +229,7 @@ def test_under_pyopenssl_a_trickle_ends_at_the_deadline(
     """pyOpenSSL's WrappedSocket is not a socket: the deadline cuts the OS socket beneath it, so a
     body sent a byte every 0.3 s (under the 1 s read timeout) still ends at the 1 s deadline."""
 
-    def trickle(seen: Seen, n: int) -> Iterator[Any]:
-        yield b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n"
-        for _ in range(30):
-            yield 0.3
-            yield b"x"
-
-    server = tls_server(trickle)
+    server = tls_server(trickled_body)
     policy = Policy(max_elapsed=1.0, max_retries=0)
     if name == "session":
         session: requests.Session = SumeSession(KEY, base_url=server.url + "/v1", policy=policy, fleet=None)
