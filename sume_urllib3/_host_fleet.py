@@ -96,8 +96,7 @@ _LAYOUT = hashlib.sha256(",".join(_NAMES).encode()).hexdigest()[:8]
 
 
 class _Busy(Exception):
-    """The file stayed locked past what may be waited (the fleet fails open): another thread of
-    this process held the fleet's lock, or the file could not be set up in time."""
+    """Another thread of this process held the fleet's lock past the timeout."""
 
 
 def _default_of(f: dataclasses.Field[Any]) -> Any:
@@ -329,6 +328,7 @@ class HostFleet(FailOpen):
         self._lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
         self._counts_lock = threading.Lock()  # counters and outage state
         self._db: Optional[sqlite3.Connection] = None
+        self._opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
         self._client_id = f"{self._pid}-{uuid.uuid4().hex[:12]}"
         self._entries = itertools.count(1)
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
@@ -495,19 +495,28 @@ class HostFleet(FailOpen):
         return _Held(self)
 
     def _connection(self) -> sqlite3.Connection:
-        """This process's connection, opened (and the file made) at first use."""
+        """This process's connection, opened (and the file made and set up) at first use.
+
+        Called under the fleet's lock, so the set-up is tried once: a file another process holds
+        answers SQLITE_BUSY, and the transaction's polling tries again, outside the lock, on the
+        same connection. Nothing sleeps under the lock: in a gevent worker it may be a real one
+        (made at the fork, before gevent patched), and a greenlet sleeping under it would stop
+        every other.
+        """
         db = self._db
         if db is None:
-            # Opening may wait for the lock longer than a transaction: every worker of a
-            # deployment opens the file at its first request, at once.
-            opening = max(self._timeout, QUEUE_TIMEOUT)
+            opening = self._opening
+            if opening is None:
+                opening = self._opening = _connect(self._path, self._given_path)
             try:
-                db = self._db = _open(self._path, self._given_path, opening, self._max_size)
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc):
-                    raise
-                # Waited for already: the transaction's own polling must not wait as long again.
-                raise _Busy(f"the host fleet's file stayed locked past {opening:g}s while opening") from exc
+                _set_up(opening, self._max_size)
+            except BaseException as exc:
+                if not (isinstance(exc, sqlite3.OperationalError) and _busy(exc)):
+                    self._opening = None
+                    opening.close()  # this process's own, just opened: safe to close
+                raise
+            db = self._db = opening
+            self._opening = None
         return db
 
     def _transact(
@@ -520,7 +529,10 @@ class HostFleet(FailOpen):
             with self._locked() as db:
                 return self._transaction(db, key, kid, step, acquiring)
 
-        return _while_busy(attempt, self._timeout)
+        # A process's first use sets the file up, and may wait longer than a transaction: every
+        # worker of a deployment opens the file at its first request, at once.
+        limit = self._timeout if self._db is not None else max(self._timeout, QUEUE_TIMEOUT)
+        return _while_busy(attempt, limit)
 
     def _transaction(
         self,
@@ -632,11 +644,11 @@ class HostFleet(FailOpen):
     # -- fork -------------------------------------------------------------------------------
 
     def _after_fork(self) -> None:
-        db = self._db
-        if db is not None:
-            # Never closed nor collected in the child: closing the parent's SQLite connection here
-            # could checkpoint and remove the write-ahead log the parent still uses.
-            _inherited.append(db)
+        for db in (self._db, self._opening):
+            if db is not None:
+                # Never closed nor collected in the child: closing the parent's SQLite connection
+                # here could checkpoint and remove the write-ahead log the parent still uses.
+                _inherited.append(db)
         self._start_process()
 
     def _forked(self) -> None:
@@ -673,8 +685,8 @@ class _Held:
         self.fleet._lock.release()
 
 
-def _open(path: str, given: bool, timeout: float, max_size: int) -> sqlite3.Connection:
-    """Open (creating if new) the file: mode 0600, WAL, the size bound, the tables."""
+def _connect(path: str, given: bool) -> sqlite3.Connection:
+    """A connection to the file, made here (mode 0600) if new; set up by :func:`_set_up`."""
     directory = os.path.dirname(path)
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     if given:
@@ -689,16 +701,9 @@ def _open(path: str, given: bool, timeout: float, max_size: int) -> sqlite3.Conn
     # isolation_level None: the transactions are ours (BEGIN IMMEDIATE takes the write lock at
     # once, so two processes never both read a state and then race to write it).
     # timeout 0: no SQLite busy handler, ever. It waits for a lock by sleeping inside C, where
-    # a gevent hub cannot switch (every greenlet of the process would stop), and it answers a
-    # change of journal mode that meets a lock with SQLITE_BUSY at once anyway. The set-up is
-    # polled as a transaction is (HostFleet._transact), for at most ``timeout``.
-    db = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
-    try:
-        _while_busy(lambda: _set_up(db, max_size), timeout)
-    except BaseException:
-        db.close()  # this process's own, just opened: safe to close
-        raise
-    return db
+    # a gevent hub cannot switch, and it answers a change of journal mode that meets a lock with
+    # SQLITE_BUSY at once anyway: the lock is polled (HostFleet._transact), the set-up included.
+    return sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
 
 
 def _set_up(db: sqlite3.Connection, max_size: int) -> None:

@@ -220,6 +220,30 @@ def test_a_file_locked_at_a_process_first_open_is_waited_for_once_in_pythons_sle
     assert sum(slept) >= QUEUE_TIMEOUT / 2  # most of it (each try runs a few statements)
 
 
+def test_the_first_open_of_a_locked_file_never_holds_the_fleets_lock_while_it_waits(path: str) -> None:
+    """Between its tries at a file another process holds, the first open lets go of the fleet's
+    thread lock: in a gevent worker that lock may be a real one (made at the fork, before gevent
+    patched), and a greenlet waiting under it would stop every other."""
+    HostFleet(path).acquire(KEY, time_left=60.0)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    fleet = HostFleet(path, timeout=0.05)
+    thread = threading.Thread(target=fleet.acquire, args=(KEY,), kwargs={"time_left": 60.0})
+    thread.start()
+    try:
+        time.sleep(0.2)  # the open is polling now
+        taken = []
+        for _ in range(5):
+            taken.append(fleet._lock.acquire(timeout=0.05))
+            if taken[-1]:
+                fleet._lock.release()
+    finally:
+        thread.join()
+        other.execute("ROLLBACK")
+        other.close()
+    assert all(taken)
+
+
 def test_a_thread_queued_behind_its_own_process_waits_its_turn(path: str) -> None:
     """Waiting for another thread of the process (not the file) past timeout is no outage: no fallback."""
     fleet = HostFleet(path, timeout=0.05)
