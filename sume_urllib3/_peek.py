@@ -5,8 +5,12 @@ from __future__ import annotations
 import http.client
 from typing import Any, Callable, List, Optional, Tuple
 
+from ._envelope import whole_document
+
 #: What is left of a prefix once served or dropped (one object: every decision drops one).
 _NOTHING = memoryview(b"")
+#: How a piece of a JSON object or array can end (whitespace after it included).
+_JSON_ENDS = (b"}", b"]", b"}\n", b"]\n", b"}\r\n", b"]\r\n", b"} ", b"] ")
 
 
 class PrefixedFP:
@@ -130,8 +134,10 @@ def peek_body(
 
     The bytes read are put back in front of the stream, so the caller can still read
     the whole body through any API. A preloaded body (``PoolManager.request``) is
-    sliced instead. A failure while peeking means "no body hint" here and is raised to
-    the caller when they read that far, exactly as without the peek. ``expired`` says
+    sliced instead. A failure while peeking is raised to the caller when they read that
+    far, exactly as without the peek; what arrived before it is returned (a whole envelope
+    still says what it says). A body of unknown length is peeked no further once it holds a
+    whole JSON document: its end may come late. ``expired`` says
     when the request's time is up: a body that trickles in is then peeked no further.
     """
     if limit <= 0 or response is None:
@@ -147,7 +153,7 @@ def peek_body(
         return bytes(body[:limit]), decoded and bool(getattr(response, "decode_content", False))
     if fp is None or fp_closed(fp):
         return None, False
-    return _read_ahead(response, fp, b"", limit, expired), False
+    return _read_ahead(response, fp, b"", limit, expired, enough=whole_document), False
 
 
 def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] = None) -> None:
@@ -170,10 +176,16 @@ def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] 
 
 
 def _read_ahead(
-    response: Any, fp: Any, head: bytes, limit: int, expired: Optional[Callable[[], bool]]
+    response: Any,
+    fp: Any,
+    head: bytes,
+    limit: int,
+    expired: Optional[Callable[[], bool]],
+    enough: Optional[Callable[[bytes], bool]] = None,
 ) -> Optional[bytes]:
     """Read ``fp`` on from ``head`` (bytes of it read before) up to ``limit`` in all, put what
-    was read back in front of it, and give the connection back once the body is in hand."""
+    was read back in front of it, and give the connection back once the body is in hand.
+    ``enough`` may end the reading of a body of unknown length early (what it read says all)."""
     pieces: List[bytes] = [head] if head else []
     got = len(head)
     cut = False  # stopped by the deadline, not by the end of the body
@@ -198,6 +210,11 @@ def _read_ahead(
                     # to ask for, nor a deadline to check before it.
                     ended = True
                     break
+                if enough and promised is None and piece.endswith(_JSON_ENDS) and enough(b"".join(pieces)):
+                    # A body of unknown length (chunked, or ended by the connection's close)
+                    # that holds a whole JSON document has said what it will: its end may come
+                    # late, and is read by whoever reads on.
+                    break
                 if got < limit and expired():
                     cut = True
                     break
@@ -208,8 +225,11 @@ def _read_ahead(
     except Exception as exc:  # the body broke: keep what arrived, re-raise on reading on
         partial = getattr(exc, "partial", b"")
         pieces.append(partial if isinstance(partial, bytes) else b"")
-        response._fp = PrefixedFP(b"".join(pieces), fp, exc)
-        return None
+        arrived = b"".join(pieces)
+        response._fp = PrefixedFP(arrived, fp, exc)
+        # What arrived is still what the server said: a whole envelope before the break (or the
+        # deadline's cut) is read, a part of one is no JSON, so no hint.
+        return arrived
     prefix = b"".join(pieces)
     if cut:
         response._fp = PrefixedFP(prefix, fp)

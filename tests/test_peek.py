@@ -5,12 +5,17 @@ from __future__ import annotations
 import gzip
 import http.client
 import io
+import time
 from typing import Any, Optional
 
 import pytest
+import requests
 import urllib3
 
+from sume_urllib3 import SumeAdapter, SumeRetry, SumeSession, sume_record
 from sume_urllib3._peek import PrefixedFP, peek_body
+
+from .raw_server import CLOSE, KEY
 
 
 class Stream(io.BytesIO):
@@ -178,3 +183,73 @@ def test_a_body_whose_content_length_is_met_is_not_read_again() -> None:
 
     assert (body, [], True) == (prefix, asked, response._fp.complete)
     assert body == response.read()
+
+
+class BreaksAfter(io.BytesIO):
+    """A body whose connection is reset once what it holds has been read."""
+
+    def read1(self, size: int = -1) -> bytes:
+        if self.tell() == len(self.getbuffer()):
+            raise ConnectionResetError("peer reset the connection")
+        return super().read1(size)
+
+
+def test_what_arrived_before_a_body_broke_is_returned_for_the_decision() -> None:
+    """A whole envelope that arrived before the connection broke still says what it says: the
+    peek returns it, and the break is raised to whoever reads on, as without the peek."""
+    body = b'{"error": {"code": "service_unavailable", "retryable": false}}'
+    response = urllib3.HTTPResponse(
+        body=BreaksAfter(body),
+        headers={"Content-Length": str(len(body) + 100)},
+        status=503,
+        preload_content=False,
+    )
+
+    prefix, _ = peek_body(response, 65536, lambda: False)
+
+    assert prefix == body
+    with pytest.raises(ConnectionResetError):
+        response._fp.read()
+
+
+# -- a body of unknown length whose end comes late, on a real socket --------------------------
+
+LATE_ENDING = b'{"error": {"code": "bad_request", "message": "no such avatar"}, "request_id": "req_late"}'
+
+
+def _ends_late(seen: Any, n: int) -> Any:
+    """A 400 ended by the connection's close (no length, no chunks), the close a second late."""
+    yield b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+    yield LATE_ENDING
+    yield 1.0
+    yield CLOSE
+
+
+@pytest.mark.parametrize("way", ["session", "mounted", "pool_manager"])
+def test_an_error_body_of_unknown_length_is_handed_over_once_its_json_is_whole(
+    raw_server: Any, way: str
+) -> None:
+    """The peek reads on until the end of a body it cannot measure, but stops at a whole JSON
+    document: a streamed 400 whose close comes a second late is decided (its code read) and handed
+    over at once, as without the peek, and the caller still reads all of it."""
+    server = raw_server(_ends_late)
+    started = time.monotonic()
+    if way == "pool_manager":
+        http = urllib3.PoolManager(retries=SumeRetry())
+        raw = http.request("GET", server.url + "/v1/avatars/x", preload_content=False)
+        handed_over = time.monotonic() - started
+        status, body = raw.status, raw.read()
+    else:
+        session = requests.Session()
+        if way == "session":
+            session = SumeSession(KEY, base_url=server.url + "/v1", fleet=None)
+        else:
+            session.mount("http://", SumeAdapter(fleet=None))
+        response = session.get(server.url + "/v1/avatars/x", stream=True)
+        handed_over = time.monotonic() - started
+        record = sume_record(response)
+        assert record is not None
+        assert (record.code, record.request_id) == ("bad_request", "req_late")
+        status, body = response.status_code, response.content
+    assert handed_over < 0.5, f"handed over after {handed_over:.2f} s"
+    assert (status, body) == (400, LATE_ENDING)
