@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 from ._budget import RetryBudget
 from ._envelope import ErrorEnvelope, header, parse_envelope
 from ._fleet import ANONYMOUS
-from ._helpers import RandomSource, frozen, uniform
+from ._helpers import RandomSource, cause_chain, frozen, uniform
 from ._idempotency import BODY_METHODS
 from ._peek import PrefixedFP, fp_closed, peek_body, release
 from ._policy import NO_RETRY, RETRY, STOP, Decision, Policy
@@ -312,19 +312,11 @@ def tunnel_status(error: BaseException) -> Optional[int]:
     http.client raises ``OSError("Tunnel connection failed: 407 Proxy Authentication Required")``
     and urllib3 wraps it in a ``ProxyError``: its text is the only place the status is kept.
     """
-    cause: Optional[BaseException] = error
-    for _ in range(8):
-        if cause is None:
-            return None
+    for cause in cause_chain(error):
         if type(cause) is OSError:
             found = _TUNNEL_REFUSED.match(str(cause))
             if found is not None:
                 return int(found.group(1))
-        cause = (
-            cause.__cause__
-            or cause.__context__
-            or next((arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None)
-        )
     return None
 
 
@@ -432,10 +424,7 @@ def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: Ran
 
 def _verification_failure(error: BaseException) -> bool:
     """A TLS certificate or hostname that failed verification (deterministic: not retried)."""
-    cause: Optional[BaseException] = error
-    for _ in range(8):
-        if cause is None:
-            return False
+    for cause in cause_chain(error):
         if isinstance(cause, (ssl.SSLCertVerificationError, ssl.CertificateError)):
             return True
         if type(cause).__name__ == "CertificateError":  # urllib3 1.26's own match_hostname
@@ -444,11 +433,6 @@ def _verification_failure(error: BaseException) -> bool:
             # pyOpenSSL once injected into urllib3: a plain SSLError("bad handshake: ...") naming
             # OpenSSL's reason, the one the ssl module raises as SSLCertVerificationError.
             return True
-        cause = (
-            cause.__cause__
-            or cause.__context__
-            or next((arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None)
-        )
     return False
 
 

@@ -29,6 +29,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import EmptyPoolError, ReadTimeoutError
 
 from . import _fork
+from ._helpers import cause_chain
 from ._state import current
 
 log = logging.getLogger("sume_urllib3")
@@ -189,14 +190,7 @@ def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
 
 def _read_timed_out(error: BaseException) -> bool:
     """Whether a socket read timing out is behind ``error`` (requests wraps urllib3's)."""
-    cause: Optional[BaseException] = error
-    for _ in range(4):
-        if cause is None:
-            return False
-        if isinstance(cause, (ReadTimeoutError, socket.timeout)):
-            return True
-        cause = next((arg for arg in cause.args if isinstance(arg, BaseException)), None) or cause.__cause__
-    return False
+    return any(isinstance(cause, (ReadTimeoutError, socket.timeout)) for cause in cause_chain(error))
 
 
 class PoolWaitTimeout(EmptyPoolError, ReadTimeoutError):

@@ -222,11 +222,17 @@ def _document(text: str) -> Any:
     return value
 
 
+def ends_like_document(text: bytes) -> bool:
+    """Whether ``text`` ends as a JSON object or array does (whitespace after it aside): the
+    cheap question before :func:`whole_document`'s parse."""
+    return text.rstrip(_JSON_SPACE_BYTES).endswith((b"}", b"]"))
+
+
 def whole_document(text: bytes) -> bool:
     """Whether ``text`` is one complete JSON object or array (whitespace around it): all an
     error body of unknown length has to say, though its end (a last chunk, the connection's
     close) has not come yet."""
-    if not text.rstrip(_JSON_SPACE_BYTES).endswith((b"}", b"]")) or nests_too_deep(text):
+    if not ends_like_document(text) or nests_too_deep(text):
         return False
     try:
         _document(text.decode("utf-8"))
@@ -296,7 +302,7 @@ _DECODER = json.JSONDecoder(parse_int=_bounded_int, parse_constant=_no_constant)
 _SCAN: Callable[[str, int], Tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 #: What JSON counts as whitespace (str.strip() alone would take more).
 _JSON_SPACE = " \t\n\r"
-_JSON_SPACE_BYTES = b" \t\n\r"
+_JSON_SPACE_BYTES = _JSON_SPACE.encode()
 
 
 def short_text(value: Any, max_len: int = 200) -> Optional[str]:

@@ -6,7 +6,7 @@ import enum
 import ipaddress
 import random
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type, TypeVar, Union
 from urllib.parse import urlsplit
 
 #: Values that come from the server (codes, request ids) are cut to this length so a
@@ -127,6 +127,22 @@ def header_value(headers: Any, name: str) -> Any:
 
 
 T = TypeVar("T")
+
+
+def cause_chain(error: BaseException, depth: int = 8) -> Iterator[BaseException]:
+    """``error``, then what it wraps, at most ``depth`` in all: each one's ``__cause__``, else its
+    ``__context__``, else an exception among its ``args`` (where requests and urllib3 keep the
+    error they wrap)."""
+    cause: Optional[BaseException] = error
+    for _ in range(depth):
+        if cause is None:
+            return
+        yield cause
+        cause = (
+            cause.__cause__
+            or cause.__context__
+            or next((arg for arg in getattr(cause, "args", ()) if isinstance(arg, BaseException)), None)
+        )
 
 
 def frozen(cls: Type[T], **fields: Any) -> T:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import http.client
 from typing import Any, Callable, List, Optional, Tuple
 
-from ._envelope import whole_document
+from ._envelope import ends_like_document, whole_document
 
 #: What is left of a prefix once served or dropped (one object: every decision drops one).
 _NOTHING = memoryview(b"")
-#: How a piece of a JSON object or array can end (whitespace after it included).
-_JSON_ENDS = (b"}", b"]", b"}\n", b"]\n", b"}\r\n", b"]\r\n", b"} ", b"] ")
 
 
 class PrefixedFP:
@@ -153,7 +151,7 @@ def peek_body(
         return bytes(body[:limit]), decoded and bool(getattr(response, "decode_content", False))
     if fp is None or fp_closed(fp):
         return None, False
-    return _read_ahead(response, fp, b"", limit, expired, enough=whole_document), False
+    return _read_ahead(response, fp, b"", limit, expired, stop_at_document=True), False
 
 
 def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] = None) -> None:
@@ -181,11 +179,12 @@ def _read_ahead(
     head: bytes,
     limit: int,
     expired: Optional[Callable[[], bool]],
-    enough: Optional[Callable[[bytes], bool]] = None,
-) -> Optional[bytes]:
+    stop_at_document: bool = False,
+) -> bytes:
     """Read ``fp`` on from ``head`` (bytes of it read before) up to ``limit`` in all, put what
     was read back in front of it, and give the connection back once the body is in hand.
-    ``enough`` may end the reading of a body of unknown length early (what it read says all)."""
+    ``stop_at_document``: a body of unknown length is read no further once it holds a whole
+    JSON document (the decision's peek; a give-up's hold reads to the end)."""
     pieces: List[bytes] = [head] if head else []
     got = len(head)
     cut = False  # stopped by the deadline, not by the end of the body
@@ -210,7 +209,12 @@ def _read_ahead(
                     # to ask for, nor a deadline to check before it.
                     ended = True
                     break
-                if enough and promised is None and piece.endswith(_JSON_ENDS) and enough(b"".join(pieces)):
+                if (
+                    stop_at_document
+                    and promised is None
+                    and ends_like_document(piece)  # before joining the pieces to parse them
+                    and whole_document(b"".join(pieces))
+                ):
                     # A body of unknown length (chunked, or ended by the connection's close)
                     # that holds a whole JSON document has said what it will: its end may come
                     # late, and is read by whoever reads on.
