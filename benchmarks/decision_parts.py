@@ -57,8 +57,10 @@ def _stand_in_one(part: str, templates: Sequence[Any], copies: int) -> None:
     a retry urllib3 carries on is a new object, and the decision writes on it."""
     import retry_bench
 
-    from sume_urllib3 import _attempt, _budget, _retry
+    from sume_urllib3 import _retry
+    from sume_urllib3 import _retry as _attempt
     from sume_urllib3._policy import Policy
+    from sume_urllib3.pacing import _budget
 
     if part == "envelope":
         envelope = _attempt.parse_envelope(None, retry_bench.ERROR_BODY, message=False)

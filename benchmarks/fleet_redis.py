@@ -44,8 +44,8 @@ sys.path.insert(0, HERE)
 import _results  # noqa: E402
 
 from sume_urllib3 import Policy, SumeSession  # noqa: E402
-from sume_urllib3._fleet import Grant, LocalFleet, fleet_key  # noqa: E402
 from sume_urllib3.contrib.redis import RedisFleet  # noqa: E402
+from sume_urllib3.pacing._fleet import Grant, LocalFleet, fleet_key  # noqa: E402
 from sume_urllib3.testing._redis_server import RedisServer  # noqa: E402
 
 PROCESSES, THREADS = 6, 10

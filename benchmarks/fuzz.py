@@ -40,9 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared _re
 
 import _results
 
-from sume_urllib3._envelope import ErrorEnvelope, parse_envelope
+from sume_urllib3._envelope import RETRY_AFTER_CEILING, ErrorEnvelope, parse_envelope, parse_retry_after
 from sume_urllib3._policy import Policy, Rule, Verdict
-from sume_urllib3._retry_after import RETRY_AFTER_CEILING, parse_retry_after
 
 CODES = [
     "rate_limit_exceeded",

@@ -1,7 +1,7 @@
 """Which pacing sub-rules the server matrix needs: the matrix run with each one turned off.
 
 Each ablation turns one sub-rule of rules 3-5 (``docs/how-it-works.md``, "The pacing rules")
-off in both runtimes at once: text replacements on ``sume_urllib3/_pacing.py`` (re-executed
+off in both runtimes at once: text replacements on ``sume_urllib3/pacing/_core.py`` (re-executed
 into the module, so ``LocalFleet`` runs the changed rules) and on the Lua scripts
 ``RedisFleet`` loads. Every replacement must match, so an ablation that no longer applies
 fails loudly instead of measuring the unchanged rules. Nothing in the library is changed
@@ -42,8 +42,8 @@ import _quota_servers as qs  # noqa: E402
 import _results  # noqa: E402
 import pacing_matrix as matrix  # noqa: E402
 
-from sume_urllib3 import _pacing  # noqa: E402
 from sume_urllib3.contrib.redis import _scripts  # noqa: E402
+from sume_urllib3.pacing import _core as _pacing  # noqa: E402
 from sume_urllib3.testing._redis_server import RedisServer  # noqa: E402
 
 NOISE = 0.15

@@ -543,7 +543,7 @@ class BodyReadingRetry:
         self.decoder = json.JSONDecoder()
 
     def increment(self, method: str, url: str, response: Any) -> Retry:
-        from sume_urllib3._peek import PrefixedFP
+        from sume_urllib3._body import PrefixedFP
 
         new = self.stock.increment(method, url, response=response)
         fp = response._fp

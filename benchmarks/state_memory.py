@@ -86,8 +86,8 @@ def retained(base: int) -> int:
 
 def fleet_part(keys: int, origins: int) -> Dict[str, Any]:
     """LocalFleet.default() and the key-id cache through a busy spell, an idle hour, one request."""
-    from sume_urllib3 import _fleet
-    from sume_urllib3._keyid import key_ids
+    from sume_urllib3.pacing import _fleet
+    from sume_urllib3.pacing._signals import key_ids
     from sume_urllib3.testing import no_sleep
 
     def entries(fleet: Any) -> int:

@@ -6,19 +6,18 @@ import importlib as _importlib
 from typing import Any as _Any
 
 from ._adapter import SumeAdapter
-from ._budget import RetryBudget
 from ._errors import ConfigurationError, SumeError, SumeRetryError
-from ._fleet import Fleet, Grant, LocalFleet
-from ._host_fleet import HostFleet
+from ._idempotency import idempotency_key_for
 from ._jobs import Job, JobEvent, JobFailed, Jobs, JobTimeout
-from ._logging import LoggingObserver
-from ._metrics import SumeMetrics
 from ._policy import ANY, IN_USE_WAIT, Decision, Policy, Rule, Verdict, wait_seconds
 from ._record import Outcome, RequestStart, RetryEvent, SumeObserver, SumeRecord, sume_record
 from ._retry import SumeRetry
 from ._session import SumeSession
-from ._task_keys import idempotency_key_for
 from ._version import __version__
+from .observe import LoggingObserver, SumeMetrics
+from .pacing._budget import RetryBudget
+from .pacing._fleet import Fleet, Grant, LocalFleet
+from .pacing.host import HostFleet
 
 __all__ = [
     "ANY",

@@ -17,19 +17,10 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import requote_uri
 
 from . import _deadline, _fork, _sleeping
-from ._attempt import (
-    DRAIN_LIMIT,
-    body_refusal,
-    decide_response,
-    end_turn,
-    refused_retry_in,
-    resend_broken_body,
-)
-from ._budget import RetryBudget
-from ._checks import check_flag, check_pool_arguments
+from ._body import BODY_ERRORS, hold_whole, watch_stream
+from ._config import check_flag, check_pool_arguments
+from ._deadline import TimeoutSpec, capped, check_timeout, on_real_time
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
-from ._fleet import GRANT_NOW, Fleet, Grant, LocalFleet
-from ._helpers import RandomSource, header_value, leaves_origin
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
     KEYED_METHODS,
@@ -37,16 +28,25 @@ from ._idempotency import (
     new_key,
     validate_idempotency_key,
 )
-from ._keyid import key_ids
-from ._observers import Observers, in_own_context
-from ._peek import hold_whole
 from ._policy import NO_RETRY, STOP, Decision, Policy
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord, status_label
 from ._redact import redact_url
-from ._retry import SumeRetry, renamed_budget
-from ._state import Attempt, RequestContext, current
-from ._stream import BODY_ERRORS, watch_stream
-from ._timeouts import TimeoutSpec, capped, check_timeout, on_real_time
+from ._request import Attempt, RequestContext, current
+from ._retry import (
+    DRAIN_LIMIT,
+    SumeRetry,
+    body_refusal,
+    decide_response,
+    end_turn,
+    refused_retry_in,
+    renamed_budget,
+    resend_broken_body,
+)
+from ._util import RandomSource, header_value, leaves_origin
+from .observe import Observers, in_own_context
+from .pacing._budget import RetryBudget
+from .pacing._fleet import GRANT_NOW, Fleet, Grant, LocalFleet
+from .pacing._signals import key_ids
 
 
 class _DefaultFleet:

@@ -8,11 +8,10 @@ import random
 import sys
 from typing import Callable, NoReturn, Optional, Sequence, TextIO
 
-from . import _demo
-from ._envelope import ErrorEnvelope
+from ._envelope import ErrorEnvelope, parse_retry_after
 from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict
-from ._retry_after import parse_retry_after
 from ._version import __version__
+from .testing import _demo
 
 PROG = "python -m sume_urllib3"
 

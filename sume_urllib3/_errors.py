@@ -28,13 +28,16 @@ from typing import Any, Dict, Mapping, NoReturn, Optional, Tuple, Type, Union
 
 import requests
 
-from ._helpers import plural
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_error, redact_url, secrets_of
+from ._util import plural
 
 
 class SumeError(Exception):
     """Base class for every error sume_urllib3 raises itself."""
+
+    #: Its text is built from redacted parts: redact_error leaves it as it is.
+    text_is_redacted = True
 
 
 class ConfigurationError(SumeError, ValueError):
@@ -310,3 +313,6 @@ def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecor
         return SumeRecord(**values)
     except TypeError:
         return SumeRecord(None, 0, Outcome.GAVE_UP, None, None, None, (), (), 0.0, message or "unknown")
+
+
+pass

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, Optional
+import uuid
+from typing import Any, Optional, Union
 
 from ._errors import ConfigurationError
-from ._helpers import is_visible_ascii
+from ._util import is_visible_ascii
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: Methods that may be sent twice without harm.
@@ -75,3 +76,45 @@ def body_is_replayable(body: Any) -> bool:
         except Exception:
             return False
     return False  # generators and other iterables are consumed by the first attempt
+
+
+# Idempotency-Keys derived from an id that stays the same across a task queue's retries.
+
+#: Fixed forever: every key already derived depends on it.
+_NAMESPACE = uuid.UUID("6f1d3c2a-5b7e-5c1f-9a0d-2e4b8c6d1f30")
+
+StableId = Union[str, int, uuid.UUID]
+
+
+def idempotency_key_for(stable_id: StableId, *scope: StableId) -> str:
+    """The Idempotency-Key of one logical request, derived from an id its retries share.
+
+    A task queue retries a task as the same task: Celery keeps ``self.request.id``, RQ
+    the job id, Dramatiq the message id, Huey the task id. Derive the key from that id
+    and every retry sends the same key, however it is retried (``autoretry_for``,
+    ``self.retry()``, a worker lost with ``acks_late``), without passing the key through
+    the task's arguments.
+
+    ``scope`` tells apart the calls of one task (``idempotency_key_for(job_id, "avatar")``
+    and ``..., "video"``): each gets its own key. The id must be unique per logical
+    request (the queues' own ids are random UUIDs). The key is a version 5 UUID (SHA-1
+    over the id and scope under a fixed namespace): always valid (36 visible ASCII
+    characters), the same on every machine and Python version, and it reveals neither
+    the id nor the scope.
+    """
+    parts = [_part(stable_id, "stable_id")]
+    parts.extend(_part(item, "scope") for item in scope)
+    # Each part prefixed by its length, so ("a", "b:c") and ("a:b", "c") never meet.
+    return str(uuid.uuid5(_NAMESPACE, "".join(f"{len(part)}:{part}" for part in parts)))
+
+
+def _part(value: object, name: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, uuid.UUID)):
+        hint = " (outside a worker, Celery's self.request.id is None)" if value is None else ""
+        raise ConfigurationError(
+            f"idempotency_key_for: {name} must be a str, int or UUID, got {type(value).__name__}{hint}"
+        )
+    text = str(value)
+    if not text.strip():
+        raise ConfigurationError(f"idempotency_key_for: {name} must not be empty")
+    return text

@@ -7,12 +7,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
-from ._checks import check_int, check_seconds
-from ._envelope import ErrorEnvelope
+from ._config import check_int, check_seconds
+from ._envelope import RETRY_AFTER_CEILING, ErrorEnvelope, parse_retry_after
 from ._errors import ConfigurationError
-from ._helpers import RandomSource, StrEnum, frozen, plural, seconds, uniform
 from ._record import status_label
-from ._retry_after import RETRY_AFTER_CEILING, parse_retry_after
+from ._util import RandomSource, StrEnum, frozen, plural, seconds, uniform
 
 #: A rule's ``code`` that matches any error code (or none).
 ANY = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol, Tuple
 
-from ._helpers import StrEnum
+from ._util import StrEnum
 
 
 class Outcome(StrEnum):

@@ -84,14 +84,12 @@ def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
 def redact_error(error: BaseException, secrets: Sequence[str] = ()) -> BaseException:
     """``error`` itself, every text in it and in its chain redacted (see the module docstring).
 
-    Exceptions of this library are left as built (their text comes from records, whose URL
-    is already redacted, and their ``args`` end with the record's summary), but their chain
-    is walked all the same. The chain may end in an exception the caller was handling when
-    it made the request: that one is redacted too (a traceback prints it with the rest), and
+    Exceptions of this library (their class sets ``text_is_redacted``) are left as built
+    (their text comes from records, whose URL is already redacted, and their ``args`` end
+    with the record's summary), but their chain is walked all the same. The chain may end in
+    an exception the caller was handling when it made the request: that one is redacted too (a traceback prints it with the rest), and
     only URL queries, userinfo and this request's secrets change in it.
     """
-    from ._errors import SumeError  # _errors imports this module
-
     seen: Set[int] = set()
     pending: List[BaseException] = [error]
     while pending:
@@ -99,7 +97,7 @@ def redact_error(error: BaseException, secrets: Sequence[str] = ()) -> BaseExcep
         if id(exc) in seen:
             continue
         seen.add(id(exc))
-        if not isinstance(exc, SumeError):
+        if not getattr(exc, "text_is_redacted", False):
             _redact_one(exc, secrets, pending)
         for linked in (exc.__cause__, exc.__context__):
             if linked is not None:

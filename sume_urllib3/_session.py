@@ -13,12 +13,16 @@ from requests.utils import default_user_agent, select_proxy
 
 from . import _sleeping
 from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
-from ._budget import RetryBudget
-from ._checks import check_url, setting
+from ._config import check_url, setting
+from ._deadline import TimeoutSpec, check_timeout
 from ._environment import EnvironmentSettings
 from ._errors import ConfigurationError
-from ._fleet import Fleet, LocalFleet
-from ._helpers import (
+from ._jobs import Jobs
+from ._policy import Policy
+from ._record import SumeObserver
+from ._redact import redact_error, secrets_of
+from ._request import RequestContext, current
+from ._util import (
     RandomSource,
     header_value,
     is_loopback,
@@ -27,17 +31,11 @@ from ._helpers import (
     origin,
     plain_http_refusal,
 )
-from ._jobs import Jobs
-from ._keyid import key_ids, origin_name, sent_key
-from ._logging import LoggingObserver
-from ._metrics import SumeMetrics
-from ._observers import Observers, in_own_context
-from ._policy import Policy
-from ._record import SumeObserver
-from ._redact import redact_error, secrets_of
-from ._state import RequestContext, current
-from ._timeouts import TimeoutSpec, check_timeout
 from ._version import __version__
+from .observe import LoggingObserver, Observers, SumeMetrics, in_own_context
+from .pacing._budget import RetryBudget
+from .pacing._fleet import Fleet, LocalFleet
+from .pacing._signals import key_ids, origin_name, sent_key
 
 __all__ = [  # names the Django integration builds on
     "AUTH_HEADERS",

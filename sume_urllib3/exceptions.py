@@ -22,7 +22,7 @@ A transport failure keeps requests' own class as a base, so ``except
 requests.exceptions.ReadTimeout`` (or ``ConnectionError``, ``RequestException``) still catches
 what it caught before; ``except SumeRetryError`` catches every give-up. The most used ones
 (``SumeError``, ``ConfigurationError``, ``SumeRetryError``, ``JobFailed``, ``JobTimeout``) are
-also at the top level of ``sume_urllib3``, and every other name here still imports from there.
+also at the top level of ``sume_urllib3``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from sume_urllib3 import LocalFleet, RetryBudget, SumeRetry, SumeSession
-from sume_urllib3._attempt import (
+from sume_urllib3._body import PrefixedFP
+from sume_urllib3._policy import Policy
+from sume_urllib3._request import RequestContext
+from sume_urllib3._retry import (
     DRAIN_LIMIT,
     RetryTurn,
     body_refusal,
@@ -24,9 +27,6 @@ from sume_urllib3._attempt import (
     retry_turn,
     tunnel_status,
 )
-from sume_urllib3._peek import PrefixedFP
-from sume_urllib3._policy import Policy
-from sume_urllib3._state import RequestContext
 
 from .conftest import VirtualTime
 

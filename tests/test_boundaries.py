@@ -14,9 +14,9 @@ import pytest
 import requests
 
 from sume_urllib3 import LocalFleet, Policy, SumeAdapter, SumeRetryError, SumeSession
-from sume_urllib3 import _keyid as keyid_module
-from sume_urllib3._fleet import Grant, fleet_key
-from sume_urllib3._keyid import origin_name
+from sume_urllib3.pacing import _signals as keyid_module
+from sume_urllib3.pacing._fleet import Grant, fleet_key
+from sume_urllib3.pacing._signals import origin_name
 from sume_urllib3.testing import FakeSume, Reply
 
 KEY = "sk_test_boundaries_SECRET_0123456789"

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from sume_urllib3._budget import RetryBudget
-from sume_urllib3._errors import ConfigurationError
+from sume_urllib3.exceptions import ConfigurationError
+from sume_urllib3.pacing._budget import RetryBudget
 
 from .conftest import VirtualTime
 

@@ -269,14 +269,14 @@ def test_demo_options_reach_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(scale)
         return 0
 
-    monkeypatch.setattr("sume_urllib3._demo.run", fake_run)
+    monkeypatch.setattr("sume_urllib3.testing._demo.run", fake_run)
     assert 0 == main(["demo", "--scale", "0"])
     assert [0.0] == seen
 
 
 def test_demo_exit_status_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo's own exit status becomes main's return value."""
-    monkeypatch.setattr("sume_urllib3._demo.run", lambda out, scale: 1)
+    monkeypatch.setattr("sume_urllib3.testing._demo.run", lambda out, scale: 1)
     assert 1 == main(["demo"])
 
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from sume_urllib3._demo import SCENARIOS, run
-from sume_urllib3._demo import run as run_demo
+from sume_urllib3.testing._demo import SCENARIOS, run
+from sume_urllib3.testing._demo import run as run_demo
 
 
 @pytest.mark.slow

@@ -14,8 +14,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from sume_urllib3 import ConfigurationError, RetryBudget, SumeAdapter, _pacing
-from sume_urllib3._fleet import (
+from sume_urllib3 import ConfigurationError, RetryBudget, SumeAdapter
+from sume_urllib3.pacing import _core as _pacing
+from sume_urllib3.pacing._fleet import (
     GRANT_NOW,
     MAX_COOLDOWN,
     Grant,

@@ -24,8 +24,13 @@ from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
 from sume_urllib3 import ANY, Decision, Policy, Rule, Verdict, wait_seconds
-from sume_urllib3._envelope import ErrorEnvelope, decode_prefix, parse_envelope
-from sume_urllib3._retry_after import RETRY_AFTER_CEILING, parse_retry_after
+from sume_urllib3._envelope import (
+    RETRY_AFTER_CEILING,
+    ErrorEnvelope,
+    decode_prefix,
+    parse_envelope,
+    parse_retry_after,
+)
 
 #: SUME_FUZZ_EXAMPLES=20000 for a long run; the default keeps the suite fast.
 FUZZ = settings(

@@ -8,7 +8,9 @@ from typing import Optional, Tuple
 
 import pytest
 
-from sume_urllib3._helpers import (
+from sume_urllib3._policy import Verdict
+from sume_urllib3._record import Outcome
+from sume_urllib3._util import (
     MAX_FIELD,
     LockFreePickle,
     StrEnum,
@@ -21,8 +23,6 @@ from sume_urllib3._helpers import (
     printable,
     seconds,
 )
-from sume_urllib3._policy import Verdict
-from sume_urllib3._record import Outcome
 
 # --- seconds and plural ----------------------------------------------------------------------
 

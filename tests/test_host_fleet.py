@@ -19,9 +19,9 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from sume_urllib3 import ConfigurationError, HostFleet, RetryBudget
-from sume_urllib3 import _pacing as pacing
-from sume_urllib3._fleet import Grant, fleet_key
-from sume_urllib3._host_fleet import QUEUE_TIMEOUT, decode_state, default_app, default_path, encode_state
+from sume_urllib3.pacing import _core as pacing
+from sume_urllib3.pacing._fleet import Grant, fleet_key
+from sume_urllib3.pacing.host import QUEUE_TIMEOUT, decode_state, default_app, default_path, encode_state
 
 from .conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
 

@@ -11,7 +11,6 @@ from typing import Any, Iterator, Optional
 
 import pytest
 
-from sume_urllib3._errors import ConfigurationError
 from sume_urllib3._idempotency import (
     IDEMPOTENCY_HEADER,
     KEYED_METHODS,
@@ -21,6 +20,7 @@ from sume_urllib3._idempotency import (
     refusal_for,
     validate_idempotency_key,
 )
+from sume_urllib3.exceptions import ConfigurationError
 
 # --- validate_idempotency_key ----------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Any, List, Optional, Tuple
 import pytest
 from urllib3.util.timeout import Timeout
 
-from sume_urllib3._job_schedule import (
+from sume_urllib3._jobs import (
     GROWTH,
     LAST_POLL_MARGIN,
     MAX_LAST_POLL_MARGIN,

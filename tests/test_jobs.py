@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from sume_urllib3 import ConfigurationError, Policy, SumeError, SumeRetryError, SumeSession
-from sume_urllib3._job_schedule import LAST_POLL_MARGIN
 from sume_urllib3._jobs import (
+    LAST_POLL_MARGIN,
     Job,
     JobError,
     JobEvent,

@@ -27,7 +27,7 @@ from sume_urllib3 import (
     SumeRetryError,
     SumeSession,
 )
-from sume_urllib3._job_schedule import LAST_POLL_MARGIN
+from sume_urllib3._jobs import LAST_POLL_MARGIN
 from sume_urllib3.testing import FakeSume, Reply
 
 from .conftest import API_KEY, VirtualTime

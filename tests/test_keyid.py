@@ -7,8 +7,8 @@ from typing import Dict, Optional
 import pytest
 from requests.structures import CaseInsensitiveDict
 
-from sume_urllib3._fleet import ANONYMOUS, fleet_key
-from sume_urllib3._keyid import KeyIds, origin_name, raw_origin, sent_key
+from sume_urllib3.pacing._fleet import ANONYMOUS, fleet_key
+from sume_urllib3.pacing._signals import KeyIds, origin_name, raw_origin, sent_key
 
 KEY = "sk_live_SECRET_0123456789abcdef"
 

@@ -7,8 +7,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from sume_urllib3._logging import LoggingObserver
 from sume_urllib3._record import Outcome, RetryEvent, SumeRecord, key_prefix
+from sume_urllib3.observe import LoggingObserver
 
 KEY = "3f2a9c1e-7d4b-4f7e-9a55-0c1d2e3f4a5b"
 URL = "https://api.sume.com/v1/avatars?api_key=SECRET&x=1#frag"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Optional
 
-from sume_urllib3._metrics import SumeMetrics, retry_reason
 from sume_urllib3._record import Outcome, RetryEvent, SumeRecord
+from sume_urllib3.observe import SumeMetrics, retry_reason
 
 ALL_OUTCOMES = {"ok", "retried_ok", "gave_up", "fix", "no_retry", "poll"}
 
@@ -160,7 +160,7 @@ def test_totals_stay_consistent_while_threads_write() -> None:
 
 def test_retry_reasons_are_bounded() -> None:
     """Codes come from the server: after MAX_REASONS distinct ones the rest count as "other"."""
-    from sume_urllib3._metrics import MAX_REASONS
+    from sume_urllib3.observe import MAX_REASONS
 
     metrics = SumeMetrics()
     for n in range(MAX_REASONS + 10):

@@ -18,8 +18,8 @@ from sume_urllib3 import (
     SumeAdapter,
     SumeSession,
 )
-from sume_urllib3._observers import Observers
 from sume_urllib3._record import Outcome, RetryEvent, SumeRecord
+from sume_urllib3.observe import Observers
 from sume_urllib3.testing import FakeSume
 
 from .raw_server import (

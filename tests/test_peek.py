@@ -13,7 +13,7 @@ import requests
 import urllib3
 
 from sume_urllib3 import SumeAdapter, SumeRetry, SumeSession, sume_record
-from sume_urllib3._peek import PrefixedFP, peek_body
+from sume_urllib3._body import PrefixedFP, peek_body
 
 from .raw_server import CLOSE, KEY
 

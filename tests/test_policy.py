@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sume_urllib3._envelope import ErrorEnvelope
-from sume_urllib3._errors import ConfigurationError
+from sume_urllib3._envelope import RETRY_AFTER_CEILING, ErrorEnvelope
 from sume_urllib3._policy import (
     ANY,
     DEFAULT_RULES,
@@ -26,7 +25,7 @@ from sume_urllib3._policy import (
     wait_seconds,
 )
 from sume_urllib3._record import Outcome
-from sume_urllib3._retry_after import RETRY_AFTER_CEILING
+from sume_urllib3.exceptions import ConfigurationError
 
 #: 2015-10-21 07:28:00 UTC, the wall clock for every HTTP-date test.
 NOW = float(calendar.timegm((2015, 10, 21, 7, 28, 0, 0, 0, 0)))

@@ -8,7 +8,7 @@ import pytest
 from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
-from sume_urllib3._ratelimit import Reading, parse_ratelimit
+from sume_urllib3.pacing._signals import Reading, parse_ratelimit
 
 WALL = 1_700_000_000.0
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sume_urllib3._retry_after import RETRY_AFTER_CEILING, parse_retry_after
+from sume_urllib3._envelope import RETRY_AFTER_CEILING, parse_retry_after
 
 #: 2015-10-21 07:28:00 UTC, the wall clock for every HTTP-date test.
 NOW = float(calendar.timegm((2015, 10, 21, 7, 28, 0, 0, 0, 0)))

@@ -31,7 +31,7 @@ from sume_urllib3 import (
     SumeSession,
     sume_record,
 )
-from sume_urllib3._checks import MAX_SECONDS
+from sume_urllib3._config import MAX_SECONDS
 from sume_urllib3.testing import FakeSume, Reply
 
 SECRET = "sk_live_SETTINGSsecret0123456789"

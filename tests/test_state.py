@@ -12,7 +12,7 @@ from urllib3._collections import HTTPHeaderDict
 
 from sume_urllib3._policy import Decision, Policy, Verdict
 from sume_urllib3._record import Outcome, SumeRecord
-from sume_urllib3._state import Attempt, RequestContext
+from sume_urllib3._request import Attempt, RequestContext
 
 START = 100.0
 KEY = "0b5f6c3e-7d1a-4c2e-9a55-1f0e2d3c4b5a"

@@ -15,8 +15,8 @@ import urllib3
 from urllib3.util.timeout import Timeout
 
 from sume_urllib3 import SumeSession
-from sume_urllib3._errors import ConfigurationError
-from sume_urllib3._timeouts import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
+from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
+from sume_urllib3.exceptions import ConfigurationError
 from sume_urllib3.testing import FakeSume, no_sleep
 
 from .conftest import VirtualTime

@@ -33,9 +33,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .._errors import ConfigurationError, SumeRetryError
-from .._helpers import RandomSource, uniform
-from .._idempotency import new_key
-from .._task_keys import StableId, idempotency_key_for
+from .._idempotency import StableId, idempotency_key_for, new_key
+from .._util import RandomSource, uniform
 
 __all__ = ["countdown", "retry_later", "task_idempotency_key"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .._fleet import _FLEETS
+from ..pacing._fleet import _FLEETS
 
 
 def reset_fleets() -> None:

@@ -13,8 +13,9 @@ from typing import Dict, List, Set
 
 import redis
 
-from sume_urllib3 import _fleet, _pacing
 from sume_urllib3.contrib.redis import _scripts
+from sume_urllib3.pacing import _core as _pacing
+from sume_urllib3.pacing import _fleet
 from sume_urllib3.testing._redis_server import RedisServer
 
 LUA = Path(_scripts.__file__).parent

@@ -5,7 +5,7 @@ turn; the grant it must get is written beside it), ``rel`` (the attempt's respon
 headers), ``die`` (the process holding the attempt died: it is never released). The fleets run
 on an injected clock (Redis through ``server_clock``) and the same random draws, so every wait
 is exact; HostFleet runs the Python core on state it stores in a file between calls. The
-expectations are the rules of ``sume_urllib3/_pacing.py`` worked by hand; a change to any
+expectations are the rules of ``sume_urllib3/pacing/_core.py`` worked by hand; a change to any
 implementation (the Python core, its Lua port, the file's storage of the state) fails here.
 
 Run ``python -m tests.contrib.test_pacing_conformance`` to print what LocalFleet answers.
@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 import pytest
 
 from sume_urllib3 import HostFleet, LocalFleet, RetryBudget
-from sume_urllib3._fleet import Fleet, Grant
+from sume_urllib3.pacing._fleet import Fleet, Grant
 from sume_urllib3.testing._redis_server import RedisServer
 
 KEY = "k0123456789abcdef"

@@ -29,10 +29,10 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster as ClusterClient
 from redis.retry import Retry
 
-from sume_urllib3._fleet import Fleet, Grant, fleet_key
-from sume_urllib3._pacing import Turn
 from sume_urllib3.contrib.redis import RedisFleet
 from sume_urllib3.contrib.redis._scripts import keys
+from sume_urllib3.pacing._core import Turn
+from sume_urllib3.pacing._fleet import Fleet, Grant, fleet_key
 
 from ..conftest import VirtualTime, in_a_forked_child
 from .conftest import _missing

@@ -20,10 +20,10 @@ if os.environ.get("SUME_REQUIRE_REDIS") != "1":  # CI requires redis-py: an Impo
 import redis
 
 from sume_urllib3 import ConfigurationError, RetryBudget
-from sume_urllib3._fleet import GRANT_NOW, Grant, fleet_key
-from sume_urllib3._keyid import origin_name
-from sume_urllib3._pacing import Turn
 from sume_urllib3.contrib.redis import RedisFleet
+from sume_urllib3.pacing._core import Turn
+from sume_urllib3.pacing._fleet import GRANT_NOW, Grant, fleet_key
+from sume_urllib3.pacing._signals import origin_name
 from sume_urllib3.testing._redis_server import RedisServer
 
 from ..conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from ..._checks import check_flag
+from ..._config import check_flag
 from ..._errors import ConfigurationError
 from ..._policy import Policy
 from ..._session import (

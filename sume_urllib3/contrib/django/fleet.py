@@ -22,15 +22,15 @@ import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..._errors import ConfigurationError
-from ..._fleet import REDIS_TIMEOUT, check_burst, check_prefix, check_seconds_between, parse_rate
+from ...pacing._fleet import REDIS_TIMEOUT, check_burst, check_prefix, check_seconds_between, parse_rate
 
 #: The keys ``SUME["FLEET"]`` may have.
 FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "HOST", "RATE", "BURST", "PREFIX", "TIMEOUT")
 _REDIS_ONLY = ("PREFIX", "TIMEOUT")  # TIMEOUT: a host fleet's too
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
-_LOCAL = ("sume_urllib3._fleet", "LocalFleet")
+_LOCAL = ("sume_urllib3.pacing._fleet", "LocalFleet")
 _REDIS = ("sume_urllib3.contrib.redis", "RedisFleet")
-_HOST = ("sume_urllib3._host_fleet", "HostFleet")
+_HOST = ("sume_urllib3.pacing.host", "HostFleet")
 
 _lock = threading.Lock()
 # (the normalized setting, the fleet built from it): one slot, as for the observers.

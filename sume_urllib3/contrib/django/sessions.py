@@ -16,11 +16,11 @@ import threading
 from typing import Any, Optional, Tuple
 
 from ... import _fork
-from ..._budget import RetryBudget
 from ..._errors import ConfigurationError
-from ..._fleet import LocalFleet
-from ..._metrics import SumeMetrics
 from ..._session import SumeSession
+from ...observe import SumeMetrics
+from ...pacing._budget import RetryBudget
+from ...pacing._fleet import LocalFleet
 from . import conf, fleet
 
 # requests.Session is not documented as thread-safe, so each thread gets its own. A

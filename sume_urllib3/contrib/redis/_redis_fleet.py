@@ -18,13 +18,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ... import _fork, _pacing, _sleeping
-from ..._budget import RetryBudget
-from ..._checks import check_clock, check_rng
+from ... import _fork, _sleeping
+from ..._config import check_clock, check_rng
 from ..._errors import ConfigurationError
-from ..._fail_open import FailOpen
-from ..._fleet import (
+from ...pacing import _core as _pacing
+from ...pacing._budget import RetryBudget
+from ...pacing._fleet import (
     REDIS_TIMEOUT,
+    FailOpen,
     Grant,
     Lesson,
     LocalFleet,
@@ -69,7 +70,7 @@ class _Late(NamedTuple):
 class RedisFleet(FailOpen):
     """A Fleet whose state lives in Redis, so every process and host using an API key paces together.
 
-    The rules are LocalFleet's, :mod:`sume_urllib3._pacing`, ported line for line to two
+    The rules are LocalFleet's, :mod:`sume_urllib3.pacing._core`, ported line for line to two
     atomic Lua scripts (``EVALSHA``, reloaded after ``SCRIPT FLUSH``); a conformance table in
     the tests runs both on the same scenarios. ``acquire.lua`` reserves a turn (and spends
     the fleet-wide retry budget for ``retry="error"``); ``release.lua`` records what a

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Sequence, Tuple, Union
 
-from ... import _pacing
-from ..._fleet import Lesson
-from ..._pacing import AGAIN, NO_BUDGET, REFUSED, RETRY_KINDS, SEND, SOURCES
+from ...pacing import _core as _pacing
+from ...pacing._core import AGAIN, NO_BUDGET, REFUSED, RETRY_KINDS, SEND, SOURCES
+from ...pacing._fleet import Lesson
 
 __all__ = ["AGAIN", "NO_BUDGET", "REFUSED", "RETRY_KINDS", "SEND", "SOURCES"]
 
@@ -40,7 +40,7 @@ def header() -> str:
     numbers = [f"local {name} = {value!r}" for name, value in constants().items()]
     names = ", ".join(f"'{name}'" for name in fields())
     defaults = ", ".join(f"{name} = {value!r}" for name, value in fields().items())
-    return "\n".join(["-- Written by _scripts.header() from sume_urllib3/_pacing.py.", *numbers,
+    return "\n".join(["-- Written by _scripts.header() from sume_urllib3/pacing/_core.py.", *numbers,
                       f"local FIELDS = {{{names}}}", f"local DEFAULTS = {{{defaults}}}", ""])
 
 

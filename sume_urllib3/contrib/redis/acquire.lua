@@ -1,5 +1,5 @@
 -- sume_urllib3 RedisFleet: reserve a turn for one attempt of one key, atomically: the port of
--- sume_urllib3/_pacing.py acquire() and retry_wait(); tests/contrib/test_pacing_conformance.py
+-- sume_urllib3/pacing/_core.py acquire() and retry_wait(); tests/contrib/test_pacing_conformance.py
 -- runs the same scenarios against both. (state.lua and learn.lua, in front, load the state and
 -- hold pace() and learn().)
 -- KEYS[1] state hash {prefix:vN:kid}:s  KEYS[2] in-flight zset {prefix:vN:kid}:i (entry -> lease end)

@@ -1,4 +1,4 @@
--- sume_urllib3 RedisFleet: learn from responses, the port of sume_urllib3/_pacing.py release();
+-- sume_urllib3 RedisFleet: learn from responses, the port of sume_urllib3/pacing/_core.py release();
 -- tests/contrib/test_pacing_conformance.py runs the same scenarios against both. _scripts.py puts
 -- it in front of both scripts, after state.lua: release.lua learns the response it was called
 -- for, and acquire.lua first the lessons this process told late (_pacing.release_need: plain

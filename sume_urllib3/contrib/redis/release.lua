@@ -1,5 +1,5 @@
 -- sume_urllib3 RedisFleet: learn from one response of one key, atomically: the port of
--- sume_urllib3/_pacing.py release() (learn.lua, in front, holds it); also how lessons told late
+-- sume_urllib3/pacing/_core.py release() (learn.lua, in front, holds it); also how lessons told late
 -- reach Redis when no acquire of this process carried them in time.
 -- KEYS[1] state hash {prefix:vN:kid}:s   KEYS[2] in-flight zset {prefix:vN:kid}:i
 -- ARGV: 1-5 as state.lua says; 6 ttl_ms (RELEASE_ARGV); then the lessons, LESSON_ARGV each, oldest

@@ -12,9 +12,9 @@ pytest.importorskip("django")
 from django.core import checks
 
 from sume_urllib3 import ConfigurationError, HostFleet, LocalFleet
-from sume_urllib3._host_fleet import default_path
 from sume_urllib3.contrib.django import conf, get_session, sessions
 from sume_urllib3.contrib.django.fleet import build_fleet, fleet_arguments
+from sume_urllib3.pacing.host import default_path
 from sume_urllib3.testing import FakeSume, no_sleep
 
 from .settings import API_KEY
@@ -151,7 +151,7 @@ def test_none_means_no_pacing_and_absent_means_the_default() -> None:
 
 def test_a_rate_without_redis_is_one_local_fleet_per_process() -> None:
     """{"RATE": ...} builds a LocalFleet once; the same setting gives the same object."""
-    fleet_module = pytest.importorskip("sume_urllib3._fleet")
+    fleet_module = pytest.importorskip("sume_urllib3.pacing._fleet")
 
     first = build_fleet({"RATE": "10/min", "BURST": 2})
     again = build_fleet({"BURST": 2, "RATE": "10/min"})

@@ -1,6 +1,6 @@
 """HostFleet: one pace, one cooldown and one retry budget per API key for every process on a host.
 
-The rules are :mod:`sume_urllib3._pacing`'s, run in each process on state kept in a local SQLite
+The rules are :mod:`sume_urllib3.pacing._core`'s, run in each process on state kept in a local SQLite
 file (WAL mode) under its write lock: ``BEGIN IMMEDIATE``, read the key's state, run the core,
 write it back, ``COMMIT``. Nothing to run beside the application: the first process to use the
 file creates it.
@@ -35,13 +35,14 @@ import uuid
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
 
-from . import _fork, _pacing, _sleeping
+from .. import _fork, _sleeping
+from .._config import check_clock, check_rng
+from .._errors import ConfigurationError
+from . import _core as _pacing
 from ._budget import RetryBudget
-from ._checks import check_clock, check_rng
-from ._errors import ConfigurationError
-from ._fail_open import FailOpen
 from ._fleet import (
     GRANT_NOW,
+    FailOpen,
     Grant,
     check_burst,
     check_seconds_between,
@@ -51,7 +52,7 @@ from ._fleet import (
     parse_rate,
     read_response,
 )
-from ._ratelimit import may_carry_ratelimit
+from ._signals import may_carry_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -202,7 +203,7 @@ class HostFleet(FailOpen):
 
     For deployments that run several processes on one host with one API key and no Redis:
     gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s
-    (:mod:`sume_urllib3._pacing`), run on state kept in an SQLite file in WAL mode under its
+    (:mod:`sume_urllib3.pacing._core`), run on state kept in an SQLite file in WAL mode under its
     write lock; a conformance table in the tests runs LocalFleet, RedisFleet and HostFleet on
     the same scenarios. An acquire is one short transaction; a release is a second one only
     when the answer teaches something (a 429, a Retry-After, rate-limit headers, or while the

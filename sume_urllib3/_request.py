@@ -10,10 +10,10 @@ from contextvars import ContextVar
 from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
-from ._helpers import frozen, header_value, plural
 from ._policy import FIX, NO_RETRY, POLL, RETRY, STOP, Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
+from ._util import frozen, header_value, plural
 
 
 class Attempt(NamedTuple):

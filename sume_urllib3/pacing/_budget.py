@@ -10,9 +10,10 @@ import time
 import weakref
 from typing import Any, Callable, ClassVar, Dict, Optional, Type
 
-from . import _fork, _pacing
-from ._checks import check_clock
-from ._errors import ConfigurationError
+from .. import _fork
+from .._config import check_clock
+from .._errors import ConfigurationError
+from . import _core as _pacing
 
 
 class RetryBudget:

@@ -8,13 +8,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Counter, Dict, List, Optional, TextIO, Tuple
 
-from ._errors import SumeRetryError
-from ._fleet import LocalFleet
-from ._jobs import Job, JobEvent, Jobs
-from ._policy import Policy
-from ._record import RetryEvent, SumeRecord
-from ._session import SumeSession
-from .testing._server import FakeSume, Reply
+from .._errors import SumeRetryError
+from .._jobs import Job, JobEvent, Jobs
+from .._policy import Policy
+from .._record import RetryEvent, SumeRecord
+from .._session import SumeSession
+from ..pacing._fleet import LocalFleet
+from ._server import FakeSume, Reply
 
 DEMO_KEY = "sk_demo_not_a_real_key"
 

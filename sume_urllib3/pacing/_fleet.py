@@ -8,7 +8,7 @@ uses it; ``HostFleet`` shares it across the processes of a host (a file), and
 
 from __future__ import annotations
 
-import hashlib
+import abc
 import itertools
 import logging
 import math
@@ -22,13 +22,13 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Union
 
-from . import _fork, _pacing, _sleeping
+from .. import _fork, _sleeping
+from .._config import check_clock, check_int, check_rng
+from .._envelope import header, parse_retry_after
+from .._errors import ConfigurationError
+from . import _core as _pacing
 from ._budget import RetryBudget
-from ._checks import check_clock, check_int, check_rng
-from ._envelope import header
-from ._errors import ConfigurationError
-from ._ratelimit import may_carry_ratelimit, parse_ratelimit
-from ._retry_after import parse_retry_after
+from ._signals import ANONYMOUS, fleet_key, may_carry_ratelimit, parse_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
@@ -39,8 +39,6 @@ Rate = Union[str, float, int, None]
 #: wait the full value and gives up, with the server's figure in its reason.
 MAX_COOLDOWN = 600.0
 
-#: The KeyId of requests sent without an API key.
-ANONYMOUS = "anonymous"
 #: Keys (origin and API key pairs) a LocalFleet holds state for at most, by default (about
 #: 1 KB each): past it, the least recently used idle entry goes first.
 MAX_KEYS = 10_000
@@ -95,21 +93,6 @@ _UNITS = {
 }
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*/\s*([a-z]+)\s*$")
 _UNIT_NAMES = "s, sec, second, m, min, minute, h, hr, hour, d or day (the words also plural)"
-
-
-def fleet_key(api_key: Union[str, bytes, None], origin: str = "") -> str:
-    """The fleet's name for the key a request sends to an origin: a hash, never the key.
-
-    ``"k"`` + 16 hex digits of the SHA-256 of (origin, key); a keyless request is paced per
-    origin (``"o"`` + 16 hex digits), and only one with neither is :data:`ANONYMOUS`. Two
-    base URLs (staging and production, two test servers) never share a pace, and neither
-    do two tenants' keys sent by one session.
-    """
-    scope = origin.lower().encode("utf-8", "surrogatepass") + b"\0"
-    if not api_key:
-        return "o" + hashlib.sha256(scope).hexdigest()[:16] if origin else ANONYMOUS
-    data = api_key if isinstance(api_key, bytes) else api_key.encode("utf-8", "surrogatepass")
-    return "k" + hashlib.sha256(scope + data).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -204,7 +187,7 @@ class _Key:
 class LocalFleet:
     """Paces the requests of one process per key, shared by every thread and session.
 
-    The rules are :mod:`sume_urllib3._pacing`'s (docs/how-it-works.md): a ``Retry-After`` cooldown
+    The rules are :mod:`sume_urllib3.pacing._core`'s (docs/how-it-works.md): a ``Retry-After`` cooldown
     that holds every request of the key and releases them spread out; a configured ``rate``
     (``"10/min"``, ``"20/s"``, ``"100/h"``, or requests per second as a number) with ``burst``
     turns at once, which headers never make faster (a slower stated pace wins) and 429s
@@ -887,3 +870,143 @@ __all__ = [
     "read_response",
     "refusal",
 ]
+
+
+# Failing open: a fleet that shares its state (in Redis, in a host file) paces locally while
+# that store fails, and never blocks a request on it.
+#
+# ``RedisFleet`` and ``HostFleet`` share this part, written once: the counters, the backoff
+# before the store is tried again (spread, so processes do not retry it in step), the local
+# ``LocalFleet`` of the outage (a configured rate shared among the processes seen lately), and
+# the two log lines (one WARNING when an outage starts, one INFO when it ends).
+
+pass
+
+log = logging.getLogger("sume_urllib3")
+
+
+class Local(NamedTuple):
+    """``Grant.token`` of a turn the local fallback fleet gave."""
+
+    fleet: Fleet
+    grant: Grant
+
+
+class FailOpen(abc.ABC):
+    """Outage handling for a shared fleet; the fleet sets these attributes in each process.
+
+    ``_outage_lock`` guards the counters and the outage state; ``_backoff``/``_max_backoff``
+    bound the wait before the store is tried again; ``_clock`` and ``_random`` are the fleet's.
+    A subclass says what its store is called (``_store``, ``_scope``) and which local fleet
+    stands in (``_local_settings``).
+    """
+
+    _outage_lock: Any
+    _backoff: float
+    _max_backoff: float
+    _clock: Callable[[], float]
+    _random: Callable[[], float]
+    #: How log lines name the store ("Redis fleet", "host fleet file /run/...").
+    _store: str
+    #: Where the pace is shared when the store works ("fleet-wide", "host-wide").
+    _scope: str
+
+    def _start_outage_state(self) -> None:
+        """A process's outage state: none yet (again in a forked child)."""
+        self._down_until = 0.0  # clock() before which the store is not tried
+        self._delay = self._backoff  # the next backoff after a failure
+        self._outage = False
+        self._clients = 1  # processes seen sharing a key lately (for the fallback's share)
+        self._fallbacks = 0
+        self._errors = 0
+        self._local_fleet: Optional[LocalFleet] = None
+
+    @property
+    def fallbacks(self) -> int:
+        """Grants this process served from local pacing because the shared store failed."""
+        return self._fallbacks
+
+    @property
+    def errors(self) -> int:
+        """Calls of this process to the shared store that failed (each opens or extends an outage)."""
+        return self._errors
+
+    @property
+    def healthy(self) -> bool:
+        """False while this process paces locally and waits to try the shared store again."""
+        return not self._outage
+
+    @abc.abstractmethod
+    def _local_settings(self, share: int) -> Dict[str, Any]:
+        """``LocalFleet`` arguments for an outage, a configured pace divided by ``share``."""
+
+    def _fallback(self, kid: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
+        """A turn from the local fleet of this outage, marked ``fallback``."""
+        fleet = self._local()
+        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
+        with self._outage_lock:
+            self._fallbacks += 1
+        return Grant(
+            wait=grant.wait,
+            refused=grant.refused,
+            source=grant.source,
+            again=grant.again,
+            fallback=True,
+            token=Local(fleet, grant),
+        )
+
+    @staticmethod
+    def _released_locally(
+        key_id: str, grant: Grant, status: Optional[int], headers: Optional[Mapping[str, str]]
+    ) -> bool:
+        """Release a turn the outage's local fleet gave (True); False for a turn of the store."""
+        token = grant.token
+        if not isinstance(token, Local):
+            return False
+        token.fleet.release(key_id, token.grant, status, headers)
+        return True
+
+    def _local(self) -> LocalFleet:
+        """The local fleet of this outage; a configured rate is shared among the processes seen."""
+        fleet = self._local_fleet
+        if fleet is None:
+            with self._outage_lock:
+                fleet = self._local_fleet
+                if fleet is None:
+                    fleet = LocalFleet(**self._local_settings(max(1, self._clients)))
+                    self._local_fleet = fleet
+        return fleet
+
+    def _failed(self, exc: BaseException) -> None:
+        """The store failed: count it, back off (spread), and say so once per outage."""
+        with self._outage_lock:
+            self._errors += 1
+            delay = self._delay * (0.5 + self._random())  # processes do not retry the store in step
+            self._down_until = self._clock() + delay
+            self._delay = min(self._delay * 2, self._max_backoff)
+            first = not self._outage
+            self._outage = True
+        if first:
+            log.warning(
+                "sume_urllib3: %s unavailable (%s); pacing locally, trying it again in %.1fs",
+                self._store,
+                describe(exc),
+                delay,
+            )
+
+    def _recovered(self) -> None:
+        """The store answered: the outage (if any) is over, and its local fleet forgotten."""
+        if not self._outage:
+            return
+        with self._outage_lock:
+            was_out, self._outage = self._outage, False
+            self._delay = self._backoff
+            self._local_fleet = None
+        if was_out:
+            log.info("sume_urllib3: %s available again; pacing %s", self._store, self._scope)
+
+
+def describe(exc: BaseException) -> str:
+    """An error for a log line: its class and the first line of its text, at most 200 characters."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
