@@ -87,7 +87,8 @@ def redact_error(error: BaseException, secrets: Sequence[str] = ()) -> BaseExcep
     Exceptions of this library (their class sets ``text_is_redacted``) are left as built
     (their text comes from records, whose URL is already redacted, and their ``args`` end
     with the record's summary), but their chain is walked all the same. The chain may end in
-    an exception the caller was handling when it made the request: that one is redacted too (a traceback prints it with the rest), and
+    an exception the caller was handling when it made the request: that one is redacted too
+    (a traceback prints it with the rest), and
     only URL queries, userinfo and this request's secrets change in it.
     """
     seen: Set[int] = set()
