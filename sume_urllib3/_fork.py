@@ -1,8 +1,9 @@
 """Noticing a fork, with or without at-fork hooks.
 
 What a process must not share with its children (pooled sockets, fleet client ids, locks,
-per-process counters) registers a function with :func:`in_child`. It runs once in each new
-process, from whichever comes first:
+per-process counters) is reset once in each new process: an object registers itself with
+:func:`track` and has its ``_after_fork()`` called; module-level state registers a function
+with :func:`in_child`. Both run from whichever comes first:
 
 - ``os.register_at_fork``'s child hook, when the fork came from Python (gunicorn, Celery's
   prefork, ``multiprocessing``);
@@ -18,11 +19,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Callable, Dict, List
+import weakref
+from typing import Callable, Dict, List, Protocol
+
+
+class ForkAware(Protocol):
+    def _after_fork(self) -> None:
+        """Drop what belongs to the parent process (sockets, locks, client ids, counts)."""
+
 
 log = logging.getLogger("sume_urllib3")
 
 _callbacks: List[Callable[[], None]] = []
+_tracked: weakref.WeakSet[ForkAware] = weakref.WeakSet()
 _pid = os.getpid()
 # One lock per process, made in that process: a lock inherited from the parent may have been
 # held by one of its threads at the fork, and would never be released in the child.
@@ -33,6 +42,11 @@ def in_child(callback: Callable[[], None]) -> Callable[[], None]:
     """Run ``callback`` once in every process forked from this one, before it is used there."""
     _callbacks.append(callback)
     return callback
+
+
+def track(obj: ForkAware) -> None:
+    """Call ``obj._after_fork()`` once in every process forked from this one, while it lives."""
+    _tracked.add(obj)
 
 
 def check() -> None:
@@ -47,7 +61,7 @@ def _start_afresh() -> None:
     with _locks.setdefault(pid, threading.Lock()):  # dict.setdefault is atomic under the GIL
         if _pid == pid:
             return  # another thread of this process got here first
-        for callback in list(_callbacks):
+        for callback in [*_callbacks, *(obj._after_fork for obj in list(_tracked))]:
             try:
                 callback()
             except Exception:  # one failed reset must not leave the rest shared
