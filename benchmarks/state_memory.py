@@ -134,7 +134,8 @@ def fleet_part(keys: int, origins: int) -> Dict[str, Any]:
 
 
 def _events(keys: int, origins: int) -> Tuple[Callable[[int], Any], Callable[[int], Any]]:
-    from sume_urllib3._record import Outcome, RetryEvent, SumeRecord
+    from sume_urllib3._record import Outcome, SumeRecord
+    from sume_urllib3.observe import RetryEvent
 
     outcomes = list(Outcome)
 

@@ -10,11 +10,11 @@ from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._idempotency import idempotency_key_for
 from ._jobs import Job, JobEvent, JobFailed, Jobs, JobTimeout
 from ._policy import ANY, IN_USE_WAIT, Decision, Policy, Rule, Verdict, wait_seconds
-from ._record import Outcome, RequestStart, RetryEvent, SumeObserver, SumeRecord, sume_record
+from ._record import Outcome, SumeRecord, sume_record
 from ._retry import SumeRetry
 from ._session import SumeSession
 from ._version import __version__
-from .observe import LoggingObserver, SumeMetrics
+from .observe import LoggingObserver, RequestStart, RetryEvent, SumeMetrics, SumeObserver
 from .pacing._budget import RetryBudget
 from .pacing._fleet import Fleet, Grant, LocalFleet
 from .pacing.host import HostFleet

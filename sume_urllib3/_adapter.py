@@ -29,7 +29,7 @@ from ._idempotency import (
     validate_idempotency_key,
 )
 from ._policy import NO_RETRY, STOP, Decision, Policy
-from ._record import Outcome, RequestStart, SumeObserver, SumeRecord, status_label
+from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
 from ._request import Attempt, RequestContext, current
 from ._retry import (
@@ -43,7 +43,7 @@ from ._retry import (
     resend_broken_body,
 )
 from ._util import RandomSource, header_value, leaves_origin
-from .observe import Observers, in_own_context
+from .observe import Observers, RequestStart, SumeObserver, in_own_context
 from .pacing._budget import RetryBudget
 from .pacing._fleet import GRANT_NOW, Fleet, Grant, LocalFleet
 from .pacing._signals import key_ids

@@ -1,20 +1,6 @@
-"""Exception types raised by sume_urllib3.
+"""The exceptions sume_urllib3 defines, and how a transport error becomes a give-up.
 
-Every way a logical request can end without a response the caller can use is one
-:class:`SumeRetryError`, so one ``except`` clause covers them all::
-
-    SumeError
-    ├── ConfigurationError (also ValueError)            bad configuration, nothing sent
-    └── SumeRetryError (also requests' RetryError)       gave up: .record, .retry_in, .idempotency_key
-        ├── SumeConnectionError (also ConnectionError)   no response: connection failed or was dropped
-        │   ├── SumeConnectTimeout (also ConnectTimeout)
-        │   ├── SumeProxyError (also ProxyError)
-        │   └── SumeSSLError (also SSLError)
-        ├── SumeTimeout (also Timeout)
-        ├── SumeReadTimeout (also ReadTimeout)
-        ├── SumeChunkedEncodingError (also ChunkedEncodingError)   the body broke mid-read
-        └── SumeContentDecodingError (also ContentDecodingError)
-
+The tree and what each class means: :mod:`sume_urllib3.exceptions`, the public namespace.
 A transport failure keeps requests' own class as a base, so ``except
 requests.exceptions.ReadTimeout`` (or ``ConnectionError``, ``RequestException``) still
 catches what it caught before.
@@ -22,15 +8,13 @@ catches what it caught before.
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 from typing import Any, Dict, Mapping, NoReturn, Optional, Tuple, Type, Union
 
 import requests
 
-from ._record import Outcome, SumeRecord, status_label
-from ._redact import redact_error, redact_url, secrets_of
-from ._util import plural
+from ._record import SumeRecord, describe, record_from_summary, summary
+from ._redact import redact_error, secrets_of
 
 
 class SumeError(Exception):
@@ -248,71 +232,3 @@ def _picklable(values: Tuple[object, ...]) -> Tuple[object, ...]:
             value = repr(value)
         out.append(value)
     return tuple(out)
-
-
-def describe(record: SumeRecord) -> str:
-    """One message that says what was tried, what the server said and why we stopped."""
-    what = status_label(record.status, record.code)
-    # Reasons from the policy already open with the status and code; do not say it twice.
-    why = record.reason if record.reason.startswith(what) else f"{what}: {record.reason}"
-    ids = ", ".join(record.request_ids) if record.request_ids else "none"
-    again = f"; try again in {record.retry_in:.1f}s" if record.retry_in is not None else ""
-    return (
-        f"gave up after {plural(record.attempts, 'attempt', 'attempts')} in {record.elapsed:.2f}s: {why} "
-        f"(request id{'s' if len(record.request_ids) > 1 else ''}: {ids}){again}"
-    )
-
-
-# -- the record as JSON ---------------------------------------------------------------------
-
-_TUPLES = ("request_ids", "waits")
-
-
-def summary(record: SumeRecord) -> Dict[str, Any]:
-    """The record as JSON-safe values (what a JSON result backend can keep).
-
-    The URL keeps no query string (``?<redacted>``) and no user:password (a presigned URL's
-    signature must not land in a result store), whatever record it is given; everything
-    else is the record's own fields.
-    """
-    out: Dict[str, Any] = {}
-    for field in dataclasses.fields(SumeRecord):
-        value = getattr(record, field.name)
-        if isinstance(value, Outcome):
-            value = value.value
-        elif isinstance(value, tuple):
-            value = list(value)
-        out[field.name] = value
-    out["url"] = redact_url(record.url)
-    return out
-
-
-def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecord:
-    """A :class:`SumeRecord` again from :func:`summary`'s output; tolerant of missing fields.
-
-    A summary with nothing usable still gives a record whose reason is ``message``.
-    """
-    values: Dict[str, Any] = {}
-    for field in dataclasses.fields(SumeRecord):
-        if field.name in data:
-            values[field.name] = data[field.name]
-    for name in _TUPLES:
-        values[name] = tuple(values.get(name) or ())
-    try:
-        values["outcome"] = Outcome(values.get("outcome", Outcome.GAVE_UP.value))
-    except ValueError:
-        values["outcome"] = Outcome.GAVE_UP
-    values.setdefault("idempotency_key", None)
-    values.setdefault("attempts", 0)
-    values.setdefault("status", None)
-    values.setdefault("code", None)
-    values.setdefault("request_id", None)
-    values.setdefault("elapsed", 0.0)
-    values.setdefault("reason", message or "unknown (rebuilt without a record)")
-    try:
-        return SumeRecord(**values)
-    except TypeError:
-        return SumeRecord(None, 0, Outcome.GAVE_UP, None, None, None, (), (), 0.0, message or "unknown")
-
-
-pass

@@ -65,7 +65,7 @@ def _start_afresh() -> None:
             try:
                 callback()
             except Exception:  # one failed reset must not leave the rest shared
-                log.exception("sume_urllib3: resetting %s after a fork failed", callback)
+                log.exception("resetting %s after a fork failed", callback)
         _pid = pid
 
 

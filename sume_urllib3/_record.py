@@ -1,11 +1,13 @@
-"""What happened to one logical request: outcomes, the record, the retry event, observers."""
+"""What happened to one logical request: its outcome, its record, and the record as text and JSON."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ._util import StrEnum
+from ._redact import key_prefix, redact_url
+from ._util import StrEnum, plural
 
 
 class Outcome(StrEnum):
@@ -24,18 +26,6 @@ def status_label(status: Optional[int], code: Optional[str] = None) -> str:
     if status is None:
         return "no response"
     return f"{status} {code}" if code else str(status)
-
-
-#: The kinds of a ``JobEvent``: one poll, or how a wait ended (an error: an answer polling cannot
-#: fix, a transport failure, the caller's ``on_status`` raising). Every observer counts these.
-JOB_EVENT_KINDS = ("poll", "completed", "failed", "timed_out", "error")
-
-
-def key_prefix(key: Optional[str]) -> Optional[str]:
-    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
-    if not key:
-        return None
-    return key[:8] + "…" if len(key) > 8 else key
 
 
 @dataclass(frozen=True)
@@ -79,52 +69,6 @@ class SumeRecord:
         )
 
 
-@dataclass(frozen=True)
-class RetryEvent:
-    """One retry about to happen: which attempt, how long we wait and why."""
-
-    method: str
-    url: str
-    attempt: int  # 1-based number of this retry
-    max_retries: int
-    wait: float
-    wait_source: str  # "retry_after" | "backoff" | "fixed" | "pace" (the fleet made it longer)
-    status: Optional[int]
-    code: Optional[str]
-    request_id: Optional[str]
-    key_prefix: Optional[str]
-    reason: str
-    error: Optional[str] = None  # transport error class name when there was no response
-
-
-@dataclass(frozen=True)
-class RequestStart:
-    """A logical request about to send its first attempt (before any pacing wait)."""
-
-    method: str
-    url: str
-    idempotency_key: Optional[str] = None
-
-
-class SumeObserver(Protocol):
-    """Receives every retry and every final outcome, on the requesting thread.
-
-    An observer may also have ``on_start(RequestStart)`` (called once before the first
-    attempt, always followed by exactly one ``on_outcome``) and ``on_job(JobEvent)`` (job
-    polls and endings); neither is required. With ``on_start`` present, the request runs in
-    a copy of the caller's ``contextvars`` context, so what ``on_start`` sets is seen by the
-    request's other hooks and gone when the call returns (what else the call sets reaches the
-    caller). A streamed response's outcome (``stream=True``) comes when its body ends, on
-    whichever thread ends it, in that context.
-    """
-
-    def on_retry(self, event: RetryEvent) -> None:
-        """Called before each wait."""
-
-    def on_outcome(self, record: SumeRecord) -> None:
-        """Called once per logical request, with its final record."""
-
-
 def sume_record(response_or_error: Any) -> Optional[SumeRecord]:
     """The :class:`SumeRecord` of a response or an exception, typed; None when there is none.
 
@@ -135,3 +79,68 @@ def sume_record(response_or_error: Any) -> Optional[SumeRecord]:
     if record is None:
         record = getattr(response_or_error, "record", None)
     return record if isinstance(record, SumeRecord) else None
+
+
+def describe(record: SumeRecord) -> str:
+    """One message that says what was tried, what the server said and why we stopped."""
+    what = status_label(record.status, record.code)
+    # Reasons from the policy already open with the status and code; do not say it twice.
+    why = record.reason if record.reason.startswith(what) else f"{what}: {record.reason}"
+    ids = ", ".join(record.request_ids) if record.request_ids else "none"
+    again = f"; try again in {record.retry_in:.1f}s" if record.retry_in is not None else ""
+    return (
+        f"gave up after {plural(record.attempts, 'attempt', 'attempts')} in {record.elapsed:.2f}s: {why} "
+        f"(request id{'s' if len(record.request_ids) > 1 else ''}: {ids}){again}"
+    )
+
+
+def summary(record: SumeRecord) -> Dict[str, Any]:
+    """The record as JSON-safe values (what a JSON result backend can keep).
+
+    The URL keeps no query string (``?<redacted>``) and no user:password (a presigned URL's
+    signature must not land in a result store), whatever record it is given; everything
+    else is the record's own fields.
+    """
+    out: Dict[str, Any] = {}
+    for field in dataclasses.fields(SumeRecord):
+        value = getattr(record, field.name)
+        if isinstance(value, Outcome):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[field.name] = value
+    out["url"] = redact_url(record.url)
+    return out
+
+
+#: What a record without a summary says: a give-up with nothing known.
+_UNKNOWN: Dict[str, Any] = {
+    "idempotency_key": None,
+    "attempts": 0,
+    "outcome": Outcome.GAVE_UP,
+    "status": None,
+    "code": None,
+    "request_id": None,
+    "request_ids": (),
+    "waits": (),
+    "elapsed": 0.0,
+}
+
+
+def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecord:
+    """A :class:`SumeRecord` again from :func:`summary`'s output; tolerant of missing fields.
+
+    A summary with nothing usable still gives a record whose reason is ``message``.
+    """
+    values = {**_UNKNOWN, "reason": message or "unknown (rebuilt without a record)"}
+    values.update((f.name, data[f.name]) for f in dataclasses.fields(SumeRecord) if f.name in data)
+    for name in ("request_ids", "waits"):
+        values[name] = tuple(values[name] or ())
+    try:
+        values["outcome"] = Outcome(values["outcome"])
+    except ValueError:
+        values["outcome"] = Outcome.GAVE_UP
+    try:
+        return SumeRecord(**values)
+    except TypeError:
+        return SumeRecord(**{**_UNKNOWN, "reason": message or "unknown"})

@@ -15,8 +15,12 @@ that carry text:
   so ``isinstance(e.args[0], MaxRetryError)`` and ``e.args[0].reason`` keep working;
 - :class:`RedactingFilter` for urllib3's own log lines, which name the request target with
   its query string ("Retrying (...) after connection broken by ...: /upload?X-Amz-Signature=..."
-  at WARNING, the request line at DEBUG): installed on urllib3's loggers when this module
-  is imported, it costs nothing unless a line is logged.
+  at WARNING, the request line at DEBUG): :func:`redact_urllib3_logs` installs it on urllib3's
+  loggers. Importing the package changes no other library's logging: the first ``SumeRetry``
+  made (every session and adapter has one) installs it, and anyone may call it earlier
+  (``sume_urllib3.observe.redact_urllib3_logs()``). It costs nothing unless a line is logged.
+
+:func:`key_prefix` is how much of an Idempotency-Key any text may show.
 
 Redacting in place, rather than raising copies, is deliberate: the urllib3 error requests
 put in ``args[0]`` is also the ``__context__`` of requests' error, and a traceback printer,
@@ -69,6 +73,13 @@ def redact_url(url: Optional[str]) -> Optional[str]:
         return _redact_word(url)
     netloc = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, netloc, parts.path, REDACTED if parts.query else "", ""))
+
+
+def key_prefix(key: Optional[str]) -> Optional[str]:
+    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
+    if not key:
+        return None
+    return key[:8] + "…" if len(key) > 8 else key
 
 
 def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
@@ -224,11 +235,11 @@ class RedactingFilter(logging.Filter):
 
 
 def redact_urllib3_logs() -> None:
-    """Install :class:`RedactingFilter` on urllib3's loggers (once: importing again adds none)."""
+    """Keep secrets out of urllib3's log lines: install :class:`RedactingFilter` on its loggers.
+
+    Idempotent (a logger that has one gets no second). ``SumeRetry`` calls it when made.
+    """
     for name in URLLIB3_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(existing, RedactingFilter) for existing in logger.filters):
             logger.addFilter(RedactingFilter())
-
-
-redact_urllib3_logs()

@@ -24,11 +24,11 @@ from ._envelope import ErrorEnvelope, header, parse_envelope, parse_retry_after
 from ._errors import ConfigurationError
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._policy import ANY, DEFAULT_POLICY, NO_RETRY, RETRY, STOP, Decision, Policy, Rule
-from ._record import RetryEvent, key_prefix, status_label
-from ._redact import redact_url
+from ._record import status_label
+from ._redact import redact_url, redact_urllib3_logs
 from ._request import Attempt, RequestContext, current
 from ._util import RandomSource, cause_chain, frozen, uniform
-from .observe import Observers
+from .observe import Observers, RetryEvent, key_prefix
 from .pacing._budget import RetryBudget
 from .pacing._fleet import ANONYMOUS
 
@@ -119,6 +119,7 @@ class SumeRetry(Retry):
             raise ConfigurationError("retry_budget must be a RetryBudget or None")
         check_rng(rng)
         check_retry_arguments(retry_kwargs)
+        redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
         policy = _absorb_urllib3_arguments(policy, retry_kwargs)
         raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)

@@ -19,7 +19,6 @@ from ._environment import EnvironmentSettings
 from ._errors import ConfigurationError
 from ._jobs import Jobs
 from ._policy import Policy
-from ._record import SumeObserver
 from ._redact import redact_error, secrets_of
 from ._request import RequestContext, current
 from ._util import (
@@ -32,7 +31,7 @@ from ._util import (
     plain_http_refusal,
 )
 from ._version import __version__
-from .observe import LoggingObserver, Observers, SumeMetrics, in_own_context
+from .observe import LoggingObserver, Observers, SumeMetrics, SumeObserver, in_own_context
 from .pacing._budget import RetryBudget
 from .pacing._fleet import Fleet, LocalFleet
 from .pacing._signals import key_ids, origin_name, sent_key

@@ -1,4 +1,12 @@
-"""Call observers so that a broken observer can never break a request."""
+"""Observability: what a request tells its observers, and the observers the library ships.
+
+An observer is any object with one or more of the hooks ``on_start(RequestStart)``,
+``on_retry(RetryEvent)``, ``on_outcome(SumeRecord)`` and ``on_job(JobEvent)``, called on the
+requesting thread (see :class:`SumeObserver`). :class:`Observers` calls them so that a broken
+observer never breaks a request. :class:`SumeMetrics` counts; :class:`LoggingObserver`
+writes one line a person can act on per retry and per give-up or caller error;
+:func:`redact_urllib3_logs` keeps secrets out of urllib3's own lines.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import contextvars
 import logging
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import (
     Any,
     Callable,
@@ -15,8 +24,8 @@ from typing import (
     Dict,
     FrozenSet,
     Iterable,
-    Iterator,
     Optional,
+    Protocol,
     Tuple,
     TypeVar,
 )
@@ -24,81 +33,149 @@ from urllib.parse import urlsplit
 
 from . import _fork
 from ._errors import ConfigurationError
-from ._record import JOB_EVENT_KINDS, Outcome, RequestStart, RetryEvent, SumeObserver, SumeRecord, key_prefix
-from ._util import LockFreePickle, plural, printable
+from ._record import Outcome, SumeRecord
+from ._redact import key_prefix, redact_urllib3_logs
+from ._util import plural, printable
+
+__all__ = [
+    "JOB_EVENT_KINDS",
+    "MAX_REASONS",
+    "LoggingObserver",
+    "Observers",
+    "RequestStart",
+    "RetryEvent",
+    "SumeMetrics",
+    "SumeObserver",
+    "key_prefix",
+    "redact_urllib3_logs",
+    "retry_reason",
+]
 
 logger = logging.getLogger("sume_urllib3")
 
+# -- what observers are told ------------------------------------------------------------------
+
+#: The kinds of a ``JobEvent`` (``session.jobs``; its fields: ``kind``, ``job``, ``polls``,
+#: ``elapsed``): one poll, or how a wait ended (an error: an answer polling cannot fix, a
+#: transport failure, the caller's ``on_status`` raising). Every observer counts these.
+JOB_EVENT_KINDS = ("poll", "completed", "failed", "timed_out", "error")
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    """One retry about to happen: which attempt, how long we wait and why."""
+
+    method: str
+    url: str
+    attempt: int  # 1-based number of this retry
+    max_retries: int
+    wait: float
+    wait_source: str  # "retry_after" | "backoff" | "fixed" | "pace" (the fleet made it longer)
+    status: Optional[int]
+    code: Optional[str]
+    request_id: Optional[str]
+    key_prefix: Optional[str]
+    reason: str
+    error: Optional[str] = None  # transport error class name when there was no response
+
+
+@dataclass(frozen=True)
+class RequestStart:
+    """A logical request about to send its first attempt (before any pacing wait)."""
+
+    method: str
+    url: str
+    idempotency_key: Optional[str] = None
+
+
+class SumeObserver(Protocol):
+    """Receives every retry and every final outcome, on the requesting thread.
+
+    An observer may also have ``on_start(RequestStart)`` (called once before the first
+    attempt, always followed by exactly one ``on_outcome``) and ``on_job(JobEvent)`` (job
+    polls and endings); neither is required. With ``on_start`` present, the request runs in
+    a copy of the caller's ``contextvars`` context, so what ``on_start`` sets is seen by the
+    request's other hooks and gone when the call returns (what else the call sets reaches the
+    caller). A streamed response's outcome (``stream=True``) comes when its body ends, on
+    whichever thread ends it, in that context.
+    """
+
+    def on_retry(self, event: RetryEvent) -> None:
+        """Called before each wait."""
+
+    def on_outcome(self, record: SumeRecord) -> None:
+        """Called once per logical request, with its final record."""
+
+
+# -- telling them -------------------------------------------------------------------------------
+
 _HOOKS = ("on_start", "on_retry", "on_outcome", "on_job")
-_lock = threading.Lock()
-# id(observer) -> a weak reference (dropped when the observer dies, so a new
-# object reusing the id is warned about again) or, for objects that cannot be
-# weakly referenced, the observer itself (kept alive so its id is never reused).
-_warned: Dict[int, Any] = {}
 
 
-class Observers:
-    """An immutable set of observers with their hooks looked up once, not per request."""
+class Observers(Tuple[SumeObserver, ...]):
+    """Observers as one: an immutable tuple that is itself an observer and tells each of them.
 
-    __slots__ = ("_all", "_outcome", "_retry", "_start")
+    A hook that raises is logged once (with its traceback) and the request goes on. A str,
+    a non-iterable or an object with none of the hooks is refused when the tuple is made.
+    """
 
-    def __init__(self, observers: Iterable[SumeObserver] = ()) -> None:
-        self._all: Tuple[SumeObserver, ...] = observer_tuple(observers)
-        self._start = _bound(self._all, "on_start")
-        self._retry = _bound(self._all, "on_retry")
-        self._outcome = _bound(self._all, "on_outcome")
+    #: Whether any observer has ``on_start`` (so the start event is worth building).
+    starts: bool
 
-    def __iter__(self) -> Iterator[SumeObserver]:
-        return iter(self._all)
-
-    def __len__(self) -> int:
-        return len(self._all)
-
-    def __bool__(self) -> bool:
-        return bool(self._all)
+    def __new__(cls, observers: Iterable[SumeObserver] = ()) -> Observers:
+        given: object = observers  # what the caller passed, whatever its annotation says
+        if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+            raise ConfigurationError("observers must be a sequence of observer objects")
+        self = super().__new__(cls, observers)
+        for observer in self:
+            if not any(hasattr(observer, hook) for hook in _HOOKS):
+                raise ConfigurationError(
+                    f"observers: {type(observer).__name__} has none of the hooks {', '.join(_HOOKS)}: "
+                    "each observer must have at least one"
+                )
+        self.starts = any(getattr(observer, "on_start", None) is not None for observer in self)
+        return self
 
     def __repr__(self) -> str:
-        return f"Observers({', '.join(type(o).__name__ for o in self._all)})"
+        return f"Observers({', '.join(type(o).__name__ for o in self)})"
 
-    @property
-    def starts(self) -> bool:
-        """Whether any observer wants ``on_start`` (so the start event is worth building)."""
-        return bool(self._start)
-
-    # The loops call the bound hooks inline (no helper frame): outcome() runs on every request.
-
-    def start(self, event: RequestStart) -> None:
+    def on_start(self, event: RequestStart) -> None:
         """Tell every observer with ``on_start`` that a logical request begins.
 
         The context variables the hooks set are noted: they stay within the call (see
         ``in_own_context``), where everything else set during it reaches the caller.
         """
         before = contextvars.copy_context()
-        for observer, hook in self._start:
-            try:
-                hook(event)
-            except Exception:
-                _failed(observer, "on_start")
-        after = contextvars.copy_context()
-        changed = frozenset(var for var, value in after.items() if before.get(var, _UNSET) is not value)
+        self._tell("on_start", event)
+        changed = frozenset(
+            var for var, value in contextvars.copy_context().items() if before.get(var, _UNSET) is not value
+        )
         if changed:
             _SET_BY_START.set(_SET_BY_START.get() | changed)
 
-    def retry(self, event: RetryEvent) -> None:
+    def on_retry(self, event: RetryEvent) -> None:
         """Tell every observer with ``on_retry`` about a retry that is about to happen."""
-        for observer, hook in self._retry:
-            try:
-                hook(event)
-            except Exception:
-                _failed(observer, "on_retry")
+        self._tell("on_retry", event)
 
-    def outcome(self, record: SumeRecord) -> None:
+    def on_outcome(self, record: SumeRecord) -> None:
         """Tell every observer with ``on_outcome`` how a logical request ended."""
-        for observer, hook in self._outcome:
-            try:
-                hook(record)
-            except Exception:
-                _failed(observer, "on_outcome")
+        self._tell("on_outcome", record)
+
+    def on_job(self, event: Any) -> None:
+        """Tell every observer with ``on_job`` about a job event (a ``JobEvent``)."""
+        self._tell("on_job", event)
+
+    # The names the adapter, the retry and the session call them by.
+    start, retry, outcome = on_start, on_retry, on_outcome
+
+    def _tell(self, hook: str, value: Any) -> None:
+        for observer in self:
+            call = getattr(observer, hook, None)
+            if call is not None:
+                try:
+                    call(value)
+                except Exception:
+                    _failed(observer, hook)
 
 
 _T = TypeVar("_T")
@@ -130,50 +207,30 @@ _SET_BY_START: contextvars.ContextVar[FrozenSet[contextvars.ContextVar[Any]]] = 
 )
 _UNSET = object()
 
-
-def observer_tuple(observers: object) -> Tuple[SumeObserver, ...]:
-    """Observers as a tuple; a str, a non-iterable or an object with no hook is a mistake."""
-    if isinstance(observers, Observers):
-        return tuple(observers)
-    if isinstance(observers, (str, bytes)) or not isinstance(observers, Iterable):
-        raise ConfigurationError("observers must be a sequence of observer objects")
-    found = tuple(observers)
-    for observer in found:
-        if not any(hasattr(observer, hook) for hook in _HOOKS):
-            raise ConfigurationError(
-                f"observers: {type(observer).__name__} has none of the hooks {', '.join(_HOOKS)}: "
-                "each observer must have at least one"
-            )
-    return found
-
-
-def _bound(observers: Tuple[SumeObserver, ...], hook: str) -> Tuple[Tuple[object, Any], ...]:
-    return tuple((o, getattr(o, hook)) for o in observers if getattr(o, hook, None) is not None)
+_lock = threading.Lock()
+# id(observer) -> a weak reference (dropped when the observer dies, so a new
+# object reusing the id is warned about again) or, for objects that cannot be
+# weakly referenced, the observer itself (kept alive so its id is never reused).
+_warned: Dict[int, Any] = {}
 
 
 def _failed(observer: object, hook: str) -> None:
     """Log an observer's first failure (with its traceback); later ones pass silently."""
-    if _first_failure(observer):
-        logger.warning(
-            "observer %s raised in %s; the request goes on, and further errors "
-            "from this observer are ignored silently",
-            type(observer).__name__,
-            hook,
-            exc_info=True,
-        )
-
-
-def _first_failure(observer: object) -> bool:
-    """True only the first time this observer object fails."""
     key = id(observer)
     with _lock:
         if key in _warned:
-            return False
+            return
         try:
             _warned[key] = weakref.ref(observer, _forgetter(key))
         except TypeError:
             _warned[key] = observer
-        return True
+    logger.warning(
+        "observer %s raised in %s; the request goes on, and further errors "
+        "from this observer are ignored silently",
+        type(observer).__name__,
+        hook,
+        exc_info=True,
+    )
 
 
 def _forgetter(key: int) -> Any:
@@ -186,49 +243,42 @@ def _forgetter(key: int) -> Any:
     return forget
 
 
-# Thread-safe counters of outcomes, retry reasons, attempts, pacing and jobs.
+# -- counting -----------------------------------------------------------------------------------
 
 #: Distinct retry reasons counted before the rest go under "other": codes come from the
 #: server, and a label set that grows without bound is a memory leak in a metrics store.
 MAX_REASONS = 50
-#: What ``on_job`` counts: polls, and how waited-for jobs ended.
 #: ``snapshot()["jobs"]``'s keys: each JobEvent kind, a poll counted as "polls".
 JOB_EVENTS = tuple("polls" if kind == "poll" else kind for kind in JOB_EVENT_KINDS)
-_OUTCOMES = tuple(outcome.value for outcome in Outcome)
-# Outcome -> its value, looked up rather than computed (Enum.value is a slow descriptor).
-_KEYS: Dict[Any, str] = {outcome: outcome.value for outcome in Outcome}
 
 
-def bounded_reason(reason: str, seen: Collection[str]) -> str:
-    """``reason`` itself while fewer than MAX_REASONS are known, else "other"."""
+def retry_reason(event: RetryEvent, seen: Collection[str] = ()) -> str:
+    """The label a retry is counted under: error code, else status, else error class; "other"
+    when it is new and ``seen`` (the labels counted so far) already holds MAX_REASONS."""
+    if event.code:
+        reason = event.code
+    elif event.status is not None:
+        reason = str(event.status)
+    else:
+        reason = event.error or "unknown"
     return reason if reason in seen or len(seen) < MAX_REASONS else "other"
 
 
-def retry_reason(event: RetryEvent) -> str:
-    """The label a retry is counted under: error code, else status, else error class."""
-    if event.code:
-        return event.code
-    if event.status is not None:
-        return str(event.status)
-    if event.error:
-        return event.error
-    return "unknown"
-
-
-class SumeMetrics(LockFreePickle):
+class SumeMetrics:
     """An observer that counts outcomes, retries by reason, attempts, pacing and jobs.
 
     One object may serve many sessions (Django shares one per process); every method is
-    thread-safe. ``snapshot()`` gives plain dicts with string keys.
+    thread-safe. ``snapshot()`` gives plain dicts with string keys. A forked child starts its
+    own at zero (gunicorn ``--preload``); a copy pickles without the lock.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._reset()
-        _LIVE.add(self)
+        _fork.track(self)
 
     def _reset(self) -> None:
-        self._outcomes: Counter[str] = collections.Counter(dict.fromkeys(_OUTCOMES, 0))
+        self._outcomes: Counter[str] = collections.Counter(dict.fromkeys((o.value for o in Outcome), 0))
         self._retries: Counter[str] = collections.Counter()
         self._attempts: Counter[int] = collections.Counter()
         self._held = 0
@@ -237,26 +287,21 @@ class SumeMetrics(LockFreePickle):
         self._fallbacks = 0
         self._jobs: Counter[str] = collections.Counter(dict.fromkeys(JOB_EVENTS, 0))
 
+    def _after_fork(self) -> None:
+        # Another thread may have held the lock at the fork, and would never let go.
+        self._lock = threading.Lock()
+        self._reset()
+
     def on_retry(self, event: RetryEvent) -> None:
         """Count one retry under its reason."""
-        reason = retry_reason(event)
         with self._lock:
-            retries = self._retries
-            if reason not in retries and len(retries) >= MAX_REASONS:
-                reason = "other"  # bounded_reason, inline: this runs on every retry
-            retries[reason] += 1
+            self._retries[retry_reason(event, self._retries)] += 1
 
     def on_outcome(self, record: SumeRecord) -> None:
         """Count one logical request: its outcome, attempts and the time the fleet held it."""
-        key = _KEYS.get(record.outcome) or str(record.outcome)
         with self._lock:
-            self._outcomes[key] += 1
+            self._outcomes[record.outcome.value] += 1
             self._attempts[record.attempts] += 1
-        if record.paced or record.fleet_refused or record.fleet_fallbacks:
-            self._count_pacing(record)
-
-    def _count_pacing(self, record: SumeRecord) -> None:
-        with self._lock:
             if record.paced:
                 self._held += 1
                 self._paced += record.paced
@@ -300,40 +345,32 @@ class SumeMetrics(LockFreePickle):
         with self._lock:
             self._reset()
 
+    def __getstate__(self) -> Dict[str, Any]:
+        with self._lock:
+            return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        super().__setstate__(state)
-        _LIVE.add(self)
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        _fork.track(self)
 
     def __repr__(self) -> str:
         snap = self.snapshot()
         return f"SumeMetrics(total={sum(snap['outcomes'].values())}, outcomes={snap['outcomes']!r})"
 
 
-# Counters made in this process: a forked child (gunicorn --preload) starts its own at zero,
-# with new locks (another thread may have held one at the fork, and would never let go).
-_LIVE: weakref.WeakSet[SumeMetrics] = weakref.WeakSet()
+# -- log lines ----------------------------------------------------------------------------------
 
-
-def _fresh_in_child() -> None:
-    for metrics in list(_LIVE):
-        metrics._lock = threading.Lock()
-        metrics._reset()
-
-
-_fork.in_child(_fresh_in_child)
-
-
-# Log lines a person can act on: one per retry, one per give-up or caller error.
-
-_LOUD = frozenset({Outcome.GAVE_UP, Outcome.FIX})
+#: The level of an outcome's line: a give-up needs someone; a caller error is the caller's to fix.
+_LEVELS = {Outcome.GAVE_UP: logging.WARNING, Outcome.FIX: logging.INFO}
 
 
 class LoggingObserver:
-    """An observer that logs retries, give-ups and caller errors at INFO, the rest at DEBUG.
+    """An observer that logs give-ups at WARNING, retries and caller errors at INFO, the rest at DEBUG.
 
-    Lines carry method, path, status, code, request id and idempotency key prefix,
-    and the same values as ``sume_*`` attributes of the log record. Never logged:
-    headers, the query string, the host, the full idempotency key.
+    Lines carry method, path, status, code, request id and idempotency key prefix
+    ("idempotency key 3f2a9c1e…"), and the same values as ``sume_*`` attributes of the log
+    record. Never logged: headers, the query string, the host, the full idempotency key.
     """
 
     def __init__(self, logger: Optional[logging.Logger] = None) -> None:
@@ -343,105 +380,101 @@ class LoggingObserver:
         """Log one INFO line before a retry's wait."""
         if not self.logger.isEnabledFor(logging.INFO):
             return
-        fields = _Fields(event.method, event.url, event.status, event.code, event.request_id)
-        prefix = key_prefix(_clean(event.key_prefix))
-        cause = fields.label or _clean(event.error) or "an error"
-        message = f"retrying {fields.target} after {cause}"
-        if fields.request_id:
-            message += f" (request id {fields.request_id})"
-        message += (
-            f", attempt {event.attempt}/{event.max_retries}, "
-            f"waiting {event.wait:.1f}s ({_clean(event.wait_source) or 'unknown'})"
+        line = _Line(event.method, event.url, event.status, event.code, event.request_id, event.key_prefix)
+        cause = line.label or _clean(event.error) or "an error"
+        said_by = f" ({line.request_id})" if line.request_id else ""
+        message = ", ".join(
+            filter(
+                None,
+                (
+                    f"retrying {line.target} after {cause}{said_by}",
+                    f"attempt {event.attempt}/{event.max_retries}",
+                    f"waiting {event.wait:.1f}s ({_clean(event.wait_source) or 'unknown'})",
+                    line.key,
+                ),
+            )
         )
-        if prefix:
-            message += f", key {prefix}"
-        extra = fields.extra(
+        extra = line.extra(
             event="retry",
             attempt=event.attempt,
             max_retries=event.max_retries,
             wait=event.wait,
             wait_source=event.wait_source,
             outcome=None,
-            key_prefix=prefix,
             error=_clean(event.error),
             elapsed=None,
         )
         self.logger.info(message, extra=extra)
 
     def on_outcome(self, record: SumeRecord) -> None:
-        """Log a give-up or a caller error at INFO, any other outcome at DEBUG."""
-        level = logging.INFO if record.outcome in _LOUD else logging.DEBUG
+        """Log a give-up at WARNING, a caller error at INFO, any other outcome at DEBUG."""
+        level = _LEVELS.get(record.outcome, logging.DEBUG)
         if not self.logger.isEnabledFor(level):
             return
         outcome = Outcome(record.outcome)
-        fields = _Fields(record.method, record.url, record.status, record.code, record.request_id)
-        prefix = key_prefix(record.idempotency_key)
-        extra = fields.extra(
+        line = _Line(
+            record.method, record.url, record.status, record.code, record.request_id, record.idempotency_key
+        )
+        reason = _clean(record.reason)
+        label = (
+            line.label if record.status is not None else " ".join(filter(None, ("no response", line.code)))
+        )
+        # Reasons usually open with the status and code: say them once.
+        details = ", ".join(
+            filter(None, ("" if reason.startswith(label) else label, line.request_id, line.key))
+        )
+        suffix = f" ({details})" if details else ""
+        attempts = plural(record.attempts, "attempt", "attempts")
+        if outcome is Outcome.GAVE_UP:
+            message = f"gave up on {line.target} after {attempts} in {record.elapsed:.1f}s: {reason}{suffix}"
+        elif outcome is Outcome.FIX:
+            message = f"not retried, the caller must fix it: {line.target}: {reason}{suffix}"
+        else:
+            message = f"{line.target} ended {outcome.value} after {attempts} in {record.elapsed:.1f}s{suffix}"
+        extra = line.extra(
             event="outcome",
             attempt=record.attempts,
             max_retries=None,
             wait=None,
             wait_source=None,
             outcome=outcome.value,
-            key_prefix=prefix,
             error=None,
             elapsed=record.elapsed,
         )
-        self.logger.log(level, _outcome_message(record, fields, prefix), extra=extra)
+        self.logger.log(level, message, extra=extra)
 
 
-class _Fields:
-    """The cleaned values every line carries: method, path, status, code, request id."""
+class _Line:
+    """The cleaned values every line carries, and how the line names them."""
 
     def __init__(
-        self, method: str, url: str, status: Optional[int], code: Optional[str], request_id: Optional[str]
+        self,
+        method: str,
+        url: str,
+        status: Optional[int],
+        code: Optional[str],
+        request_id: Optional[str],
+        key: Optional[str],
     ) -> None:
-        self.method, self.path = _clean(method), _path(url)
-        self.status, self.code, self.request_id = status, _clean(code), _clean(request_id)
-        self.target = " ".join(filter(None, (self.method, self.path))) or "request"
+        self.fields: Dict[str, Any] = {
+            "method": _clean(method),
+            "path": _path(url),
+            "status": status,
+            "code": _clean(code),
+            "request_id": _clean(request_id),
+            "key_prefix": key_prefix(_clean(key)),  # a whole key given as a prefix is cut all the same
+        }
+        self.code = self.fields["code"]
+        self.target = " ".join(filter(None, (self.fields["method"], self.fields["path"]))) or "request"
         self.label = " ".join(filter(None, (None if status is None else str(status), self.code)))
+        self.request_id = f"request id {self.fields['request_id']}" if self.fields["request_id"] else ""
+        # Never "key" alone: the fleet's lines name the API key's hash, as key_id.
+        self.key = f"idempotency key {self.fields['key_prefix']}" if self.fields["key_prefix"] else ""
 
     def extra(self, **values: Any) -> Dict[str, Any]:
-        """The ``sume_*`` attributes of the log record."""
-        return _fields(
-            method=self.method,
-            path=self.path,
-            status=self.status,
-            code=self.code,
-            request_id=self.request_id,
-            **values,
-        )
-
-
-def _outcome_message(record: SumeRecord, fields: _Fields, prefix: Optional[str]) -> str:
-    reason = _clean(record.reason)
-    label = (
-        fields.label if record.status is not None else " ".join(filter(None, ("no response", fields.code)))
-    )
-    details = ", ".join(
-        filter(
-            None,
-            (
-                "" if reason.startswith(label) else label,  # reasons usually open with it
-                f"request id {fields.request_id}" if fields.request_id else "",
-                f"key {prefix}" if prefix else "",
-            ),
-        )
-    )
-    suffix = f" ({details})" if details else ""
-    attempts = plural(record.attempts, "attempt", "attempts")
-    outcome = Outcome(record.outcome)
-    if outcome is Outcome.GAVE_UP:
-        return f"gave up on {fields.target} after {attempts} in {record.elapsed:.1f}s: {reason}{suffix}"
-    if outcome is Outcome.FIX:
-        return f"not retried, the caller must fix it: {fields.target}: {reason}{suffix}"
-    return f"{fields.target} ended {outcome.value} after {attempts} in {record.elapsed:.1f}s{suffix}"
-
-
-def _fields(**values: Any) -> Dict[str, Any]:
-    # The prefix keeps these apart from LogRecord's own attributes (which
-    # logging refuses to overwrite) and from other libraries' extras.
-    return {f"sume_{name}": value for name, value in values.items()}
+        """The ``sume_*`` attributes of the log record: prefixed, so they stay apart from
+        LogRecord's own attributes (which logging refuses to overwrite) and other libraries'."""
+        return {f"sume_{name}": value for name, value in {**self.fields, **values}.items()}
 
 
 def _path(url: str) -> str:

@@ -32,8 +32,9 @@ from sume_urllib3 import (
     idempotency_key_for,
     sume_record,
 )
-from sume_urllib3._errors import give_up_for, record_from_summary, summary
+from sume_urllib3._errors import give_up_for
 from sume_urllib3._idempotency import validate_idempotency_key
+from sume_urllib3._record import record_from_summary, summary
 from sume_urllib3.testing import FakeSume, Reply
 
 from .conftest import VirtualTime

@@ -7,6 +7,7 @@ fork from Python (the hooks run). Both must leave a child with nothing the paren
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from typing import Any, Callable, Dict, List
@@ -67,6 +68,39 @@ def test_the_at_fork_hook_resets_once_and_check_then_does_nothing() -> None:
         assert in_a_forked_child(child) == "1 1"
     finally:
         _fork._callbacks.pop()
+
+
+def test_a_failed_reset_is_logged_naming_the_logger_once() -> None:
+    """A reset that raises is logged (the others still run), and the line does not repeat
+    the logger's name under a format that shows it."""
+    lines: List[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    class Failing:
+        def _after_fork(self) -> None:
+            raise RuntimeError("boom")
+
+    handler = Lines()
+    handler.setFormatter(logging.Formatter("%(name)s: %(levelname)s: %(message)s"))
+    logger = logging.getLogger("sume_urllib3")
+    logger.addHandler(handler)
+    failing, calls = Failing(), []  # type: ignore[var-annotated]
+    _fork.track(failing)
+    _fork.in_child(_counting(calls))
+    try:
+        said = in_a_forked_child(lambda: f"{len(calls)}|" + "\n".join(lines))
+    finally:
+        logger.removeHandler(handler)
+        _fork._callbacks.pop()
+        _fork._tracked.discard(failing)
+
+    ran, _, text = said.partition("|")
+    assert "1" == ran
+    assert text.startswith("sume_urllib3: ERROR: resetting "), text
+    assert "sume_urllib3: sume_urllib3" not in text
 
 
 def test_a_session_used_before_a_c_fork_opens_its_own_connection_in_the_child(

@@ -11,12 +11,9 @@ import pytest
 prometheus_client = pytest.importorskip("prometheus_client")
 
 from sume_urllib3 import Job, JobEvent, JobFailed, JobTimeout, LocalFleet, Policy, SumeRetryError  # noqa: E402
-from sume_urllib3._record import (  # noqa: E402
-    Outcome,
-    RetryEvent,
-    SumeRecord,
-)
+from sume_urllib3._record import Outcome, SumeRecord  # noqa: E402
 from sume_urllib3.contrib.prometheus import JOB_EVENTS, PrometheusObserver  # noqa: E402
+from sume_urllib3.observe import RetryEvent  # noqa: E402
 from sume_urllib3.testing import FakeSume  # noqa: E402
 
 from .conftest import VirtualTime  # noqa: E402

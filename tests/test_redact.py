@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 from urllib3.exceptions import MaxRetryError, NewConnectionError
@@ -87,4 +89,23 @@ def test_urllib3_log_lines_are_redacted() -> None:
 
     assert RedactingFilter().filter(record)
     assert '"GET /x?<redacted>" 200' == record.getMessage()
-    assert any(isinstance(f, RedactingFilter) for f in logging.getLogger("urllib3.connectionpool").filters)
+
+
+def test_the_urllib3_filter_is_installed_by_the_first_retry_not_by_the_import() -> None:
+    """``import sume_urllib3`` leaves urllib3's loggers alone; making a SumeRetry (every session
+    has one) installs the filter once, and calling redact_urllib3_logs again adds none."""
+    script = (
+        "import logging, sume_urllib3\n"
+        "from sume_urllib3.observe import redact_urllib3_logs\n"
+        "names = ('urllib3.connectionpool', 'urllib3.util.retry')\n"
+        "def count():\n"
+        "    return sum(len(logging.getLogger(n).filters) for n in names)\n"
+        "before = count()\n"
+        "sume_urllib3.SumeRetry()\n"
+        "made = count()\n"
+        "sume_urllib3.SumeSession('sk_x')\n"
+        "redact_urllib3_logs()\n"
+        "print(before, made, count())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert "0 2 2" == done.stdout.strip()

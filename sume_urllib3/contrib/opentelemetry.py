@@ -71,7 +71,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, RequestStart, RetryEvent, SumeRecord, __version__
-from .._record import JOB_EVENT_KINDS
+from ..observe import JOB_EVENT_KINDS
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"

@@ -28,8 +28,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         "sume_urllib3.contrib.prometheus needs prometheus_client: pip install 'sume-urllib3[prometheus]'"
     ) from exc
 
-from .._record import JOB_EVENT_KINDS, Outcome, RetryEvent, SumeRecord
-from ..observe import bounded_reason, retry_reason
+from .._record import Outcome, SumeRecord
+from ..observe import JOB_EVENT_KINDS, RetryEvent, retry_reason
 
 #: Histogram buckets for attempts per logical request (the default policy sends at most 7).
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 10)
@@ -72,7 +72,7 @@ class PrometheusObserver:
         """Count one retry under its reason (error code, else status, else error class)."""
         metrics = self._metrics
         with _lock:
-            reason = bounded_reason(retry_reason(event), metrics.reasons)
+            reason = retry_reason(event, metrics.reasons)
             metrics.reasons.add(reason)
         metrics.retries.labels(reason=reason).inc()
 

@@ -11,8 +11,9 @@ from typing import Any, Callable, Counter, Dict, List, Optional, TextIO, Tuple
 from .._errors import SumeRetryError
 from .._jobs import Job, JobEvent, Jobs
 from .._policy import Policy
-from .._record import RetryEvent, SumeRecord
+from .._record import SumeRecord
 from .._session import SumeSession
+from ..observe import RetryEvent
 from ..pacing._fleet import LocalFleet
 from ._server import FakeSume, Reply
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from typing import List
 
-from .._record import RetryEvent, SumeRecord
+from .._record import SumeRecord
+from ..observe import RetryEvent
 
 
 class RecordingObserver:

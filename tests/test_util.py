@@ -1,9 +1,7 @@
-"""The shared helpers: seconds and plurals in reasons, safe text, hosts, origins, pickling, StrEnum."""
+"""sume_urllib3._util: seconds and plurals in reasons, safe text, hosts, origins, StrEnum."""
 
 from __future__ import annotations
 
-import pickle
-import threading
 from typing import Optional, Tuple
 
 import pytest
@@ -12,7 +10,6 @@ from sume_urllib3._policy import Verdict
 from sume_urllib3._record import Outcome
 from sume_urllib3._util import (
     MAX_FIELD,
-    LockFreePickle,
     StrEnum,
     is_loopback,
     is_visible_ascii,
@@ -232,33 +229,7 @@ def test_other_host_port_or_downgrade_leaves(previous: str, url: str) -> None:
     assert leaves_origin(previous, url) is True
 
 
-# --- LockFreePickle and StrEnum --------------------------------------------------------------
-
-
-class Tally(LockFreePickle):
-    """A counter guarded by a lock, as the metrics and budgets are."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.count = 0
-        self.names = ["a"]
-
-
-def test_lock_free_pickle_round_trip() -> None:
-    """The copy has the same data and a fresh, unlocked lock of its own."""
-    tally = Tally()
-    tally.count = 7
-    copy = pickle.loads(pickle.dumps(tally))
-    assert (copy.count, copy.names) == (7, ["a"])
-    assert copy._lock is not tally._lock
-    assert copy._lock.acquire(blocking=False)
-    copy._lock.release()
-    assert "_lock" in vars(tally)  # the original keeps its lock
-
-
-def test_lock_free_pickle_state_has_no_lock() -> None:
-    """The pickled state leaves the lock out."""
-    assert Tally().__getstate__() == {"count": 0, "names": ["a"]}
+# --- StrEnum -----------------------------------------------------------------------------------
 
 
 class Color(StrEnum):
