@@ -10,8 +10,8 @@ from typing import Callable, NoReturn, Optional, Sequence, TextIO
 
 from ._envelope import ErrorEnvelope, parse_retry_after
 from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict
+from ._util import seconds
 from ._version import __version__
-from .testing import _demo
 
 PROG = "python -m sume_urllib3"
 
@@ -48,6 +48,8 @@ def run(
             out.write(render_table(policy))
             return 0
         if args.command == "demo":
+            from .testing import _demo  # the fake server, loaded only for the demo
+
             return _demo.run(out, scale=args.scale)
         decision = explain_decision(args, policy)
     except UsageError as exc:
@@ -69,8 +71,8 @@ def run(
         left = policy.max_elapsed - args.elapsed
         if low <= left < high:
             out.write(
-                f"note: the backoff is drawn from {_seconds(low)}..{_seconds(high)} s and only "
-                f"{_seconds(max(left, 0.0))} s are left, so the verdict varies; pass --seed N to fix it\n"
+                f"note: the backoff is drawn from {seconds(low, '')}..{seconds(high, '')} s and only "
+                f"{seconds(max(left, 0.0), '')} s are left, so the verdict varies; pass --seed N to fix it\n"
             )
     return 0
 
@@ -130,10 +132,10 @@ def render_decision(decision: Decision, policy: Optional[Policy] = None, attempt
     A backoff wait is one random draw, so the line also names the range it came from.
     """
     if decision.retry and decision.wait is not None:
-        wait = f"{_seconds(decision.wait)} s ({decision.source}"
+        wait = f"{seconds(decision.wait, '')} s ({decision.source}"
         if decision.source == "backoff" and policy is not None:
             low, high = policy.backoff(attempt, lambda: 0.0), policy.backoff(attempt, lambda: 1.0)
-            wait += f", jitter range {_seconds(low)}..{_seconds(high)} s"
+            wait += f", jitter range {seconds(low, '')}..{seconds(high, '')} s"
         wait += ")"
     else:
         wait = "none"
@@ -166,43 +168,25 @@ def _parser() -> _Parser:
     return parser
 
 
-def _int_in(low: int, high: Optional[int], what: str) -> Callable[[str], int]:
-    """An argparse type: an int in [low, high], with one clear message otherwise."""
+def _number(kind: Callable[[str], float], low: float, high: float, what: str) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind`` from ``low`` to ``high``, with one clear message otherwise."""
 
-    def parse(text: str) -> int:
+    def parse(text: str) -> float:
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            value = low - 1
-        if value < low or (high is not None and value > high):
+            value = math.nan  # fails the test below
+        if not (low <= value <= high and (kind is int or math.isfinite(value))):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
         return value
 
     return parse
 
 
-_status = _int_in(100, 599, "an HTTP status 100..599")
-_count = _int_in(0, None, "an integer >= 0")
-
-
-def _elapsed(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
-    return value
-
-
-def _scale(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
-    return value
+_status = _number(int, 100, 599, "an HTTP status 100..599")
+_count = _number(int, 0, math.inf, "an integer >= 0")
+_elapsed = _number(float, 0, math.inf, "a number of seconds >= 0")
+_scale = _number(float, 0, 1, "a number between 0 and 1")
 
 
 def _bool(text: str) -> bool:
@@ -225,7 +209,3 @@ def _wait_text(rule: Rule, policy: Policy) -> str:
 def _num(value: float) -> str:
     # repr keeps "1.0" and "0.25" exact where a fixed precision would round config values.
     return repr(float(value))
-
-
-def _seconds(value: float) -> str:
-    return f"{value:.1f}" if value < 1e6 else f"{value:.3g}"

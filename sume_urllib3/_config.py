@@ -13,7 +13,7 @@ import math
 import os
 import random
 import threading
-from typing import Any, Callable, Dict, Iterable, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterable, TypeVar
 from urllib.parse import urlsplit
 
 from urllib3.exceptions import LocationParseError
@@ -29,26 +29,41 @@ MAX_SECONDS: float = min(float(threading.TIMEOUT_MAX), 1e9)
 T = TypeVar("T")
 
 
-def check_seconds(value: Any, name: str, *, positive: bool = False) -> float:
-    """``value`` as float seconds: finite, >= 0 (> 0 when ``positive``), at most ``MAX_SECONDS``."""
+def check_seconds(
+    value: Any,
+    name: str,
+    *,
+    positive: bool = False,
+    low: float = 0.0,
+    high: float = MAX_SECONDS,
+    unit: str = "seconds",
+) -> float:
+    """``value`` as a float: a finite number from ``low`` to ``high`` (above ``low`` when
+    ``positive``); by default seconds from 0 to ``MAX_SECONDS``. ``unit`` names what it counts."""
+    what = f"a number of {unit}" if unit else "a number"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {value!r}")
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}")
     try:
-        seconds = float(value)
+        number = float(value)
     except OverflowError:  # an int past float range
-        seconds = math.inf
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0) or seconds > MAX_SECONDS:
-        need = "> 0" if positive else ">= 0"
+        number = math.inf
+    if math.isfinite(number) and low <= number <= high and not (positive and number == low):
+        return number
+    if (low, high) == (0.0, MAX_SECONDS):
         raise ConfigurationError(
-            f"{name} must be finite and {need}, at most {MAX_SECONDS:.0f} seconds "
+            f"{name} must be finite and {'> 0' if positive else '>= 0'}, at most {MAX_SECONDS:.0f} seconds "
             f"(what time.sleep and socket timeouts accept), got {value!r}"
         )
-    return seconds
+    span = f"above {low:g} and at most" if positive else f"between {low:g} and"
+    raise ConfigurationError(f"{name} must be {span} {high:g}{' ' + unit if unit else ''}, got {value!r}")
 
 
-def check_optional_seconds(value: Any, name: str, *, positive: bool = False) -> Optional[float]:
-    """None, or :func:`check_seconds` of ``value``."""
-    return None if value is None else check_seconds(value, name, positive=positive)
+def as_seconds(value: Any, default: float = 0.0) -> float:
+    """Seconds the library's own code passes on (a fleet's ``not_before``): a number below 0
+    is 0, anything that is not a number (None, NaN, a bool) is ``default``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return default
+    return max(float(value), 0.0)
 
 
 def check_int(value: Any, name: str, low: int, high: int) -> int:
@@ -64,13 +79,6 @@ def check_flag(value: Any, name: str) -> bool:
     """``value``, True or False: a string such as "false" is a mistake, not a truthy value."""
     if not isinstance(value, bool):
         raise ConfigurationError(f"{name} must be True or False, got {type(value).__name__}")
-    return value
-
-
-def check_callable(value: Any, name: str, what: str) -> Any:
-    """``value`` when it is None or callable; ``what`` says what the call must do."""
-    if value is not None and not callable(value):
-        raise ConfigurationError(f"{name} must be None or a callable {what}, got {type(value).__name__}")
     return value
 
 

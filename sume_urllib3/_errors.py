@@ -152,19 +152,20 @@ _TRANSPORT: Dict[type, Type[SumeRetryError]] = {
 }
 
 
-def give_up_for(error: BaseException, record: SumeRecord) -> Optional[SumeRetryError]:
-    """The give-up to raise in place of requests' transport error, or None to raise it as is.
-
-    The new exception is also an instance of the error's class, keeps its request and
-    response, and says what requests said after the record's own message; raise it
-    ``from`` the original so the traceback keeps both. ``error`` and its chain are
+def raisable(error: Exception, record: SumeRecord) -> Exception:
+    """What to raise for a transport error that ended a request, tagged with ``record``
+    (``exc.sume``): in place of requests' own transport error, the give-up that is also an
+    instance of its class, keeps its request and response and says what requests said after
+    the record's own message; any other error (one of a class someone else defined
+    included, so its except clauses still work) as it is. Raise the give-up ``from error``
+    (see :func:`throw`) so the traceback keeps both. Either way ``error`` and its chain are
     redacted first (:func:`redact`): the give-up repeats urllib3's message, and the
-    traceback shows the original's.
-    """
+    traceback shows the original's."""
+    setattr(error, "sume", record)
+    redact(error)
     cls = _TRANSPORT.get(type(error))
     if cls is None or isinstance(error, SumeRetryError):
-        return None
-    redact(error)
+        return error
     give_up = cls(record, getattr(error, "response", None), getattr(error, "request", None))
     detail = _first_line(str(error))
     if detail:
@@ -173,16 +174,6 @@ def give_up_for(error: BaseException, record: SumeRecord) -> Optional[SumeRetryE
     # and the summary follow, so a JSON result backend still rebuilds the give-up.
     give_up.args = (*error.args[:1], give_up.message, give_up.args[-1])
     return give_up
-
-
-def raisable(error: Exception, record: SumeRecord) -> Exception:
-    """What to raise for a transport error that ended a request: the give-up
-    :func:`give_up_for` builds for it, or ``error`` itself; either way tagged with ``record``
-    (``exc.sume``). Raise it ``from error`` when it is not ``error`` (see :func:`throw`)."""
-    setattr(error, "sume", record)
-    redact(error)  # raised as is or chained, it must not carry the URL's query or a key
-    give_up = give_up_for(error, record)
-    return error if give_up is None else give_up
 
 
 def throw(error: Exception, record: SumeRecord) -> NoReturn:

@@ -1,42 +1,23 @@
-"""Small helpers shared by several modules: text, enums, hosts and pickling."""
+"""Small helpers several modules share: text for people, hosts and origins, errors, randomness."""
 
 from __future__ import annotations
 
 import enum
 import ipaddress
 import random
-import threading
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Iterator, Optional, Tuple, Type, TypeVar, Union
 from urllib.parse import urlsplit
+
+# -- text for people ----------------------------------------------------------------------------
 
 #: Values that come from the server (codes, request ids) are cut to this length so a
 #: hostile or broken response cannot flood a log line or an exception message.
 MAX_FIELD = 200
 
 
-#: A source of randomness: a ``random.Random``, a callable returning [0, 1), or None (the module).
-RandomSource = Union[random.Random, Callable[[], float], None]
-
-
-def uniform(rng: RandomSource, low: float, high: float) -> float:
-    """A uniform draw in [low, high] from ``rng`` (tests inject theirs to fix the schedule)."""
-    if rng is None:
-        return low + (high - low) * random.random()  # random.uniform's own formula, one call fewer
-    if isinstance(rng, random.Random):
-        return rng.uniform(low, high)
-    return low + (high - low) * float(rng())
-
-
-class StrEnum(str, enum.Enum):
-    """A str enum whose ``str()`` is its value (``enum.StrEnum`` arrived only in 3.11)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-
-def seconds(value: float) -> str:
+def seconds(value: float, unit: str = "s") -> str:
     """Seconds as people read them in reasons: "1.5s", or "1e+09s" when absurdly large."""
-    return f"{value:.1f}s" if value < 1e6 else f"{value:.3g}s"
+    return f"{value:.1f}{unit}" if value < 1e6 else f"{value:.3g}{unit}"
 
 
 def plural(count: int, one: str, many: str) -> str:
@@ -51,7 +32,7 @@ def printable(value: Any, max_len: int = MAX_FIELD) -> Optional[str]:
     text = value if isinstance(value, str) else str(value)
     if len(text) > max_len:
         text = text[:max_len] + "…"
-    if text.isprintable():  # the usual case, without a per-character loop
+    if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else "?" for ch in text)
 
@@ -59,6 +40,18 @@ def printable(value: Any, max_len: int = MAX_FIELD) -> Optional[str]:
 def is_visible_ascii(text: str) -> bool:
     """True when every character is visible ASCII ("!" to "~"): safe in a header value."""
     return all("!" <= ch <= "~" for ch in text)
+
+
+class StrEnum(str, enum.Enum):
+    """A str enum whose ``str()`` is its value (``enum.StrEnum`` arrived only in 3.11)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+# -- hosts and origins --------------------------------------------------------------------------
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def is_loopback(host: str) -> bool:
@@ -102,31 +95,20 @@ def leaves_origin(previous: str, url: str) -> bool:
     return not upgrade
 
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
 def header_value(headers: Any, name: str) -> Any:
     """The value of header ``name`` (give it lower-cased) as stored (str or bytes), or None.
 
-    requests' and urllib3's header mappings keep a dict keyed by the lower-cased name; their
-    ``get`` and ``in`` go through ``Mapping`` and raise and catch ``KeyError`` for every
-    missing name, which costs more than the rest of the look-up on the success path. Other
-    mappings are asked the ordinary way.
+    requests' ``CaseInsensitiveDict`` and urllib3's ``HTTPHeaderDict`` (several values joined
+    with ", ") ignore case themselves; a plain dict is searched in any case.
     """
-    store = getattr(headers, "_store", None)  # requests.structures.CaseInsensitiveDict
-    if isinstance(store, dict):
-        item = store.get(name)
-        return None if item is None else item[1]
-    container = getattr(headers, "_container", None)  # urllib3 HTTPHeaderDict
-    if isinstance(container, dict):
-        values = container.get(name)
-        return None if values is None else ", ".join(values[1:])
-    if type(headers) is dict:  # a plain dict is case-sensitive: find the name in any case
+    if headers is None:
+        return None
+    if type(headers) is dict:
         return next((v for k, v in headers.items() if isinstance(k, str) and k.lower() == name), None)
-    return headers.get(name) if headers is not None else None
+    return headers.get(name)
 
 
-T = TypeVar("T")
+# -- errors -------------------------------------------------------------------------------------
 
 
 def cause_chain(error: BaseException, depth: int = 8) -> Iterator[BaseException]:
@@ -145,26 +127,27 @@ def cause_chain(error: BaseException, depth: int = 8) -> Iterator[BaseException]
         )
 
 
-def frozen(cls: Type[T], **fields: Any) -> T:
-    """An instance of frozen dataclass ``cls`` from fields the caller has already checked.
+# -- randomness and objects ---------------------------------------------------------------------
 
-    What the generated ``__init__`` does, without one ``object.__setattr__`` per field:
-    for the objects made on every request or every decision. Every field must be given.
-    """
+#: A source of randomness: a ``random.Random``, a callable returning [0, 1), or None (the module).
+RandomSource = Union[random.Random, Callable[[], float], None]
+
+
+def uniform(rng: RandomSource, low: float, high: float) -> float:
+    """A uniform draw in [low, high] from ``rng`` (tests inject theirs to fix the schedule)."""
+    if rng is None:
+        return random.uniform(low, high)
+    if isinstance(rng, random.Random):
+        return rng.uniform(low, high)
+    return low + (high - low) * float(rng())
+
+
+T = TypeVar("T")
+
+
+def frozen(cls: Type[T], **fields: Any) -> T:
+    """An instance of frozen dataclass ``cls`` from fields the caller has already checked
+    (every field given): its ``__dict__`` filled without the generated ``__init__``."""
     instance: T = object.__new__(cls)
     instance.__dict__.update(fields)
     return instance
-
-
-class LockFreePickle:
-    """Pickles an object without its ``_lock`` and gives the copy a fresh one."""
-
-    _lock: Any
-
-    def __getstate__(self) -> Dict[str, Any]:
-        with self._lock:
-            return {k: v for k, v in self.__dict__.items() if k != "_lock"}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()

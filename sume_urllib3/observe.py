@@ -381,29 +381,15 @@ class LoggingObserver:
         if not self.logger.isEnabledFor(logging.INFO):
             return
         line = _Line(event.method, event.url, event.status, event.code, event.request_id, event.key_prefix)
-        cause = line.label or _clean(event.error) or "an error"
+        error = _clean(event.error)
         said_by = f" ({line.request_id})" if line.request_id else ""
-        message = ", ".join(
-            filter(
-                None,
-                (
-                    f"retrying {line.target} after {cause}{said_by}",
-                    f"attempt {event.attempt}/{event.max_retries}",
-                    f"waiting {event.wait:.1f}s ({_clean(event.wait_source) or 'unknown'})",
-                    line.key,
-                ),
-            )
+        message = (
+            f"retrying {line.target} after {line.label or error or 'an error'}{said_by}, attempt "
+            f"{event.attempt}/{event.max_retries}, waiting {event.wait:.1f}s "
+            f"({_clean(event.wait_source) or 'unknown'}){', ' + line.key if line.key else ''}"
         )
-        extra = line.extra(
-            event="retry",
-            attempt=event.attempt,
-            max_retries=event.max_retries,
-            wait=event.wait,
-            wait_source=event.wait_source,
-            outcome=None,
-            error=_clean(event.error),
-            elapsed=None,
-        )
+        fields = {"attempt": event.attempt, "max_retries": event.max_retries, "wait": event.wait}
+        extra = line.extra(event="retry", wait_source=event.wait_source, error=error, **fields)
         self.logger.info(message, extra=extra)
 
     def on_outcome(self, record: SumeRecord) -> None:
@@ -424,24 +410,24 @@ class LoggingObserver:
             filter(None, ("" if reason.startswith(label) else label, line.request_id, line.key))
         )
         suffix = f" ({details})" if details else ""
-        attempts = plural(record.attempts, "attempt", "attempts")
+        took = f"after {plural(record.attempts, 'attempt', 'attempts')} in {record.elapsed:.1f}s"
         if outcome is Outcome.GAVE_UP:
-            message = f"gave up on {line.target} after {attempts} in {record.elapsed:.1f}s: {reason}{suffix}"
+            message = f"gave up on {line.target} {took}: {reason}{suffix}"
         elif outcome is Outcome.FIX:
             message = f"not retried, the caller must fix it: {line.target}: {reason}{suffix}"
         else:
-            message = f"{line.target} ended {outcome.value} after {attempts} in {record.elapsed:.1f}s{suffix}"
+            message = f"{line.target} ended {outcome.value} {took}{suffix}"
         extra = line.extra(
-            event="outcome",
-            attempt=record.attempts,
-            max_retries=None,
-            wait=None,
-            wait_source=None,
-            outcome=outcome.value,
-            error=None,
-            elapsed=record.elapsed,
+            event="outcome", attempt=record.attempts, outcome=outcome.value, elapsed=record.elapsed
         )
         self.logger.log(level, message, extra=extra)
+
+
+#: The ``sume_*`` attributes every line's record carries (None where one does not apply), so
+#: one format string fits them all; each line adds method, path, status, code, request id, prefix.
+_EXTRAS = dict.fromkeys(
+    ("event", "attempt", "max_retries", "wait", "wait_source", "outcome", "error", "elapsed")
+)
 
 
 class _Line:
@@ -456,15 +442,15 @@ class _Line:
         request_id: Optional[str],
         key: Optional[str],
     ) -> None:
+        self.code = _clean(code)
         self.fields: Dict[str, Any] = {
             "method": _clean(method),
             "path": _path(url),
             "status": status,
-            "code": _clean(code),
+            "code": self.code,
             "request_id": _clean(request_id),
             "key_prefix": key_prefix(_clean(key)),  # a whole key given as a prefix is cut all the same
         }
-        self.code = self.fields["code"]
         self.target = " ".join(filter(None, (self.fields["method"], self.fields["path"]))) or "request"
         self.label = " ".join(filter(None, (None if status is None else str(status), self.code)))
         self.request_id = f"request id {self.fields['request_id']}" if self.fields["request_id"] else ""
@@ -474,7 +460,7 @@ class _Line:
     def extra(self, **values: Any) -> Dict[str, Any]:
         """The ``sume_*`` attributes of the log record: prefixed, so they stay apart from
         LogRecord's own attributes (which logging refuses to overwrite) and other libraries'."""
-        return {f"sume_{name}": value for name, value in {**self.fields, **values}.items()}
+        return {f"sume_{name}": value for name, value in {**_EXTRAS, **self.fields, **values}.items()}
 
 
 def _path(url: str) -> str:

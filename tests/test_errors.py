@@ -32,7 +32,7 @@ from sume_urllib3 import (
     idempotency_key_for,
     sume_record,
 )
-from sume_urllib3._errors import give_up_for
+from sume_urllib3._errors import raisable
 from sume_urllib3._idempotency import validate_idempotency_key
 from sume_urllib3._record import record_from_summary, summary
 from sume_urllib3.testing import FakeSume, Reply
@@ -85,7 +85,7 @@ def a_record(**changes: Any) -> SumeRecord:
 @pytest.mark.parametrize(("cls", "base"), TRANSPORT, ids=[c.__name__ for c, _ in TRANSPORT])
 def test_each_transport_give_up_is_both_kinds(cls: Type[SumeRetryError], base: type) -> None:
     """A SumeRetryError and requests' own class: both except clauses catch it."""
-    error = give_up_for(base("boom"), a_record())
+    error = raisable(base("boom"), a_record())
 
     assert type(error) is cls
     assert isinstance(error, SumeRetryError)
@@ -104,19 +104,20 @@ def test_connect_timeouts_and_tls_are_connection_errors_too() -> None:
 
 def test_errors_that_are_not_give_ups_keep_their_class() -> None:
     """A bad URL or too many redirects is the caller's to fix: raised as requests raised it."""
-    assert give_up_for(requests.exceptions.InvalidURL("x"), a_record()) is None
-    assert give_up_for(requests.exceptions.TooManyRedirects("x"), a_record()) is None
+    for error in (requests.exceptions.InvalidURL("x"), requests.exceptions.TooManyRedirects("x")):
+        assert raisable(error, a_record()) is error
 
     class Custom(requests.exceptions.ConnectionError):
         pass
 
-    assert give_up_for(Custom("x"), a_record()) is None  # its own except clauses must keep working
+    custom = Custom("x")
+    assert raisable(custom, a_record()) is custom  # its own except clauses must keep working
 
 
 def test_a_give_up_says_what_requests_said_after_the_record() -> None:
     """The message names attempts, reason, request ids and retry_in, then requests' own words."""
-    error = give_up_for(requests.exceptions.ReadTimeout("Read timed out. (read timeout=1.5)"), a_record())
-    assert error is not None
+    error = raisable(requests.exceptions.ReadTimeout("Read timed out. (read timeout=1.5)"), a_record())
+    assert isinstance(error, SumeRetryError)
 
     assert str(error) == (
         "gave up after 3 attempts in 2.25s: no response: connection failed after sending: attempt cap "
@@ -231,8 +232,8 @@ def test_rebuilds_from_json_args_as_a_json_result_backend_does(cls: Type[SumeRet
 def a_transport_give_up() -> SumeRetryError:
     """What SumeSession raises when a read times out: requests put urllib3's error in args[0]."""
     urllib3_error = ReadTimeoutError(None, "/v1/jobs", "Read timed out. (read timeout=2.0)")  # type: ignore[arg-type]
-    give_up = give_up_for(requests.exceptions.ReadTimeout(urllib3_error), a_record())
-    assert give_up is not None
+    give_up = raisable(requests.exceptions.ReadTimeout(urllib3_error), a_record())
+    assert isinstance(give_up, SumeRetryError)
     return give_up
 
 
@@ -285,7 +286,7 @@ def test_a_transport_give_up_pickles_with_requests_first_argument() -> None:
     first = back.args[0]
     assert "Read timed out" in (first if isinstance(first, str) else first.args[0])
 
-    unpicklable = give_up_for(requests.exceptions.ConnectionError(threading.Lock()), a_record())
+    unpicklable = raisable(requests.exceptions.ConnectionError(threading.Lock()), a_record())
     again = pickle.loads(pickle.dumps(unpicklable))
     assert (SumeConnectionError, a_record()) == (type(again), again.record)
     assert "lock" in again.args[0]
