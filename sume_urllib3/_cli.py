@@ -6,7 +6,7 @@ import argparse
 import math
 import random
 import sys
-from typing import Callable, NoReturn, Optional, Sequence, TextIO
+from typing import Callable, NoReturn, Optional, Sequence, TextIO, Tuple
 
 from ._envelope import ErrorEnvelope, parse_retry_after
 from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict
@@ -67,7 +67,7 @@ def run(
         and decision.verdict in (Verdict.RETRY, Verdict.STOP)
         and decision.source != "retry_after"
     ):
-        low, high = policy.backoff(args.attempt, lambda: 0.0), policy.backoff(args.attempt, lambda: 1.0)
+        low, high = _backoff_range(policy, args.attempt)
         left = policy.max_elapsed - args.elapsed
         if low <= left < high:
             out.write(
@@ -134,12 +134,17 @@ def render_decision(decision: Decision, policy: Optional[Policy] = None, attempt
     if decision.retry and decision.wait is not None:
         wait = f"{seconds(decision.wait, '')} s ({decision.source}"
         if decision.source == "backoff" and policy is not None:
-            low, high = policy.backoff(attempt, lambda: 0.0), policy.backoff(attempt, lambda: 1.0)
+            low, high = _backoff_range(policy, attempt)
             wait += f", jitter range {seconds(low, '')}..{seconds(high, '')} s"
         wait += ")"
     else:
         wait = "none"
     return f"verdict: {decision.verdict.value}\nwait: {wait}\nreason: {decision.reason}\n"
+
+
+def _backoff_range(policy: Policy, attempt: int) -> Tuple[float, float]:
+    """The shortest and the longest backoff the jitter may draw before retry ``attempt``."""
+    return policy.backoff(attempt, lambda: 0.0), policy.backoff(attempt, lambda: 1.0)
 
 
 def _parser() -> _Parser:

@@ -14,11 +14,8 @@ that carry text:
   URL attributes and every exception in its ``__cause__``/``__context__`` chain, in place,
   so ``isinstance(e.args[0], MaxRetryError)`` and ``e.args[0].reason`` keep working;
 - :class:`RedactingFilter` for urllib3's own log lines, which name the request target with
-  its query string ("Retrying (...) after connection broken by ...: /upload?X-Amz-Signature=..."
-  at WARNING, the request line at DEBUG): :func:`redact_urllib3_logs` installs it on urllib3's
-  loggers. Importing the package changes no other library's logging: the first ``SumeRetry``
-  made (every session and adapter has one) installs it, and anyone may call it earlier
-  (``sume_urllib3.observe.redact_urllib3_logs()``). It costs nothing unless a line is logged.
+  its query string ("Retrying (...) after connection broken by ...: /upload?X-Amz-Signature=..."):
+  :func:`redact_urllib3_logs` installs it, not the import (the first ``SumeRetry`` made does).
 
 :func:`key_prefix` is how much of an Idempotency-Key any text may show.
 
@@ -235,10 +232,8 @@ class RedactingFilter(logging.Filter):
 
 
 def redact_urllib3_logs() -> None:
-    """Keep secrets out of urllib3's log lines: install :class:`RedactingFilter` on its loggers.
-
-    Idempotent (a logger that has one gets no second). ``SumeRetry`` calls it when made.
-    """
+    """Keep secrets out of urllib3's log lines: install :class:`RedactingFilter` on its loggers
+    (a logger that has one gets no second). Every ``SumeRetry`` calls it when made."""
     for name in URLLIB3_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(existing, RedactingFilter) for existing in logger.filters):

@@ -28,6 +28,7 @@ from typing import (
     Protocol,
     Tuple,
     TypeVar,
+    Union,
 )
 from urllib.parse import urlsplit
 
@@ -380,7 +381,7 @@ class LoggingObserver:
         """Log one INFO line before a retry's wait."""
         if not self.logger.isEnabledFor(logging.INFO):
             return
-        line = _Line(event.method, event.url, event.status, event.code, event.request_id, event.key_prefix)
+        line = _Line(event, event.key_prefix)
         error = _clean(event.error)
         said_by = f" ({line.request_id})" if line.request_id else ""
         message = (
@@ -398,9 +399,7 @@ class LoggingObserver:
         if not self.logger.isEnabledFor(level):
             return
         outcome = Outcome(record.outcome)
-        line = _Line(
-            record.method, record.url, record.status, record.code, record.request_id, record.idempotency_key
-        )
+        line = _Line(record, record.idempotency_key)
         reason = _clean(record.reason)
         label = (
             line.label if record.status is not None else " ".join(filter(None, ("no response", line.code)))
@@ -433,22 +432,14 @@ _EXTRAS = dict.fromkeys(
 class _Line:
     """The cleaned values every line carries, and how the line names them."""
 
-    def __init__(
-        self,
-        method: str,
-        url: str,
-        status: Optional[int],
-        code: Optional[str],
-        request_id: Optional[str],
-        key: Optional[str],
-    ) -> None:
-        self.code = _clean(code)
+    def __init__(self, told: Union[RetryEvent, SumeRecord], key: Optional[str]) -> None:
+        status, self.code = told.status, _clean(told.code)
         self.fields: Dict[str, Any] = {
-            "method": _clean(method),
-            "path": _path(url),
+            "method": _clean(told.method),
+            "path": _path(told.url),
             "status": status,
             "code": self.code,
-            "request_id": _clean(request_id),
+            "request_id": _clean(told.request_id),
             "key_prefix": key_prefix(_clean(key)),  # a whole key given as a prefix is cut all the same
         }
         self.target = " ".join(filter(None, (self.fields["method"], self.fields["path"]))) or "request"
