@@ -127,7 +127,10 @@ class Observers(Tuple[SumeObserver, ...]):
         given: object = observers  # what the caller passed, whatever its annotation says
         if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
             raise ConfigurationError("observers must be a sequence of observer objects")
-        self = super().__new__(cls, observers)
+        # An Observers among them is unpacked: its observers are told directly, like the rest.
+        self = super().__new__(
+            cls, (o for each in observers for o in (each if isinstance(each, Observers) else (each,)))
+        )
         for observer in self:
             if not any(hasattr(observer, hook) for hook in _HOOKS):
                 raise ConfigurationError(

@@ -126,8 +126,8 @@ def test_every_observer_gets_the_event_and_the_record() -> None:
     """Each observer's hooks are called with the event and the record, in order."""
     a, b = Both(), Both()
     event, record = make_event(), make_record()
-    Observers([a, b]).retry(event)
-    Observers([a, b]).outcome(record)
+    Observers([a, b]).on_retry(event)
+    Observers([a, b]).on_outcome(record)
     assert a.seen == [event, record]
     assert b.seen == [event, record]
 
@@ -136,23 +136,43 @@ def test_observer_with_one_hook_only_is_fine() -> None:
     """An observer without on_retry or on_outcome is skipped for that hook."""
     r, o = RetryOnly(), OutcomeOnly()
     event, record = make_event(), make_record()
-    Observers([r, o]).retry(event)
-    Observers([r, o]).outcome(record)
+    Observers([r, o]).on_retry(event)
+    Observers([r, o]).on_outcome(record)
     assert r.seen == [event]
     assert o.seen == [record]
 
 
+def test_observers_are_an_observer_and_tell_jobs_too() -> None:
+    """An Observers among observers is unpacked (it is an observer too, and told directly);
+    ``starts`` says whether any wants on_start; a job event reaches every on_job."""
+
+    class Jobs:
+        def __init__(self) -> None:
+            self.seen: List[object] = []
+
+        def on_job(self, event: object) -> None:
+            self.seen.append(event)
+
+    both, jobs = Both(), Jobs()
+    nested = Observers([Observers([both]), jobs])
+    nested.on_retry(make_event())
+    nested.on_job("a job event")
+    assert ([make_event()], ["a job event"]) == (both.seen, jobs.seen)
+    assert (both, jobs) == tuple(nested)
+    assert (False, True) == (nested.starts, Observers([Observers([Scoped()])]).starts)
+
+
 def test_no_observers_is_a_no_op() -> None:
     """Dispatching to nobody does nothing."""
-    Observers([]).retry(make_event())
-    Observers(()).outcome(make_record())
+    Observers([]).on_retry(make_event())
+    Observers(()).on_outcome(make_record())
 
 
 def test_broken_observer_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
     """An observer that raises is skipped; the ones after it are still called."""
     good = Both()
-    Observers([Broken(), good]).outcome(make_record())
-    Observers([Broken(), good]).retry(make_event())
+    Observers([Broken(), good]).on_outcome(make_record())
+    Observers([Broken(), good]).on_retry(make_event())
     assert len(good.seen) == 2
 
 
@@ -161,8 +181,8 @@ def test_broken_observer_is_logged_once_with_traceback(caplog: pytest.LogCapture
     broken = Broken()
     caplog.set_level(logging.WARNING, logger="sume_urllib3")
     for _ in range(5):
-        Observers([broken]).retry(make_event())
-        Observers([broken]).outcome(make_record())
+        Observers([broken]).on_retry(make_event())
+        Observers([broken]).on_outcome(make_record())
     found = warnings_from(caplog)
     assert len(found) == 1
     assert "Broken" in found[0].getMessage()
@@ -175,7 +195,7 @@ def test_each_broken_observer_object_is_logged_once(caplog: pytest.LogCaptureFix
     first, second = Broken(), Broken()
     caplog.set_level(logging.WARNING, logger="sume_urllib3")
     for _ in range(5):
-        Observers([first, second]).outcome(make_record())
+        Observers([first, second]).on_outcome(make_record())
     assert len(warnings_from(caplog)) == 2
 
 
@@ -184,7 +204,7 @@ def test_unweakrefable_observer_is_logged_once(caplog: pytest.LogCaptureFixture)
     slotted = Slotted()
     caplog.set_level(logging.WARNING, logger="sume_urllib3")
     for _ in range(3):
-        Observers([slotted]).outcome(make_record())
+        Observers([slotted]).on_outcome(make_record())
     found = warnings_from(caplog)
     assert len(found) == 1
     assert "Slotted" in found[0].getMessage()
@@ -197,7 +217,7 @@ def test_non_callable_hook_is_swallowed(caplog: pytest.LogCaptureFixture) -> Non
         on_outcome = 42
 
     caplog.set_level(logging.WARNING, logger="sume_urllib3")
-    Observers([Weird()]).outcome(make_record())
+    Observers([Weird()]).on_outcome(make_record())
     assert len(warnings_from(caplog)) == 1
 
 
@@ -209,7 +229,7 @@ def test_keyboard_interrupt_is_not_swallowed() -> None:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        Observers([Interrupting()]).retry(make_event())
+        Observers([Interrupting()]).on_retry(make_event())
 
 
 def test_logged_once_under_many_threads(caplog: pytest.LogCaptureFixture) -> None:
@@ -221,7 +241,7 @@ def test_logged_once_under_many_threads(caplog: pytest.LogCaptureFixture) -> Non
     def work() -> None:
         start.wait()
         for _ in range(200):
-            Observers([broken]).outcome(make_record())
+            Observers([broken]).on_outcome(make_record())
 
     threads = [threading.Thread(target=work) for _ in range(16)]
     for t in threads:
