@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from . import _fork
 from ._errors import ConfigurationError
+from ._jobs import JobEvent
 from ._record import Outcome, SumeRecord
 from ._redact import key_prefix, redact_urllib3_logs
 from ._util import plural, printable
@@ -41,6 +42,7 @@ from ._util import plural, printable
 __all__ = [
     "JOB_EVENT_KINDS",
     "MAX_REASONS",
+    "JobEvent",
     "LoggingObserver",
     "Observers",
     "RequestStart",
@@ -56,9 +58,9 @@ logger = logging.getLogger("sume_urllib3")
 
 # -- what observers are told ------------------------------------------------------------------
 
-#: The kinds of a ``JobEvent`` (``session.jobs``; its fields: ``kind``, ``job``, ``polls``,
-#: ``elapsed``): one poll, or how a wait ended (an error: an answer polling cannot fix, a
-#: transport failure, the caller's ``on_status`` raising). Every observer counts these.
+#: The kinds of a :class:`JobEvent` (``session.jobs``, where it is defined beside ``Job``): one
+#: poll, or how a wait ended (an error: an answer polling cannot fix, a transport failure, the
+#: caller's ``on_status`` raising). Every observer counts these.
 JOB_EVENT_KINDS = ("poll", "completed", "failed", "timed_out", "error")
 
 
