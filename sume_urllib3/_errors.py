@@ -103,7 +103,8 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
 
     def __reduce__(self) -> Any:
         # RetryError pickles its args only; keep the record and drop the live response.
-        return (_rebuild_retry_error, (type(self), self.record, self.message, *_picklable(self.args[:-2])))
+        args = (*_picklable(self.args[:-2]), self.message, self.args[-1])
+        return (type(self), (self.record,), {"message": self.message, "args": args})
 
 
 class SumeConnectionError(SumeRetryError, requests.exceptions.ConnectionError):
@@ -197,16 +198,6 @@ def _first_line(text: str, limit: int = 300) -> str:
     """requests' own message, kept short (urllib3's can repeat itself at length)."""
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _rebuild_retry_error(
-    cls: Type[SumeRetryError], record: SumeRecord, message: str = "", *first: object
-) -> SumeRetryError:
-    error = cls(record)
-    if message:
-        error.message = message
-    error.args = (*first, error.message, error.args[-1])
-    return error
 
 
 def _picklable(values: Tuple[object, ...]) -> Tuple[object, ...]:
