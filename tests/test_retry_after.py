@@ -120,10 +120,28 @@ def test_garbage_is_none(value: Any) -> None:
     assert parse_retry_after(value, clock) is None
 
 
-@pytest.mark.parametrize("value", [12, 1.5, ["12"], {"12": 1}, object()])
+@pytest.mark.parametrize("value", [True, False, ["12"], {"12": 1}, object()])
 def test_non_text_is_none(value: Any) -> None:
-    """Only str and bytes are header values; anything else is None, not an exception."""
+    """Only str and bytes (header values) and numbers (seconds) are read; anything else is None."""
     assert parse_retry_after(value, clock) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (12, 12.0),
+        (1.5, 1.5),
+        (0, 0.0),
+        (-3, 0.0),
+        (float("inf"), RETRY_AFTER_CEILING),
+        (10**400, RETRY_AFTER_CEILING),
+        (-(10**400), 0.0),
+        (float("nan"), None),
+    ],
+)
+def test_numbers_are_seconds(value: Any, expected: Optional[float]) -> None:
+    """A number is seconds already read: clamped to 0..RETRY_AFTER_CEILING, NaN is None."""
+    assert expected == parse_retry_after(value, clock)
 
 
 @pytest.mark.parametrize("value", ["١٢", "１２", "১"])
