@@ -10,7 +10,7 @@ import re
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 from requests.structures import CaseInsensitiveDict
 
@@ -54,25 +54,26 @@ def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> O
         return _undo_stacked(body, coding, limit)
     if coding in ("", "identity"):
         return body[:limit]
-    wbits_options: Tuple[int, ...]
-    if coding in ("gzip", "x-gzip"):
-        wbits_options = (16 + zlib.MAX_WBITS,)
-    elif coding == "deflate":
-        # Servers disagree on whether "deflate" means zlib-wrapped or raw deflate.
-        wbits_options = (zlib.MAX_WBITS, -zlib.MAX_WBITS)
-    elif coding == "br":
+    if coding == "br":
         return _brotli_prefix(body, limit)
-    elif coding == "zstd":
+    if coding == "zstd":
         return _zstd_prefix(body, limit)
-    else:
-        return None
-    for wbits in wbits_options:
+    for wbits in _WBITS.get(coding, ()):
         try:
             # max_length bounds the output, so a decompression bomb allocates at most `limit`.
             return zlib.decompressobj(wbits).decompress(body, limit)
         except zlib.error:
             continue
     return None
+
+
+#: zlib's window bits per coding: servers disagree on whether "deflate" means zlib-wrapped or
+#: raw deflate, so both are tried.
+_WBITS = {
+    "gzip": (16 + zlib.MAX_WBITS,),
+    "x-gzip": (16 + zlib.MAX_WBITS,),
+    "deflate": (zlib.MAX_WBITS, -zlib.MAX_WBITS),
+}
 
 
 def _undo_stacked(body: bytes, codings: str, limit: int) -> Optional[bytes]:
@@ -173,8 +174,8 @@ def parse_envelope(
     if code is None and isinstance(top.get("error"), str):
         code = short_text(top.get("error"))  # {"error": "rate_limit_exceeded"}
     request_id = short_text(top.get("request_id")) or short_text(error.get("request_id"))
-    if request_id is None:
-        request_id = _request_id_header(headers)
+    for name in REQUEST_ID_HEADERS:
+        request_id = request_id or short_text(headers.get(name))
     retryable = error.get("retryable")
     if retryable is None:
         retryable = top.get("retryable")
@@ -197,30 +198,12 @@ def parse_envelope(
 def _case_insensitive(headers: Any) -> Mapping[str, Any]:
     """Any mapping of headers as a ``CaseInsensitiveDict`` (bytes values read as latin-1);
     anything that is not a mapping, or breaks when read, is no headers."""
-    if headers is None or not hasattr(headers, "items"):
-        return _EMPTY
     try:
-        return CaseInsensitiveDict(
-            {
-                name: value.decode("latin-1") if isinstance(value, bytes) else value
-                for name, value in headers.items()
-                if isinstance(name, str)
-            }
-        )
+        items = headers.items()
+        text = {k: v.decode("latin-1") if isinstance(v, bytes) else v for k, v in items if isinstance(k, str)}
+        return CaseInsensitiveDict(text)
     except Exception:
         return _EMPTY
-
-
-def _request_id_header(headers: Mapping[str, Any]) -> Optional[str]:
-    """The first request-id header with a usable value, in ``REQUEST_ID_HEADERS``' order."""
-    for name in REQUEST_ID_HEADERS:
-        try:
-            request_id = short_text(headers.get(name))
-        except Exception:  # a header mapping that breaks when asked
-            return None
-        if request_id:
-            return request_id
-    return None
 
 
 # -- JSON documents: an envelope, a peeked prefix (``_body``), a job's body (``_jobs``) ---------
