@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -286,19 +287,19 @@ class Jobs:
         try:
             while True:
                 now = self._now()
-                if plan.due_in(now) > 0:
-                    _sleeping.wait(plan.due_in(now), self.sleep)
+                pause = plan.due_in(now)
+                if pause > 0:
+                    _sleeping.wait(pause, self.sleep)
                     now = self._now()
                 if now >= plan.deadline:  # a late wake-up: no poll goes after the deadline
                     raise self._timed_out(waiting, "no time is left for another poll")
                 response = self._poll(waiting, job_id, plan.deadline - now, plan)
                 if response is None:
                     continue  # the fleet held it back: it goes at the API key's turn
-                waiting.polls += 1
                 plan.took(_round_trip(self._now() - now, response))
                 seen = _seen(job_id, response)
                 waiting.last = seen or waiting.last
-                self._emit(waiting.event("poll", self._now()))
+                self._polled(waiting)
                 if seen is None and not _ok(response) and not _no_news(response):
                     raise _error_for(response)  # 401, 404...: more polls would not fix it
                 if seen is not None and seen.status != reported:
@@ -310,9 +311,9 @@ class Jobs:
                     if seen.failed:
                         raise _failed(seen)
                     return seen
-                jitter = lambda: uniform(self.rng, *JITTER)  # noqa: E731
-                pause, why = plan.next_poll(self._now(), _hint(response), jitter)
-                if pause is None:
+                jitter = functools.partial(uniform, self.rng, *JITTER)
+                next_pause, why = plan.next_poll(self._now(), _hint(response), jitter)
+                if next_pause is None:
                     if seen is None:
                         why += f" (the last poll {_answer(response)})"
                     raise self._timed_out(waiting, why, response)
@@ -332,8 +333,7 @@ class Jobs:
         try:
             return self._send("GET", job_id, "status", left)
         except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
-            waiting.polls += 1  # it went: counted, as every poll sent is
-            self._emit(waiting.event("poll", self._now()))
+            self._polled(waiting)  # it went: counted, as every poll sent is
             if cut_by_deadline(getattr(self.session, "timeout", None), left):
                 raise self._timed_out(waiting, "the last poll ran out of time") from exc
             raise
@@ -341,8 +341,7 @@ class Jobs:
             if exc.response is not None:
                 return exc.response  # the policy gave up on this poll; the next one may do better
             if not exc.record.fleet_refused:  # the transport failed, after the policy's retries
-                waiting.polls += 1
-                self._emit(waiting.event("poll", self._now()))
+                self._polled(waiting)
                 raise
             # Nothing was sent: the API key's turn (a cooldown, the pace) comes later. The
             # poll's own time limit was shorter than the wait's: wait for the turn if it fits.
@@ -398,6 +397,11 @@ class Jobs:
 
     def _now(self) -> float:
         return _sleeping.now(self.clock)
+
+    def _polled(self, waiting: _Waiting) -> None:
+        """A poll went: counted, and told to the observers."""
+        waiting.polls += 1
+        self._emit(waiting.event("poll", self._now()))
 
     def _timed_out(
         self, waiting: _Waiting, why: str, answer: Optional[requests.Response] = None
