@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
-from ._config import check_flag, check_int, check_seconds
+from ._config import check_int, check_seconds
 from ._envelope import ErrorEnvelope, parse_retry_after
 from ._errors import ConfigurationError
 from ._record import status_label
@@ -157,7 +157,8 @@ class Policy:
             raise ConfigurationError(
                 f"retry_after_jitter must be between 0 and 1, got {self.retry_after_jitter!r}"
             )
-        check_flag(self.trust_body, "trust_body")
+        if not isinstance(self.trust_body, bool):
+            raise ConfigurationError(f"trust_body must be a bool, got {self.trust_body!r}")
 
     def replace(self, **changes: Any) -> Policy:
         """A copy with some fields changed (validated again)."""
