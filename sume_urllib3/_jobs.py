@@ -447,24 +447,7 @@ class Jobs:
         )
 
     def _emit(self, event: JobEvent) -> None:
-        observers = getattr(self.session, "observers", None)
-        if observers is None:
-            observers = (getattr(self.session, "metrics", None),)
-        for observer in observers:
-            hook = getattr(observer, "on_job", None)
-            if hook is None:
-                continue
-            try:
-                hook(event)
-            except Exception:
-                if id(observer) not in _warned:
-                    _warned.add(id(observer))
-                    logger.warning(
-                        "observer %s raised in on_job; the wait goes on, and further errors "
-                        "from this observer are ignored silently",
-                        type(observer).__name__,
-                        exc_info=True,
-                    )
+        _tell(getattr(self.session, "observers", ()), event)
 
 
 _CANCELED = frozenset({"canceled", "cancelled"})
@@ -483,6 +466,25 @@ class _Waiting:
 
     def event(self, kind: str, now: float) -> JobEvent:
         return JobEvent(kind, self.last, self.polls, now - self.start)
+
+
+def _tell(observers: Any, event: JobEvent) -> None:
+    """Give ``event`` to every observer with ``on_job``; one that raises is warned about once."""
+    for observer in observers:
+        hook = getattr(observer, "on_job", None)
+        if hook is None:
+            continue
+        try:
+            hook(event)
+        except Exception:
+            if id(observer) not in _warned:
+                _warned.add(id(observer))
+                logger.warning(
+                    "observer %s raised in on_job; the wait goes on, and further errors "
+                    "from this observer are ignored silently",
+                    type(observer).__name__,
+                    exc_info=True,
+                )
 
 
 def _as_job(job: JobRef, job_id: str) -> Job:
