@@ -197,7 +197,7 @@ class Jobs:
                     Job(job_id, request_id=_request_id(response, None)),
                 )
             raise _error_for(response)
-        self._emit(JobEvent("poll", seen, 1, 0.0))
+        _tell(self.session, JobEvent("poll", seen, 1, 0.0))
         return seen
 
     def result(self, job: JobRef) -> Dict[str, Any]:
@@ -401,7 +401,7 @@ class Jobs:
     def _polled(self, waiting: _Waiting) -> None:
         """A poll went: counted, and told to the observers."""
         waiting.polls += 1
-        self._emit(waiting.event("poll", self._now()))
+        _tell(self.session, waiting.event("poll", self._now()))
 
     def _timed_out(
         self, waiting: _Waiting, why: str, answer: Optional[requests.Response] = None
@@ -422,7 +422,7 @@ class Jobs:
     def _end(self, kind: str, waiting: _Waiting) -> None:
         """Tell the observers and the log how the wait ended."""
         event = waiting.event(kind, self._now())
-        self._emit(event)
+        _tell(self.session, event)
         job, polls = event.job, event.polls
         code = job.error_code
         logger.info(
@@ -446,9 +446,6 @@ class Jobs:
             },
         )
 
-    def _emit(self, event: JobEvent) -> None:
-        _tell(getattr(self.session, "observers", ()), event)
-
 
 _CANCELED = frozenset({"canceled", "cancelled"})
 
@@ -468,9 +465,9 @@ class _Waiting:
         return JobEvent(kind, self.last, self.polls, now - self.start)
 
 
-def _tell(observers: Any, event: JobEvent) -> None:
-    """Give ``event`` to every observer with ``on_job``; one that raises is warned about once."""
-    for observer in observers:
+def _tell(session: Any, event: JobEvent) -> None:
+    """Give ``event`` to the session's observers with ``on_job``; one that raises is warned about once."""
+    for observer in getattr(session, "observers", ()):
         hook = getattr(observer, "on_job", None)
         if hook is None:
             continue
