@@ -9,7 +9,7 @@ from ._adapter import SumeAdapter
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._idempotency import idempotency_key_for
 from ._jobs import Job, JobEvent, JobFailed, Jobs, JobTimeout
-from ._policy import ANY, IN_USE_WAIT, Decision, Policy, Rule, Verdict, wait_seconds
+from ._policy import ANY, IN_USE_WAIT, Decision, Policy, Rule, Verdict
 from ._record import Outcome, SumeRecord, sume_record
 from ._retry import SumeRetry
 from ._session import SumeSession
@@ -52,7 +52,6 @@ __all__ = [
     "__version__",
     "idempotency_key_for",
     "sume_record",
-    "wait_seconds",
 ]
 
 

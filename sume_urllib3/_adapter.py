@@ -28,7 +28,7 @@ from ._idempotency import (
     new_key,
     validate_idempotency_key,
 )
-from ._policy import NO_RETRY, STOP, Decision, Policy
+from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
 from ._request import Attempt, RequestContext, current
@@ -467,7 +467,7 @@ class SumeAdapter(HTTPAdapter):
                 context.fallbacks += 1
             if grant.refused:
                 context.fleet_refused = True
-                decision = Decision(STOP, reason=f"not sent: {grant.refused}")
+                decision = Decision(Verdict.STOP, reason=f"not sent: {grant.refused}")
                 # Spread: every caller refused now heard the same next turn.
                 retry_in = refused_retry_in(grant.wait, self.retry.rng)
                 now = _sleeping.now(clock)
@@ -543,7 +543,7 @@ class SumeAdapter(HTTPAdapter):
         """End the request unsent for ``reason``, with the response a hop got before, if any."""
         previous = context.answered() if context.answered is not None else None
         status = None if previous is None else previous.status_code
-        decision = Decision(NO_RETRY, reason=reason)
+        decision = Decision(Verdict.NO_RETRY, reason=reason)
         context.add(Attempt(status, None, None, None, decision, at=_sleeping.now(self.retry.clock)))
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)
@@ -650,7 +650,7 @@ class SumeAdapter(HTTPAdapter):
         seen = decide_response(self.retry, context, response.raw)
         if seen.decision.retry:
             decision = Decision(
-                NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
+                Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
             )
             seen = Attempt(seen.status, seen.code, seen.request_id, seen.next_action, decision, at=seen.at)
         context.add(seen)

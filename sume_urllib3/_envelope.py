@@ -10,9 +10,16 @@ import re
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
-from ._util import frozen, header_value, printable
+from requests.structures import CaseInsensitiveDict
+
+try:
+    from urllib3 import HTTPHeaderDict
+except ImportError:  # urllib3 1.26 exports it from its _collections module only
+    from urllib3._collections import HTTPHeaderDict
+
+from ._util import printable
 
 #: Response headers that may carry the request id, in order of preference.
 REQUEST_ID_HEADERS = ("x-sume-request-id", "x-request-id")
@@ -27,19 +34,6 @@ class ErrorEnvelope:
     request_id: Optional[str] = None
     retryable: Optional[bool] = None
     next_action: Optional[str] = None
-
-
-def header(headers: Optional[Mapping[str, Any]], name: str) -> Optional[str]:
-    """Case-insensitive header lookup that works on any mapping and never raises."""
-    if headers is None:  # not "if not headers": a urllib3 HTTPHeaderDict's len() is Python code
-        return None
-    try:
-        value = header_value(headers, name.lower())
-    except Exception:
-        return None
-    if isinstance(value, bytes):
-        value = value.decode("latin-1")
-    return value if isinstance(value, str) else None
 
 
 def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> Optional[bytes]:
@@ -60,25 +54,26 @@ def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> O
         return _undo_stacked(body, coding, limit)
     if coding in ("", "identity"):
         return body[:limit]
-    wbits_options: Tuple[int, ...]
-    if coding in ("gzip", "x-gzip"):
-        wbits_options = (16 + zlib.MAX_WBITS,)
-    elif coding == "deflate":
-        # Servers disagree on whether "deflate" means zlib-wrapped or raw deflate.
-        wbits_options = (zlib.MAX_WBITS, -zlib.MAX_WBITS)
-    elif coding == "br":
+    if coding == "br":
         return _brotli_prefix(body, limit)
-    elif coding == "zstd":
+    if coding == "zstd":
         return _zstd_prefix(body, limit)
-    else:
-        return None
-    for wbits in wbits_options:
+    for wbits in _WBITS.get(coding, ()):
         try:
             # max_length bounds the output, so a decompression bomb allocates at most `limit`.
             return zlib.decompressobj(wbits).decompress(body, limit)
         except zlib.error:
             continue
     return None
+
+
+#: zlib's window bits per coding: servers disagree on whether "deflate" means zlib-wrapped or
+#: raw deflate, so both are tried.
+_WBITS = {
+    "gzip": (16 + zlib.MAX_WBITS,),
+    "x-gzip": (16 + zlib.MAX_WBITS,),
+    "deflate": (zlib.MAX_WBITS, -zlib.MAX_WBITS),
+}
 
 
 def _undo_stacked(body: bytes, codings: str, limit: int) -> Optional[bytes]:
@@ -155,117 +150,104 @@ def parse_envelope(
     ``decoded``). Fields are looked up in every shape the Sume surfaces use: ``error.code``
     or ``code``; ``request_id`` top level or inside ``error``, else a request-id header;
     ``retryable``/``next_action`` inside ``error`` or at top level. Anything malformed
-    simply leaves the field unknown. ``message=False`` leaves the message out (None): the
-    decision never reads it, and bounding a long one costs more than the other fields.
+    simply leaves the field unknown. ``headers`` may be any mapping (names in any case).
+    ``message=False`` leaves the message out (None): the decision never reads it.
     """
-    try:
-        doc = _load(headers, body, limit, decoded)
-    except Exception:
-        doc = None
-    top: Mapping[str, Any] = doc if type(doc) is dict else _EMPTY
+    if not isinstance(headers, HTTPHeaderDict):  # what a urllib3 response has: asked as it is
+        headers = _case_insensitive(headers)
+    doc = None
+    if body and isinstance(body, (bytes, bytearray)):
+        try:
+            coding = None if decoded else headers.get("content-encoding")
+            raw = bytes(body[:limit])
+            text = raw if coding is None else decode_prefix(raw, coding, limit)
+            doc = _document(text) if text else None
+        except Exception:  # not one JSON value, or headers that break when asked
+            doc = None
+    top: Mapping[str, Any] = doc if isinstance(doc, dict) else _EMPTY
     error = top.get("error")
-    if type(error) is not dict:
+    if not isinstance(error, dict):
         error = _EMPTY
-    # Each field inside ``error`` first, then at the top level (the Sume surfaces use both), but
-    # the request id top level first (see the docstring); written out rather than through
-    # helpers: this runs on every decision.
+    # Each field inside ``error`` first, then at the top level (the Sume surfaces use both),
+    # but the request id top level first (see the docstring).
     code = short_text(error.get("code")) or short_text(top.get("code"))
     if code is None and isinstance(top.get("error"), str):
         code = short_text(top.get("error"))  # {"error": "rate_limit_exceeded"}
     request_id = short_text(top.get("request_id")) or short_text(error.get("request_id"))
-    if request_id is None:
-        for name in REQUEST_ID_HEADERS:
-            request_id = short_text(header(headers, name))
-            if request_id:
-                break
+    for name in REQUEST_ID_HEADERS:
+        request_id = request_id or short_text(headers.get(name))
     retryable = error.get("retryable")
     if retryable is None:
         retryable = top.get("retryable")
     next_action = error.get("next_action")
     if next_action is None:
         next_action = top.get("next_action")
-    return frozen(  # ErrorEnvelope(...) without its five object.__setattr__: made on every decision
-        ErrorEnvelope,
+    text_message = None
+    if message:
+        text_message = error.get("message")
+        text_message = short_text(top.get("message") if text_message is None else text_message, 500)
+    return ErrorEnvelope(
         code=code,
-        message=short_text(_pick(error, top, "message"), 500) if message else None,
+        message=text_message,
         request_id=request_id,
         retryable=retryable if isinstance(retryable, bool) else None,
-        next_action=None if next_action is None else short_text(next_action),
+        next_action=short_text(next_action),
     )
 
 
-def _pick(error: Mapping[str, Any], top: Mapping[str, Any], name: str) -> Any:
-    """A field inside ``error``, else at the top level (the Sume surfaces use both)."""
-    value = error.get(name)
-    return top.get(name) if value is None else value
+def _case_insensitive(headers: Any) -> Mapping[str, Any]:
+    """Any mapping of headers as a ``CaseInsensitiveDict`` (bytes values read as latin-1);
+    anything that is not a mapping, or breaks when read, is no headers."""
+    try:
+        items = headers.items()
+        text = {k: v.decode("latin-1") if isinstance(v, bytes) else v for k, v in items if isinstance(k, str)}
+        return CaseInsensitiveDict(text)
+    except Exception:
+        return _EMPTY
 
 
-def _load(headers: Optional[Mapping[str, Any]], body: Optional[bytes], limit: int, decoded: bool) -> Any:
-    if not body or not isinstance(body, (bytes, bytearray)):
-        return None
-    # A peeked prefix is bytes within the limit already: no copy of it is made here.
-    raw = body if type(body) is bytes and len(body) <= limit else bytes(body[:limit])
-    coding = header(headers, "content-encoding")
-    text = raw if decoded or coding is None else decode_prefix(raw, coding, limit)
-    if not text or nests_too_deep(text):
-        return None
-    return _document(text.decode("utf-8"))
+# -- JSON documents: an envelope, a peeked prefix (``_body``), a job's body (``_jobs``) ---------
 
 
-def _document(text: str) -> Any:
-    """``json.loads(text)`` with the bounded decoder: one JSON value, whitespace around it.
+def _document(text: bytes) -> Any:
+    """The one JSON value ``text`` holds (whitespace around it), read with the bounded decoder.
 
-    The decoder's C scanner called directly: ``JSONDecoder.decode`` adds two Python calls and
-    two regular-expression matches to find the same whitespace. Raises on anything else.
+    Raises ValueError (or UnicodeDecodeError) on anything else, a body nesting deeper than
+    ``MAX_DEPTH`` included.
     """
-    start = len(text) - len(text.lstrip(_JSON_SPACE))
-    value, end = _SCAN(text, start)  # StopIteration on a bad document
-    if end != len(text) and text[end:].strip(_JSON_SPACE):
-        raise ValueError(f"extra data after the JSON value at {end}")
-    return value
+    if nests_too_deep(text):
+        raise ValueError(f"JSON nesting deeper than {MAX_DEPTH}")
+    return _DECODER.decode(text.decode("utf-8"))
 
 
 def ends_like_document(text: bytes) -> bool:
     """Whether ``text`` ends as a JSON object or array does (whitespace after it aside): the
     cheap question before :func:`whole_document`'s parse."""
-    return text.rstrip(_JSON_SPACE_BYTES).endswith((b"}", b"]"))
+    return text.rstrip(_JSON_SPACE).endswith((b"}", b"]"))
 
 
 def whole_document(text: bytes) -> bool:
     """Whether ``text`` is one complete JSON object or array (whitespace around it): all an
     error body of unknown length has to say, though its end (a last chunk, the connection's
     close) has not come yet."""
-    if not ends_like_document(text) or nests_too_deep(text):
+    if not ends_like_document(text):
         return False
     try:
-        _document(text.decode("utf-8"))
+        _document(text)
     except Exception:
         return False
     return True
 
 
-def _bounded_int(digits: str) -> Any:
-    return int(digits) if len(digits) <= 30 else float("inf")
-
-
-def _no_constant(name: str) -> Any:
-    return None  # NaN / Infinity are not JSON; treat them as unknown
-
-
-_EMPTY: Mapping[str, Any] = {}
-
 def nests_too_deep(text: bytes) -> bool:
     """Whether JSON ``text`` nests arrays and objects deeper than ``MAX_DEPTH`` (brackets inside
     strings not counted): such a body is never parsed.
 
-    Fewer openings than ``MAX_DEPTH`` cannot nest deeper, and counting them is a C loop: only a
+    Fewer openings than ``MAX_DEPTH`` cannot nest deeper, and counting them is quick: only a
     body with more (a job's result with many segments, say) is walked, one step per bracket,
     quote and backslash (linear, whatever the body: no pattern that can backtrack).
     """
-    if len(text) <= MAX_DEPTH:
-        return False
-    # An envelope rarely holds a "[": ``in`` (a memchr) spares counting them (a byte at a time).
-    if (text.count(b"[") if b"[" in text else 0) + text.count(b"{") <= MAX_DEPTH:
+    if text.count(b"[") + text.count(b"{") <= MAX_DEPTH:
         return False
     depth = 0
     in_string = False
@@ -299,13 +281,21 @@ MAX_DEPTH = 200
 #: inside strings.
 _SYNTAX = re.compile(rb'[\[\]{}"\\]')
 
-# One decoder, made once (json.loads with hooks builds a new one per call). Digit strings
-# are capped so a huge int never burns CPU; NaN and Infinity read as unknown.
+
+def _bounded_int(digits: str) -> Any:
+    return int(digits) if len(digits) <= 30 else float("inf")
+
+
+def _no_constant(name: str) -> Any:
+    return None  # NaN / Infinity are not JSON; treat them as unknown
+
+
+# One decoder, made once: digit strings are capped so a huge int never burns CPU; NaN and
+# Infinity read as unknown.
 _DECODER = json.JSONDecoder(parse_int=_bounded_int, parse_constant=_no_constant)
-_SCAN: Callable[[str, int], Tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
-#: What JSON counts as whitespace (str.strip() alone would take more).
-_JSON_SPACE = " \t\n\r"
-_JSON_SPACE_BYTES = _JSON_SPACE.encode()
+#: What JSON counts as whitespace.
+_JSON_SPACE = b" \t\n\r"
+_EMPTY: Mapping[str, Any] = {}
 
 
 def short_text(value: Any, max_len: int = 200) -> Optional[str]:
@@ -315,45 +305,46 @@ def short_text(value: Any, max_len: int = 200) -> Optional[str]:
     return printable(value.strip()[:max_len], max_len) or None
 
 
-# Parse a Retry-After header value without ever raising.
+# -- Retry-After ---------------------------------------------------------------------------
 
 #: Longest wait we represent; anything larger is already far past any sane deadline.
 RETRY_AFTER_CEILING = 10.0**9
 
-# ASCII only: "١٢" is two Unicode digits, but not a delta-seconds value.
 # However many digits, a delta is a (huge) wait; beyond this it is not a header value at all.
 _MAX_LENGTH = 4096
 _MAX_DATE_LENGTH = 256
+# ASCII only: "١٢" is two Unicode digits, but not a delta-seconds value.
 _DELTA = re.compile(r"^\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*$", re.ASCII)
 
 
 def parse_retry_after(
-    value: Union[str, bytes, None],
+    value: Union[str, bytes, float, None],
     now: Optional[Callable[[], float]] = None,
 ) -> Optional[float]:
     """Return the wait a Retry-After value asks for, in seconds, or None when it is garbage.
 
-    Accepts delta seconds (integer or decimal) and HTTP-dates. A negative delta or a
-    past date means 0. Absurd values are clamped to ``RETRY_AFTER_CEILING`` rather than
-    overflowing, so the caller's deadline check turns them into "stop". ``now`` is the
-    wall clock used for HTTP-dates (injected so tests need no real time).
+    Accepts delta seconds (integer or decimal), HTTP-dates, and seconds already read (a
+    number). A negative delta or a past date means 0. Absurd values are clamped to
+    ``RETRY_AFTER_CEILING`` rather than overflowing, so the caller's deadline check turns
+    them into "stop". ``now`` is the wall clock used for HTTP-dates (injected so tests
+    need no real time).
     """
-    if value is None:
-        return None
-    if isinstance(value, bytes):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
-            value = value.decode("latin-1")
-        except Exception:  # pragma: no cover - latin-1 decodes every byte
-            return None
+            seconds = float(value)
+        except OverflowError:  # an int beyond float range: as good as forever (or never)
+            return RETRY_AFTER_CEILING if value > 0 else 0.0
+        return None if math.isnan(seconds) else min(max(seconds, 0.0), RETRY_AFTER_CEILING)
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
     if not isinstance(value, str) or len(value) > _MAX_LENGTH:
         return None
     match = _DELTA.match(value)
     if match:
         sign, number = match.groups()
-        seconds = float(number)  # float() of a digit string saturates to inf, never raises
         if sign == "-":
             return 0.0
-        return min(seconds, RETRY_AFTER_CEILING)
+        return min(float(number), RETRY_AFTER_CEILING)  # float() of digits saturates to inf
     if len(value) > _MAX_DATE_LENGTH:
         return None
     return _parse_http_date(value, now or time.time)

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
-import random
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Set, Tuple, Union
 from urllib.parse import quote
 
 import requests
 from urllib3.util.timeout import Timeout
 
 from . import _sleeping
-from ._envelope import nests_too_deep, parse_retry_after
+from ._config import check_rng, check_seconds
+from ._envelope import RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, sume_record
 from ._util import RandomSource, uniform
-
-pass
 
 logger = logging.getLogger("sume_urllib3")
 
@@ -166,11 +165,9 @@ class Jobs:
         self.session = session
         self.sleep: Sleep = _pick(sleep, session, "sleep", "sleep_function", _sleeping.default_sleep)
         self.clock: Clock = _pick(clock, session, "clock", "clock", time.monotonic)
-        self.rng: RandomSource = _pick(rng, session, "rng", "rng", None)
+        self.rng: RandomSource = check_rng(_pick(rng, session, "rng", "rng", None), "Jobs: rng")
         if not callable(self.sleep) or not callable(self.clock):
             raise ConfigurationError("Jobs: sleep and clock must be callable")
-        if self.rng is not None and not isinstance(self.rng, random.Random) and not callable(self.rng):
-            raise ConfigurationError("Jobs: rng must be a random.Random or a callable returning [0, 1)")
         self._per_call_policy = _takes_policy(session)
 
     def __repr__(self) -> str:
@@ -199,8 +196,8 @@ class Jobs:
                     f"(HTTP {response.status_code}{_rid(response)})",
                     Job(job_id, request_id=_request_id(response, None)),
                 )
-            _raise_for(response)
-        self._emit("poll", seen, 1, 0.0)
+            raise _error_for(response)
+        _tell(self.session, JobEvent("poll", seen, 1, 0.0))
         return seen
 
     def result(self, job: JobRef) -> Dict[str, Any]:
@@ -217,13 +214,14 @@ class Jobs:
             if response.status_code == 409 and _error_code(response) == "job_not_completed":
                 seen = _not_completed(job_id, response)
                 if seen.failed:
-                    raise _failed(self._own_status(seen))
+                    own = self._read(job_id)  # the job's own status names its error code
+                    raise _failed(own if own is not None and own.failed else seen)
                 raise JobNotCompleted(
                     f"job {job_id} has no result yet: it is {_say(seen.status)}; "
                     "wait for it first (session.jobs.wait)",
                     seen,
                 )
-            _raise_for(response)
+            raise _error_for(response)
         doc = _json(response)
         if not isinstance(doc, dict):
             raise JobError(
@@ -246,10 +244,9 @@ class Jobs:
         if not _ok(response):
             if response.status_code == 409 or _error_code(response) in CANCEL_REFUSALS:
                 return self._not_canceled(job_id, response)
-            _raise_for(response)
+            raise _error_for(response)
         doc = _json(response)
-        status = _status_in(doc)
-        return Job(job_id, status, _data_of(doc), _request_id(response, doc))
+        return Job(job_id, _status_in(doc), _data_of(doc), _request_id(response, doc))
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -277,92 +274,83 @@ class Jobs:
         called on the first status seen and on each change.
         """
         job_id = self._job_id(job)
-        timeout = _seconds(timeout, "timeout")
-        interval = _seconds(interval, "interval")
-        max_interval = _seconds(max_interval, "max_interval")
+        timeout = check_seconds(timeout, "timeout", positive=True)
+        interval = check_seconds(interval, "interval", positive=True)
+        max_interval = check_seconds(max_interval, "max_interval", positive=True)
         if max_interval < interval:
             raise ConfigurationError(f"max_interval ({max_interval}) must be at least interval ({interval})")
         if on_status is not None and not callable(on_status):
             raise ConfigurationError("on_status must be callable or None")
-        if isinstance(job, Job):
-            last = job
-        elif isinstance(job, requests.Response):
-            last = Job.from_response(job)  # what the submit said, until a poll says more
-        else:
-            last = Job(job_id)
-        start = self._now()
-        plan = PollSchedule(start + timeout, interval, max_interval)
-        decided, pause = start, 0.0  # the first poll goes at once
-        polls = 0
+        waiting = _Waiting(_as_job(job, job_id), self._now(), timeout)
+        plan = PollSchedule(waiting.start + timeout, interval, max_interval, waiting.start)
         reported: Optional[str] = None
         try:
             while True:
                 now = self._now()
-                if now - decided < pause:
-                    _sleeping.wait(pause - (now - decided), self.sleep)
+                pause = plan.due_in(now)
+                if pause > 0:
+                    _sleeping.wait(pause, self.sleep)
                     now = self._now()
-                left = plan.deadline - now
-                if left <= 0:  # a late wake-up: no poll goes after the deadline
-                    raise self._timed_out(last, polls, start, timeout, "no time is left for another poll")
-                try:
-                    response = self._send("GET", job_id, "status", left)
-                except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
-                    polls += 1  # it went: counted, as every poll sent is
-                    self._emit("poll", last, polls, self._now() - start)
-                    if cut_by_deadline(getattr(self.session, "timeout", None), left):
-                        why = "the last poll ran out of time"
-                        raise self._timed_out(last, polls, start, timeout, why) from exc
-                    raise
-                except SumeRetryError as exc:
-                    got: Optional[requests.Response] = exc.response  # None: nothing was sent
-                    if got is None and exc.record.fleet_refused:
-                        # Nothing was sent: the API key's turn (a cooldown, the pace) comes later.
-                        turn = exc.record.retry_in
-                        decided = self._now()
-                        if turn is not None and plan.fits(decided, max(turn, interval)):
-                            # The poll's own time limit was shorter than the wait's.
-                            pause = max(turn, interval)
-                            continue
-                        raise self._timed_out(last, polls, start, timeout, _no_turn(turn)) from exc
-                    if got is None:  # the transport failed, after the policy's retries
-                        polls += 1
-                        self._emit("poll", last, polls, self._now() - start)
-                        raise
-                    response = got  # the policy gave up on this poll; the next one may do better
-                polls += 1
+                if now >= plan.deadline:  # a late wake-up: no poll goes after the deadline
+                    raise self._timed_out(waiting, "no time is left for another poll")
+                response = self._poll(waiting, job_id, plan.deadline - now, plan)
+                if response is None:
+                    continue  # the fleet held it back: it goes at the API key's turn
                 plan.took(_round_trip(self._now() - now, response))
                 seen = _seen(job_id, response)
-                if seen is not None:
-                    last = seen
-                self._emit("poll", last, polls, self._now() - start)
+                waiting.last = seen or waiting.last
+                self._polled(waiting)
                 if seen is None and not _ok(response) and not _no_news(response):
-                    _raise_for(response)  # 401, 404...: more polls would not fix it
+                    raise _error_for(response)  # 401, 404...: more polls would not fix it
                 if seen is not None and seen.status != reported:
                     reported = seen.status
                     if on_status is not None:
                         on_status(seen)
-                if seen is not None and seen.done:
-                    self._end("completed", seen, polls, start)
+                if seen is not None and seen.finished:
+                    self._end("completed" if seen.done else "failed", waiting)
+                    if seen.failed:
+                        raise _failed(seen)
                     return seen
-                if seen is not None and seen.failed:
-                    self._end("failed", seen, polls, start)
-                    raise _failed(seen)
-                decided = self._now()
-                pause_or_none, why = plan.next_poll(
-                    decided, _hint(response), lambda: uniform(self.rng, *JITTER)
-                )
-                if pause_or_none is None:
+                jitter = functools.partial(uniform, self.rng, *JITTER)
+                next_pause, why = plan.next_poll(self._now(), _hint(response), jitter)
+                if next_pause is None:
                     if seen is None:
                         why += f" (the last poll {_answer(response)})"
-                    raise self._timed_out(last, polls, start, timeout, why, response)
-                pause = pause_or_none
+                    raise self._timed_out(waiting, why, response)
         except (JobFailed, JobTimeout):
             raise  # told and logged where they were raised
         except Exception:
             # Anything else that ends the wait (an answer polling cannot fix, a transport
             # failure, the caller's on_status raising) ends it as an error, told once too.
-            self._end("error", last, polls, start)
+            self._end("error", waiting)
             raise
+
+    def _poll(
+        self, waiting: _Waiting, job_id: str, left: float, plan: PollSchedule
+    ) -> Optional[requests.Response]:
+        """One status read within ``left`` seconds: its response (the policy's last, when it gave
+        up on it), or None when the fleet held it back and ``plan`` now waits for the key's turn."""
+        try:
+            return self._send("GET", job_id, "status", left)
+        except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
+            self._polled(waiting)  # it went: counted, as every poll sent is
+            if cut_by_deadline(getattr(self.session, "timeout", None), left):
+                raise self._timed_out(waiting, "the last poll ran out of time") from exc
+            raise
+        except SumeRetryError as exc:
+            if exc.response is not None:
+                return exc.response  # the policy gave up on this poll; the next one may do better
+            if not exc.record.fleet_refused:  # the transport failed, after the policy's retries
+                self._polled(waiting)
+                raise
+            # Nothing was sent: the API key's turn (a cooldown, the pace) comes later. The
+            # poll's own time limit was shorter than the wait's: wait for the turn if it fits.
+            turn = exc.record.retry_in
+            if turn is not None and plan.hold(self._now(), turn):
+                return None
+            why = "the API key's pace or cooldown (the fleet) has no turn for a poll before the deadline"
+            later = f" (a poll could go in {turn:.1f}s)" if turn is not None else ""
+            raise self._timed_out(waiting, why + later) from exc
 
     # -- parts -----------------------------------------------------------------------------
 
@@ -378,13 +366,8 @@ class Jobs:
                 # turn end by then, and a cooldown longer than the session's max_elapsed
                 # that ends before the deadline is waited out, not refused.
                 kwargs["policy"] = policy.replace(max_elapsed=left)
-        return self._request(method, url, kwargs)
-
-    def _request(self, method: str, url: str, kwargs: Dict[str, Any]) -> requests.Response:
-        if method == "GET":
-            response: requests.Response = self.session.get(url, **kwargs)
-        else:
-            response = self.session.post(url, **kwargs)
+        send = self.session.get if method == "GET" else self.session.post
+        response: requests.Response = send(url, **kwargs)
         return response
 
     def _read(self, job_id: str) -> Optional[Job]:
@@ -393,11 +376,6 @@ class Jobs:
             return _seen(job_id, self._send("GET", job_id, "status", None))
         except (SumeError, requests.exceptions.RequestException):
             return None
-
-    def _own_status(self, seen: Job) -> Job:
-        """A failed job as its own status says (its error code), else as the 409 described it."""
-        own = self._read(seen.id)
-        return own if own is not None and own.failed else seen
 
     def _not_canceled(self, job_id: str, response: requests.Response) -> Job:
         """The server refused a cancel: the job's state, read now, says why."""
@@ -420,40 +398,40 @@ class Jobs:
     def _now(self) -> float:
         return _sleeping.now(self.clock)
 
+    def _polled(self, waiting: _Waiting) -> None:
+        """A poll went: counted, and told to the observers."""
+        waiting.polls += 1
+        _tell(self.session, waiting.event("poll", self._now()))
+
     def _timed_out(
-        self,
-        last: Job,
-        polls: int,
-        start: float,
-        timeout: float,
-        why: str,
-        answer: Optional[requests.Response] = None,
+        self, waiting: _Waiting, why: str, answer: Optional[requests.Response] = None
     ) -> JobTimeout:
         """The wait's end at its deadline, naming the request id of ``answer`` (the last poll's
         response, a 429 asking for a pause past the deadline say), else of the last status."""
-        self._end("timed_out", last, polls, start)
-        plural = "" if polls == 1 else "s"
+        self._end("timed_out", waiting)
+        last, polls = waiting.last, waiting.polls
         request_id = _request_id(answer, _json(answer)) if answer is not None else None
         rid = f" (request id {request_id})" if request_id else _rid_of(last)
         return JobTimeout(
-            f"job {last.id} is still {_say(last.status)} after {self._now() - start:.1f}s and "
-            f"{polls} poll{plural} ({timeout:g}s timeout): {why}; it may still finish, "
-            f"so wait again later with its id{rid}",
+            f"job {last.id} is still {_say(last.status)} after {self._now() - waiting.start:.1f}s and "
+            f"{polls} poll{'' if polls == 1 else 's'} ({waiting.timeout:g}s timeout): {why}; it may "
+            f"still finish, so wait again later with its id{rid}",
             last,
         )
 
-    def _end(self, kind: str, job: Job, polls: int, start: float) -> None:
-        elapsed = self._now() - start
-        self._emit(kind, job, polls, elapsed)
-        plural = "" if polls == 1 else "s"
+    def _end(self, kind: str, waiting: _Waiting) -> None:
+        """Tell the observers and the log how the wait ended."""
+        event = waiting.event(kind, self._now())
+        _tell(self.session, event)
+        job, polls = event.job, event.polls
         code = job.error_code
         logger.info(
             "job %s %s after %d poll%s in %.1fs: status %s%s",
             job.id,
             kind.replace("_", " "),
             polls,
-            plural,
-            elapsed,
+            "" if polls == 1 else "s",
+            event.elapsed,
             _say(job.status),
             f", error code {code}" if kind == "failed" and code else "",
             extra={
@@ -462,37 +440,57 @@ class Jobs:
                 "sume_job_status": _clean_status(job.status),
                 "sume_outcome": kind,
                 "sume_polls": polls,
-                "sume_elapsed": elapsed,
+                "sume_elapsed": event.elapsed,
                 "sume_code": code,
                 "sume_request_id": job.request_id,
             },
         )
 
-    def _emit(self, kind: str, job: Job, polls: int, elapsed: float) -> None:
-        observers = getattr(self.session, "observers", None)
-        if observers is None:
-            observers = (getattr(self.session, "metrics", None),)
-        event = JobEvent(kind, job, polls, elapsed)
-        for observer in observers:
-            hook = getattr(observer, "on_job", None)
-            if hook is None:
-                continue
-            try:
-                hook(event)
-            except Exception:
-                if id(observer) not in _warned:
-                    _warned.add(id(observer))
-                    logger.warning(
-                        "observer %s raised in on_job; the wait goes on, and further errors "
-                        "from this observer are ignored silently",
-                        type(observer).__name__,
-                        exc_info=True,
-                    )
-
 
 _CANCELED = frozenset({"canceled", "cancelled"})
 
 _warned: Set[int] = set()  # observers already warned about (by id)
+
+
+@dataclass
+class _Waiting:
+    """One wait as it goes: the job as last seen, when the wait started, the polls sent."""
+
+    last: Job
+    start: float
+    timeout: float
+    polls: int = 0
+
+    def event(self, kind: str, now: float) -> JobEvent:
+        return JobEvent(kind, self.last, self.polls, now - self.start)
+
+
+def _tell(session: Any, event: JobEvent) -> None:
+    """Give ``event`` to the session's observers with ``on_job``; one that raises is warned about once."""
+    for observer in getattr(session, "observers", ()):
+        hook = getattr(observer, "on_job", None)
+        if hook is None:
+            continue
+        try:
+            hook(event)
+        except Exception:
+            if id(observer) not in _warned:
+                _warned.add(id(observer))
+                logger.warning(
+                    "observer %s raised in on_job; the wait goes on, and further errors "
+                    "from this observer are ignored silently",
+                    type(observer).__name__,
+                    exc_info=True,
+                )
+
+
+def _as_job(job: JobRef, job_id: str) -> Job:
+    """The job as known before any poll: a Job as given, what a submit response said, else the id."""
+    if isinstance(job, Job):
+        return job
+    if isinstance(job, requests.Response):
+        return Job.from_response(job)
+    return Job(job_id)
 
 
 # -- reading what the server said --------------------------------------------------------
@@ -668,7 +666,7 @@ def _hint(response: requests.Response) -> Optional[float]:
     for path in (("data", "recommended_poll_interval_seconds"), ("recommended_poll_interval_seconds",)):
         value = _dig(doc, path)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return min(max(float(value), 0.0), 10.0**9)
+            return min(max(float(value), 0.0), RETRY_AFTER_CEILING)
     return None
 
 
@@ -698,16 +696,6 @@ def _error_for(response: requests.Response) -> Exception:
     return SumeError(f"unexpected HTTP {response.status_code}{_rid(response)}")
 
 
-def _raise_for(response: requests.Response) -> NoReturn:
-    raise _error_for(response)
-
-
-def _no_turn(retry_in: Optional[float]) -> str:
-    """Why a poll the fleet refused cannot go before the deadline, and when one could."""
-    later = f" (a poll could go in {retry_in:.1f}s)" if retry_in is not None else ""
-    return f"the API key's pace or cooldown (the fleet) has no turn for a poll before the deadline{later}"
-
-
 def _round_trip(seconds: float, response: requests.Response) -> float:
     """How long one request of a poll took on the wire: its time less the waits between attempts."""
     record = sume_record(response)
@@ -715,14 +703,6 @@ def _round_trip(seconds: float, response: requests.Response) -> float:
         return max(seconds, 0.0)
     held = sum(record.waits) + record.paced
     return max(seconds - held, 0.0) / max(record.attempts, 1)
-
-
-def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be finite and > 0, got {value!r}")
-    return float(value)
 
 
 def _takes_policy(session: Any) -> bool:
@@ -744,9 +724,7 @@ def _pick(given: Any, session: Any, injected: str, retry_attr: str, default: Any
     return default if chosen is None else chosen
 
 
-# When the polls of a job wait go, and how long each may take: pure, times in and times out.
-#
-# ``Jobs.wait`` carries this out; nothing here sends, sleeps or reads a clock.
+# -- when the polls of a wait go, and how long each may take: times in, times out ---------
 
 #: Without a server hint, each wait is the previous one times this, up to ``max_interval``.
 GROWTH = 1.5
@@ -762,25 +740,31 @@ MAX_LAST_POLL_MARGIN = 1.0
 class PollSchedule:
     """When the polls of one wait go: the one place that decides, from clock times and hints.
 
-    One deadline. After a poll, the next one goes after the server's hint (never sooner
-    than ``interval``), else after the unhinted pause, which grows x1.5 up to
-    ``max_interval``. The last poll goes as late as it can and still come back by the
-    deadline: ``margin`` before it, the time a poll is given to come back (twice the
+    One deadline. The first poll goes at ``start``. After a poll, the next one goes after the
+    server's hint (never sooner than ``interval``), else after the unhinted pause, which grows
+    x1.5 up to ``max_interval``. The last poll goes as late as it can and still come back by
+    the deadline: ``margin`` before it, the time a poll is given to come back (twice the
     slowest round trip seen, at least LAST_POLL_MARGIN). An unhinted poll after which no
-    other could fit is that last poll, so it moves there.
+    other could fit is that last poll, so it moves there. Nothing here sends, sleeps or
+    reads a clock.
     """
 
-    def __init__(self, deadline: float, interval: float, max_interval: float) -> None:
+    def __init__(self, deadline: float, interval: float, max_interval: float, start: float = 0.0) -> None:
         self.deadline = deadline
         self.interval = interval
         self.max_interval = max_interval
         self.delay = interval  # the next unhinted pause, before jitter
         self.margin = LAST_POLL_MARGIN
+        self.decided, self.pause = start, 0.0  # the next poll goes ``pause`` after ``decided``
 
     @property
     def latest(self) -> float:
         """The last moment a poll may start and still come back by the deadline."""
         return self.deadline - self.margin
+
+    def due_in(self, now: float) -> float:
+        """Seconds from ``now`` until the next poll goes (0 or less: now)."""
+        return self.pause - (now - self.decided)
 
     def took(self, round_trip: float) -> None:
         """Note how long a poll took on the wire: the last one gets twice the slowest."""
@@ -792,28 +776,49 @@ class PollSchedule:
         """Seconds from ``now`` to the next poll, or None and why no poll fits before the deadline."""
         if hint is not None:
             pause = max(hint, self.interval)  # the server knows best, but never a tight loop
-            if self.fits(now, pause):
-                return pause, ""
-            return None, f"the server asked to wait {pause:.1f}s more, past the deadline"
-        pause = self.delay * jitter()
-        self.delay = min(self.delay * GROWTH, self.max_interval)
-        last = self.latest - now  # the longest pause after which a poll still comes back in time
-        # Two polls closer than this would be a tight loop at the end of a short wait.
-        gap = min(self.interval, self.margin)
-        if pause <= last - gap - self.margin / 2:
-            return pause, ""  # another poll can still follow this one
-        if last >= gap:
-            return last, ""  # the last poll: as late as it can go
-        return None, "no time is left for another poll"
+            if not self.fits(now, pause):
+                return None, f"the server asked to wait {pause:.1f}s more, past the deadline"
+        else:
+            pause = self.delay * jitter()
+            self.delay = min(self.delay * GROWTH, self.max_interval)
+            last = self.latest - now  # the longest pause after which a poll still comes back in time
+            # Two polls closer than this would be a tight loop at the end of a short wait.
+            gap = min(self.interval, self.margin)
+            if pause > last - gap - self.margin / 2:  # no other poll could follow this one
+                if last < gap:
+                    return None, "no time is left for another poll"
+                pause = last  # the last poll: as late as it can go
+        self.decided, self.pause = now, pause
+        return pause, ""
+
+    def hold(self, now: float, turn: float) -> bool:
+        """Put the next poll ``turn`` seconds (at least ``interval``) from ``now``, if it fits."""
+        pause = max(turn, self.interval)
+        if not self.fits(now, pause):
+            return False
+        self.decided, self.pause = now, pause
+        return True
 
     def fits(self, now: float, pause: float) -> bool:
         """True when a poll ``pause`` seconds from ``now`` still comes back by the deadline."""
         return now + pause <= self.latest
 
 
+def poll_timeout(base: Any, left: float) -> Tuple[float, float]:
+    """The session's (connect, read) timeout, neither part longer than ``left``."""
+    connect, read = _limits(base)
+    return _least(connect, left), _least(read, left)
+
+
+def cut_by_deadline(base: Any, left: float) -> bool:
+    """True when the time left, not the session's own timeout ``base``, limited the poll."""
+    return any(part is None or left < part for part in _limits(base))
+
+
 def _limits(base: Any) -> Tuple[Optional[float], Optional[float]]:
     """The (connect, read) limits of a session timeout in any form requests takes; None: no limit."""
     if isinstance(base, Timeout):
+        # Its parts as given: ``read_timeout`` answers only once a connection has started.
         total = _number(base.total)
         connect, read = _number(base._connect), _number(base._read)
         if total is None:
@@ -833,14 +838,3 @@ def _number(value: Any) -> Optional[float]:
 
 def _least(limit: Optional[float], cap: float) -> float:
     return cap if limit is None else min(limit, cap)
-
-
-def poll_timeout(base: Any, left: float) -> Tuple[float, float]:
-    """The session's (connect, read) timeout, neither part longer than ``left``."""
-    connect, read = _limits(base)
-    return _least(connect, left), _least(read, left)
-
-
-def cut_by_deadline(base: Any, left: float) -> bool:
-    """True when the time left, not the session's own timeout ``base``, limited the poll."""
-    return any(part is None or left < part for part in _limits(base))

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from ._config import check_int, check_seconds
-from ._envelope import RETRY_AFTER_CEILING, ErrorEnvelope, parse_retry_after
+from ._envelope import ErrorEnvelope, parse_retry_after
 from ._errors import ConfigurationError
 from ._record import status_label
-from ._util import RandomSource, StrEnum, frozen, plural, seconds, uniform
+from ._util import RandomSource, StrEnum, plural, seconds, uniform
 
 #: A rule's ``code`` that matches any error code (or none).
 ANY = None
@@ -27,11 +26,6 @@ class Verdict(StrEnum):
     NO_RETRY = "no_retry"
     STOP = "stop"
     POLL = "poll"
-
-
-# The verdicts as module names: a decision reads them a dozen times, and on Python 3.11
-# ``Verdict.RETRY`` is a descriptor call (75 ns, a module name 5 ns: benchmarks/RESULTS-retry.md).
-RETRY, FIX, NO_RETRY, STOP, POLL = Verdict.RETRY, Verdict.FIX, Verdict.NO_RETRY, Verdict.STOP, Verdict.POLL
 
 
 @dataclass(frozen=True)
@@ -76,14 +70,14 @@ class Rule:
 
 
 DEFAULT_RULES: Tuple[Rule, ...] = (
-    Rule(429, ANY, RETRY),
-    Rule(503, ANY, RETRY),
-    Rule(409, "idempotency_key_in_use", RETRY, IN_USE_WAIT),
-    Rule(409, ANY, FIX),
-    Rule(400, ANY, FIX),
-    Rule(401, ANY, FIX),
-    Rule(402, ANY, FIX),
-    Rule(404, ANY, FIX),
+    Rule(429, ANY, Verdict.RETRY),
+    Rule(503, ANY, Verdict.RETRY),
+    Rule(409, "idempotency_key_in_use", Verdict.RETRY, IN_USE_WAIT),
+    Rule(409, ANY, Verdict.FIX),
+    Rule(400, ANY, Verdict.FIX),
+    Rule(401, ANY, Verdict.FIX),
+    Rule(402, ANY, Verdict.FIX),
+    Rule(404, ANY, Verdict.FIX),
 )
 
 
@@ -99,7 +93,11 @@ class Decision:
     @property
     def retry(self) -> bool:
         """True when another attempt should be made."""
-        return self.verdict is RETRY
+        return self.verdict is Verdict.RETRY
+
+
+#: The fields of a Policy that are seconds (>= 0), checked alike.
+_SECONDS_FIELDS = ("backoff_base", "backoff_max", "in_use_wait", "retry_after_jitter", "retry_after_spread")
 
 
 @dataclass(frozen=True)
@@ -147,17 +145,14 @@ class Policy:
     retry_after_spread: float = 0.0
 
     def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "rules", _check_rules(self.rules))
+        # Frozen: the checked (normalised) values are stored the way dataclasses document.
+        object.__setattr__(self, "rules", _check_rules(self.rules))
         check_int(self.max_retries, "max_retries", 0, 1000)
         check_int(self.peek_limit, "peek_limit", 0, 16 * 1024 * 1024)
-        set_(self, "max_elapsed", _check_seconds(self.max_elapsed, "max_elapsed", positive=True))
-        set_(self, "backoff_base", _check_seconds(self.backoff_base, "backoff_base"))
-        set_(self, "backoff_max", _check_seconds(self.backoff_max, "backoff_max"))
-        set_(self, "in_use_wait", _check_seconds(self.in_use_wait, "in_use_wait"))
-        set_(self, "jitter", _check_jitter(self.jitter))
-        set_(self, "retry_after_jitter", _check_seconds(self.retry_after_jitter, "retry_after_jitter"))
-        set_(self, "retry_after_spread", _check_seconds(self.retry_after_spread, "retry_after_spread"))
+        object.__setattr__(self, "max_elapsed", check_seconds(self.max_elapsed, "max_elapsed", positive=True))
+        for name in _SECONDS_FIELDS:
+            object.__setattr__(self, name, check_seconds(getattr(self, name), name))
+        object.__setattr__(self, "jitter", _check_jitter(self.jitter))
         if self.retry_after_jitter > 1.0:
             raise ConfigurationError(
                 f"retry_after_jitter must be between 0 and 1, got {self.retry_after_jitter!r}"
@@ -174,17 +169,14 @@ class Policy:
 
     def match(self, status: int, code: Optional[str]) -> Optional[Rule]:
         """The first rule matching status and code, or None."""
-        for rule in self.rules:  # Rule.matches inline: this runs on every decision
+        for rule in self.rules:
             if rule.status == status and (rule.code is None or rule.code == code):
                 return rule
         return None
 
     def backoff(self, attempt: int, rng: RandomSource = None) -> float:
         """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""
-        # min/max spelled out: three builtin calls fewer on every decision.
-        ceiling = self.backoff_base * 2.0 ** (attempt if 0 <= attempt <= 64 else (0 if attempt < 0 else 64))
-        if ceiling > self.backoff_max:
-            ceiling = self.backoff_max
+        ceiling = min(self.backoff_max, self.backoff_base * 2.0 ** min(max(attempt, 0), 64))
         low, high = self.jitter
         return ceiling * uniform(rng, low, high)
 
@@ -203,37 +195,29 @@ class Policy:
         """Decide what to do after an error response.
 
         ``attempt`` is the number of retries already made for this logical request,
-        ``elapsed`` the seconds since it started, ``hints`` what the body said, ``rng``
-        the jitter source and ``now`` the wall clock for HTTP-date Retry-After values.
+        ``elapsed`` the seconds since it started, ``retry_after`` the header's value (or
+        seconds), ``hints`` what the body said, ``rng`` the jitter source and ``now`` the
+        wall clock for HTTP-date Retry-After values.
         """
         label = status_label(status, code)
         if status < 400:
-            return Decision(NO_RETRY, reason=f"{label} is not an error")
+            return Decision(Verdict.NO_RETRY, reason=f"{label} is not an error")
         rule = self.match(status, code)
-        verdict = rule.verdict if rule else NO_RETRY
-        reason = ""  # the row's reason, made only for a verdict that ends here (a retry's is bound's)
-
+        verdict = rule.verdict if rule else Verdict.NO_RETRY
         if self.trust_body and hints is not None:
             if hints.next_action and "poll" in hints.next_action.lower():
-                return Decision(
-                    POLL,
-                    reason=f"{label}: server says next_action={hints.next_action}; poll, do not resubmit",
-                )
-            if hints.retryable is False and verdict is RETRY:
-                verdict = NO_RETRY
-                reason = f"{label}: server marked the error retryable=false"
-            elif hints.retryable is True and verdict is NO_RETRY:
-                verdict = RETRY
-                rule = None
-        if verdict is not RETRY:
-            return Decision(verdict, reason=reason or _ROW_REASONS[verdict].format(label=label))
+                why = f"server says next_action={hints.next_action}; poll, do not resubmit"
+                return Decision(Verdict.POLL, reason=f"{label}: {why}")
+            if hints.retryable is False and verdict is Verdict.RETRY:
+                return Decision(Verdict.NO_RETRY, reason=f"{label}: server marked the error retryable=false")
+            if hints.retryable is True and verdict is Verdict.NO_RETRY:
+                verdict, rule = Verdict.RETRY, None  # retried as an unlisted error: Retry-After, else backoff
+        if verdict is not Verdict.RETRY:
+            return Decision(verdict, reason=_ROW_REASONS[verdict].format(label=label))
         if attempt >= self.max_retries:
-            return Decision(
-                STOP,
-                reason=f"{label}: attempt cap reached ({plural(self.max_retries, 'retry', 'retries')})",
-            )
+            return self._capped(label)
 
-        asked = None if retry_after is None else _seconds(retry_after, now)
+        asked = parse_retry_after(retry_after, now)
         fixed = rule.wait if rule is not None else None
         if fixed == IN_USE_WAIT:
             fixed = self.in_use_wait
@@ -249,12 +233,13 @@ class Policy:
             if self.retry_after_spread:
                 # Clients that share nothing were all told the same time: a spread that grows
                 # with the attempt lets them come back over a widening window, not in step.
-                wait += uniform(
-                    rng, 0.0, min(self.backoff_max, self.retry_after_spread * 2.0 ** min(attempt, 64))
-                )
+                spread = min(self.backoff_max, self.retry_after_spread * 2.0 ** min(attempt, 64))
+                wait += uniform(rng, 0.0, spread)
         else:
             wait, source = self.backoff(attempt, rng), "backoff"
-        return self.bound(label, wait, source, elapsed)
+        if wait > self.max_elapsed - elapsed:
+            return self._past_deadline(label, wait, source, elapsed)
+        return Decision(Verdict.RETRY, wait, source, f"{label}: retry in {seconds(wait)} ({source})")
 
     def decide_error(
         self,
@@ -276,69 +261,43 @@ class Policy:
             label = "connection failed after sending"
             if not replay_safe:
                 return Decision(
-                    NO_RETRY,
+                    Verdict.NO_RETRY,
                     reason=f"{label}; the request is not replay-safe, so it is not resent",
                 )
         else:
-            return Decision(NO_RETRY, reason="transport error that a retry would not fix")
+            return Decision(Verdict.NO_RETRY, reason="transport error that a retry would not fix")
         if attempt >= self.max_retries:
-            return Decision(
-                STOP,
-                reason=f"{label}: attempt cap reached ({plural(self.max_retries, 'retry', 'retries')})",
-            )
-        return self.bound(label, self.backoff(attempt, rng), "backoff", elapsed)
+            return self._capped(label)
+        wait = self.backoff(attempt, rng)
+        if wait > self.max_elapsed - elapsed:
+            return self._past_deadline(label, wait, "backoff", elapsed)
+        return Decision(Verdict.RETRY, wait, "backoff", f"{label}: retry in {seconds(wait)} (backoff)")
 
-    def bound(self, label: str, wait: float, source: str, elapsed: float) -> Decision:
-        """RETRY after ``wait``, or STOP when the wait would end past ``max_elapsed``."""
-        left = self.max_elapsed - elapsed
-        if wait > left:
-            asked = "server asked to wait" if source == "retry_after" else "next wait is"
-            return Decision(
-                STOP,
-                reason=(
-                    f"{label}: {asked} {seconds(wait)} ({source}) but only "
-                    f"{seconds(max(left, 0.0))} of the {seconds(self.max_elapsed)} budget is left"
-                ),
-            )
-        return frozen(  # Decision(...) without its four object.__setattr__: made on every retry
-            Decision,
-            verdict=RETRY,
-            wait=wait,
-            source=source,
-            reason=f"{label}: retry in {seconds(wait)} ({source})",
+    def _capped(self, label: str) -> Decision:
+        """STOP: the retries are spent."""
+        retries = plural(self.max_retries, "retry", "retries")
+        return Decision(Verdict.STOP, reason=f"{label}: attempt cap reached ({retries})")
+
+    def _past_deadline(self, label: str, wait: float, source: str, elapsed: float) -> Decision:
+        """STOP: a wait that would end past ``max_elapsed`` is never started."""
+        left = max(self.max_elapsed - elapsed, 0.0)
+        asked = "server asked to wait" if source == "retry_after" else "next wait is"
+        return Decision(
+            Verdict.STOP,
+            reason=(
+                f"{label}: {asked} {seconds(wait)} ({source}) but only "
+                f"{seconds(left)} of the {seconds(self.max_elapsed)} budget is left"
+            ),
         )
 
 
 _ROW_REASONS = {
-    RETRY: "{label}: retryable",
-    FIX: "{label}: the caller must fix the request; not retried",
-    NO_RETRY: "{label}: not a retryable error",
-    STOP: "{label}: stop",
-    POLL: "{label}: poll, do not resubmit",
+    Verdict.RETRY: "{label}: retryable",
+    Verdict.FIX: "{label}: the caller must fix the request; not retried",
+    Verdict.NO_RETRY: "{label}: not a retryable error",
+    Verdict.STOP: "{label}: stop",
+    Verdict.POLL: "{label}: poll, do not resubmit",
 }
-
-
-def wait_seconds(
-    status: int,
-    code: Optional[str],
-    retry_after: Union[str, float, None],
-    attempt: int,
-) -> Optional[float]:
-    """Seconds to wait before retrying, or None for "do not retry" (default policy, elapsed 0)."""
-    decision = DEFAULT_POLICY.decide(status, code, retry_after, attempt, 0.0)
-    return decision.wait if decision.retry else None
-
-
-def _seconds(value: Union[str, bytes, float, None], now: Optional[Callable[[], float]]) -> Optional[float]:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond float range: as good as forever (or never)
-            return RETRY_AFTER_CEILING if value > 0 else 0.0
-        return None if math.isnan(seconds) else min(max(seconds, 0.0), RETRY_AFTER_CEILING)
-    return parse_retry_after(value, now)
 
 
 def _check_rules(rules: Any) -> Tuple[Rule, ...]:
@@ -357,15 +316,11 @@ def _check_rules(rules: Any) -> Tuple[Rule, ...]:
     return tuple(checked)
 
 
-def _check_seconds(value: Any, name: str, positive: bool = False) -> float:
-    return check_seconds(value, name, positive=positive)
-
-
 def _check_jitter(value: Any) -> Tuple[float, float]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ConfigurationError(f"jitter must be a (low, high) pair, got {value!r}")
-    low = _check_seconds(value[0], "jitter")
-    high = _check_seconds(value[1], "jitter")
+    low = check_seconds(value[0], "jitter")
+    high = check_seconds(value[1], "jitter")
     accepted = "a (low, high) pair with 0 <= low <= high <= 1.0 and high > 0"
     if low > high:
         raise ConfigurationError(f"jitter range is inverted: jitter must be {accepted}, got {value!r}")

@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
-from ._policy import FIX, NO_RETRY, POLL, RETRY, STOP, Decision, Policy, Verdict
+from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
 from ._util import frozen, header_value, plural
@@ -97,7 +97,7 @@ class RequestContext:
     @property
     def waits(self) -> List[float]:
         """The waits decided so far, in order."""
-        return [a.decision.wait or 0.0 for a in self.attempts if a.decision.verdict is RETRY]
+        return [a.decision.wait or 0.0 for a in self.attempts if a.decision.verdict is Verdict.RETRY]
 
     def deadline(self, policy: Policy) -> float:
         """Clock time after which no attempt may start."""
@@ -106,7 +106,7 @@ class RequestContext:
     def add(self, attempt: Attempt) -> None:
         """Note one consulted attempt (a retry when its verdict is RETRY)."""
         self.attempts = [*self.attempts, attempt]
-        if attempt.decision.verdict is RETRY:
+        if attempt.decision.verdict is Verdict.RETRY:
             self.retries += 1
 
     def finish(
@@ -130,7 +130,7 @@ class RequestContext:
         given_retry_in = retry_in
         retries = self.retries
         last = self.attempts[-1] if self.attempts else None
-        if last is not None and (last.decision.verdict is RETRY or last.status != status):
+        if last is not None and (last.decision.verdict is Verdict.RETRY or last.status != status):
             last = None  # the final response was not consulted (e.g. a success)
         code = request_id = next_action = None
         retry_in = None
@@ -146,7 +146,7 @@ class RequestContext:
             else:
                 request_id = _request_id(headers)
             tail = self.attempts[-1] if self.attempts else None
-            if tail is not None and tail.decision.verdict is STOP and tail.retry_in is not None:
+            if tail is not None and tail.decision.verdict is Verdict.STOP and tail.retry_in is not None:
                 # The body broke and the policy stopped (deadline, counters): a later try may do.
                 retry_in = max(tail.retry_in - (now - tail.at), 0.0)
         elif status is not None and status < 400:
@@ -232,11 +232,11 @@ _SUCCEEDED = {
 
 
 def _outcome(verdict: Verdict, retries: int) -> Outcome:
-    if verdict is FIX:
+    if verdict is Verdict.FIX:
         return Outcome.FIX
-    if verdict is POLL:
+    if verdict is Verdict.POLL:
         return Outcome.POLL
-    if verdict is NO_RETRY and retries == 0:
+    if verdict is Verdict.NO_RETRY and retries == 0:
         return Outcome.NO_RETRY
     return Outcome.GAVE_UP
 

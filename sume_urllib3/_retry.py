@@ -20,10 +20,10 @@ from urllib3.util.retry import RequestHistory, Retry
 from . import _sleeping
 from ._body import PrefixedFP, fp_closed, peek_body, release
 from ._config import check_retry_arguments, check_rng
-from ._envelope import ErrorEnvelope, header, parse_envelope, parse_retry_after
+from ._envelope import ErrorEnvelope, parse_envelope, parse_retry_after
 from ._errors import ConfigurationError
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS, refusal_for
-from ._policy import ANY, DEFAULT_POLICY, NO_RETRY, RETRY, STOP, Decision, Policy, Rule
+from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
 from ._record import status_label
 from ._redact import redact_url, redact_urllib3_logs
 from ._request import Attempt, RequestContext, current
@@ -262,7 +262,7 @@ class SumeRetry(Retry):
         )
 
     def _retry_row(self, status: int) -> bool:
-        return any(rule.status == status and rule.verdict is RETRY for rule in self.policy.rules)
+        return any(rule.status == status and rule.verdict is Verdict.RETRY for rule in self.policy.rules)
 
     def _is_method_retryable(self, method: str) -> bool:
         return self._refusal(self._joined() or _FRESH, method) is None
@@ -293,7 +293,7 @@ class SumeRetry(Retry):
 
     def get_retry_after(self, response: Any) -> Optional[float]:
         """Retry-After in seconds, or None; never raises on garbage (urllib3 does)."""
-        return parse_retry_after(header(getattr(response, "headers", None), "Retry-After"))
+        return parse_retry_after((getattr(response, "headers", None) or {}).get("Retry-After"))
 
     def sleep_for_retry(self, response: Any = None) -> bool:
         """Honour Retry-After on the redirect path, never past the deadline, never raising."""
@@ -366,11 +366,11 @@ class SumeRetry(Retry):
                 attempt = decide_response(self, context, raw, method, policy)
             except Exception:  # a bug here must not leak the connection or the response
                 log.exception("sume_urllib3: failed to decide on a response; not retrying")
-                decision = Decision(NO_RETRY, reason="internal error while deciding")
+                decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
                 attempt = Attempt(status_of(raw), None, None, None, decision, at=self._now())
         new: Optional[SumeRetry] = None
         counted_out = False
-        if attempt.decision.verdict is RETRY:
+        if attempt.decision.verdict is Verdict.RETRY:
             new, attempt = self._count(context, attempt, method, url, raw, error, _pool, _stacktrace)
             if new is not None:
                 new._sume_wait = context.next_wait  # what sleep and get_backoff_time answer
@@ -396,7 +396,7 @@ class SumeRetry(Retry):
             )
             # The URL's query (a presigned signature) stays out of the message (see _redact).
             raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
-        if decision.verdict is STOP and (self._is_connection_error(error) or context.adapter is None):
+        if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
             # Retries ran out: MaxRetryError, as urllib3 raises it.
             raise MaxRetryError(_pool, redact_url(url), error) from error
         # Not resent (a request that is not replay-safe), or a read failure under SumeAdapter:
@@ -451,7 +451,7 @@ class SumeRetry(Retry):
         return (
             status in self.RETRY_AFTER_STATUS_CODES
             and not (forced and status in forced)
-            and bool(header(getattr(raw, "headers", None), "Retry-After"))
+            and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
         )
 
     def _count(
@@ -571,12 +571,12 @@ _URLLIB3_METHODS = Retry.DEFAULT_ALLOWED_METHODS
 _FRESH = RequestContext(0.0)
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
 _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
-_GIVE_UP = (STOP, NO_RETRY)
+_GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
 
 
 def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
     """``attempt`` stopped for ``why``; ``retry_in`` defaults to the wait the retry would have had."""
-    decision = Decision(STOP, reason=f"{attempt.label}: {why}")
+    decision = Decision(Verdict.STOP, reason=f"{attempt.label}: {why}")
     return Attempt(
         attempt.status,
         attempt.code,
@@ -634,8 +634,8 @@ def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
     for status in sorted(statuses):
         rule = policy.match(status, None)
         if rule is None:
-            added.append(Rule(status, ANY, RETRY))
-        elif rule.verdict is not RETRY:
+            added.append(Rule(status, ANY, Verdict.RETRY))
+        elif rule.verdict is not Verdict.RETRY:
             raise ConfigurationError(
                 f"status_forcelist: the policy's row for {status} says {rule.verdict.value}; "
                 "change Policy(rules=...) to decide differently"
@@ -912,20 +912,20 @@ def decide_response(
         envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False)
     # Measured after the peek: reading a slow body is part of the elapsed time.
     now = retry._now()
-    retry_after = header(headers, "Retry-After") if retry.respect_retry_after_header else None
+    retry_after = (headers or {}).get("Retry-After") if retry.respect_retry_after_header else None
     decision = policy.decide(
         status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=retry.rng
     )
     verdict = decision.verdict
     retry_in = None
-    if verdict is RETRY:
+    if verdict is Verdict.RETRY:
         refusal = retry._refusal(context, method)
         if refusal:
             decision = Decision(
-                NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
+                Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
             )
-            verdict = NO_RETRY
-    if verdict is STOP or verdict is NO_RETRY:
+            verdict = Verdict.NO_RETRY
+    if verdict is Verdict.STOP or verdict is Verdict.NO_RETRY:
         retry_in = _retry_in(policy, retry_after, context.retries, retry.rng)
     return Attempt(
         status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
@@ -955,10 +955,10 @@ def decide_error(
     decision = policy.decide_error(
         kind, context.retries, now - context.start, replay_safe=refusal is None, rng=retry.rng
     )
-    if refusal is not None and decision.verdict is NO_RETRY and kind == "read":
+    if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
         # Which rule keeps it from going again (no key, a body sent once), as for a response.
-        decision = Decision(NO_RETRY, reason=f"{decision.reason}: {refusal}")
-    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is STOP else None
+        decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
+    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is Verdict.STOP else None
     return Attempt(
         None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
     )
@@ -977,7 +977,7 @@ def _decide_tunnel(
     decided = policy.decide(status, None, None, context.retries, now - context.start, rng=retry.rng)
     reason = f"the proxy refused the tunnel: {decided.reason}"
     decision = Decision(decided.verdict, decided.wait, decided.source, reason)
-    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is STOP else None
+    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is Verdict.STOP else None
     return Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
 
 
@@ -1018,9 +1018,9 @@ def resend_broken_body(
         rng=retry.rng,
     )
     if decision.retry and not counters_allow(retry, context.retries):
-        decision = Decision(STOP, reason=f"{why}: {COUNTERS_OUT}")
+        decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
     if decision.retry and not rewind():
-        decision = Decision(NO_RETRY, reason=f"{why}; the request body cannot be rewound")
+        decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
     wait = decision.wait or 0.0
     retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
     if decision.retry:  # a resend waits its turn and spends the budget like any retry
@@ -1028,8 +1028,8 @@ def resend_broken_body(
         turn = retry_turn(context, policy, wait, throttled=False, budget=budget, rng=retry.rng, now=now)
         wait, retry_in = turn.wait, turn.retry_in
         if turn.refused is not None:
-            decision = Decision(STOP, reason=f"{why}: {turn.refused}")
-    if decision.verdict is STOP and retry_in is None:
+            decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
+    if decision.verdict is Verdict.STOP and retry_in is None:
         retry_in = decision.wait
         if retry_in is None:
             retry_in = policy.backoff(context.retries, retry.rng)

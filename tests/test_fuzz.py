@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
-from sume_urllib3 import ANY, Decision, Policy, Rule, Verdict, wait_seconds
+from sume_urllib3 import ANY, Decision, Policy, Rule, Verdict
 from sume_urllib3._envelope import (
     RETRY_AFTER_CEILING,
     ErrorEnvelope,
@@ -368,6 +368,12 @@ def test_decide_never_raises_and_keeps_its_invariants(
         assert not decision.retry
 
 
+def default_wait(status: int, code: Optional[str], retry_after: Any, attempt: int) -> Optional[float]:
+    """The default policy's wait at elapsed 0, or None for "do not retry"."""
+    decision = Policy().decide(status, code, retry_after, attempt, 0.0)
+    return decision.wait if decision.retry else None
+
+
 @FUZZ
 @given(
     status=statuses,
@@ -375,18 +381,18 @@ def test_decide_never_raises_and_keeps_its_invariants(
     retry_after=retry_afters,
     attempt=st.integers(-5, 50),
 )
-def test_wait_seconds_never_raises(status: int, code: Optional[str], retry_after: Any, attempt: int) -> None:
-    """The one-function form is None or a wait within the default budget; attempt >= 6 is None."""
-    wait = wait_seconds(status, code, retry_after, attempt)
+def test_default_wait_never_raises(status: int, code: Optional[str], retry_after: Any, attempt: int) -> None:
+    """The default policy's wait is None or a wait within the default budget; attempt >= 6 is None."""
+    wait = default_wait(status, code, retry_after, attempt)
 
     assert wait is None or (math.isfinite(wait) and 0.0 <= wait <= Policy().max_elapsed)
     if attempt >= 6:
         assert wait is None
 
 
-def test_wait_seconds_with_a_huge_integer_retry_after_falls_back() -> None:
+def test_default_wait_with_a_huge_integer_retry_after_falls_back() -> None:
     """An integer Retry-After too big for a float is a wait past any budget: no retry, no exception."""
-    assert wait_seconds(503, None, 10**400, 0) is None
+    assert default_wait(503, None, 10**400, 0) is None
 
 
 @FUZZ

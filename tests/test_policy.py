@@ -22,7 +22,6 @@ from sume_urllib3._policy import (
     Policy,
     Rule,
     Verdict,
-    wait_seconds,
 )
 from sume_urllib3._record import Outcome
 from sume_urllib3.exceptions import ConfigurationError
@@ -231,33 +230,38 @@ def test_empty_hints_change_nothing() -> None:
     assert (Verdict.FIX, None, None) == summary(Policy().decide(402, hints=hints))
 
 
-# --- wait_seconds: the reference results of the default table ------------------------------
+# --- the reference results of the default table --------------------------------------------
+def default_wait(status: int, code: Optional[str], retry_after: Any, attempt: int) -> Optional[float]:
+    """The default policy's wait at elapsed 0, or None for "do not retry"."""
+    decision = Policy().decide(status, code, retry_after, attempt, 0.0)
+    return decision.wait if decision.retry else None
 
 
-def test_wait_seconds_reference_402_insufficient_credits() -> None:
+
+def test_default_wait_reference_402_insufficient_credits() -> None:
     """402 insufficient_credits is not retried."""
-    assert wait_seconds(402, "insufficient_credits", None, 0) is None
+    assert default_wait(402, "insufficient_credits", None, 0) is None
 
 
-def test_wait_seconds_reference_409_conflict() -> None:
+def test_default_wait_reference_409_conflict() -> None:
     """409 idempotency_conflict is not retried."""
-    assert wait_seconds(409, "idempotency_conflict", None, 0) is None
+    assert default_wait(409, "idempotency_conflict", None, 0) is None
 
 
-def test_wait_seconds_reference_409_in_use() -> None:
+def test_default_wait_reference_409_in_use() -> None:
     """409 idempotency_key_in_use waits exactly one second."""
-    assert 1.0 == wait_seconds(409, "idempotency_key_in_use", None, 0)
+    assert 1.0 == default_wait(409, "idempotency_key_in_use", None, 0)
 
 
-def test_wait_seconds_reference_429_retry_after() -> None:
+def test_default_wait_reference_429_retry_after() -> None:
     """429 queue_full with Retry-After 12 at attempt 1 waits exactly 12 seconds."""
-    assert 12.0 == wait_seconds(429, "queue_full", "12", 1)
+    assert 12.0 == default_wait(429, "queue_full", "12", 1)
 
 
 @pytest.mark.parametrize("repeat", range(20))
-def test_wait_seconds_reference_503_backoff(repeat: int) -> None:
+def test_default_wait_reference_503_backoff(repeat: int) -> None:
     """503 at attempt 2 waits within the documented 0.5-4.0 s (in fact 2-4 s with the default jitter)."""
-    wait = wait_seconds(503, None, None, 2)
+    wait = default_wait(503, None, None, 2)
     assert wait is not None
     assert 0.5 <= wait <= 4.0
     assert 2.0 <= wait <= 4.0
@@ -266,25 +270,25 @@ def test_wait_seconds_reference_503_backoff(repeat: int) -> None:
 @pytest.mark.parametrize("retry_after", [None, "1", "0"])
 @pytest.mark.parametrize("attempt", [6, 7, 50, 10**6])
 @pytest.mark.parametrize(("status", "code"), [(429, None), (429, "queue_full"), (503, None), (409, IN_USE)])
-def test_wait_seconds_attempt_6_and_later_is_none(
+def test_default_wait_attempt_6_and_later_is_none(
     status: int, code: Optional[str], attempt: int, retry_after: Optional[str]
 ) -> None:
     """From attempt index 6 on, no retryable row is retried any more."""
-    assert wait_seconds(status, code, retry_after, attempt) is None
+    assert default_wait(status, code, retry_after, attempt) is None
 
 
 @pytest.mark.parametrize("retry_after", ["soon", "", "1m0s", "1e999", "Fri, 99 Foo", "\x00"])
-def test_wait_seconds_never_raises_on_bad_retry_after(retry_after: str) -> None:
+def test_default_wait_never_raises_on_bad_retry_after(retry_after: str) -> None:
     """A garbage Retry-After falls back to the backoff instead of raising."""
-    wait = wait_seconds(429, None, retry_after, 0)
+    wait = default_wait(429, None, retry_after, 0)
     assert wait is not None
     assert 0.5 <= wait <= 1.0
 
 
-def test_wait_seconds_returns_none_past_the_budget() -> None:
+def test_default_wait_returns_none_past_the_budget() -> None:
     """A wait longer than max_elapsed (elapsed 0) returns None."""
-    assert wait_seconds(429, None, "121", 0) is None
-    assert 120.0 == wait_seconds(429, None, "120", 0)
+    assert default_wait(429, None, "121", 0) is None
+    assert 120.0 == default_wait(429, None, "120", 0)
 
 
 # --- attempt cap --------------------------------------------------------------------------
@@ -966,9 +970,9 @@ def test_property_decide_never_raises(
 
 @PROPERTY
 @given(st.integers(100, 599), CODES, RETRY_AFTERS, st.integers(-5, 10**6))
-def test_property_wait_seconds_never_raises(status: int, code: Any, retry_after: Any, attempt: int) -> None:
-    """wait_seconds returns None or a wait within the default 120 s budget for any input."""
-    wait = wait_seconds(status, code, retry_after, attempt)
+def test_property_default_wait_never_raises(status: int, code: Any, retry_after: Any, attempt: int) -> None:
+    """The default wait is None or a wait within the default 120 s budget for any input."""
+    wait = default_wait(status, code, retry_after, attempt)
     assert wait is None or 0.0 <= wait <= 120.0
     if attempt >= 6:
         assert wait is None

@@ -16,7 +16,6 @@ import sume_urllib3
 
 #: The names the package promises at the top level (docs/reference/index.md documents each).
 PUBLIC_NAMES = (
-    "wait_seconds",
     "Policy",
     "Decision",
     "Verdict",

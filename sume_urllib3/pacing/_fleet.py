@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple, Opt
 
 from .. import _fork, _sleeping
 from .._config import check_clock, check_int, check_rng
-from .._envelope import header, parse_retry_after
+from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core as _pacing
 from ._budget import RetryBudget
@@ -682,7 +682,7 @@ def read_response(
     """The Retry-After and RateLimit fields of one response, as both fleets pass them to the core."""
     retry_after = 0
     if (status == 429 or status == 503) and headers is not None:
-        seconds = parse_retry_after(header(headers, "Retry-After"), wall)
+        seconds = parse_retry_after(headers.get("Retry-After"), wall)
         if seconds is not None and seconds > 0:
             retry_after = round(min(seconds, MAX_COOLDOWN) * 1_000_000)
     reading = parse_ratelimit(headers, wall) if headers is not None and may_carry_ratelimit(headers) else None

@@ -24,7 +24,6 @@ from sume_urllib3 import (
     SumeRetryError,
     SumeSession,
     Verdict,
-    wait_seconds,
 )
 from sume_urllib3.testing import FakeSume, Reply, SleepRecorder, no_sleep
 
@@ -46,7 +45,7 @@ def policy_use() -> Optional[float]:
     policy = Policy(rules=(Rule(429, ANY, Verdict.RETRY),), max_retries=3, jitter=(0.0, 1.0))
     decision: Decision = policy.decide(503, "queue_full", "2", 0, 0.0, rng=random.Random(1))
     assert decision.verdict in (Verdict.RETRY, Verdict.STOP)
-    return wait_seconds(429, None, "12", 1)
+    return policy.decide(429, None, "12", 1).wait
 
 
 def session_use() -> None:
