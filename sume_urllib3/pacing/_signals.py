@@ -50,31 +50,12 @@ def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Opti
         return None
 
 
-#: Lower-cased names of every header parse_ratelimit reads, for a look-up without a scan.
-_NAMES = tuple(
+#: Lower-cased names of every header parse_ratelimit reads: a response without any is not parsed.
+RATELIMIT_FIELDS = frozenset(
     f"{prefix}{suffix}"
-    for prefix in ("ratelimit", "x-ratelimit", "x-rate-limit")
+    for prefix in _PREFIXES
     for suffix in ("", "-limit", "-remaining", "-reset", "-policy")
 )
-
-
-_NAME_SET = frozenset(_NAMES)
-
-
-def may_carry_ratelimit(headers: Any) -> bool:
-    """False only when the headers surely carry no rate-limit field (checked in O(1) per name).
-
-    requests' and urllib3's header mappings keep a dict keyed by the lower-cased name; other
-    mappings are not scanned here and answer True, so parse_ratelimit reads them.
-    """
-    if headers is None:
-        return False
-    store = getattr(headers, "_store", None)  # requests.structures.CaseInsensitiveDict
-    if store is None:
-        store = getattr(headers, "_container", None)  # urllib3.HTTPHeaderDict
-    if not isinstance(store, dict):
-        return True
-    return not _NAME_SET.isdisjoint(store)  # one C loop over the few header names
 
 
 def _collect(headers: Any) -> Dict[str, str]:
