@@ -1,15 +1,11 @@
 """The pacing rules, once: a pure state machine over integer microseconds.
 
-``LocalFleet`` runs it in one process and ``HostFleet`` on state in a file every process of a
-host shares; ``contrib/redis/acquire.lua`` and ``learn.lua`` (which ``release.lua`` runs, and
-``acquire.lua`` on lessons told late first) are its line-for-line port, run atomically inside
-Redis. ``tests/contrib/test_pacing_conformance.py`` feeds all three the same timestamped
-scenarios and requires the same grants, so they cannot drift apart. The rules in prose,
-numbered as the comments here cite them: the docs' "How it works" page, "The pacing rules"
-(``docs/how-it-works.md``).
-
-Times are integer microseconds (``now``, turns, leases), so the Lua port computes the same
-numbers exactly; ``rand`` in [0, 1) is an argument, never drawn here.
+``LocalFleet`` runs it in memory, ``HostFleet`` on a file every process of a host shares, and
+``contrib/redis/*.lua`` is its port, step for step, run atomically inside Redis;
+``tests/contrib/test_pacing_conformance.py`` holds all three to the same timestamped grants. The
+rules in prose, numbered as the comments cite them: "The pacing rules" in docs/how-it-works.md.
+Times are integer microseconds, so the port computes the same numbers; ``rand`` in [0, 1) is an
+argument, never drawn here.
 """
 
 from __future__ import annotations
@@ -219,15 +215,6 @@ def pace(st: State, cfg: Config, now: int) -> Tuple[int, int]:
     if st.stated_interval > 0 and now < st.budget_until:  # a quota reading before its Reset
         burst = min(burst, st.stated_limit) if cfg.interval > 0 else st.stated_limit
     return interval, max(1, burst)
-
-
-def _member(seq: int, entry: str) -> str:
-    return f"{seq}:{entry}"
-
-
-def _granted_before(st: State, seq: int) -> int:
-    """Attempts in flight that were granted before grant ``seq``."""
-    return sum(1 for member in st.flight if int(member.split(":", 1)[0]) < seq)
 
 
 def _purge(st: State, cfg: Config, now: int) -> None:
@@ -476,13 +463,11 @@ def release_need(turn: Optional[Turn], status: int, lesson: Lesson) -> int:
     """What telling the fleet about one response needs; every fleet asks this, none decides alone.
 
     RELEASE_NOW for what other clients must know at once: a 429, a Retry-After, rate-limit
-    headers, or an in-flight entry to free (a slow-start slot, an attempt a quota reading counts).
-    RELEASE_LATER for a response under a pace learned from 429s that only counts (one more admitted
-    in the round's measurement, the pace's creep, a response time): ``release`` may take it with
-    its own time up to LATE_US later, in order with this process's later lessons of the key, as a
-    slower answer would have come; a late answer of a round is already counted in that round.
-    RELEASE_NEVER when it changes nothing: a configured pace, or a key past slow start (or a turn
-    of a store's lock-free path, None).
+    headers, or an in-flight entry to free. RELEASE_LATER for a response under a pace learned from
+    429s that only counts (one more admitted, the pace's creep, a response time): ``release`` may
+    take it with its own time up to LATE_US later, in order with this process's later lessons, as
+    a slower answer would have come. RELEASE_NEVER when it changes nothing: a configured pace, or a
+    key past slow start (a turn of a store's lock-free path is None).
     """
     quota = lesson.retry_after > 0 or lesson.remaining >= 0 or (lesson.limit >= 1 and lesson.window > 0)
     if (turn is not None and turn.entry) or status == 429 or quota:

@@ -13,7 +13,7 @@ from .._jobs import Job, JobEvent, Jobs
 from .._policy import Policy
 from .._record import RetryEvent, SumeRecord
 from .._session import SumeSession
-from ..pacing._fleet import LocalFleet
+from ..pacing import LocalFleet
 from ._server import FakeSume, Reply
 
 DEMO_KEY = "sk_demo_not_a_real_key"
