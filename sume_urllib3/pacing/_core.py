@@ -14,8 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, NamedTuple, Optional, Tuple, Union
 
-# contrib/redis/_scripts.py writes every upper-case number of this module into the Lua scripts'
-# header, under the same name: no number is typed in both runtimes.
+# contrib/redis/_scripts.py writes every upper-case number here into the Lua scripts' header.
 SECOND, MILLISECOND = 1_000_000, 1_000
 #: The longest cooldown one Retry-After can start (microseconds).
 MAX_COOLDOWN_US = 600 * SECOND
@@ -29,9 +28,8 @@ OPEN_WINDOW = 64
 FIRST_LEASE_US = 2 * SECOND
 MIN_LEASE_US = SECOND
 LEASE_RTTS = 8
-#: Below its plateau (or before any 429 met a known pace) a learned pace recovers by about all of
-#: itself per RECOVERY_US of successes (a quarter per second; at least 1/CREEP_SHARE per success);
-#: from the plateau on, by about all of itself per PROBE_US (half a percent per second).
+#: Below its plateau a learned pace recovers by about all of itself per RECOVERY_US of successes
+#: (at least 1/CREEP_SHARE per success); from the plateau on, by all of itself per PROBE_US.
 RECOVERY_US = 4 * SECOND
 PROBE_US = 200 * SECOND
 CREEP_SHARE = 100
@@ -42,7 +40,7 @@ SLACK_PERCENT = 101
 #: Each response weighs 1/RT_SHARE in the smoothed response time.
 RT_SHARE = 5
 #: A first attempt kept out of the window asks again after [0.5, 1.5) response times (this
-#: before any is known), never under MIN_PAUSE_US or over a second.
+#: before any is known), within [MIN_PAUSE_US, a second].
 FIRST_PAUSE_US = 50_000
 MIN_PAUSE_US = MILLISECOND
 #: A learned interval is at least 1 µs and at most a day.
@@ -51,11 +49,8 @@ MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
 EPSILON = 1e-9
 
 #: What telling the fleet about one response needs (``release_need``): nothing; a place in this
-#: process's next call for the key, at most LATE_US late; a call of its own at once.
+#: process's next call for the key (a little late); a call of its own at once.
 RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
-#: A lesson told late reaches the fleet at most this late (RedisFleet flushes it on a timer): a
-#: tenth of the second a 429's measurement spans at least, and of IDLE_US.
-LATE_US = 100 * MILLISECOND
 
 #: Attempt kinds (``retry``), grant codes and wait sources, as both runtimes number them.
 FIRST, THROTTLE, ERROR = 0, 1, 2
@@ -68,10 +63,8 @@ RETRY_KINDS = {None: FIRST, "throttle": THROTTLE, "error": ERROR}
 
 @dataclass(frozen=True)
 class RetryAllowance:
-    """A retry budget: error retries may be ``ratio`` of recent first attempts, or ``floor`` per second.
-
-    Both counts decay by e every ``window`` µs (a spent budget refills smoothly, never all at once).
-    """
+    """A retry budget: error retries may be ``ratio`` of recent first attempts, or ``floor`` per
+    second; both counts decay by e every ``window`` µs (a spent budget refills smoothly)."""
 
     ratio: float
     window: int
@@ -99,11 +92,8 @@ class RetryCounts:
 
 @dataclass
 class State(RetryCounts):
-    """Everything known about one key; field for field the Redis hash ``{prefix:v2:kid}:s``.
-
-    ``flight`` (member -> lease end) is the Redis sorted set ``{prefix:v2:kid}:i``; a member is
-    ``"<seq>:<entry>"``, so a reading can tell which attempts in flight were granted before it.
-    """
+    """Everything known about one key; field for field the Redis hash ``{prefix:v2:kid}:s``, and
+    ``flight`` (``"<seq>:<entry>"`` -> lease end) its sorted set ``:i``."""
 
     theoretical_arrival: int = 0  # GCRA's: the next turn at a burst of 1
     cooldown_until: int = 0
@@ -181,10 +171,7 @@ def _creep(learned: int, refused: int) -> int:
 
 def retry_wait(counts: RetryCounts, allowance: RetryAllowance, now: int, retry: int) -> int:
     """µs until the budget has room for this attempt (0: now; -1: never); decays the counts to now.
-
-    Only an ERROR retry spends. A spent budget delays it until the floor has room (rule 8): an
-    outage is retried at the floor's rate, and a short one costs no request it would carry through.
-    """
+    Only an ERROR retry spends; a spent budget delays it until the floor has room (rule 8)."""
     decay = math.exp(-max(0, now - counts.counted_at) / allowance.window)
     counts.recent_firsts, counts.recent_retries = counts.recent_firsts * decay, counts.recent_retries * decay
     counts.counted_at = now
@@ -232,16 +219,12 @@ def _pause(st: State, rand: float) -> int:
     return int(base * (0.5 + rand))
 
 
-
-
 def acquire(
     st: State, cfg: Config, now: int, *, retry: int, not_before: int, time_left: int, rand: float, entry: str
 ) -> Turn:
-    """Reserve a turn for one attempt (``time_left`` -1: no deadline).
-
-    Only SEND reserves anything (a turn, an in-flight entry, a unit of budget); AGAIN, REFUSED
-    and NO_BUDGET touch no more than the idle clock and the retry budget's decay, as in Lua.
-    """
+    """Reserve a turn for one attempt (``time_left`` -1: no deadline). Only SEND reserves anything
+    (a turn, an in-flight entry, a unit of budget); the other answers touch no more than the idle
+    clock and the retry budget's decay."""
     if cfg.retries is not None:
         due = retry_wait(st, cfg.retries, now, retry)
         if due < 0 or (time_left >= 0 and due > time_left):
@@ -277,8 +260,8 @@ def acquire(
     if time_left >= 0 and wait > time_left:
         return Turn(REFUSED, wait, source)
     # Slow start: with nothing known, count first attempts in flight (until the window is wide).
-    # Retries take no slot: a retry sleeping its backoff is not in flight, and counting it
-    # would hold every new request for as long as the herd backs off.
+    # Retries take no slot: one sleeping its backoff is not in flight, and counting it would hold
+    # every new request for as long as the herd backs off.
     track = retry == FIRST and interval == 0 and not budget and st.slow_start_window < OPEN_WINDOW
     if track and len(st.flight) >= st.slow_start_window:
         pause = _pause(st, rand)
@@ -337,10 +320,7 @@ def _quota_hold(
 
 def release(st: State, cfg: Config, now: int, *, turn: Optional[Turn], status: int, lesson: Lesson) -> bool:
     """Learn from one response to the attempt ``turn`` granted (status 0: none; turn None: granted
-    on a store's lock-free path, as if just now, in this round).
-
-    Returns True when this response started a cooldown (nobody was cooling before).
-    """
+    on a store's lock-free path, as if just now); True when it started a cooldown."""
     if turn is None:
         turn = Turn(SEND, 0, NONE, 0, st.seq, st.epoch, len(st.flight))
         st.successes = 0  # that path counts no success: a 429 now measures nothing stale
@@ -361,8 +341,7 @@ def release(st: State, cfg: Config, now: int, *, turn: Optional[Turn], status: i
         if turn.epoch == st.epoch:  # the first 429 of this round: those sent before it change nothing
             _throttled(st, cfg, now, turn.inflight, lesson)
     elif 0 < status < 400 or (status == 0 and st.learned_interval > 0):
-        # Admitted: a success, or (with a learned pace) an attempt whose answer was lost on
-        # the way; no 429 refused it, and a server that loses answers must not slow the pace.
+        # Admitted: a success, or (with a learned pace) an answer lost on the way: no 429 refused it.
         if st.successes == 0:
             st.successes_since = slot if 0 < slot <= now else now
         st.successes += 1
@@ -465,8 +444,8 @@ def release_need(turn: Optional[Turn], status: int, lesson: Lesson) -> int:
     RELEASE_NOW for what other clients must know at once: a 429, a Retry-After, rate-limit
     headers, or an in-flight entry to free. RELEASE_LATER for a response under a pace learned from
     429s that only counts (one more admitted, the pace's creep, a response time): ``release`` may
-    take it with its own time up to LATE_US later, in order with this process's later lessons, as
-    a slower answer would have come. RELEASE_NEVER when it changes nothing: a configured pace, or a
+    take it with its own time a little later, in order with this process's later lessons, as a
+    slower answer would have come. RELEASE_NEVER when it changes nothing: a configured pace, or a
     key past slow start (a turn of a store's lock-free path is None).
     """
     quota = lesson.retry_after > 0 or lesson.remaining >= 0 or (lesson.limit >= 1 and lesson.window > 0)

@@ -5,7 +5,7 @@ file (WAL mode) under its write lock: ``BEGIN IMMEDIATE``, read the key's state,
 write it back, ``COMMIT``. Nothing to run beside the application: the first process to use the
 file creates it.
 
-Why SQLite rather than a memory-mapped file under ``fcntl`` locks (both measured, CHANGELOG.md):
+Why SQLite rather than a memory-mapped file under ``fcntl`` locks:
 a transaction is atomic when a process is SIGKILLed halfway through a write (a torn record in
 a mapped file would need checksums and a recovery of its own), a key's state may grow (every
 attempt in flight under a quota reading holds an entry), a corrupt file is detected rather than
@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from .. import _sleeping
 from .._errors import ConfigurationError
@@ -46,9 +46,8 @@ _T = TypeVar("_T")
 MAX_SIZE = 16 * 1024 * 1024
 WAL_LIMIT = 4 * 1024 * 1024
 #: The default ``timeout`` (seconds): how long an acquire waits for the file's lock before
-#: pacing locally instead. A transaction lasts tens of microseconds, but 4 processes of 8
-#: threads each taking turns on a loaded 2-CPU machine kept one waiting past 0.05 s (RedisFleet's
-#: default) often enough to fail open hundreds of times a second; at 0.2 s, never.
+#: pacing locally instead. A transaction is short, but many processes' threads taking turns on
+#: a loaded machine queue for it far longer: RedisFleet's 0.05 s would fail open needlessly.
 TIMEOUT = 0.2
 #: How long a thread waits (seconds) for another thread of its process to finish with the
 #: file, before pacing locally: that wait is queueing inside the process, not the file's lock.
@@ -369,8 +368,21 @@ class HostFleet(StoreFleet):
     def _now(self) -> int:
         return round(self._clock() * _pacing.SECOND)
 
-    def _locked(self) -> _Held:
-        return _Held(self)
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        """This process's connection under the fleet's thread lock.
+
+        Threads of one process take turns on its connection: waiting for a turn is queueing behind
+        this process's own work, not a file another process holds (failing open would only pace
+        this process worse), so the wait is bounded by QUEUE_TIMEOUT rather than ``timeout``.
+        """
+        limit = max(self._timeout, QUEUE_TIMEOUT)
+        if not self._db_lock.acquire(timeout=limit):
+            raise _Busy(f"another thread held the host fleet past {limit:g}s")
+        try:
+            yield self._connection()
+        finally:
+            self._db_lock.release()
 
     def _connection(self) -> sqlite3.Connection:
         """This process's connection, opened (and the file made and set up) at first use.
@@ -405,39 +417,28 @@ class HostFleet(StoreFleet):
 
         def attempt() -> Any:
             with self._locked() as db:
-                return self._transaction(db, key, kid, step, acquiring)
+                with _writing(db):
+                    # The clock is read under the lock: every process's writes see time move forward.
+                    now = self._now()
+                    row = db.execute("SELECT state, seen FROM keys WHERE kid = ?", (key,)).fetchone()
+                    # A row written on a clock far ahead of ours (before a reboot), or damaged: afresh.
+                    st = decode_state(row[0]) if row is not None and row[1] <= now + _FUTURE else None
+                    st = st or _pacing.State()
+                    result = step(st, now)
+                    db.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?)", (key, encode_state(st), now))
+                    if acquiring:
+                        self._housekeeping(db, now)
+                self._saw(db, kid, st, now)
+                return result
 
         # A process's first use sets the file up, and may wait longer than a transaction: every
         # worker of a deployment opens the file at its first request, at once.
         limit = self._timeout if self._db is not None else max(self._timeout, QUEUE_TIMEOUT)
         return _while_busy(attempt, limit)
 
-    def _transaction(
-        self,
-        db: sqlite3.Connection,
-        key: str,
-        kid: str,
-        step: Callable[[_pacing.State, int], Any],
-        acquiring: bool,
-    ) -> Any:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            # The clock is read under the lock: every process's writes see time move forward.
-            now = self._now()
-            row = db.execute("SELECT state, seen FROM keys WHERE kid = ?", (key,)).fetchone()
-            # A row written on a clock far ahead of ours (before a reboot), or damaged: afresh.
-            st = decode_state(row[0]) if row is not None and row[1] <= now + _FUTURE else None
-            if st is None:
-                st = _pacing.State()
-            result = step(st, now)
-            stored = encode_state(st)
-            db.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?)", (key, stored, now))
-            if acquiring:
-                self._housekeeping(db, now)
-            db.execute("COMMIT")
-        except BaseException:
-            _rollback(db)
-            raise
+    def _saw(self, db: sqlite3.Connection, kid: str, st: _pacing.State, now: int) -> None:
+        """Remember a key left open (and the file's data_version then): the next acquire may skip
+        the transaction while no process writes to the file."""
         self._open.pop(kid, None)
         if _pacing.is_open(st, self._config, now):
             if len(self._open) >= _MAX_OPEN:
@@ -447,7 +448,6 @@ class HostFleet(StoreFleet):
             # data_version as it is: it moves when another process writes.
             with contextlib.suppress(sqlite3.Error):
                 self._open[kid] = (db.execute("PRAGMA data_version").fetchone()[0], now)
-        return result
 
     def _still_open(self, kid: str) -> bool:
         """Whether a key seen open still is: no process wrote to the file since (and the sighting
@@ -479,48 +479,15 @@ class HostFleet(StoreFleet):
     def _shed(self) -> None:
         """A full file: the least recently used quarter of its keys leaves it, so it serves again."""
         try:
-            with self._locked() as db:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    (count,) = db.execute("SELECT COUNT(*) FROM keys").fetchone()
-                    db.execute(
-                        "DELETE FROM keys WHERE kid IN (SELECT kid FROM keys ORDER BY seen LIMIT ?)",
-                        (max(1, count // _EVICT_SHARE),),
-                    )
-                    db.execute("DELETE FROM clients WHERE seen < ?", (self._now() - _CLIENT_WINDOW,))
-                    db.execute("COMMIT")
-                except BaseException:
-                    _rollback(db)
-                    raise
+            with self._locked() as db, _writing(db):
+                (count,) = db.execute("SELECT COUNT(*) FROM keys").fetchone()
+                db.execute(
+                    "DELETE FROM keys WHERE kid IN (SELECT kid FROM keys ORDER BY seen LIMIT ?)",
+                    (max(1, count // _EVICT_SHARE),),
+                )
+                db.execute("DELETE FROM clients WHERE seen < ?", (self._now() - _CLIENT_WINDOW,))
         except Exception:
             log.debug("sume_urllib3: shedding keys from a full host fleet file failed", exc_info=True)
-
-
-class _Held:
-    """``with``: this process's connection under the fleet's thread lock (at most QUEUE_TIMEOUT)."""
-
-    __slots__ = ("fleet",)
-
-    def __init__(self, fleet: HostFleet) -> None:
-        self.fleet = fleet
-
-    def __enter__(self) -> sqlite3.Connection:
-        fleet = self.fleet
-        # Threads of one process take turns on its connection. Waiting for a turn is queueing
-        # behind this process's own work (with many threads, mostly for the GIL), not a file
-        # another process holds: failing open would only pace this process worse. So the
-        # wait is bounded, as every wait here, but by QUEUE_TIMEOUT rather than ``timeout``.
-        limit = max(fleet._timeout, QUEUE_TIMEOUT)
-        if not fleet._db_lock.acquire(timeout=limit):
-            raise _Busy(f"another thread held the host fleet past {limit:g}s")
-        try:
-            return fleet._connection()
-        except BaseException:
-            fleet._db_lock.release()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.fleet._db_lock.release()
 
 
 def _connect(path: str, given: bool) -> sqlite3.Connection:
@@ -555,8 +522,7 @@ def _set_up(db: sqlite3.Connection, max_size: int) -> None:
     (page_size,) = db.execute("PRAGMA page_size").fetchone()
     db.execute(f"PRAGMA max_page_count={max(16, max_size // int(page_size))}")
     db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with _writing(db):
         for statement in _SCHEMA:
             db.execute(statement)
         boot = _boot_id()
@@ -566,10 +532,6 @@ def _set_up(db: sqlite3.Connection, max_size: int) -> None:
             db.execute("DELETE FROM keys")
             db.execute("DELETE FROM clients")
             db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('boot', ?)", (boot,))
-        db.execute("COMMIT")
-    except BaseException:
-        _rollback(db)
-        raise
 
 
 # The tables: ``keys`` (a key's state, and when it was last written on the file's clock, for the
@@ -584,13 +546,10 @@ _SCHEMA = (
 
 
 def _while_busy(attempt: Callable[[], _T], timeout: float) -> _T:
-    """``attempt()``, tried again while the file's lock is taken, for at most ``timeout`` seconds.
-
-    The lock is polled, not waited on by SQLite's busy handler (which sleeps 1, 2, 5, 10 ms...
-    between tries: a p99 of milliseconds with four processes sharing the file): an attempt that
-    finds it taken starts again after 20 µs, doubling to 0.5 ms, until ``timeout``; then the
-    last ``database is locked`` is raised (and the caller fails open).
-    """
+    """``attempt()``, tried again while the file's lock is taken, for at most ``timeout`` seconds;
+    then ``database is locked`` is raised (and the caller fails open). The lock is polled with
+    short pauses (_FIRST_PAUSE doubling to _MAX_PAUSE), not left to SQLite's busy handler, whose
+    sleeps of whole milliseconds would hold every process sharing the file."""
     deadline = 0.0
     pause = _FIRST_PAUSE
     while True:
@@ -616,12 +575,19 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
-def _rollback(db: sqlite3.Connection) -> None:
+@contextlib.contextmanager
+def _writing(db: sqlite3.Connection) -> Iterator[None]:
+    """One transaction that takes the file's write lock at once (BEGIN IMMEDIATE: two processes
+    never both read a state and then race to write it), rolled back on any error."""
+    db.execute("BEGIN IMMEDIATE")
     try:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-    except sqlite3.Error:
-        pass  # the transaction is gone with the error that ended it
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):  # the transaction may be gone with its error
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        raise
 
 
 def _rebuild(settings: Dict[str, Any]) -> HostFleet:

@@ -200,7 +200,7 @@ def test_lessons_told_late_leave_the_state_python_computes_releasing_each_at_onc
 
 
 def test_an_idle_keys_last_success_reaches_redis_on_the_timer(server: RedisServer, direct: Any) -> None:
-    """No further call for the key: the flusher tells Redis within LATE_US (0.1 s; 5 s allowed here,
+    """No further call for the key: the flusher tells Redis within _LATE (0.1 s; 5 s allowed here,
     on a loaded machine), and another process paces by what it taught."""
     clock = VirtualTime()
     fleet, other = make(server, clock), make(server, clock)

@@ -32,7 +32,9 @@ _DEFAULT_BUDGET = RetryBudget()
 _PLAIN = (str, bytes, int, float, bool)
 _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
 _MAX_TTL = 1e9
-_LATE = _pacing.LATE_US / _pacing.SECOND  # seconds a lesson told late waits for a call to carry it
+# Seconds a lesson told late waits for a call to carry it: a tenth of the second a 429's
+# measurement spans at least.
+_LATE = 0.1
 # Lessons of one key a process holds at most: the one that fills them is told at once, with them
 # (a key whose responses outrun its acquires still costs one call per this many).
 _MAX_LATE = 32
@@ -63,7 +65,7 @@ class RedisFleet(StoreFleet):
     plain success under a learned pace teaches (``_core.release_need``: one more
     admitted, the pace's creep, a response time) rides on this process's next call for the
     key, each at its own time, as a release then would have; a background thread tells Redis
-    what no call carried within 0.1 s (``LATE_US``), and what is left at exit. Redis
+    what no call carried within 0.1 s, and what is left at exit. Redis
     ``TIME`` is the clock.
 
     Keys are ``{prefix:v2:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
@@ -389,7 +391,7 @@ _instances: weakref.WeakSet[RedisFleet] = weakref.WeakSet()
 
 
 class _Flusher:
-    """One daemon thread per process that tells Redis the lessons no call carried within LATE_US.
+    """One daemon thread per process that tells Redis the lessons no call carried within _LATE.
 
     It sleeps without a deadline until a fleet holds lessons again (``watch``), else until the
     oldest is due; it never runs a request's code, and a failed flush fails open as any call does.
