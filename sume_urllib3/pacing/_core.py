@@ -48,9 +48,6 @@ MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
 #: ratio * count is a float product: without this slack 0.57 * 100 = 56.99999... refuses the 57th.
 EPSILON = 1e-9
 
-#: What telling the fleet about one response needs (``release_need``): nothing; a place in this
-#: process's next call for the key (a little late); a call of its own at once.
-RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
 
 #: Attempt kinds (``retry``), grant codes and wait sources, as both runtimes number them.
 FIRST, THROTTLE, ERROR = 0, 1, 2
@@ -436,22 +433,6 @@ def _cool_down(st: State, cfg: Config, now: int, retry_after: int) -> bool:
         # An empty quota when the cooldown ends: one turn then, the rest a step apart.
         st.theoretical_arrival = max(st.theoretical_arrival, st.cooldown_until + (burst - 1) * interval)
     return started
-
-
-def release_need(turn: Optional[Turn], status: int, lesson: Lesson) -> int:
-    """What telling the fleet about one response needs; every fleet asks this, none decides alone.
-
-    RELEASE_NOW for what other clients must know at once: a 429, a Retry-After, rate-limit
-    headers, or an in-flight entry to free. RELEASE_LATER for a response under a pace learned from
-    429s that only counts (one more admitted, the pace's creep, a response time): ``release`` may
-    take it with its own time a little later, in order with this process's later lessons, as a
-    slower answer would have come. RELEASE_NEVER when it changes nothing: a configured pace, or a
-    key past slow start (a turn of a store's lock-free path is None).
-    """
-    quota = lesson.retry_after > 0 or lesson.remaining >= 0 or (lesson.limit >= 1 and lesson.window > 0)
-    if (turn is not None and turn.entry) or status == 429 or quota:
-        return RELEASE_NOW
-    return RELEASE_LATER if turn is not None and turn.learning else RELEASE_NEVER
 
 
 def is_open(st: State, cfg: Config, now: int) -> bool:

@@ -89,6 +89,9 @@ _STATS = ("held", "refused", "again", "cooldowns", "throttled", "waited_pace", "
 # ahead, a quota reading before its Reset, an attempt in flight).
 _PLAIN, _PACE, _RUNNING = 0, 1, 2
 _RANK_SHIFT = 62  # a sweep sorts by rank, then last use, as one int (µs clocks stay far below 2**62)
+#: What telling a store about one response needs (``release_need``): nothing; a place in this
+#: process's next call for the key (a little late); a call of its own at once.
+RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
           "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
@@ -147,9 +150,7 @@ def read_response(
         if seconds is not None and seconds > 0:
             retry_after = round(min(seconds, MAX_COOLDOWN) * _core.SECOND)
     # Most responses carry no rate-limit field: their names are looked at, nothing is parsed.
-    if RATELIMIT_FIELDS.isdisjoint(map(str.lower, headers)):
-        return Lesson(retry_after, -1, -1, -1, -1)
-    reading = parse_ratelimit(headers, wall)
+    reading = None if RATELIMIT_FIELDS.isdisjoint(map(str.lower, headers)) else parse_ratelimit(headers, wall)
     if reading is None:
         return Lesson(retry_after, -1, -1, -1, -1)
     limit, remaining, reset, window = reading
@@ -160,6 +161,22 @@ def read_response(
         -1 if reset is None else round(min(reset, 1e7) * _core.SECOND),
         -1 if window is None else round(min(window, 1e7) * _core.SECOND),
     )
+
+
+def release_need(turn: Optional[_core.Turn], status: int, lesson: Lesson) -> int:
+    """What telling a store about one response needs (StoreFleet.release asks, for every store).
+
+    RELEASE_NOW for what other clients must know at once: a 429, a Retry-After, rate-limit
+    headers, or an in-flight entry to free. RELEASE_LATER for a response under a pace learned from
+    429s that only counts (one more admitted, the pace's creep, a response time): ``release`` may
+    take it with its own time a little later, in order with this process's later lessons, as a
+    slower answer would have come. RELEASE_NEVER when it changes nothing: a configured pace, or a
+    key past slow start (a turn of a store's lock-free path is None).
+    """
+    quota = lesson.retry_after > 0 or lesson.remaining >= 0 or (lesson.limit >= 1 and lesson.window > 0)
+    if (turn is not None and turn.entry) or status == 429 or quota:
+        return RELEASE_NOW
+    return RELEASE_LATER if turn is not None and turn.learning else RELEASE_NEVER
 
 
 class _Local(NamedTuple):
@@ -176,7 +193,7 @@ class StoreFleet:
     state (``HostFleet``: the SQLite file; ``RedisFleet``: a Lua script; ``LocalFleet``: a lock
     in memory), and says how to pace while it fails (:meth:`_local_settings`). Everything else
     is here: the turn's arguments and its :class:`Grant`, what a response teaches and whether
-    it is worth a transaction (``_core.release_need``), the counters (:meth:`stats`), the reset
+    it is worth a transaction (:func:`release_need`), the counters (:meth:`stats`), the reset
     after a fork (:meth:`_after_fork`, called in every child process), and failing open.
 
     Failing open (a shared store, ``_shared``): when the store fails, the attempt is paced at
@@ -253,7 +270,7 @@ class StoreFleet:
         raise NotImplementedError
 
     def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
-        """Run ``_core.release`` on the key's state (``need``: ``_core.release_need``'s answer)."""
+        """Run ``_core.release`` on the key's state (``need``: :func:`release_need`'s answer)."""
         raise NotImplementedError
 
     def _local_settings(self, share: int) -> Dict[str, Any]:
@@ -321,8 +338,8 @@ class StoreFleet:
                 return  # not a turn of this kind of fleet
             lesson = read_response(status, headers, self._wall)
             code = status or 0
-            need = _core.release_need(token, code, lesson)
-            if need == _core.RELEASE_NEVER:
+            need = release_need(token, code, lesson)
+            if need == RELEASE_NEVER:
                 return  # nothing to free, nothing learned: no second transaction
             _fork.check()
             if self._down_until and self._clock() < self._down_until and not (token and token.entry):
@@ -455,14 +472,11 @@ class LocalFleet(StoreFleet):
     key, as ``RedisFleet`` does fleet-wide) a ``retry="error"`` turn waits until the budget has
     room for it, and is refused only when that comes after its deadline.
 
-    ``HostFleet`` runs the same rules on a file and ``contrib.redis.RedisFleet`` in Redis (a
-    conformance table in the tests checks all three). Thread-safe; when nothing is known and
-    nothing is held, ``acquire`` is one dictionary look-up. ``clock`` (monotonic seconds; by
-    default the shared clock that ``no_sleep()`` drives), ``wall`` (Unix time, for
-    ``X-RateLimit-Reset`` timestamps) and ``rng`` (a ``random.Random`` or a callable returning
-    [0, 1)) are injectable. ``reset()`` forgets every key. After ``os.fork()`` the child starts
-    with no state, whether or not the fork ran Python's at-fork hooks (uWSGI forks from C: a
-    path that takes a lock first looks at the pid); a pickled fleet keeps its configuration only.
+    Thread-safe; when nothing is known and nothing is held, ``acquire`` is one dictionary
+    look-up. ``clock`` (monotonic seconds; by default the shared clock that ``no_sleep()``
+    drives), ``wall`` (Unix time, for ``X-RateLimit-Reset`` timestamps) and ``rng`` (a
+    ``random.Random`` or a callable returning [0, 1)) are injectable. ``reset()`` forgets every
+    key, as a forked child does (:class:`StoreFleet`); a pickled fleet keeps its configuration.
 
     Bounded: an entry that holds nothing still running (a cooldown, a turn reserved ahead,
     an attempt in flight, a quota reading before its Reset) is forgotten once unused for

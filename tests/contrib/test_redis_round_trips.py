@@ -1,6 +1,6 @@
 """RedisFleet's round trips on a real redis-server: one EVALSHA per attempt for plain successes
 under a configured or a learned pace; what other processes must know told at once; what is told
-late (``_pacing.RELEASE_LATER``) reaching Redis in order, on a timer, at exit, never across a fork.
+late (``RELEASE_LATER``) reaching Redis in order, on a timer, at exit, never across a fork.
 
 Round trips are counted by the server itself (``INFO commandstats``), not by a fake.
 """

@@ -22,7 +22,14 @@ from ..._config import check_clock
 from ...exceptions import ConfigurationError
 from ...pacing import RetryBudget
 from ...pacing import _core as _pacing
-from ...pacing.store import REDIS_TIMEOUT, Lesson, StoreFleet, check_prefix, check_seconds_between
+from ...pacing.store import (
+    REDIS_TIMEOUT,
+    RELEASE_LATER,
+    Lesson,
+    StoreFleet,
+    check_prefix,
+    check_seconds_between,
+)
 from . import _scripts
 from ._scripts import micros
 
@@ -41,7 +48,7 @@ _MAX_LATE = 32
 
 
 class _Late(NamedTuple):
-    """A lesson told late (_pacing.RELEASE_LATER): when it was learned, by when it must reach Redis,
+    """A lesson told late (RELEASE_LATER): when it was learned, by when it must reach Redis,
     and the attempt and response it is about."""
 
     learned_at: int  # µs on the fleet's lesson clock (RedisFleet._lesson_now)
@@ -62,7 +69,7 @@ class RedisFleet(StoreFleet):
     successes under a configured pace or one learned from 429s; a second (release) at once
     when the answer teaches what other processes must know now: a 429, a Retry-After,
     rate-limit headers, or an in-flight entry to free (slow start, a quota reading). What a
-    plain success under a learned pace teaches (``_core.release_need``: one more
+    plain success under a learned pace teaches (``release_need``: one more
     admitted, the pace's creep, a response time) rides on this process's next call for the
     key, each at its own time, as a release then would have; a background thread tells Redis
     what no call carried within 0.1 s, and what is left at exit. Redis
@@ -173,7 +180,7 @@ class RedisFleet(StoreFleet):
     def _learn(self, kid: str, turn: Optional[_pacing.Turn], status: int, lesson: Lesson, need: int) -> bool:
         if turn is None:
             return False  # not a turn Redis granted
-        if need == _pacing.RELEASE_LATER:
+        if need == RELEASE_LATER:
             self._tell_later(kid, _Late(self._lesson_now(), time.monotonic() + _LATE, turn, status, lesson))
             return False
         return self._run_release(kid, [*self._carried(kid), *_scripts.lesson_args(0, turn, status, lesson)])

@@ -1,7 +1,7 @@
 -- sume_urllib3 RedisFleet: learn from responses, the port of pacing/_core.py release() and its
 -- steps, step for step (the reasons are there). _scripts.py puts it in front of both scripts,
 -- after state.lua: release.lua learns the response it was called for, and acquire.lua first the
--- lessons this process told late (_core.release_need), each at its own time.
+-- lessons this process told late (pacing.store.release_need), each at its own time.
 
 local function clamp(x) return math.min(math.max(x, MIN_INTERVAL_US), MAX_INTERVAL_US) end
 local function plateau(refused)  -- _core._plateau
