@@ -1,11 +1,8 @@
-"""The pacing rules, once: a pure state machine over integer microseconds.
+"""The pacing rules, once: a pure state machine over integer microseconds (``rand`` is an argument).
 
-``LocalFleet`` runs it in memory, ``HostFleet`` on a file every process of a host shares, and
-``contrib/redis/*.lua`` is its port, step for step, run atomically inside Redis;
-``tests/contrib/test_pacing_conformance.py`` holds all three to the same timestamped grants. The
-rules in prose, numbered as the comments cite them: "The pacing rules" in docs/how-it-works.md.
-Times are integer microseconds, so the port computes the same numbers; ``rand`` in [0, 1) is an
-argument, never drawn here.
+The fleets run it on their stores; ``contrib/redis/*.lua`` is its port, step for step, and
+``tests/contrib/test_pacing_conformance.py`` holds all three to the same timestamped grants.
+The rules in prose, numbered as the comments cite them: docs/how-it-works.md.
 """
 
 from __future__ import annotations
@@ -143,10 +140,6 @@ class Lesson(NamedTuple):
     window: int
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _clamp(interval: int) -> int:
     return min(max(interval, MIN_INTERVAL_US), MAX_INTERVAL_US)
 
@@ -180,14 +173,6 @@ def retry_wait(counts: RetryCounts, allowance: RetryAllowance, now: int, retry: 
         return -1
     # When recent_retries * exp(-wait / window) + 1 <= floor.
     return math.ceil(allowance.window * math.log(counts.recent_retries / (floor - 1)))
-
-
-def count_attempt(counts: RetryCounts, retry: int) -> None:
-    """Count a granted attempt in its budget (after ``retry_wait``: the counts are now's)."""
-    if retry == FIRST:
-        counts.recent_firsts += 1
-    elif retry == ERROR:
-        counts.recent_retries += 1
 
 
 def pace(st: State, cfg: Config, now: int) -> Tuple[int, int]:
@@ -272,8 +257,11 @@ def acquire(
     elif budget:
         st.budget_left -= 1
     st.seq += 1
-    if cfg.retries is not None:
-        count_attempt(st, retry)
+    if cfg.retries is not None:  # counted in the budget (retry_wait made the counts now's)
+        if retry == FIRST:
+            st.recent_firsts += 1
+        elif retry == ERROR:
+            st.recent_retries += 1
     # Under a budget every attempt holds an entry (no window): a later reading must know
     # what is still on its way to the server (rule 4).
     if track or budget:
@@ -291,9 +279,8 @@ def _quota_hold(
     st: State, cfg: Config, now: int, start: int, time_left: int, rand: float
 ) -> Union[Turn, int]:
     """Rule 4, a spent quota: when its one probe may go, or the answer (AGAIN, REFUSED) until then."""
-    # With an exact pace known, a whole-second Reset overstates the wait: the next unit of
-    # quota comes one interval after the reading, and each unit overspent (sent, not yet
-    # seen by the server) takes one more.
+    # An exact pace makes a whole-second Reset overstate the wait: a unit comes one interval
+    # after the reading, and one more per unit overspent (sent, not yet seen by the server).
     hold = st.budget_until
     exact = max(cfg.interval, st.stated_interval)  # a configured pace is as exact as a stated one
     if exact > 0:
@@ -303,12 +290,11 @@ def _quota_hold(
         wait = max(start, hold) - now + _pause(st, rand)
         return Turn(AGAIN if time_left < 0 or wait <= time_left else REFUSED, wait, PACE)
     if st.flight and st.probe_at <= st.reading_at and exact == 0:
-        # Attempts in flight were counted as spent, though the server may have counted one
-        # before the reading (a unit back when its answer says so), or refilled since (a newer
-        # reading). With no probe out since the reading, ask again once their answers should
-        # be in: booked now, the probe would go a whole-second Reset away, leave those units
-        # unused until then, and be counted against the reading as one more unseen. (An exact
-        # pace holds the probe one interval per unit, not a whole second: nothing to wait for.)
+        # Attempts in flight were counted as spent, though the server may have counted one before
+        # the reading (a unit back when its answer says so) or refilled since (a newer reading):
+        # ask again once their answers should be in, rather than book the probe a whole-second
+        # Reset away, leaving those units unused and counting it as one more unseen. (An exact
+        # pace holds the probe one interval per unit: nothing to wait for.)
         pause = _pause(st, rand)
         if now + pause < max(start, hold) and (time_left < 0 or pause < time_left):
             return Turn(AGAIN, pause, PACE)
@@ -330,7 +316,7 @@ def release(st: State, cfg: Config, now: int, *, turn: Optional[Turn], status: i
         rt, sample = st.response_time, now - slot
         st.response_time = sample if rt < 0 else ((RT_SHARE - 1) * rt + sample) // RT_SHARE
     if lesson.limit >= 1 and lesson.window > 0:
-        st.stated_interval = _clamp(_ceil_div(lesson.window * SLACK_PERCENT, 100 * lesson.limit))
+        st.stated_interval = _clamp(math.ceil(lesson.window * SLACK_PERCENT / (100 * lesson.limit)))
         st.stated_limit = lesson.limit
     if lesson.remaining >= 0:
         _read_quota(st, now, turn, was_out, lesson)
@@ -347,7 +333,7 @@ def release(st: State, cfg: Config, now: int, *, turn: Optional[Turn], status: i
                 # Sent before the 429 that measured the pace, answered after it: the server
                 # admitted it within that span too (answers of a herd arrive in any order).
                 st.measured_successes += 1
-                remeasured = _clamp(_ceil_div(st.measured_span, st.measured_successes))
+                remeasured = _clamp(math.ceil(st.measured_span / st.measured_successes))
                 st.learned_interval = min(st.learned_interval, max(remeasured, _plateau(st.refused_interval)))
             st.learned_interval -= _creep(st.learned_interval, st.refused_interval)
             st.learned_interval = _clamp(st.learned_interval)
@@ -363,9 +349,8 @@ def release(st: State, cfg: Config, now: int, *, turn: Optional[Turn], status: i
 def _read_quota(st: State, now: int, turn: Turn, was_out: bool, lesson: Lesson) -> None:
     """Rule 4: a Remaining (and Reset) reading becomes the key's budget when it is the newest."""
     seq, slot, valid = turn.seq, turn.slot, now < st.budget_until
-    # Sent before the reading was answered, this attempt was counted in it as unseen; leaving more
-    # than the reading said, the server counted it first (answers of a herd arrive in any order,
-    # a later grant's too), or refilled since: one unit back either way, and the reading stands.
+    # Counted as unseen by the reading, this attempt leaves more than it said: the server counted
+    # it first (answers of a herd arrive in any order) or refilled since. A unit back either way.
     earlier = was_out and (seq < st.reading_seq or 0 < slot <= st.reading_at) and valid
     if earlier and lesson.remaining > st.reading_remaining:
         st.budget_left += 1
@@ -376,10 +361,9 @@ def _read_quota(st: State, now: int, turn: Turn, was_out: bool, lesson: Lesson) 
         before = sum(1 for member in st.flight if int(member.split(":", 1)[0]) < seq)
         left = lesson.remaining - (st.seq - seq + before)
         if 0 < slot <= st.reading_at and valid:
-            # Sent before the reading in force came, this attempt overlapped it; answers that came
-            # in between may be of attempts the server counted after this one (no longer in
-            # flight, they count as seen here). The reading in force counted them as spent: what
-            # it leaves bounds this one (refills between the two go unseen: a conservative bound).
+            # Sent before the reading in force came, this attempt overlapped it: answers between
+            # them may be of attempts the server counted after this one (seen here, no longer in
+            # flight), which the reading in force counted as spent. What it leaves bounds this one.
             left = min(left, st.budget_left)
         st.budget_left, st.budget_until = left, now + lesson.reset
         st.reading_seq, st.reading_at, st.reading_remaining = seq, now, lesson.remaining
@@ -395,16 +379,15 @@ def _throttled(st: State, cfg: Config, now: int, inflight: int, lesson: Lesson) 
     elif st.successes > 0:
         before = pace(st, cfg, now)[0]  # the pace this 429 met (0: none known, slow start)
         span = max(now - st.successes_since, lesson.retry_after, SECOND)
-        measured = _ceil_div(span, st.successes)
+        measured = math.ceil(span / st.successes)
         known = st.learned_interval or known
         # A round at most halves a known pace: a span too short to measure (floored
         # to a second) must not turn 10/s into 3/s.
         st.learned_interval = _clamp(min(measured, 2 * known) if known > 0 else measured)
         st.measured_span, st.measured_successes, st.measured_at = span, st.successes, now
         if 0 < before:
-            # The server admitted some and refused the pace this round met: never back
-            # to it, at most its plateau, probed slowly from there (a measurement can
-            # read a little fast; with nothing admitted, the 429 says less: no plateau).
+            # The server admitted some and refused the pace this round met: never back to it, at
+            # most its plateau, probed slowly from there (a measurement can read a little fast).
             st.refused_interval = before
             st.learned_interval = _clamp(max(st.learned_interval, _plateau(before)))
     elif st.learned_interval > 0 or known > 0:

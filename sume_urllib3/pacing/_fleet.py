@@ -898,7 +898,7 @@ class RetryBudget:
             wait = _core.retry_wait(self._counts, self._allowance, self._now(), _core.ERROR)
             if wait < 0 or wait > time_left * _core.SECOND:
                 return None
-            _core.count_attempt(self._counts, _core.ERROR)
+            self._counts.recent_retries += 1
             return wait / _core.SECOND
 
     def try_spend(self) -> bool:

@@ -76,10 +76,9 @@ def parse_turn(reply: Sequence[Any], entry: str) -> Tuple[_pacing.Turn, int]:
     return _pacing.Turn(code, max(0, wait), source, slot, seq, epoch, inflight, kept, learning > 0), clients
 
 
-def parse_release(reply: Sequence[Any]) -> bool:
-    """Decode the release script's reply: did this response start a cooldown?"""
-    started, _cooldown_until, _interval = (int(v) for v in reply)
-    return bool(started)
+def parse_release(reply: Any) -> bool:
+    """Decode the release script's reply: did a lesson start a cooldown?"""
+    return int(reply) == 1
 
 
 def lesson_args(ago: int, turn: _pacing.Turn, status: int, lesson: _pacing.Lesson) -> List[Any]:

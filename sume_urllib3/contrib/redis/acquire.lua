@@ -1,16 +1,12 @@
 -- sume_urllib3 RedisFleet: reserve a turn for one attempt of one key, atomically: the port of
--- pacing/_core.py acquire(), _quota_hold() and retry_wait(), step for step (state.lua and
--- learn.lua, in front, load the state and hold pace() and learn()).
+-- pacing/_core.py acquire(), _quota_hold() and retry_wait(), after state.lua and learn.lua.
 -- KEYS[1] state hash {prefix:vN:kid}:s  KEYS[2] in-flight zset {prefix:vN:kid}:i (entry -> lease end)
 -- KEYS[3] clients zset {prefix:vN:kid}:c (client id -> last seen: processes sharing the key)
--- ARGV: 1-5 as state.lua says; 6 retry (_core.RETRY_KINDS)  7 not_before_us  8 time_left_us (-1:
---       none)  9 random in [0, 1)  10 entry  11 ttl_ms  12-14 the retry budget's ratio (-1: none),
---       window_us and floor per second  15 client id  16 client window_us (ACQUIRE_ARGV); then
---       lessons told late, LESSON_ARGV each, oldest first, as learn.lua reads them
+-- ARGV: 1-5 as state.lua says, 6 to ACQUIRE_ARGV as read below, then lessons told late (learn.lua)
 -- Returns {code, wait_us, source, slot_us, seq, epoch, inflight, entry held (0/1), clients, learning (0/1)}
-local retry, not_before, time_left = arg(ARGV[6]), arg(ARGV[7]), arg(ARGV[8])
-local rand, entry, ttl_ms = arg(ARGV[9]), ARGV[10], arg(ARGV[11])
-local ratio, budget_window, budget_floor = arg(ARGV[12]), arg(ARGV[13]), arg(ARGV[14])
+local retry, not_before, time_left = arg(ARGV[6]), arg(ARGV[7]), arg(ARGV[8])  -- _core.RETRY_KINDS
+local rand, entry, ttl_ms = arg(ARGV[9]), ARGV[10], arg(ARGV[11])  -- rand in [0, 1)
+local ratio, budget_window, budget_floor = arg(ARGV[12]), arg(ARGV[13]), arg(ARGV[14])  -- ratio -1: none
 local client, client_window = ARGV[15], arg(ARGV[16])
 
 -- What this process learned since its last call for the key, at their own times, first.
@@ -109,7 +105,7 @@ elseif budget then
   st.budget_left = st.budget_left - 1
 end
 st.seq = st.seq + 1
-if ratio >= 0 then  -- _core.count_attempt
+if ratio >= 0 then  -- the budget's counts
   if retry == FIRST then st.recent_firsts = st.recent_firsts + 1 end
   if retry == ERROR then st.recent_retries = st.recent_retries + 1 end
 end

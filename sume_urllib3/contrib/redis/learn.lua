@@ -1,7 +1,6 @@
 -- sume_urllib3 RedisFleet: learn from responses, the port of pacing/_core.py release() and its
--- steps, step for step (the reasons are there). _scripts.py puts it in front of both scripts,
--- after state.lua: release.lua learns the response it was called for, and acquire.lua first the
--- lessons this process told late (pacing.store.release_need), each at its own time.
+-- steps (the reasons are there), in front of both scripts: release.lua learns its response, and
+-- acquire.lua first the lessons this process told late (pacing.store.release_need).
 
 local function clamp(x) return math.min(math.max(x, MIN_INTERVAL_US), MAX_INTERVAL_US) end
 local function plateau(refused)  -- _core._plateau
@@ -118,10 +117,8 @@ local function learn(at, entry, slot, seq, epoch, inflight, status, retry_after,
   return false
 end
 
--- Learn every lesson in ARGV after the call's own arguments (ARGV[first] the last of them), oldest
--- first: LESSON_ARGV each, {us before now it was learned, entry ('' none), slot_us, seq, epoch,
--- inflight, status (0: no response), Retry-After us (0: none), limit, remaining, reset_us,
--- window_us (each -1 when not said)}. True when one of them started a cooldown.
+-- Learn the lessons in ARGV after ARGV[first], oldest first, LESSON_ARGV each: {us before now it was
+-- learned, then learn()'s arguments from entry on}. True when one of them started a cooldown.
 local function learn_from(first)
   local started = false
   for i = first + 1, #ARGV - LESSON_ARGV + 1, LESSON_ARGV do

@@ -1,8 +1,7 @@
--- sume_urllib3 RedisFleet: what acquire.lua and release.lua share, in front of each (with learn.lua)
--- after the header _scripts.py writes from pacing/_core.py (its constants, State's FIELDS and
--- DEFAULTS, the argument layout ACQUIRE_ARGV, RELEASE_ARGV, LESSON_ARGV). ARGV 1-5 of both: 1 now_us
--- (0: Redis TIME)  2 skew_us (no_sleep's virtual time)  3 configured interval_us (0: learned)
--- 4 configured burst  5 initial window. KEYS[1], the state hash, holds State's fields by name.
+-- sume_urllib3 RedisFleet: what both scripts share, after the header _scripts.py writes from
+-- pacing/_core.py (its numbers, State's FIELDS and DEFAULTS, the ARGV layout). ARGV 1 now_us (0:
+-- Redis TIME)  2 skew_us (no_sleep's virtual time)  3 configured interval_us (0: learned)  4 burst
+-- 5 initial window. KEYS[1], the state hash, holds State's fields by name.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local function fmt(x) return string.format('%.0f', x) end
@@ -23,8 +22,8 @@ for i, name in ipairs(FIELDS) do
 end
 if st.slow_start_window < 0 then st.slow_start_window = cfg_window end
 
--- Write the state back (integers exactly, others to the last bit) and keep the hash at least
--- ttl_ms, and past any turn, cooldown or budget it still holds.
+-- Write the state back (integers exactly, others to the last bit), kept at least ttl_ms and past
+-- any turn, cooldown or budget it still holds.
 local function save(ttl_ms)
   local out = {}
   for _, name in ipairs(FIELDS) do
