@@ -61,7 +61,7 @@ class _Late(NamedTuple):
 class RedisFleet(StoreFleet):
     """A Fleet whose state lives in Redis, so every process and host using an API key paces together.
 
-    The rules are LocalFleet's, :mod:`sume_urllib3.pacing._core`, ported line for line to two
+    The rules are LocalFleet's, :mod:`sume_urllib3.pacing._core`, ported step for step to two
     atomic Lua scripts (``EVALSHA``, reloaded after ``SCRIPT FLUSH``); a conformance table in
     the tests runs both on the same scenarios. ``acquire.lua`` reserves a turn (and spends
     the fleet-wide retry budget for ``retry="error"``); ``release.lua`` records what a
@@ -69,11 +69,10 @@ class RedisFleet(StoreFleet):
     successes under a configured pace or one learned from 429s; a second (release) at once
     when the answer teaches what other processes must know now: a 429, a Retry-After,
     rate-limit headers, or an in-flight entry to free (slow start, a quota reading). What a
-    plain success under a learned pace teaches (``release_need``: one more
-    admitted, the pace's creep, a response time) rides on this process's next call for the
-    key, each at its own time, as a release then would have; a background thread tells Redis
-    what no call carried within 0.1 s, and what is left at exit. Redis
-    ``TIME`` is the clock.
+    plain success under a learned pace teaches (one more admitted, the pace's creep, a response
+    time) rides on this process's next call for the key, at its own time; a background thread
+    tells Redis what no call carried within 0.1 s, and what is left at exit. Redis ``TIME`` is
+    the clock.
 
     Keys are ``{prefix:v2:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
     ``kid`` is :func:`fleet_key`'s hash, never the key; ``v2`` the state's layout, so during a
@@ -82,23 +81,17 @@ class RedisFleet(StoreFleet):
     node). A client you pass keeps its own timeouts and retries: give it a short
     ``socket_timeout`` (and ``retry=Retry(NoBackoff(), 0)``) so a failure falls back at once.
 
-    Thread-safe and fork-safe: a child process gets its own connections and client id (so
-    Redis counts each worker as one process), whether or not its fork ran Python's at-fork
-    hooks (uWSGI forks from C: each call first looks at the pid).
+    Thread-safe and fork-safe (a child gets its own connections and client id, so Redis counts
+    each worker as one process). Fails open as every shared ``StoreFleet`` does (``backoff``,
+    ``max_backoff``): when Redis is down, slow (over ``timeout``), full or refuses the script,
+    a local ``LocalFleet`` paces, a configured rate split among the processes Redis last saw.
 
-    Fails open as every shared ``StoreFleet`` does (``backoff``, ``max_backoff``): when Redis is
-    down, slow (over ``timeout``), full or refuses the script, the attempt is paced by a local
-    ``LocalFleet``, a configured rate split among the processes Redis last saw using the key.
-
-    ``rate`` and ``burst`` as for :class:`LocalFleet` (``burst`` defaults to 1);
-    ``retry_budget``'s ratio, window and floor set the fleet-wide budget (None: none): a
-    retry finding it spent waits for the floor to refill (so an outage is retried at the
-    floor's rate fleet-wide), refused only when that wait passes its deadline;
-    ``ttl`` how long an idle key's state is kept. An in-flight entry of a process that died
-    lasts as long as its attempt could have (rule 6), never the request's whole deadline.
-    ``clock`` and ``rng`` drive the backoff and spreads; ``server_clock`` replaces Redis
-    ``TIME`` (for tests). Thread-safe; a forked child opens its own connections; pickling
-    keeps the configuration only.
+    ``rate`` and ``burst`` as for :class:`LocalFleet`; ``retry_budget``'s ratio, window and
+    floor set the fleet-wide budget (None: none): a retry finding it spent waits for the floor
+    to refill, refused only when that wait passes its deadline; ``ttl`` how long an idle key's
+    state is kept. An in-flight entry of a process that died lasts as long as its attempt could
+    have (rule 6). ``clock`` and ``rng`` drive the backoff and spreads; ``server_clock`` replaces
+    Redis ``TIME`` (for tests). Pickling keeps the configuration only.
     """
 
     _scope = "fleet-wide"
