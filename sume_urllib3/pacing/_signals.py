@@ -1,4 +1,5 @@
-"""Read the server's pace from RateLimit headers (every published form), never raising."""
+"""What a response says about the pace (RateLimit headers in every published form, read without
+ever raising), and which fleet entry a request is paced under (its key id)."""
 
 from __future__ import annotations
 
@@ -210,7 +211,7 @@ def raw_origin(url: str) -> str:
     if start < 0:
         return url
     end = len(url)
-    for mark in "/?#":  # str.find beats a character loop in Python
+    for mark in "/?#":
         found = url.find(mark, start + 3, end)
         if found >= 0:
             end = found
