@@ -60,7 +60,7 @@ def _stand_in_one(part: str, templates: Sequence[Any], copies: int) -> None:
     from sume_urllib3 import _retry
     from sume_urllib3 import _retry as _attempt
     from sume_urllib3._policy import Policy
-    from sume_urllib3.pacing import _budget
+    from sume_urllib3.pacing import _fleet as _budget
 
     if part == "envelope":
         envelope = _attempt.parse_envelope(None, retry_bench.ERROR_BODY, message=False)

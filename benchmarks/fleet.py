@@ -69,8 +69,7 @@ from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
 from sume_urllib3._policy import Policy
-from sume_urllib3.pacing._budget import RetryBudget
-from sume_urllib3.pacing._fleet import Grant, LocalFleet, parse_rate
+from sume_urllib3.pacing._fleet import Grant, LocalFleet, RetryBudget, parse_rate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 20240611

@@ -6,7 +6,7 @@ real redis-server on 127.0.0.1, in three set-ups:
 - a configured pace (``rate=1e6``): a plain success was never released;
 - a pace learned from 429s (slow start's round: three admitted, then a 429), each success
   released at once, as every release was before lessons could be told late (this run swaps
-  ``_pacing.release_need`` for one that answers RELEASE_NOW where it says RELEASE_LATER);
+  ``_fleet.release_need`` for one that answers RELEASE_NOW where it says RELEASE_LATER);
 - the same learned pace as the fleet releases now: each success rides on the next acquire.
 
 Round trips are the server's own count (``INFO commandstats``, EVALSHA calls, the last lesson's
@@ -38,7 +38,7 @@ import _results  # noqa: E402
 import redis  # noqa: E402
 
 from sume_urllib3.contrib.redis import RedisFleet  # noqa: E402
-from sume_urllib3.pacing import _core as _pacing  # noqa: E402
+from sume_urllib3.pacing import _fleet  # noqa: E402
 from sume_urllib3.pacing._fleet import fleet_key  # noqa: E402
 from sume_urllib3.testing._redis_server import RedisServer  # noqa: E402
 
@@ -50,17 +50,17 @@ SETUPS = ("configured", "learned_at_once", "learned")
 @contextlib.contextmanager
 def each_release_at_once() -> Iterator[None]:
     """RedisFleet as it released before: what it would tell late, it tells at once."""
-    decide = _pacing.release_need
+    decide = _fleet.release_need
 
     def at_once(*args: Any) -> int:
         need = decide(*args)
-        return _pacing.RELEASE_NOW if need == _pacing.RELEASE_LATER else need
+        return _fleet.RELEASE_NOW if need == _fleet.RELEASE_LATER else need
 
-    _pacing.release_need = at_once  # type: ignore[assignment]
+    _fleet.release_need = at_once  # type: ignore[assignment]
     try:
         yield
     finally:
-        _pacing.release_need = decide  # type: ignore[assignment]
+        _fleet.release_need = decide  # type: ignore[assignment]
 
 
 def learn_a_pace(fleet: RedisFleet) -> None:

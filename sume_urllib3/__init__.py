@@ -15,8 +15,7 @@ from ._retry import SumeRetry
 from ._session import SumeSession
 from ._version import __version__
 from .observe import LoggingObserver, RequestStart, RetryEvent, SumeMetrics, SumeObserver
-from .pacing._budget import RetryBudget
-from .pacing._fleet import Fleet, Grant, LocalFleet
+from .pacing._fleet import Fleet, Grant, LocalFleet, RetryBudget
 from .pacing.host import HostFleet
 
 __all__ = [

@@ -44,8 +44,7 @@ from ._retry import (
 )
 from ._util import RandomSource, header_value, leaves_origin
 from .observe import Observers, RequestStart, SumeObserver, in_own_context
-from .pacing._budget import RetryBudget
-from .pacing._fleet import GRANT_NOW, Fleet, Grant, LocalFleet
+from .pacing._fleet import GRANT_NOW, Fleet, Grant, LocalFleet, RetryBudget
 from .pacing._signals import key_ids
 
 

@@ -29,8 +29,7 @@ from ._redact import redact_url, redact_urllib3_logs
 from ._request import Attempt, RequestContext, current
 from ._util import RandomSource, cause_chain, frozen, uniform
 from .observe import Observers, RetryEvent, key_prefix
-from .pacing._budget import RetryBudget
-from .pacing._fleet import ANONYMOUS
+from .pacing._fleet import ANONYMOUS, RetryBudget
 
 if TYPE_CHECKING:
     pass

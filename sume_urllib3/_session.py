@@ -32,8 +32,7 @@ from ._util import (
 )
 from ._version import __version__
 from .observe import LoggingObserver, Observers, SumeMetrics, SumeObserver, in_own_context
-from .pacing._budget import RetryBudget
-from .pacing._fleet import Fleet, LocalFleet
+from .pacing._fleet import Fleet, LocalFleet, RetryBudget
 from .pacing._signals import key_ids, origin_name, sent_key
 
 __all__ = [  # names the Django integration builds on

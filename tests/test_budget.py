@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 from sume_urllib3.exceptions import ConfigurationError
-from sume_urllib3.pacing._budget import RetryBudget
+from sume_urllib3.pacing._fleet import RetryBudget
 
 from .conftest import VirtualTime
 

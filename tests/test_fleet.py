@@ -19,11 +19,15 @@ from sume_urllib3.pacing import _core as _pacing
 from sume_urllib3.pacing._fleet import (
     GRANT_NOW,
     MAX_COOLDOWN,
+    RELEASE_LATER,
+    RELEASE_NEVER,
+    RELEASE_NOW,
     Grant,
     LocalFleet,
     fleet_key,
     parse_rate,
     read_response,
+    release_need,
 )
 
 from .conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
@@ -648,9 +652,9 @@ def test_a_child_forked_from_c_starts_with_no_state() -> None:
 
     def child() -> str:
         waits = (first(fleet).wait, fleet.acquire(tenant(1), time_left=30.0).again)
-        return repr((waits, fleet.stats()["cooldowns"], fleet._pid == os.getpid()))
+        return repr((waits, fleet.stats()["cooldowns"], fleet.stats()["again"]))
 
-    assert in_a_child_forked_from_c(child) == repr(((0.0, False), 0, True))
+    assert in_a_child_forked_from_c(child) == repr(((0.0, False), 0, 0))
     assert first(fleet).wait > 90  # the parent keeps its own
     fleet.release(tenant(1), other, 200, {})
 
@@ -766,7 +770,7 @@ def test_a_429_on_an_open_key_after_a_c_fork_never_waits_on_a_parents_lock() -> 
         lock.release()
 
 
-# -- what a response's release needs (every fleet asks _pacing.release_need) ----------------------
+# -- what a response's release needs (every fleet asks release_need) ----------------------
 
 _LEARNED = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE, learning=True)
 _CONFIGURED = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE)
@@ -777,28 +781,25 @@ _POLICY = {"RateLimit-Policy": "10;w=1", "RateLimit-Limit": "10"}
 @pytest.mark.parametrize(
     ("turn", "status", "headers", "need"),
     [
-        (_CONFIGURED, 200, {}, _pacing.RELEASE_NEVER),
-        (_CONFIGURED, 200, {"RateLimit-Reset": "5"}, _pacing.RELEASE_NEVER),  # a Reset alone counts nothing
-        (_LEARNED, 200, {}, _pacing.RELEASE_LATER),  # one more admitted, the pace's creep
-        (_LEARNED, None, None, _pacing.RELEASE_LATER),  # an answer lost under a learned pace is admitted
-        (_LEARNED, 500, {}, _pacing.RELEASE_LATER),  # a response time
-        (_LEARNED, 429, {}, _pacing.RELEASE_NOW),
-        (_CONFIGURED, 429, {}, _pacing.RELEASE_NOW),
-        (_LEARNED, 503, {"Retry-After": "1"}, _pacing.RELEASE_NOW),
-        (_LEARNED, 200, {"RateLimit-Remaining": "3", "RateLimit-Reset": "1"}, _pacing.RELEASE_NOW),
-        (_CONFIGURED, 200, _POLICY, _pacing.RELEASE_NOW),
-        (_HELD, 200, {}, _pacing.RELEASE_NOW),  # other processes wait for the slot
-        (_HELD._replace(learning=True), 200, {}, _pacing.RELEASE_NOW),
+        (_CONFIGURED, 200, {}, RELEASE_NEVER),
+        (_CONFIGURED, 200, {"RateLimit-Reset": "5"}, RELEASE_NEVER),  # a Reset alone counts nothing
+        (_LEARNED, 200, {}, RELEASE_LATER),  # one more admitted, the pace's creep
+        (_LEARNED, None, None, RELEASE_LATER),  # an answer lost under a learned pace is admitted
+        (_LEARNED, 500, {}, RELEASE_LATER),  # a response time
+        (_LEARNED, 429, {}, RELEASE_NOW),
+        (_CONFIGURED, 429, {}, RELEASE_NOW),
+        (_LEARNED, 503, {"Retry-After": "1"}, RELEASE_NOW),
+        (_LEARNED, 200, {"RateLimit-Remaining": "3", "RateLimit-Reset": "1"}, RELEASE_NOW),
+        (_CONFIGURED, 200, _POLICY, RELEASE_NOW),
+        (_HELD, 200, {}, RELEASE_NOW),  # other processes wait for the slot
+        (_HELD._replace(learning=True), 200, {}, RELEASE_NOW),
     ],
 )
 def test_what_a_release_needs_is_decided_once_for_every_fleet(
     turn: _pacing.Turn, status: Optional[int], headers: Optional[Dict[str, str]], need: int
 ) -> None:
     """At once what other processes must know now; late what only counts; nothing when nothing changes."""
-    lesson = read_response(status, headers)
-    args = (turn, status or 0, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window)
-    assert need == _pacing.release_need(*args)
-    assert (need != _pacing.RELEASE_NEVER) == _pacing.must_release(*args)
+    assert need == release_need(turn, status or 0, read_response(status, headers))
 
 
 def test_a_late_lesson_never_moves_the_idle_clock_back() -> None:
@@ -806,6 +807,6 @@ def test_a_late_lesson_never_moves_the_idle_clock_back() -> None:
     success late, after another process's call) keeps the later time: no false new busy spell."""
     st, cfg = _pacing.State(last_seen=5 * _pacing.SECOND), _pacing.Config()
     turn = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE, slot=4 * _pacing.SECOND, learning=True)
-    _pacing.release(st, cfg, 4_500_000, entry="", slot=turn.slot, seq=1, epoch=0, inflight=1, status=200,
-                    retry_after=0, limit=-1, remaining=-1, reset=-1, window=-1)
+    _pacing.release(st, cfg, 4_500_000, turn=turn._replace(seq=1, inflight=1), status=200,
+                    lesson=_pacing.Lesson(0, -1, -1, -1, -1))
     assert (5 * _pacing.SECOND, 1, 500_000) == (st.last_seen, st.successes, st.response_time)

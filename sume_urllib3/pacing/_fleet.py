@@ -1,34 +1,48 @@
 """Pacing before every attempt: cooldowns, a learned or configured pace, and slow start, per API key.
 
 A fleet is asked before each attempt (``acquire``) and told what came back (``release``).
-``LocalFleet`` keeps that state in one process, shared by every thread and session that
-uses it; ``HostFleet`` shares it across the processes of a host (a file), and
-``sume_urllib3.contrib.redis.RedisFleet`` across hosts (Redis).
+:class:`StoreFleet` is what every fleet shares, written once: the arguments of a turn, the
+grant, what a response teaches (:func:`read_response`), failing open, a fork's reset and the
+counters. A store only runs the rules of :mod:`._core` on its state in one transaction:
+``LocalFleet`` (here) in this process's memory, ``HostFleet`` in a file every process of a
+host shares, ``sume_urllib3.contrib.redis.RedisFleet`` in Redis. The same module holds the
+settings every fleet checks alike (the rate, the burst) and :class:`RetryBudget`, the
+process-local form of the retry budget the fleets apply per key.
 """
 
 from __future__ import annotations
 
-import abc
 import itertools
 import logging
 import math
-import operator
-import os
 import random
 import re
 import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, List, Mapping, NamedTuple, Optional, Protocol, Tuple, Union
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Tuple,
+    Type,
+    Union,
+)
 
 from .. import _fork, _sleeping
 from .._config import check_clock, check_int, check_rng
 from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
-from . import _core as _pacing
-from ._budget import RetryBudget
-from ._signals import ANONYMOUS, fleet_key, may_carry_ratelimit, parse_ratelimit
+from . import _core
+from ._core import Lesson
+from ._signals import ANONYMOUS, RATELIMIT_FIELDS, fleet_key, parse_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
@@ -37,8 +51,7 @@ Rate = Union[str, float, int, None]
 #: The longest cooldown one Retry-After can start (seconds): an absurd value (a year, a
 #: bug) must not hold every request of a key for that long; the policy still refuses to
 #: wait the full value and gives up, with the server's figure in its reason.
-MAX_COOLDOWN = 600.0
-
+MAX_COOLDOWN = _core.MAX_COOLDOWN_US / _core.SECOND
 #: Keys (origin and API key pairs) a LocalFleet holds state for at most, by default (about
 #: 1 KB each): past it, the least recently used idle entry goes first.
 MAX_KEYS = 10_000
@@ -50,10 +63,18 @@ MAX_KEYS = 10_000
 #: an idle spell too).
 IDLE = 300.0
 PACE_KEPT = 12
+#: RedisFleet's ``prefix``: Redis key text without braces (the cluster hash tag is the fleet's).
+#: Here rather than in contrib.redis, as REDIS_TIMEOUT, so Django's check reads them without redis.
+REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+#: RedisFleet's ``timeout`` (seconds): below a millisecond no Redis answers in time.
+REDIS_TIMEOUT = (0.001, 60.0)
+
 _MAX_IDLE = 86_400.0
 _MAX_MAX_KEYS = 10_000_000
+_MAX_BACKOFF = 86_400.0  # a day: past that, an outage would never be retried in a process's life
+_MAX_WINDOW = 10_000
 # Lock-free acquires of a key between two looks at the clock (is a sweep due?): a counter in
-# the key's slots is cheaper than a clock read on the path that answers GRANT_NOW.
+# the key's slots stands in for the clock on the path that answers GRANT_NOW.
 _SWEEP_EVERY = 1024
 # Entries a sweep for room leaves, as a share of max_keys: the next one is that many new keys
 # away, so its O(n log n) sorting is paid once per tenth of the cap, not per new key.
@@ -61,36 +82,19 @@ _ROOM = 0.9
 _MIN_RATE = 1.0 / 86400.0  # one a day: below any real quota, so never a floor that beats one
 _MAX_RATE = 1e6
 _MAX_BURST = 1_000_000
-_STATS = (
-    "held",
-    "refused",
-    "again",
-    "cooldowns",
-    "throttled",
-    "waited_pace",
-    "waited_cooldown",
-    "waited_slow_start",
-)
+_STATS = ("held", "refused", "again", "cooldowns", "throttled", "waited_pace", "waited_cooldown",
+          "waited_slow_start")
 # How much an entry holds, in the order a sweep for room evicts: nothing but a slow-start
 # window; a pace (stated or learned); something still running (a cooldown, a turn reserved
 # ahead, a quota reading before its Reset, an attempt in flight).
 _PLAIN, _PACE, _RUNNING = 0, 1, 2
-# A sweep sorts entries by rank, then last use, as one int (µs clocks stay far below 2**62).
-_RANK_SHIFT = 62
-_ORDER = operator.itemgetter(0)
-_UNITS = {
-    "s": 1.0,
-    "sec": 1.0,
-    "second": 1.0,
-    "m": 60.0,
-    "min": 60.0,
-    "minute": 60.0,
-    "h": 3600.0,
-    "hr": 3600.0,
-    "hour": 3600.0,
-    "d": 86400.0,
-    "day": 86400.0,
-}
+_RANK_SHIFT = 62  # a sweep sorts by rank, then last use, as one int (µs clocks stay far below 2**62)
+#: What telling a store about one response needs (``release_need``): nothing; a place in this
+#: process's next call for the key (a little late); a call of its own at once.
+RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
+_KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
+_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
+          "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*/\s*([a-z]+)\s*$")
 _UNIT_NAMES = "s, sec, second, m, min, minute, h, hr, hour, d or day (the words also plural)"
 
@@ -128,63 +132,330 @@ class Fleet(Protocol):
         ...
 
     def release(
-        self,
-        key_id: str,
-        grant: Grant,
-        status: Optional[int],
-        headers: Optional[Mapping[str, str]],
+        self, key_id: str, grant: Grant, status: Optional[int], headers: Optional[Mapping[str, str]]
     ) -> None:
         """Learn from what the attempt got (status None: no response); never raises."""
         ...
 
 
-class _Token:
-    """Grant.token of a LocalFleet turn: the key state that granted it and the core's stamp."""
+def read_response(
+    status: Optional[int], headers: Optional[Mapping[str, str]], wall: Callable[[], float] = time.time
+) -> Lesson:
+    """What one response teaches the rules: its Retry-After and RateLimit fields, in the core's units."""
+    if headers is None:
+        return Lesson(0, -1, -1, -1, -1)
+    retry_after = 0
+    if status == 429 or status == 503:
+        seconds = parse_retry_after(headers.get("Retry-After"), wall)
+        if seconds is not None and seconds > 0:
+            retry_after = round(min(seconds, MAX_COOLDOWN) * _core.SECOND)
+    # Most responses carry no rate-limit field: their names are looked at, nothing is parsed.
+    reading = None if RATELIMIT_FIELDS.isdisjoint(map(str.lower, headers)) else parse_ratelimit(headers, wall)
+    if reading is None:
+        return Lesson(retry_after, -1, -1, -1, -1)
+    limit, remaining, reset, window = reading
+    return Lesson(
+        retry_after,
+        -1 if limit is None else int(min(limit, 1e12)),
+        -1 if remaining is None else int(min(remaining, 1e12)),
+        -1 if reset is None else round(min(reset, 1e7) * _core.SECOND),
+        -1 if window is None else round(min(window, 1e7) * _core.SECOND),
+    )
 
-    __slots__ = ("key", "turn")
 
-    def __init__(self, key: _Key, turn: _pacing.Turn) -> None:
-        self.key = key
-        self.turn = turn
+def release_need(turn: Optional[_core.Turn], status: int, lesson: Lesson) -> int:
+    """What telling a store about one response needs (StoreFleet.release asks, for every store).
+
+    RELEASE_NOW for what other clients must know at once: a 429, a Retry-After, rate-limit
+    headers, or an in-flight entry to free. RELEASE_LATER for a response under a pace learned from
+    429s that only counts (one more admitted, the pace's creep, a response time): ``release`` may
+    take it with its own time a little later, in order with this process's later lessons, as a
+    slower answer would have come. RELEASE_NEVER when it changes nothing: a configured pace, or a
+    key past slow start (a turn of a store's lock-free path is None).
+    """
+    quota = lesson.retry_after > 0 or lesson.remaining >= 0 or (lesson.limit >= 1 and lesson.window > 0)
+    if (turn is not None and turn.entry) or status == 429 or quota:
+        return RELEASE_NOW
+    return RELEASE_LATER if turn is not None and turn.learning else RELEASE_NEVER
+
+
+class _Local(NamedTuple):
+    """``Grant.token`` of a turn the local fleet of an outage gave."""
+
+    fleet: Fleet
+    grant: Grant
+
+
+class StoreFleet:
+    """A fleet whose rules are :mod:`._core`'s, run by a store on its state: the part every store shares.
+
+    A store implements :meth:`_reserve` and :meth:`_learn`, each one transaction on one key's
+    state (``HostFleet``: the SQLite file; ``RedisFleet``: a Lua script; ``LocalFleet``: a lock
+    in memory), and says how to pace while it fails (:meth:`_local_settings`). Everything else
+    is here: the turn's arguments and its :class:`Grant`, what a response teaches and whether
+    it is worth a transaction (:func:`release_need`), the counters (:meth:`stats`), the reset
+    after a fork (:meth:`_after_fork`, called in every child process), and failing open.
+
+    Failing open (a shared store, ``_shared``): when the store fails, the attempt is paced at
+    once by a local :class:`LocalFleet` (``Grant.fallback``; a configured rate shared among the
+    processes seen lately), one WARNING is logged per outage and one INFO at its end,
+    :attr:`fallbacks` and :attr:`errors` count, and the store is tried again only after a
+    backoff (``backoff`` seconds, doubling up to ``max_backoff``, spread so processes do not
+    retry it in step). A store in memory fails only by a bug: the attempt goes unpaced.
+    """
+
+    #: The store is shared by other processes: key ids are hashes, and an outage paces locally.
+    _shared: ClassVar[bool] = True
+    #: Where the pace is shared when the store works ("fleet-wide", "host-wide"), for log lines.
+    _scope: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        rate: Rate,
+        burst: Optional[int],
+        *,
+        initial_window: int,
+        retry_budget: Optional[RetryBudget],
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+        rng: Union[random.Random, Callable[[], float], None],
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._rate = parse_rate(rate)
+        if burst is not None and self._rate is None:
+            raise ConfigurationError(f"burst needs a rate: {type(self).__name__}(rate='10/min', burst=5)")
+        self._burst = check_burst(burst) if burst is not None else 1
+        self._window = check_int(initial_window, "initial_window", 1, _MAX_WINDOW)
+        if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
+            raise ConfigurationError(
+                f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
+            )
+        self._retry_budget = retry_budget
+        for name, value, default in (("clock", clock, _sleeping.shared_monotonic), ("wall", wall, time.time)):
+            if value is not default:  # reading the shared clock under no_sleep() moves this thread's time
+                check_clock(value, name)
+        check_rng(rng)
+        self._clock, self._wall = clock, wall
+        self._random: Callable[[], float] = (
+            random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
+        )
+        self._backoff = check_seconds_between(backoff, "backoff", 0.001, _MAX_BACKOFF)
+        most = check_seconds_between(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF)
+        self._max_backoff = max(self._backoff, most)
+        self._config = _core.Config(
+            interval=0 if self._rate is None else max(1, round(_core.SECOND / self._rate)),
+            burst=self._burst,
+            window=self._window,
+            retries=None if retry_budget is None else retry_budget.allowance,
+        )
+        StoreFleet._after_fork(self)
+        _fork.track(self)
+
+    def _after_fork(self) -> None:
+        """What belongs to this process, made afresh (again in a forked child): lock, counters, outage."""
+        self._lock = threading.Lock()  # counters and outage state
+        self._stats: Dict[str, float] = dict.fromkeys(_STATS, 0)
+        self._down_until = 0.0  # clock() before which the store is not tried
+        self._delay = self._backoff  # the next backoff after a failure
+        self._outage = False
+        self._clients = 1  # processes seen sharing a key lately (for the fallback's share)
+        self._fallbacks = self._errors = 0
+        self._local_fleet: Optional[LocalFleet] = None
+
+    # -- the store's part -------------------------------------------------------------------
+
+    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
+        """Run ``_core.acquire`` on the key's state in one transaction, and store what it left."""
+        raise NotImplementedError
+
+    def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
+        """Run ``_core.release`` on the key's state (``need``: :func:`release_need`'s answer)."""
+        raise NotImplementedError
+
+    def _local_settings(self, share: int) -> Dict[str, Any]:
+        """``LocalFleet`` arguments for an outage, a configured pace divided by ``share``."""
+        settings: Dict[str, Any] = {
+            "initial_window": self._window, "clock": self._clock, "wall": self._wall, "rng": self._random
+        }
+        if self._rate is not None:
+            settings.update(rate=self._rate / share, burst=max(1, self._burst // share))
+        return settings
+
+    def _why(self, kid: str, source: str) -> str:
+        """What holds a refused turn, in words."""
+        return source
+
+    # -- the Fleet protocol -------------------------------------------------------------------
+
+    def acquire(
+        self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
+    ) -> Grant:
+        """Reserve a turn for one attempt; never raises, never waits on the store past its timeout."""
+        try:
+            _fork.check()  # before any lock or outage: a parent's belong to the parent
+            kid = _safe_key_id(key_id) if self._shared else key_id
+            floor, left = _seconds(not_before), _seconds(time_left, math.inf)
+            if self._down_until and self._clock() < self._down_until:
+                return self._fallback(kid, time_left, retry, not_before)
+            kind = _core.RETRY_KINDS.get(retry, _core.ERROR)
+            limit = -1 if math.isinf(left) else round(left * _core.SECOND)
+            turn = self._reserve(kid, kind, round(floor * _core.SECOND), limit, self._random())
+        except Exception as exc:  # any trouble with the store: fail open at once
+            self._failed(exc)
+            return self._fallback(key_id, time_left, retry, not_before)
+        if self._outage:
+            self._recovered()
+        wait, source = turn.wait / _core.SECOND, _core.SOURCES[turn.source]
+        if turn.code == _core.SEND:
+            if wait <= floor + 1e-9:
+                return Grant(wait=max(wait, floor), token=turn)
+            grant = Grant(wait=wait, source=source, token=turn)
+            self._count("held", source, wait - floor)
+        elif turn.code == _core.AGAIN:
+            grant = Grant(wait=wait, source=source, again=True)
+            self._count("again", source, wait)
+        elif turn.code == _core.REFUSED:
+            why = self._why(kid, source or "pace")
+            grant = Grant(wait=wait, refused=refusal(why, wait, left), source=source)
+            self._count("refused")
+        else:  # NO_BUDGET: the retry's unit comes back after the deadline (wait > 0) or never
+            why = "retry budget: the fleet's retries for this API key are spent"
+            grant = Grant(wait=wait, refused=refusal(why, wait, left) if wait > 0 else why)
+            self._count("refused")
+        return grant
+
+    def release(
+        self, key_id: str, grant: Grant, status: Optional[int], headers: Optional[Mapping[str, str]]
+    ) -> None:
+        """Learn cooldowns and the pace from one response and free its in-flight entry; never raises."""
+        try:
+            token = grant.token
+            if isinstance(token, _Local):  # a turn of an outage's local fleet
+                token.fleet.release(key_id, token.grant, status, headers)
+                return
+            if token is not None and not isinstance(token, _core.Turn):
+                return  # not a turn of this kind of fleet
+            lesson = read_response(status, headers, self._wall)
+            code = status or 0
+            need = release_need(token, code, lesson)
+            if need == RELEASE_NEVER:
+                return  # nothing to free, nothing learned: no second transaction
+            _fork.check()
+            if self._down_until and self._clock() < self._down_until and not (token and token.entry):
+                return  # the store is failing and there is no in-flight entry to free
+            kid = _safe_key_id(key_id) if self._shared else key_id
+            started = self._learn(kid, token, code, lesson, need)
+        except Exception as exc:
+            self._failed(exc)
+            return
+        if status == 429:
+            self._count("throttled")
+        if started:
+            self._count("cooldowns")
+            log.info(
+                "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests%s",
+                kid, status, lesson.retry_after / _core.SECOND, f" {self._scope}" if self._scope else "",
+            )
+
+    # -- counters -----------------------------------------------------------------------------
+
+    def _count(self, what: str, source: Optional[str] = None, waited: float = 0.0) -> None:
+        with self._lock:
+            self._stats[what] += 1
+            if source is not None:
+                self._stats["waited_" + source] += waited
+
+    def stats(self) -> Dict[str, float]:
+        """This process's counters: turns held, refused, sent ``again``, cooldowns started, 429s
+        met, and seconds waited per source."""
+        with self._lock:
+            return dict(self._stats)
+
+    @property
+    def fallbacks(self) -> int:
+        """Grants this process served from local pacing because the shared store failed."""
+        return self._fallbacks
+
+    @property
+    def errors(self) -> int:
+        """Calls of this process to the shared store that failed (each opens or extends an outage)."""
+        return self._errors
+
+    @property
+    def healthy(self) -> bool:
+        """False while this process paces locally and waits to try the shared store again."""
+        return not self._outage
+
+    # -- failing open -------------------------------------------------------------------------
+
+    def _store_name(self) -> str:
+        """How log lines name the store ("Redis fleet", "host fleet file /run/...")."""
+        return type(self).__name__
+
+    def _fallback(self, key_id: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
+        """A turn from the local fleet of this outage, marked ``fallback`` (unpaced in memory)."""
+        if not self._shared:
+            return GRANT_NOW
+        fleet = self._local_fleet
+        if fleet is None:
+            with self._lock:
+                fleet = self._local_fleet
+                if fleet is None:
+                    fleet = self._local_fleet = LocalFleet(**self._local_settings(max(1, self._clients)))
+        kid = _safe_key_id(key_id)
+        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
+        with self._lock:
+            self._fallbacks += 1
+        return Grant(grant.wait, grant.refused, grant.source, grant.again, True, _Local(fleet, grant))
+
+    def _failed(self, exc: BaseException) -> None:
+        """The store failed: count it, back off (spread), and say so once per outage."""
+        if not self._shared:  # a bug: pacing must never cost a request
+            log.debug("sume_urllib3: fleet call failed; sending unpaced", exc_info=exc)
+            return
+        with self._lock:
+            self._errors += 1
+            delay = self._delay * (0.5 + self._random())  # processes do not retry the store in step
+            self._down_until = self._clock() + delay
+            self._delay = min(self._delay * 2, self._max_backoff)
+            first, self._outage = not self._outage, True
+        if first:
+            log.warning(
+                "sume_urllib3: %s unavailable (%s); pacing locally, trying it again in %.1fs",
+                self._store_name(), describe(exc), delay,
+            )
+
+    def _recovered(self) -> None:
+        """The store answered: the outage is over, and its local fleet forgotten."""
+        with self._lock:
+            was_out, self._outage = self._outage, False
+            self._delay = self._backoff
+            self._local_fleet = None
+        if was_out:
+            log.info("sume_urllib3: %s available again; pacing %s", self._store_name(), self._scope)
 
 
 class _Key:
-    """One key's pacing state (the core's), its lock, and counters. Guarded by ``lock``.
+    """One key's pacing state (the core's) in a LocalFleet, and its lock. Guarded by ``lock``.
 
-    ``ticks`` counts lock-free acquires down from _SWEEP_EVERY (at 0 one looks at the clock); a
-    sweep finding it moved sets it back and stamps ``seen``: how a sweep knows when a key that
-    only took the lock-free path was last used (that path reads no clock). ``gone`` marks an
-    entry a sweep evicted.
+    ``open``: nothing known, nothing held, the window wide (acquire answers GRANT_NOW without
+    the lock). ``ticks`` counts lock-free acquires down from _SWEEP_EVERY (at 0 one looks at the
+    clock); a sweep finding it moved sets it back and stamps ``seen``: how a sweep knows when a
+    key that only took the lock-free path was last used. ``gone`` marks an entry a sweep evicted.
     """
 
-    __slots__ = (
-        "again",
-        "cooldowns",
-        "gone",
-        "held",
-        "lock",
-        "open",
-        "refused",
-        "seen",
-        "state",
-        "throttled",
-        "ticks",
-        "waited",
-    )
+    __slots__ = ("gone", "lock", "open", "seen", "state", "ticks")
 
     def __init__(self, now: int = 0) -> None:
         self.lock = threading.Lock()
-        self.state = _pacing.State()
-        # Nothing known, nothing held, the window wide: acquire answers GRANT_NOW without the lock.
-        self.open = False
-        self.held = self.refused = self.again = self.cooldowns = self.throttled = 0
-        self.waited: Dict[str, float] = {"pace": 0.0, "cooldown": 0.0, "slow_start": 0.0}
+        self.state = _core.State()
+        self.open = self.gone = False
         self.ticks = _SWEEP_EVERY
-        self.gone = False
         self.seen = now
 
 
-class LocalFleet:
+class LocalFleet(StoreFleet):
     """Paces the requests of one process per key, shared by every thread and session.
 
     The rules are :mod:`sume_urllib3.pacing._core`'s (docs/how-it-works.md): a ``Retry-After`` cooldown
@@ -192,25 +463,20 @@ class LocalFleet:
     (``"10/min"``, ``"20/s"``, ``"100/h"``, or requests per second as a number) with ``burst``
     turns at once, which headers never make faster (a slower stated pace wins) and 429s
     slow; the pace a server states (``RateLimit-Policy``, a limit with a window);
-    ``Remaining``/``Reset`` as a budget of
-    attempts; and, while nothing is known, a slow-start window of ``initial_window`` first
-    attempts in flight, with the pace the server admitted learned from its 429s. A turn
-    that would come after the request's deadline is refused at once, reserving nothing.
-    A lone request is never delayed. One INFO line on the ``sume_urllib3`` logger says
-    when a cooldown starts (naming the key's hash, never the key). With ``retry_budget`` (a
-    :class:`RetryBudget` whose ratio, window and floor it applies per key, as ``RedisFleet``
-    does fleet-wide) a ``retry="error"`` turn waits until the budget has room for it, and is
-    refused only when that comes after its deadline.
+    ``Remaining``/``Reset`` as a budget of attempts; and, while nothing is known, a slow-start
+    window of ``initial_window`` first attempts in flight, with the pace the server admitted
+    learned from its 429s. A turn that would come after the request's deadline is refused at
+    once, reserving nothing. A lone request is never delayed. One INFO line on the
+    ``sume_urllib3`` logger says when a cooldown starts (naming the key's hash, never the key).
+    With ``retry_budget`` (a :class:`RetryBudget` whose ratio, window and floor it applies per
+    key, as ``RedisFleet`` does fleet-wide) a ``retry="error"`` turn waits until the budget has
+    room for it, and is refused only when that comes after its deadline.
 
-    ``HostFleet`` runs the same rules on a file and ``contrib.redis.RedisFleet`` in Redis (a
-    conformance table in the tests checks all three). Thread-safe; when nothing is known and
-    nothing is held, ``acquire`` is one dictionary look-up. ``clock`` (monotonic seconds; by
-    default the shared clock that ``no_sleep()`` drives), ``wall`` (Unix time, for ``X-RateLimit-Reset``
-    timestamps) and ``rng`` (a ``random.Random`` or a callable returning [0, 1)) are
-    injectable. ``reset()`` forgets every key. After ``os.fork()`` the child starts with
-    no state, whether or not the fork ran Python's at-fork hooks (uWSGI forks from C: every
-    path that takes a lock first compares ``os.getpid()`` with the fleet's); a pickled fleet
-    keeps its configuration only.
+    Thread-safe; when nothing is known and nothing is held, ``acquire`` is one dictionary
+    look-up. ``clock`` (monotonic seconds; by default the shared clock that ``no_sleep()``
+    drives), ``wall`` (Unix time, for ``X-RateLimit-Reset`` timestamps) and ``rng`` (a
+    ``random.Random`` or a callable returning [0, 1)) are injectable. ``reset()`` forgets every
+    key, as a forked child does (:class:`StoreFleet`); a pickled fleet keeps its configuration.
 
     Bounded: an entry that holds nothing still running (a cooldown, a turn reserved ahead,
     an attempt in flight, a quota reading before its Reset) is forgotten once unused for
@@ -223,8 +489,8 @@ class LocalFleet:
     1024th lock-free one of a key), so a request never pays for a scan of its own.
     """
 
-    _default: ClassVar[Optional[LocalFleet]] = None
-    _default_lock: ClassVar[threading.Lock] = threading.Lock()
+    _shared = False
+    _default: ClassVar[Dict[str, LocalFleet]] = {}
 
     def __init__(
         self,
@@ -240,57 +506,27 @@ class LocalFleet:
         retry_budget: Optional[RetryBudget] = None,
     ) -> None:
         self._rate_config = rate
-        self._rate = parse_rate(rate)
-        self._burst = check_burst(burst) if burst is not None else 1
-        if burst is not None and self._rate is None:
-            raise ConfigurationError("burst needs a rate: LocalFleet(rate='10/min', burst=5)")
-        self._window = check_int(initial_window, "initial_window", 1, 10_000)
         self._max_keys = check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
         self._idle = check_seconds_between(idle, "idle", 1.0, _MAX_IDLE)
-        for name, value, default in (("clock", clock, _sleeping.shared_monotonic), ("wall", wall, time.time)):
-            if value is not default:  # reading the shared clock under no_sleep() moves this thread's time
-                check_clock(value, name)
-        check_rng(rng)
-        self._clock = clock
-        self._wall = wall
-        self._rng = rng
-        self._random: Callable[[], float] = (
-            random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
-        )
-        if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
-            raise ConfigurationError(
-                f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
-            )
-        self._retry_budget = retry_budget
-        self._config = _pacing.Config(
-            interval=interval_us(self._rate), burst=self._burst, window=self._window,
-            retries=None if retry_budget is None else retry_budget.allowance,
-        )
+        self._idle_us = round(self._idle * _core.SECOND)
         self._entries = itertools.count(1)
-        self._keys: Dict[str, _Key] = {}
-        self._idle_us = round(self._idle * 1_000_000)
-        self._start_afresh()
+        super().__init__(
+            rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock, wall=wall,
+            rng=rng,
+        )
+        self.reset()
         _FLEETS.add(self)
 
-    def _start_afresh(self) -> None:
-        """What belongs to this process: the sweeper's lock and clock, and the pid they are for."""
-        self._pid = os.getpid()
-        # Never waited on: a thread that finds another sweeping goes on with its request.
-        self._sweep_lock = threading.Lock()
-        self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
-        self._warned_live = False
-        # Counters of evicted entries, so stats() still counts what they did.
-        self._retired: Dict[str, float] = dict.fromkeys(_STATS, 0)
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self.reset()
 
     @classmethod
     def default(cls) -> LocalFleet:
         """The one process-wide fleet every session shares unless given another."""
-        fleet = LocalFleet._default
-        if fleet is None:
-            with LocalFleet._default_lock:
-                if LocalFleet._default is None:
-                    LocalFleet._default = LocalFleet()
-                fleet = LocalFleet._default
+        fleet = LocalFleet._default.get("fleet")
+        if fleet is None:  # two threads may build one each: setdefault keeps the first for both
+            fleet = LocalFleet._default.setdefault("fleet", LocalFleet())
         return fleet
 
     # -- configuration -----------------------------------------------------------------
@@ -326,135 +562,105 @@ class LocalFleet:
         return len(self._keys)
 
     def __repr__(self) -> str:
-        rate = "learned" if self._rate is None else _describe_rate(self._rate)
+        rate = "learned" if self._rate is None else describe_rate(self._rate)
         return f"<LocalFleet rate={rate} burst={self._burst} keys={len(self._keys)}>"
 
     def __reduce__(self) -> Any:
-        if self is LocalFleet._default:
+        if self is LocalFleet._default.get("fleet"):
             return (LocalFleet.default, ())
         burst = self._burst if self._rate else None
         config = (self._rate_config, burst, self._window, self._max_keys, self._idle, self._retry_budget)
         return (_rebuild, (type(self), *config))
 
-    # -- the protocol --------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
+        self._keys: Dict[str, _Key] = {}
+        # Never waited on: a thread that finds another sweeping goes on with its request.
+        self._sweep_lock = threading.Lock()
+        self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
+        self._warned_live = False
+
+    def pace(self, key_id: str) -> Optional[float]:
+        """The pace a key is held to now, in requests per second, or None while unknown."""
+        _fork.check()
+        key = self._keys.get(key_id)
+        if key is None:
+            return self._rate
+        with key.lock:
+            interval, _ = _core.pace(key.state, self._config, round(self._clock() * _core.SECOND))
+        return _core.SECOND / interval if interval else None
+
+    # -- the store: one lock per key ----------------------------------------------------------
 
     def acquire(
         self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
     ) -> Grant:
         """Reserve a turn for one attempt; see :class:`Fleet` and the class docstring."""
         key = self._keys.get(key_id)
-        if key is not None and key.open:
+        if key is not None and key.open:  # the lock-free path: nothing paces this key
             key.ticks -= 1  # marks it used (racy, and fine: a lost decrement delays one clock look)
+            if key.ticks <= 0:
+                self._tick(key)
             if not not_before:
-                if key.ticks > 0:
-                    return GRANT_NOW
-                return self._tick(key)
+                return GRANT_NOW
             if retry is not None and 0.0 < not_before <= time_left:
-                return Grant(wait=not_before)  # nothing paces an open key: the caller's wait is the turn
-        try:
-            return self._acquire(key_id, time_left, retry, not_before)
-        except Exception:  # pacing must never cost a request
-            log.debug("sume_urllib3: fleet acquire failed; sending unpaced", exc_info=True)
-            return GRANT_NOW
+                return Grant(wait=not_before)  # the caller's wait is the turn
+        return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
 
-    def release(
-        self,
-        key_id: str,
-        grant: Grant,
-        status: Optional[int],
-        headers: Optional[Mapping[str, str]],
-    ) -> None:
-        """Learn cooldowns and the pace from one response; see :class:`Fleet`."""
-        try:
-            token = grant.token
-            key = token.key if isinstance(token, _Token) else self._keys.get(key_id)
-            if key is None or self._keys.get(key_id) is not key:
-                return  # a grant from before a reset or a fork: nothing of ours to account
-            if key.open and status != 429 and not may_carry_ratelimit(headers) and status != 503:
-                return  # the lock-free path: an open key and nothing to learn
-            self._release(key_id, key, token, status, headers)
-        except Exception:
-            log.debug("sume_urllib3: fleet release failed; ignored", exc_info=True)
-
-    def reset(self) -> None:
-        """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
-        self._keys = {}
-        self._start_afresh()
-
-    # -- introspection (tests, benchmarks, metrics) -------------------------------------------
-
-    def pace(self, key_id: str) -> Optional[float]:
-        """The pace a key is held to now, in requests per second, or None while unknown."""
-        self._check_pid()
-        key = self._keys.get(key_id)
-        if key is None:
-            return self._rate
-        with key.lock:
-            interval, _ = _pacing.pace(key.state, self._config, self._now())
-        return _pacing.SECOND / interval if interval else None
-
-    def stats(self) -> Dict[str, float]:
-        """Counters over every key: requests held, refused, sent ``again``, seconds waited."""
-        self._check_pid()
-        totals = dict(self._retired)  # what evicted entries did still counts
-        for key in list(self._keys.values()):
-            with key.lock:
-                _add_counters(totals, key)
-        return totals
-
-    # -- inside ----------------------------------------------------------------------------
-
-    def _now(self) -> int:
-        return round(self._clock() * 1_000_000)
-
-    def _acquire(self, key_id: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
-        self._check_pid()  # before any lock: one a parent's thread held at a fork stays held
-        floor = _seconds(not_before)
-        left = _seconds(time_left, default=math.inf)
+    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
         while True:
-            key = self._entry(key_id)
+            key = self._keys.get(kid)
+            if key is None or key.gone:
+                key = self._entry(kid)
             with key.lock:
                 if key.gone:
                     continue  # a sweep evicted it between the look-up and the lock: a new entry
-                now = self._now()
-                turn = _pacing.acquire(
-                    key.state,
-                    self._config,
-                    now,
-                    retry=_pacing.RETRY_KINDS.get(retry, _pacing.ERROR),
-                    not_before=round(floor * 1_000_000),
-                    time_left=-1 if math.isinf(left) else round(left * 1_000_000),
-                    rand=self._random(),
-                    entry=str(next(self._entries)),
+                now = round(self._clock() * _core.SECOND)
+                turn = _core.acquire(
+                    key.state, self._config, now, retry=retry, not_before=not_before, time_left=time_left,
+                    rand=rand, entry=str(next(self._entries)),
                 )
-                key.open = _pacing.is_open(key.state, self._config, now)
-                grant = self._grant(key, turn, floor, left)
+                key.open = _core.is_open(key.state, self._config, now)
             if now >= self._sweep_at:
                 self._sweep(now)
-            return grant
+            return turn
+
+    def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
+        key = self._keys.get(kid)
+        if key is None:
+            return False  # a grant from before a reset or a fork: nothing of ours to account
+        with key.lock:
+            now = round(self._clock() * _core.SECOND)
+            started = _core.release(key.state, self._config, now, turn=turn, status=status, lesson=lesson)
+            key.open = _core.is_open(key.state, self._config, now)
+        return started
+
+    def _why(self, kid: str, source: str) -> str:
+        """What holds a refused turn, in words (the rule and, with a pace, its rate and origin)."""
+        key = self._keys.get(kid)
+        if source == "cooldown":
+            return "pace: cooldown (the server's Retry-After)"
+        if source != "pace" or key is None:
+            return "pace"
+        st, now = key.state, round(self._clock() * _core.SECOND)
+        if st.budget_left <= 0 and st.budget_until > now:
+            return "pace: the server's quota is spent until its Reset"
+        interval, _ = _core.pace(st, self._config, now)
+        if not interval:
+            return "pace"
+        if interval == st.learned_interval:
+            origin = "learned from 429s"
+        elif interval == st.stated_interval and interval != self._config.interval:
+            origin = "stated by the server"
+        else:
+            origin = "configured"
+        return f"pace {describe_rate(_core.SECOND / interval)} ({origin})"
 
     # -- bounded state ---------------------------------------------------------------------
 
-    def _check_pid(self) -> None:
-        if self._pid != os.getpid():
-            self._forked()
-
-    def _forked(self) -> None:
-        """A process forked without at-fork hooks (uWSGI's workers): start afresh, as a hook would.
-
-        Every per-process reset runs (the HTTP pools' too, once per process); this fleet's
-        own, if it was somehow not among them, after.
-        """
-        _fork.check()
-        if self._pid != os.getpid():
-            self.reset()
-
     def _entry(self, key_id: str) -> _Key:
         """The key's entry, made if new (evicting for room when that passes max_keys)."""
-        key = self._keys.get(key_id)
-        if key is not None and not key.gone:
-            return key
-        now = self._now()
+        now = round(self._clock() * _core.SECOND)
         new = _Key(now)  # seen now: no sweep takes it before its acquire does
         # setdefault is atomic: two threads creating one key both get the same state.
         key = self._keys.setdefault(key_id, new)
@@ -465,17 +671,16 @@ class LocalFleet:
             self._sweep(now, spare=key_id)
         return key
 
-    def _tick(self, key: _Key) -> Grant:
+    def _tick(self, key: _Key) -> None:
         """Every _SWEEP_EVERY lock-free acquires of a key: a look at the clock, and a sweep when due."""
         key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
         try:
-            self._check_pid()
-            now = self._now()
+            _fork.check()
+            now = round(self._clock() * _core.SECOND)
             if now >= self._sweep_at:
                 self._sweep(now)
         except Exception:  # pacing must never cost a request
             log.debug("sume_urllib3: fleet sweep failed", exc_info=True)
-        return GRANT_NOW
 
     def _sweep(self, now: int, spare: Optional[str] = None) -> None:
         """Evict idle entries, and when past max_keys, the least recently used (``spare`` aside).
@@ -489,33 +694,15 @@ class LocalFleet:
             self._sweep_at = now + self._idle_us // 4
             keys = self._keys
             before = len(keys)
-            # (eviction order: rank, then last use, as one int; key_id; entry) of the entries left
-            kept: List[Tuple[int, str, _Key]] = []
+            kept: List[Tuple[int, str, _Key]] = []  # (rank, then last use; key_id; entry) of those left
             plain_after, pace_after = now - self._idle_us, now - self._idle_us * PACE_KEPT
-            # The loop runs once per entry and sweep: its tests are written out, not called.
-            # Over a copy made in one C call: list(keys.items()) makes a tuple per entry, and a
-            # garbage collection one of them sets off can let another thread add a key halfway
-            # ("dictionary changed size during iteration", seen on Python 3.8).
+            # Over a copy made in one C call: iterating the dict itself, another thread may add
+            # a key halfway ("dictionary changed size during iteration").
             for key_id, key in keys.copy().items():
                 if key.ticks != _SWEEP_EVERY:  # used lock-free since the last sweep
-                    key.ticks = _SWEEP_EVERY
-                    key.seen = now
-                st = key.state
-                flight = st.flight
-                if (
-                    st.cooldown_until > now
-                    or st.theoretical_arrival > now  # a turn reserved ahead (a configured pace)
-                    or st.budget_until > now  # a quota reading before its Reset
-                    # One C call, atomic under the GIL: a release on another thread may empty
-                    # the entry between a separate emptiness test and max() (ValueError).
-                    or max(flight.values(), default=0) > now
-                ):
-                    rank = _RUNNING
-                elif st.learned_interval or st.stated_interval:
-                    rank = _PACE
-                else:
-                    rank = _PLAIN
-                since = st.last_seen if st.last_seen > key.seen else key.seen  # an acquire or release
+                    key.ticks, key.seen = _SWEEP_EVERY, now
+                rank = _rank(key.state, now)
+                since = max(key.state.last_seen, key.seen)  # an acquire or release
                 if (
                     rank == _RUNNING
                     or since > (plain_after if rank == _PLAIN else pace_after)
@@ -533,7 +720,7 @@ class LocalFleet:
 
     def _make_room(self, kept: List[Tuple[int, str, _Key]], excess: int, spare: Optional[str]) -> None:
         """Evict ``excess`` entries, least recently used first; one still running only past max_keys."""
-        kept.sort(key=_ORDER)  # by rank, then last use
+        kept.sort(key=lambda entry: entry[0])  # by rank, then last use
         over = len(kept) - self._max_keys  # entries still running go only to bring it back to the cap
         for order, key_id, key in kept:
             if excess <= 0:
@@ -556,7 +743,7 @@ class LocalFleet:
                 over -= 1
 
     def _evict(self, key_id: str, key: _Key) -> bool:
-        """Remove one entry unless a thread holds or has just used it; keep what it counted."""
+        """Remove one entry unless a thread holds or has just used it."""
         if not key.lock.acquire(blocking=False):
             return False  # in use this instant
         try:
@@ -564,7 +751,6 @@ class LocalFleet:
                 return False
             key.gone = True
             self._keys.pop(key_id, None)
-            _add_counters(self._retired, key)
             return True
         finally:
             key.lock.release()
@@ -582,176 +768,23 @@ class LocalFleet:
             if not key.gone:
                 new.setdefault(key_id, key)
 
-    def _grant(self, key: _Key, turn: _pacing.Turn, floor: float, left: float) -> Grant:
-        """``grant_for``'s grant, with the refusal worded from the key's state, counted in its stats."""
-        why = self._why(key.state, _pacing.SOURCES[turn.source]) if turn.code == _pacing.REFUSED else None
-        grant = grant_for(turn.code, turn, floor, left, token=_Token(key, turn), why=why)
-        if grant.refused:
-            key.refused += 1
-        elif grant.again:
-            key.again += 1
-            if grant.source is not None:
-                key.waited[grant.source] += grant.wait
-        elif grant.source is not None:
-            key.held += 1
-            key.waited[grant.source] += grant.wait - floor
-        return grant
 
-    def _why(self, st: _pacing.State, source: Optional[str]) -> str:
-        """What holds a refused turn, in words (the rule and, with a pace, its rate and origin)."""
-        if source == "cooldown":
-            return "pace: cooldown (the server's Retry-After)"
-        if source != "pace":
-            return "pace"
-        now = self._now()
-        if st.budget_left <= 0 and st.budget_until > now:
-            return "pace: the server's quota is spent until its Reset"
-        interval, _ = _pacing.pace(st, self._config, now)
-        if not interval:
-            return "pace"
-        if interval == st.learned_interval:
-            origin = "learned from 429s"
-        elif interval == st.stated_interval and interval != self._config.interval:
-            origin = "stated by the server"
-        else:
-            origin = "configured"
-        return f"pace {_describe_rate(_pacing.SECOND / interval)} ({origin})"
-
-    def _release(
-        self,
-        key_id: str,
-        key: _Key,
-        token: object,
-        status: Optional[int],
-        headers: Optional[Mapping[str, str]],
-    ) -> None:
-        lesson = read_response(status, headers, self._wall)
-        turn = token.turn if isinstance(token, _Token) else None
-        code = status or 0
-        if turn is not None and not _pacing.must_release(
-            turn, code, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window
-        ):
-            return
-        if self._pid != os.getpid():  # before the lock: one a parent's thread held at a fork stays held
-            self._forked()
-            return  # an entry of the parent's (a grant from before a fork no hook told us about)
-        with key.lock:
-            now = self._now()
-            st = key.state
-            if turn is None:  # granted on the lock-free path: as if just now, in this round
-                turn = _pacing.Turn(_pacing.SEND, 0, 0, 0, st.seq, st.epoch, len(st.flight))
-            started = _pacing.release(
-                st,
-                self._config,
-                now,
-                entry=turn.entry,
-                slot=turn.slot,
-                seq=turn.seq,
-                epoch=turn.epoch,
-                inflight=turn.inflight,
-                status=code,
-                **lesson._asdict(),
-            )
-            if status == 429:
-                key.throttled += 1
-            if started:
-                key.cooldowns += 1
-            key.open = _pacing.is_open(st, self._config, now)
-        if started:
-            log.info(
-                "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests",
-                key_id,
-                status,
-                lesson.retry_after / 1_000_000,
-            )
+def _rank(st: _core.State, now: int) -> int:
+    """How much an entry holds (the order a sweep for room evicts in)."""
+    # max() over the values is one C call, atomic under the GIL: a release on another thread
+    # may empty the entry between a separate emptiness test and max() (ValueError).
+    if (
+        st.cooldown_until > now
+        or st.theoretical_arrival > now  # a turn reserved ahead (a configured pace)
+        or st.budget_until > now  # a quota reading before its Reset
+        or max(st.flight.values(), default=0) > now
+    ):
+        return _RUNNING
+    return _PACE if st.learned_interval or st.stated_interval else _PLAIN
 
 
-class Lesson(NamedTuple):
-    """What one response tells the pacing rules, in the core's units (-1: not said)."""
-
-    retry_after: int  # µs, 0 when none (only a 429's or 503's counts)
-    limit: int
-    remaining: int
-    reset: int  # µs
-    window: int  # µs
-
-
-def read_response(
-    status: Optional[int], headers: Optional[Mapping[str, str]], wall: Callable[[], float] = time.time
-) -> Lesson:
-    """The Retry-After and RateLimit fields of one response, as both fleets pass them to the core."""
-    retry_after = 0
-    if (status == 429 or status == 503) and headers is not None:
-        seconds = parse_retry_after(headers.get("Retry-After"), wall)
-        if seconds is not None and seconds > 0:
-            retry_after = round(min(seconds, MAX_COOLDOWN) * 1_000_000)
-    reading = parse_ratelimit(headers, wall) if headers is not None and may_carry_ratelimit(headers) else None
-    if reading is None:
-        return Lesson(retry_after, -1, -1, -1, -1)
-    limit, remaining, reset, window = reading
-    return Lesson(
-        retry_after,
-        -1 if limit is None else int(min(limit, 1e12)),
-        -1 if remaining is None else int(min(remaining, 1e12)),
-        -1 if reset is None else round(min(reset, 1e7) * 1_000_000),
-        -1 if window is None else round(min(window, 1e7) * 1_000_000),
-    )
-
-
-def refusal(why: str, wait: float, time_left: float) -> str:
-    """A refused turn's reason, as every fleet words it: what holds it, and when versus the deadline."""
-    return f"{why}: next turn in {wait:.1f}s, after the deadline ({max(time_left, 0.0):.1f}s left)"
-
-
-def interval_us(rate: Optional[float]) -> int:
-    """Microseconds between turns at ``rate`` requests per second (0 for None: learn it)."""
-    return 0 if rate is None else max(1, round(1_000_000 / rate))
-
-
+#: Every LocalFleet of this process (the testing kit's reset_fleets forgets what each knows).
 _FLEETS: weakref.WeakSet[LocalFleet] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    # Another thread of the parent may have held this lock at the fork: the child's is new.
-    LocalFleet._default_lock = threading.Lock()
-    for fleet in list(_FLEETS):
-        fleet.reset()
-
-
-_fork.in_child(_after_fork_in_child)
-
-
-def grant_for(
-    code: int,
-    turn: _pacing.Turn,
-    floor: float,
-    time_left: float,
-    *,
-    token: Any = None,
-    why: Optional[str] = None,
-) -> Grant:
-    """The grant of a turn the pacing core decided, for every fleet: ``code`` is its answer (a
-    store's own, which may say NO_BUDGET), ``floor`` the caller's own wait. ``token`` goes with
-    the grant to ``release`` (the turn itself by default); ``why`` words a refusal (by default
-    the turn's source)."""
-    wait = turn.wait / _pacing.SECOND
-    source = _pacing.SOURCES[turn.source]
-    if code == _pacing.REFUSED:
-        return Grant(wait=wait, refused=refusal(why or source or "pace", wait, time_left), source=source)
-    if code == _pacing.NO_BUDGET:
-        return budget_refused(wait, time_left)
-    if code == _pacing.AGAIN:
-        return Grant(wait=wait, source=source, again=True)
-    held = source if wait > floor + 1e-9 else None
-    return Grant(wait=max(wait, floor), source=held, token=turn if token is None else token)
-
-
-def budget_refused(wait: float, time_left: float) -> Grant:
-    """A retry the fleet's retry budget holds past its deadline (``wait`` > 0) or for good (0)."""
-    why = "retry budget: the fleet's retries for this API key are spent"
-    if wait > 0:  # it refills: the retry's unit comes back after the deadline
-        return Grant(wait=wait, refused=refusal(why, wait, time_left))
-    return Grant(refused=why)
 
 
 def _rebuild(
@@ -761,6 +794,149 @@ def _rebuild(
     fleet = cls(rate, burst, initial_window=window, max_keys=max_keys, idle=idle, retry_budget=retry_budget)
     assert isinstance(fleet, LocalFleet)
     return fleet
+
+
+class RetryBudget:
+    """Allows retries up to ``ratio`` of recent requests, with a floor of ``min_per_second``.
+
+    Requests and retries are counted with a weight that decays by e every ``window``
+    seconds; the allowance is the larger of ``ratio`` per request and the floor's
+    ``min_per_second * window``, and a retry needs one unit of it free. A new budget can
+    therefore retry a burst of ``min_per_second * window`` at once (low traffic such as cron
+    jobs can always retry), a spent one refills smoothly, and under sustained failure of busy
+    traffic retries settle at ``ratio`` of it. The same rule as a fleet's budget
+    (``RedisFleet(retry_budget=...)``, ``LocalFleet(retry_budget=...)``: ``_core.retry_wait``):
+    :meth:`reserve` says how long a retry waits for its unit, as the fleet's turn does;
+    :meth:`try_spend` is a retry that cannot wait. Thread-safe; O(1) per call.
+    """
+
+    _shared: ClassVar[Dict[str, RetryBudget]] = {}
+
+    def __init__(
+        self,
+        ratio: float = 0.2,
+        window: float = 10.0,
+        min_per_second: float = 10.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ratio = _check_number(ratio, "ratio", high=1000.0)
+        # A day at most: a budget counts recent traffic, and RedisFleet hands the window to Lua
+        # in microseconds, exact as a double only up to about 285 years (absurd far sooner).
+        self._window = _check_number(window, "window", positive=True, high=86_400.0)
+        if self._window < 1e-3:  # counts decay per window, in whole microseconds
+            raise ConfigurationError(f"window must be at least 0.001 seconds, got {window!r}")
+        self._min_per_second = _check_number(min_per_second, "min_per_second", high=1e6)
+        check_clock(clock, "clock")
+        self._clock = clock
+        window_us = round(self._window * _core.SECOND)
+        self._allowance = _core.RetryAllowance(self._ratio, window_us, self._min_per_second)
+        # record_request's step (µs): a 1024th of the window, 10 ms by default.
+        self._step = self._allowance.window // 1024
+        self._after_fork()
+        _fork.track(self)
+
+    def _after_fork(self) -> None:
+        """Forget every request and retry, with a new lock: a child's traffic is not its parent's."""
+        self._lock = threading.Lock()
+        self._counts = _core.RetryCounts()
+
+    @classmethod
+    def shared(cls) -> RetryBudget:
+        """The one process-wide budget with default settings, created on first use."""
+        budget = RetryBudget._shared.get("budget")
+        if budget is None:  # two threads may build one each: setdefault keeps the first for both
+            budget = RetryBudget._shared.setdefault("budget", RetryBudget())
+        return budget
+
+    @property
+    def ratio(self) -> float:
+        """Retries each logical request earns."""
+        return self._ratio
+
+    @property
+    def window(self) -> float:
+        """Seconds in which a request or a retry counts for 1/e of what it did."""
+        return self._window
+
+    @property
+    def min_per_second(self) -> float:
+        """Retries per second allowed whatever the traffic (the floor)."""
+        return self._min_per_second
+
+    @property
+    def allowance(self) -> _core.RetryAllowance:
+        """The rule in microseconds, as a fleet applies it to each key (its counts are the key's)."""
+        return self._allowance
+
+    @property
+    def balance(self) -> float:
+        """Retry units available now."""
+        with self._lock:
+            counts, allowance = self._counts, self._allowance
+            _core.retry_wait(counts, allowance, self._now(), _core.FIRST)  # decays to now
+            floor = allowance.floor * allowance.window / _core.SECOND
+            return max(floor, allowance.ratio * counts.recent_firsts) - counts.recent_retries
+
+    def record_request(self) -> None:
+        """Count one logical request (not its retries): it earns ``ratio`` of a retry."""
+        now = self._clock()
+        with self._lock:
+            counts = self._counts
+            now_us = round(now * _core.SECOND) if math.isfinite(now) else counts.counted_at
+            if not 0 <= now_us - counts.counted_at < self._step:
+                # Within a step of the counts' time a request is counted as of that time, without
+                # decaying them first: it weighs at most e**(-1/1024) less than it should, a budget
+                # a hair stricter.
+                _core.retry_wait(counts, self._allowance, now_us, _core.FIRST)
+            counts.recent_firsts += 1
+
+    def reserve(self, time_left: float = math.inf) -> Optional[float]:
+        """Spend one unit for a retry: the seconds it waits for the unit to be free (0: now), or
+        None (nothing spent) when that wait passes ``time_left`` or the floor never refills."""
+        with self._lock:
+            wait = _core.retry_wait(self._counts, self._allowance, self._now(), _core.ERROR)
+            if wait < 0 or wait > time_left * _core.SECOND:
+                return None
+            self._counts.recent_retries += 1
+            return wait / _core.SECOND
+
+    def try_spend(self) -> bool:
+        """Spend one unit for a retry that cannot wait; False (and nothing spent) when none is free."""
+        return self.reserve(0.0) is not None
+
+    def _now(self) -> int:
+        now = self._clock()
+        return round(now * _core.SECOND) if math.isfinite(now) else self._counts.counted_at
+
+    def __reduce__(self) -> Any:
+        if self is RetryBudget._shared.get("budget"):
+            return (RetryBudget.shared, ())  # still the one process-wide budget
+        return (_blank_budget, (type(self),), self.__getstate__())
+
+    def __getstate__(self) -> Dict[str, Any]:
+        with self._lock:  # a consistent picture, with counts of its own
+            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+            state["_counts"] = _core.RetryCounts(**vars(self._counts))
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        _fork.track(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBudget(ratio={self._ratio:g}, window={self._window:g}, "
+            f"min_per_second={self._min_per_second:g}, balance={self.balance:.1f})"
+        )
+
+
+def _blank_budget(cls: Type[RetryBudget]) -> RetryBudget:
+    return cls.__new__(cls)
+
+
+# -- settings every fleet checks alike -----------------------------------------------------------
 
 
 def parse_rate(rate: Rate) -> Optional[float]:
@@ -777,9 +953,8 @@ def parse_rate(rate: Rate) -> Optional[float]:
             raise ConfigurationError(f"rate must be like '10/min', '20/s' or '100/h', got {rate[:40]!r}")
         unit = _unit(match.group(2))
         if unit is None:
-            unknown = match.group(2)[:20]
             raise ConfigurationError(
-                f"rate must be a number per one of {_UNIT_NAMES}; {unknown!r} is not a unit "
+                f"rate must be a number per one of {_UNIT_NAMES}; {match.group(2)[:20]!r} is not a unit "
                 f"(got {rate[:40]!r})"
             )
         value = float(match.group(1)) / unit
@@ -802,7 +977,8 @@ def _unit(name: str) -> Optional[float]:
     return None
 
 
-def _describe_rate(rate: float) -> str:
+def describe_rate(rate: float) -> str:
+    """Requests per second in words: ``10/s``, ``6/min``, ``2/h``."""
     if rate >= 1.0:
         return f"{rate:.3g}/s"
     if rate * 60.0 >= 1.0:
@@ -810,14 +986,9 @@ def _describe_rate(rate: float) -> str:
     return f"{rate * 3600.0:.3g}/h"
 
 
-def _add_counters(totals: Dict[str, float], key: _Key) -> None:
-    totals["held"] += key.held
-    totals["refused"] += key.refused
-    totals["again"] += key.again
-    totals["cooldowns"] += key.cooldowns
-    totals["throttled"] += key.throttled
-    for source, seconds in key.waited.items():
-        totals["waited_" + source] += seconds
+def check_burst(value: Any, name: str = "burst") -> int:
+    """A burst every fleet can use: an int from 1 to 1,000,000."""
+    return check_int(value, name, 1, _MAX_BURST)
 
 
 def check_seconds_between(value: Any, name: str, low: float, high: float) -> float:
@@ -827,18 +998,6 @@ def check_seconds_between(value: Any, name: str, low: float, high: float) -> flo
     if not (math.isfinite(value) and low <= value <= high):
         raise ConfigurationError(f"{name} must be between {low:g} and {high:g} seconds, got {value!r}")
     return float(value)
-
-
-#: RedisFleet's ``prefix``: Redis key text without braces (the cluster hash tag is the fleet's).
-#: Here rather than in contrib.redis, as REDIS_TIMEOUT, so Django's check reads them without redis.
-REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-#: RedisFleet's ``timeout`` (seconds): below a millisecond no Redis answers in time.
-REDIS_TIMEOUT = (0.001, 60.0)
-
-
-def check_burst(value: Any, name: str = "burst") -> int:
-    """A burst both fleets can use: an int from 1 to 1,000,000."""
-    return check_int(value, name, 1, _MAX_BURST)
 
 
 def check_prefix(value: Any, name: str = "prefix") -> str:
@@ -851,162 +1010,39 @@ def check_prefix(value: Any, name: str = "prefix") -> str:
     return value
 
 
+def _check_number(value: Any, name: str, *, high: float, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or not (value > 0 if positive else value >= 0) or value > high:
+        raise ConfigurationError(f"{name} must be finite and between 0 and {high:g}, got {value!r}")
+    return float(value)
+
+
 def _seconds(value: Any, default: float = 0.0) -> float:
+    """A caller's seconds as a number >= 0 (``default`` for what is not a number)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return default
     return max(float(value), 0.0)
 
 
-__all__ = [
-    "ANONYMOUS",
-    "GRANT_NOW",
-    "Fleet",
-    "Grant",
-    "Lesson",
-    "LocalFleet",
-    "fleet_key",
-    "interval_us",
-    "parse_rate",
-    "read_response",
-    "refusal",
-]
+def _safe_key_id(key_id: str) -> str:
+    """The key id as given when it is a fleet_key() hash; anything else is hashed, so no key text
+    leaks into a shared store."""
+    if isinstance(key_id, str) and _KEY_ID.match(key_id):
+        return key_id
+    return fleet_key(key_id if isinstance(key_id, str) else repr(key_id))
 
 
-# Failing open: a fleet that shares its state (in Redis, in a host file) paces locally while
-# that store fails, and never blocks a request on it.
-#
-# ``RedisFleet`` and ``HostFleet`` share this part, written once: the counters, the backoff
-# before the store is tried again (spread, so processes do not retry it in step), the local
-# ``LocalFleet`` of the outage (a configured rate shared among the processes seen lately), and
-# the two log lines (one WARNING when an outage starts, one INFO when it ends).
-
-pass
-
-log = logging.getLogger("sume_urllib3")
-
-
-class Local(NamedTuple):
-    """``Grant.token`` of a turn the local fallback fleet gave."""
-
-    fleet: Fleet
-    grant: Grant
-
-
-class FailOpen(abc.ABC):
-    """Outage handling for a shared fleet; the fleet sets these attributes in each process.
-
-    ``_outage_lock`` guards the counters and the outage state; ``_backoff``/``_max_backoff``
-    bound the wait before the store is tried again; ``_clock`` and ``_random`` are the fleet's.
-    A subclass says what its store is called (``_store``, ``_scope``) and which local fleet
-    stands in (``_local_settings``).
-    """
-
-    _outage_lock: Any
-    _backoff: float
-    _max_backoff: float
-    _clock: Callable[[], float]
-    _random: Callable[[], float]
-    #: How log lines name the store ("Redis fleet", "host fleet file /run/...").
-    _store: str
-    #: Where the pace is shared when the store works ("fleet-wide", "host-wide").
-    _scope: str
-
-    def _start_outage_state(self) -> None:
-        """A process's outage state: none yet (again in a forked child)."""
-        self._down_until = 0.0  # clock() before which the store is not tried
-        self._delay = self._backoff  # the next backoff after a failure
-        self._outage = False
-        self._clients = 1  # processes seen sharing a key lately (for the fallback's share)
-        self._fallbacks = 0
-        self._errors = 0
-        self._local_fleet: Optional[LocalFleet] = None
-
-    @property
-    def fallbacks(self) -> int:
-        """Grants this process served from local pacing because the shared store failed."""
-        return self._fallbacks
-
-    @property
-    def errors(self) -> int:
-        """Calls of this process to the shared store that failed (each opens or extends an outage)."""
-        return self._errors
-
-    @property
-    def healthy(self) -> bool:
-        """False while this process paces locally and waits to try the shared store again."""
-        return not self._outage
-
-    @abc.abstractmethod
-    def _local_settings(self, share: int) -> Dict[str, Any]:
-        """``LocalFleet`` arguments for an outage, a configured pace divided by ``share``."""
-
-    def _fallback(self, kid: str, time_left: float, retry: Optional[str], not_before: float) -> Grant:
-        """A turn from the local fleet of this outage, marked ``fallback``."""
-        fleet = self._local()
-        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
-        with self._outage_lock:
-            self._fallbacks += 1
-        return Grant(
-            wait=grant.wait,
-            refused=grant.refused,
-            source=grant.source,
-            again=grant.again,
-            fallback=True,
-            token=Local(fleet, grant),
-        )
-
-    @staticmethod
-    def _released_locally(
-        key_id: str, grant: Grant, status: Optional[int], headers: Optional[Mapping[str, str]]
-    ) -> bool:
-        """Release a turn the outage's local fleet gave (True); False for a turn of the store."""
-        token = grant.token
-        if not isinstance(token, Local):
-            return False
-        token.fleet.release(key_id, token.grant, status, headers)
-        return True
-
-    def _local(self) -> LocalFleet:
-        """The local fleet of this outage; a configured rate is shared among the processes seen."""
-        fleet = self._local_fleet
-        if fleet is None:
-            with self._outage_lock:
-                fleet = self._local_fleet
-                if fleet is None:
-                    fleet = LocalFleet(**self._local_settings(max(1, self._clients)))
-                    self._local_fleet = fleet
-        return fleet
-
-    def _failed(self, exc: BaseException) -> None:
-        """The store failed: count it, back off (spread), and say so once per outage."""
-        with self._outage_lock:
-            self._errors += 1
-            delay = self._delay * (0.5 + self._random())  # processes do not retry the store in step
-            self._down_until = self._clock() + delay
-            self._delay = min(self._delay * 2, self._max_backoff)
-            first = not self._outage
-            self._outage = True
-        if first:
-            log.warning(
-                "sume_urllib3: %s unavailable (%s); pacing locally, trying it again in %.1fs",
-                self._store,
-                describe(exc),
-                delay,
-            )
-
-    def _recovered(self) -> None:
-        """The store answered: the outage (if any) is over, and its local fleet forgotten."""
-        if not self._outage:
-            return
-        with self._outage_lock:
-            was_out, self._outage = self._outage, False
-            self._delay = self._backoff
-            self._local_fleet = None
-        if was_out:
-            log.info("sume_urllib3: %s available again; pacing %s", self._store, self._scope)
+def refusal(why: str, wait: float, time_left: float) -> str:
+    """A refused turn's reason, as every fleet words it: what holds it, and when versus the deadline."""
+    return f"{why}: next turn in {wait:.1f}s, after the deadline ({max(time_left, 0.0):.1f}s left)"
 
 
 def describe(exc: BaseException) -> str:
     """An error for a log line: its class and the first line of its text, at most 200 characters."""
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+__all__ = ["ANONYMOUS", "GRANT_NOW", "Fleet", "Grant", "Lesson", "LocalFleet", "RetryBudget", "StoreFleet",
+           "fleet_key", "parse_rate", "read_response"]

@@ -1,4 +1,5 @@
-"""Read the server's pace from RateLimit headers (every published form), never raising."""
+"""What a response says about the pace (RateLimit headers in every published form, read without
+ever raising), and which fleet entry a request is paced under (its key id)."""
 
 from __future__ import annotations
 
@@ -50,31 +51,12 @@ def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Opti
         return None
 
 
-#: Lower-cased names of every header parse_ratelimit reads, for a look-up without a scan.
-_NAMES = tuple(
+#: Lower-cased names of every header parse_ratelimit reads: a response without any is not parsed.
+RATELIMIT_FIELDS = frozenset(
     f"{prefix}{suffix}"
-    for prefix in ("ratelimit", "x-ratelimit", "x-rate-limit")
+    for prefix in _PREFIXES
     for suffix in ("", "-limit", "-remaining", "-reset", "-policy")
 )
-
-
-_NAME_SET = frozenset(_NAMES)
-
-
-def may_carry_ratelimit(headers: Any) -> bool:
-    """False only when the headers surely carry no rate-limit field (checked in O(1) per name).
-
-    requests' and urllib3's header mappings keep a dict keyed by the lower-cased name; other
-    mappings are not scanned here and answer True, so parse_ratelimit reads them.
-    """
-    if headers is None:
-        return False
-    store = getattr(headers, "_store", None)  # requests.structures.CaseInsensitiveDict
-    if store is None:
-        store = getattr(headers, "_container", None)  # urllib3.HTTPHeaderDict
-    if not isinstance(store, dict):
-        return True
-    return not _NAME_SET.isdisjoint(store)  # one C loop over the few header names
 
 
 def _collect(headers: Any) -> Dict[str, str]:
@@ -229,7 +211,7 @@ def raw_origin(url: str) -> str:
     if start < 0:
         return url
     end = len(url)
-    for mark in "/?#":  # str.find beats a character loop in Python
+    for mark in "/?#":
         found = url.find(mark, start + 3, end)
         if found >= 0:
             end = found

@@ -5,7 +5,7 @@ file (WAL mode) under its write lock: ``BEGIN IMMEDIATE``, read the key's state,
 write it back, ``COMMIT``. Nothing to run beside the application: the first process to use the
 file creates it.
 
-Why SQLite rather than a memory-mapped file under ``fcntl`` locks (both measured, CHANGELOG.md):
+Why SQLite rather than a memory-mapped file under ``fcntl`` locks:
 a transaction is atomic when a process is SIGKILLed halfway through a write (a torn record in
 a mapped file would need checksums and a recovery of its own), a key's state may grow (every
 attempt in flight under a quota reading holds an entry), a corrupt file is detected rather than
@@ -21,7 +21,6 @@ import hashlib
 import itertools
 import json
 import logging
-import math
 import os
 import random
 import re
@@ -32,27 +31,12 @@ import tempfile
 import threading
 import time
 import uuid
-import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
-from .. import _fork, _sleeping
-from .._config import check_clock, check_rng
+from .. import _sleeping
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._budget import RetryBudget
-from ._fleet import (
-    GRANT_NOW,
-    FailOpen,
-    Grant,
-    check_burst,
-    check_seconds_between,
-    fleet_key,
-    grant_for,
-    interval_us,
-    parse_rate,
-    read_response,
-)
-from ._signals import may_carry_ratelimit
+from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_seconds_between
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -62,9 +46,8 @@ _T = TypeVar("_T")
 MAX_SIZE = 16 * 1024 * 1024
 WAL_LIMIT = 4 * 1024 * 1024
 #: The default ``timeout`` (seconds): how long an acquire waits for the file's lock before
-#: pacing locally instead. A transaction lasts tens of microseconds, but 4 processes of 8
-#: threads each taking turns on a loaded 2-CPU machine kept one waiting past 0.05 s (RedisFleet's
-#: default) often enough to fail open hundreds of times a second; at 0.2 s, never.
+#: pacing locally instead. A transaction is short, but many processes' threads taking turns on
+#: a loaded machine queue for it far longer: RedisFleet's 0.05 s would fail open needlessly.
 TIMEOUT = 0.2
 #: How long a thread waits (seconds) for another thread of its process to finish with the
 #: file, before pacing locally: that wait is queueing inside the process, not the file's lock.
@@ -72,12 +55,9 @@ QUEUE_TIMEOUT = 1.0
 #: ``HostFleet(app=...)``: a file name's worth of letters, digits and ``_.-``.
 APP = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
-_KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _MIN_SIZE = 64 * 1024
 _MAX_SIZE = 1 << 40
 _MAX_TTL = 1e9
-_MAX_BACKOFF = 86_400.0
-_MAX_WINDOW = 10_000
 _CLIENT_WINDOW = 60 * _pacing.SECOND  # a process that used the file within this long still shares it
 # Polling the file's lock: the first pause and the longest (seconds).
 _FIRST_PAUSE, _MAX_PAUSE = 2e-5, 5e-4
@@ -198,7 +178,7 @@ def _boot_id() -> str:
         return ""
 
 
-class HostFleet(FailOpen):
+class HostFleet(StoreFleet):
     """A Fleet whose state lives in a local file, so every process on one host paces together.
 
     For deployments that run several processes on one host with one API key and no Redis:
@@ -216,15 +196,12 @@ class HostFleet(FailOpen):
 
     Fork-safe: a child process opens its own connection (gunicorn ``--preload``, Celery
     prefork), whether or not its fork ran Python's at-fork hooks (uWSGI forks from C: each
-    acquire compares ``os.getpid()`` with the fleet's). A process that dies with attempts in
+    transaction first looks at the pid). A process that dies with attempts in
     flight holds nobody past rule 6: an in-flight entry lasts only as long as its attempt may.
 
-    Fails open as RedisFleet does: when the file is locked past ``timeout`` seconds, full,
-    unwritable or corrupt, the attempt is paced by a local :class:`LocalFleet` at once
-    (``Grant.fallback``), one WARNING is logged per outage, :attr:`fallbacks` and
-    :attr:`errors` count, and the file is tried again only after a backoff (``backoff``
-    seconds, doubling up to ``max_backoff``). Meanwhile a configured rate is split among the
-    processes the file last saw.
+    Fails open as every shared :class:`StoreFleet` does (``backoff``, ``max_backoff``): when the
+    file is locked past ``timeout`` seconds, full, unwritable or corrupt, the attempt is paced
+    by a local :class:`LocalFleet`, a configured rate split among the processes the file last saw.
 
     Bounded: a key unused for ``ttl`` seconds leaves the file (swept at most every
     ``ttl / 4`` by an acquire); the file never grows past ``max_size`` bytes (default
@@ -241,6 +218,8 @@ class HostFleet(FailOpen):
     ``X-RateLimit-Reset`` timestamps) and ``rng`` are injectable. Pickling keeps the
     configuration only.
     """
+
+    _scope = "host-wide"
 
     def __init__(
         self,
@@ -261,17 +240,9 @@ class HostFleet(FailOpen):
         rng: Union[random.Random, Callable[[], float], None] = None,
     ) -> None:
         self._settings: Dict[str, Any] = {
-            "path": path,
-            "rate": rate,
-            "burst": burst,
-            "app": app,
-            "timeout": timeout,
-            "initial_window": initial_window,
-            "retry_budget": retry_budget,
-            "ttl": ttl,
-            "max_size": max_size,
-            "backoff": backoff,
-            "max_backoff": max_backoff,
+            "path": path, "rate": rate, "burst": burst, "app": app, "timeout": timeout,
+            "initial_window": initial_window, "retry_budget": retry_budget, "ttl": ttl, "max_size": max_size,
+            "backoff": backoff, "max_backoff": max_backoff,
         }
         if path is not None and (not isinstance(path, (str, os.PathLike)) or not os.fspath(path)):
             raise ConfigurationError(f"path must be a file path or None, got {type(path).__name__}")
@@ -279,170 +250,69 @@ class HostFleet(FailOpen):
             raise ConfigurationError("give path or app, not both (app names the default path)")
         self._given_path = path is not None
         self._path = os.path.abspath(os.fspath(path)) if path is not None else default_path(app)
-        self._rate = parse_rate(rate)
-        if burst is not None and self._rate is None:
-            raise ConfigurationError("burst needs a rate: HostFleet(rate='10/min', burst=5)")
-        self._burst = check_burst(burst) if burst is not None else 1
         self._timeout = check_seconds_between(timeout, "timeout", 0.001, 60.0)
-        if isinstance(initial_window, bool) or not isinstance(initial_window, int) or not (
-            1 <= initial_window <= _MAX_WINDOW
-        ):
-            raise ConfigurationError(
-                f"initial_window must be an integer between 1 and {_MAX_WINDOW}, got {initial_window!r}"
-            )
-        self._window = initial_window
-        if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
-            raise ConfigurationError(
-                f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
-            )
-        self._budget = retry_budget
         self._ttl_us = round(check_seconds_between(ttl, "ttl", 1.0, _MAX_TTL) * _pacing.SECOND)
-        if isinstance(max_size, bool) or not isinstance(max_size, int) or not (
-            _MIN_SIZE <= max_size <= _MAX_SIZE
-        ):
+        if type(max_size) is not int or not _MIN_SIZE <= max_size <= _MAX_SIZE:
             raise ConfigurationError(f"max_size must be bytes from {_MIN_SIZE} to 2**40, got {max_size!r}")
         self._max_size = max_size
-        self._backoff = check_seconds_between(backoff, "backoff", 0.001, _MAX_BACKOFF)
-        most = check_seconds_between(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF)
-        self._max_backoff = max(self._backoff, most)
-        for name, value, default in (("clock", clock, _sleeping.shared_monotonic), ("wall", wall, time.time)):
-            if value is not default:
-                check_clock(value, name)
-        self._clock = clock
-        self._wall = wall
-        check_rng(rng)
-        self._random: Callable[[], float] = (
-            random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
-        )
-        self._config = _pacing.Config(
-            interval=interval_us(self._rate),
-            burst=self._burst,
-            window=self._window,
-            retries=None if retry_budget is None else retry_budget.allowance,
+        super().__init__(
+            rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock, wall=wall,
+            rng=rng, backoff=backoff, max_backoff=max_backoff,
         )
         self._start_process()
-        _instances.add(self)
 
     def _start_process(self) -> None:
-        """This process's connection (opened at first use), lock, counters and outage state."""
-        self._pid = os.getpid()
-        self._lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
-        self._counts_lock = threading.Lock()  # counters and outage state
+        """This process's connection (opened at first use), its lock, client id and open keys."""
+        self._db_lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
         self._db: Optional[sqlite3.Connection] = None
         self._opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
-        self._client_id = f"{self._pid}-{uuid.uuid4().hex[:12]}"
+        self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._entries = itertools.count(1)
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
         self._sweep_at = 0
-        self._outage_lock = self._counts_lock
-        self._start_outage_state()
         # Keys this process last saw open: the file's data_version then, and when (the file clock).
         self._open: Dict[str, Tuple[int, int]] = {}
 
-    # -- the Fleet protocol ---------------------------------------------------------------
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        for db in (self._db, self._opening):
+            if db is not None:
+                # Never closed nor collected in the child: closing the parent's SQLite connection
+                # here could checkpoint and remove the write-ahead log the parent still uses.
+                _inherited.append(db)
+        self._start_process()
+
+    # -- the store: a transaction on the file ---------------------------------------------------
 
     def acquire(
         self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
     ) -> Grant:
         """Reserve a turn for one attempt; never raises, never waits on the file past ``timeout``
         (a process's first, which sets the file up, past :data:`QUEUE_TIMEOUT` if longer)."""
-        if self._pid != os.getpid():
-            self._forked()
-        kid = _safe_key_id(key_id)
-        if kid in self._open:
-            if not not_before:
-                if self._still_open(kid):
-                    return GRANT_NOW
-            elif retry is not None and 0.0 < not_before <= time_left and self._still_open(kid):
-                return Grant(wait=not_before)  # nothing paces an open key: the caller's wait is the turn
-        if self._clock() < self._down_until:
-            return self._fallback(kid, time_left, retry, not_before)
-        floor = max(_seconds(not_before), 0.0)
-        left = _seconds(time_left, math.inf)
-        try:
-            turn = self._transact(
-                kid,
-                lambda st, now: _pacing.acquire(
-                    st,
-                    self._config,
-                    now,
-                    retry=_pacing.RETRY_KINDS.get(retry, _pacing.ERROR),
-                    not_before=round(floor * _pacing.SECOND),
-                    time_left=-1 if math.isinf(left) else round(left * _pacing.SECOND),
-                    rand=self._random(),
-                    entry=f"{self._client_id}.{next(self._entries)}",
-                ),
-                acquiring=True,
-            )
-        except Exception as exc:  # any trouble with the file: fail open at once
-            self._failed(exc)
-            return self._fallback(kid, time_left, retry, not_before)
-        self._recovered()
-        return grant_for(turn.code, turn, floor, left)
+        lone = not not_before or (retry is not None and 0.0 < not_before <= time_left)
+        if lone and key_id in self._open and self._still_open(key_id):
+            return Grant(wait=not_before) if not_before else GRANT_NOW  # nothing paces an open key
+        return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
 
-    def release(
-        self,
-        key_id: str,
-        grant: Grant,
-        status: Optional[int],
-        headers: Optional[Mapping[str, str]],
-    ) -> None:
-        """Record what the attempt got and free its in-flight entry; never raises."""
-        try:
-            if self._released_locally(key_id, grant, status, headers):
-                return
-            token = grant.token
-            if token is None:  # granted on the open path: only what changes the key is worth writing
-                if status != 429 and status != 503 and not may_carry_ratelimit(headers):
-                    return
-            elif not isinstance(token, _pacing.Turn):
-                return  # not a turn the file granted
-            lesson = read_response(status, headers, self._wall)
-            code = status or 0
-            if not _pacing.must_release(
-                token if isinstance(token, _pacing.Turn) else _OPEN_TURN,
-                code,
-                lesson.retry_after,
-                lesson.limit,
-                lesson.remaining,
-                lesson.window,
-            ):
-                return  # nothing to free, nothing learned: no second transaction
-            if self._pid != os.getpid():
-                self._forked()  # a turn granted before a fork: the file is shared, release it there
-            if self._clock() < self._down_until and not (isinstance(token, _pacing.Turn) and token.entry):
-                return  # the file is failing and there is no in-flight entry to free
-            kid = _safe_key_id(key_id)
+    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _pacing.Turn:
+        entry = f"{self._client_id}.{next(self._entries)}"
+        return self._transact(  # type: ignore[no-any-return]
+            kid,
+            lambda st, now: _pacing.acquire(
+                st, self._config, now, retry=retry, not_before=not_before, time_left=time_left, rand=rand,
+                entry=entry,
+            ),
+            acquiring=True,
+        )
 
-            def learn(st: _pacing.State, now: int) -> bool:
-                # A turn of the open path: as if granted just now, in this round (as LocalFleet's).
-                turn = token if isinstance(token, _pacing.Turn) else _lock_free_turn(st)
-                return _pacing.release(
-                    st,
-                    self._config,
-                    now,
-                    entry=turn.entry,
-                    slot=turn.slot,
-                    seq=turn.seq,
-                    epoch=turn.epoch,
-                    inflight=turn.inflight,
-                    status=code,
-                    **lesson._asdict(),
-                )
+    def _learn(self, kid: str, turn: Optional[_pacing.Turn], status: int, lesson: Lesson, need: int) -> bool:
+        return self._transact(  # type: ignore[no-any-return]
+            kid,
+            lambda st, now: _pacing.release(st, self._config, now, turn=turn, status=status, lesson=lesson),
+            acquiring=False,
+        )
 
-            started = self._transact(kid, learn, acquiring=False)
-            if started:
-                log.info(
-                    "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests "
-                    "host-wide",
-                    kid,
-                    status,
-                    lesson.retry_after / _pacing.SECOND,
-                )
-        except Exception as exc:
-            self._failed(exc)
-
-    # -- counters and configuration -----------------------------------------------------------
+    # -- configuration ----------------------------------------------------------------------
 
     @property
     def path(self) -> str:
@@ -480,20 +350,39 @@ class HostFleet(FailOpen):
         # The file itself, not how it was named: a process with another working directory
         # would compute another default path.
         settings = {**self._settings, "path": self._path, "app": None}
-        budget = self._budget
+        budget = self._retry_budget
         if budget is not None:  # its settings, not its counts: the fleet's budget lives in the file
             settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
         return (_rebuild, (settings,))
+
+    def _store_name(self) -> str:
+        return f"host fleet file {self._path}"
+
+    def _failed(self, exc: BaseException) -> None:
+        super()._failed(exc)
+        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
+            self._shed()  # a full file makes room: its least recently used keys go
 
     # -- the file ---------------------------------------------------------------------------
 
     def _now(self) -> int:
         return round(self._clock() * _pacing.SECOND)
 
-    def _locked(self) -> _Held:
-        if self._pid != os.getpid():
-            self._forked()
-        return _Held(self)
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        """This process's connection under the fleet's thread lock.
+
+        Threads of one process take turns on its connection: waiting for a turn is queueing behind
+        this process's own work, not a file another process holds (failing open would only pace
+        this process worse), so the wait is bounded by QUEUE_TIMEOUT rather than ``timeout``.
+        """
+        limit = max(self._timeout, QUEUE_TIMEOUT)
+        if not self._db_lock.acquire(timeout=limit):
+            raise _Busy(f"another thread held the host fleet past {limit:g}s")
+        try:
+            yield self._connection()
+        finally:
+            self._db_lock.release()
 
     def _connection(self) -> sqlite3.Connection:
         """This process's connection, opened (and the file made and set up) at first use.
@@ -528,39 +417,28 @@ class HostFleet(FailOpen):
 
         def attempt() -> Any:
             with self._locked() as db:
-                return self._transaction(db, key, kid, step, acquiring)
+                with _writing(db):
+                    # The clock is read under the lock: every process's writes see time move forward.
+                    now = self._now()
+                    row = db.execute("SELECT state, seen FROM keys WHERE kid = ?", (key,)).fetchone()
+                    # A row written on a clock far ahead of ours (before a reboot), or damaged: afresh.
+                    st = decode_state(row[0]) if row is not None and row[1] <= now + _FUTURE else None
+                    st = st or _pacing.State()
+                    result = step(st, now)
+                    db.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?)", (key, encode_state(st), now))
+                    if acquiring:
+                        self._housekeeping(db, now)
+                self._saw(db, kid, st, now)
+                return result
 
         # A process's first use sets the file up, and may wait longer than a transaction: every
         # worker of a deployment opens the file at its first request, at once.
         limit = self._timeout if self._db is not None else max(self._timeout, QUEUE_TIMEOUT)
         return _while_busy(attempt, limit)
 
-    def _transaction(
-        self,
-        db: sqlite3.Connection,
-        key: str,
-        kid: str,
-        step: Callable[[_pacing.State, int], Any],
-        acquiring: bool,
-    ) -> Any:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            # The clock is read under the lock: every process's writes see time move forward.
-            now = self._now()
-            row = db.execute("SELECT state, seen FROM keys WHERE kid = ?", (key,)).fetchone()
-            # A row written on a clock far ahead of ours (before a reboot), or damaged: afresh.
-            st = decode_state(row[0]) if row is not None and row[1] <= now + _FUTURE else None
-            if st is None:
-                st = _pacing.State()
-            result = step(st, now)
-            stored = encode_state(st)
-            db.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?)", (key, stored, now))
-            if acquiring:
-                self._housekeeping(db, now)
-            db.execute("COMMIT")
-        except BaseException:
-            _rollback(db)
-            raise
+    def _saw(self, db: sqlite3.Connection, kid: str, st: _pacing.State, now: int) -> None:
+        """Remember a key left open (and the file's data_version then): the next acquire may skip
+        the transaction while no process writes to the file."""
         self._open.pop(kid, None)
         if _pacing.is_open(st, self._config, now):
             if len(self._open) >= _MAX_OPEN:
@@ -570,7 +448,6 @@ class HostFleet(FailOpen):
             # data_version as it is: it moves when another process writes.
             with contextlib.suppress(sqlite3.Error):
                 self._open[kid] = (db.execute("PRAGMA data_version").fetchone()[0], now)
-        return result
 
     def _still_open(self, kid: str) -> bool:
         """Whether a key seen open still is: no process wrote to the file since (and the sighting
@@ -602,88 +479,15 @@ class HostFleet(FailOpen):
     def _shed(self) -> None:
         """A full file: the least recently used quarter of its keys leaves it, so it serves again."""
         try:
-            with self._locked() as db:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    (count,) = db.execute("SELECT COUNT(*) FROM keys").fetchone()
-                    db.execute(
-                        "DELETE FROM keys WHERE kid IN (SELECT kid FROM keys ORDER BY seen LIMIT ?)",
-                        (max(1, count // _EVICT_SHARE),),
-                    )
-                    db.execute("DELETE FROM clients WHERE seen < ?", (self._now() - _CLIENT_WINDOW,))
-                    db.execute("COMMIT")
-                except BaseException:
-                    _rollback(db)
-                    raise
+            with self._locked() as db, _writing(db):
+                (count,) = db.execute("SELECT COUNT(*) FROM keys").fetchone()
+                db.execute(
+                    "DELETE FROM keys WHERE kid IN (SELECT kid FROM keys ORDER BY seen LIMIT ?)",
+                    (max(1, count // _EVICT_SHARE),),
+                )
+                db.execute("DELETE FROM clients WHERE seen < ?", (self._now() - _CLIENT_WINDOW,))
         except Exception:
             log.debug("sume_urllib3: shedding keys from a full host fleet file failed", exc_info=True)
-
-    # -- failing open (the rest is _fail_open.FailOpen's) -----------------------------------
-
-    _scope = "host-wide"
-
-    @property
-    def _store(self) -> str:  # type: ignore[override]  # names the file it could not use
-        return f"host fleet file {self._path}"
-
-    def _local_settings(self, share: int) -> Dict[str, Any]:
-        settings: Dict[str, Any] = {
-            "initial_window": self._window,
-            "clock": self._clock,
-            "rng": self._random,
-            "wall": self._wall,
-        }
-        if self._rate is not None:
-            settings.update(rate=self._rate / share, burst=max(1, self._burst // share))
-        return settings
-
-    def _failed(self, exc: BaseException) -> None:
-        super()._failed(exc)
-        if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
-            self._shed()  # a full file makes room: its least recently used keys go
-
-    # -- fork -------------------------------------------------------------------------------
-
-    def _after_fork(self) -> None:
-        for db in (self._db, self._opening):
-            if db is not None:
-                # Never closed nor collected in the child: closing the parent's SQLite connection
-                # here could checkpoint and remove the write-ahead log the parent still uses.
-                _inherited.append(db)
-        self._start_process()
-
-    def _forked(self) -> None:
-        """A process forked without at-fork hooks (uWSGI's workers): start afresh, as a hook would."""
-        _fork.check()
-        if self._pid != os.getpid():
-            self._after_fork()
-
-
-class _Held:
-    """``with``: this process's connection under the fleet's thread lock (at most QUEUE_TIMEOUT)."""
-
-    __slots__ = ("fleet",)
-
-    def __init__(self, fleet: HostFleet) -> None:
-        self.fleet = fleet
-
-    def __enter__(self) -> sqlite3.Connection:
-        fleet = self.fleet
-        # Threads of one process take turns on its connection. Waiting for a turn is queueing
-        # behind this process's own work (with many threads, mostly for the GIL), not a file
-        # another process holds: failing open would only pace this process worse. So the
-        # wait is bounded, as every wait here, but by QUEUE_TIMEOUT rather than ``timeout``.
-        limit = max(fleet._timeout, QUEUE_TIMEOUT)
-        if not fleet._lock.acquire(timeout=limit):
-            raise _Busy(f"another thread held the host fleet past {limit:g}s")
-        try:
-            return fleet._connection()
-        except BaseException:
-            fleet._lock.release()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.fleet._lock.release()
 
 
 def _connect(path: str, given: bool) -> sqlite3.Connection:
@@ -718,8 +522,7 @@ def _set_up(db: sqlite3.Connection, max_size: int) -> None:
     (page_size,) = db.execute("PRAGMA page_size").fetchone()
     db.execute(f"PRAGMA max_page_count={max(16, max_size // int(page_size))}")
     db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with _writing(db):
         for statement in _SCHEMA:
             db.execute(statement)
         boot = _boot_id()
@@ -729,10 +532,6 @@ def _set_up(db: sqlite3.Connection, max_size: int) -> None:
             db.execute("DELETE FROM keys")
             db.execute("DELETE FROM clients")
             db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('boot', ?)", (boot,))
-        db.execute("COMMIT")
-    except BaseException:
-        _rollback(db)
-        raise
 
 
 # The tables: ``keys`` (a key's state, and when it was last written on the file's clock, for the
@@ -746,22 +545,11 @@ _SCHEMA = (
 )
 
 
-#: What must_release sees of a turn the open path gave: no entry, no pace being learned.
-_OPEN_TURN = _pacing.Turn(_pacing.SEND, 0, _pacing.NONE)
-
-
-def _lock_free_turn(st: _pacing.State) -> _pacing.Turn:
-    return _pacing.Turn(_pacing.SEND, 0, _pacing.NONE, 0, st.seq, st.epoch, len(st.flight))
-
-
 def _while_busy(attempt: Callable[[], _T], timeout: float) -> _T:
-    """``attempt()``, tried again while the file's lock is taken, for at most ``timeout`` seconds.
-
-    The lock is polled, not waited on by SQLite's busy handler (which sleeps 1, 2, 5, 10 ms...
-    between tries: a p99 of milliseconds with four processes sharing the file): an attempt that
-    finds it taken starts again after 20 µs, doubling to 0.5 ms, until ``timeout``; then the
-    last ``database is locked`` is raised (and the caller fails open).
-    """
+    """``attempt()``, tried again while the file's lock is taken, for at most ``timeout`` seconds;
+    then ``database is locked`` is raised (and the caller fails open). The lock is polled with
+    short pauses (_FIRST_PAUSE doubling to _MAX_PAUSE), not left to SQLite's busy handler, whose
+    sleeps of whole milliseconds would hold every process sharing the file."""
     deadline = 0.0
     pause = _FIRST_PAUSE
     while True:
@@ -787,42 +575,27 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
-def _rollback(db: sqlite3.Connection) -> None:
+@contextlib.contextmanager
+def _writing(db: sqlite3.Connection) -> Iterator[None]:
+    """One transaction that takes the file's write lock at once (BEGIN IMMEDIATE: two processes
+    never both read a state and then race to write it), rolled back on any error."""
+    db.execute("BEGIN IMMEDIATE")
     try:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-    except sqlite3.Error:
-        pass  # the transaction is gone with the error that ended it
-
-
-def _safe_key_id(key_id: str) -> str:
-    """The key id as given when it is a fleet_key() hash; anything else is hashed, so no key text leaks."""
-    if isinstance(key_id, str) and _KEY_ID.match(key_id):
-        return key_id
-    return fleet_key(key_id if isinstance(key_id, str) else repr(key_id))
-
-
-def _seconds(value: Any, default: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return default
-    return max(float(value), 0.0)
+        yield
+        db.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):  # the transaction may be gone with its error
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        raise
 
 
 def _rebuild(settings: Dict[str, Any]) -> HostFleet:
     return HostFleet(**settings)
 
 
-_instances: weakref.WeakSet[HostFleet] = weakref.WeakSet()
 # Connections a fork's child inherited: kept referenced so they are never closed there.
 _inherited: List[sqlite3.Connection] = []
-
-
-def _after_fork_in_child() -> None:
-    for fleet in list(_instances):
-        fleet._after_fork()
-
-
-_fork.in_child(_after_fork_in_child)
 
 
 __all__ = ["MAX_SIZE", "HostFleet", "decode_state", "default_app", "default_path", "encode_state"]

@@ -14,7 +14,7 @@ from .._policy import Policy
 from .._record import SumeRecord
 from .._session import SumeSession
 from ..observe import RetryEvent
-from ..pacing._fleet import LocalFleet
+from ..pacing import LocalFleet
 from ._server import FakeSume, Reply
 
 DEMO_KEY = "sk_demo_not_a_real_key"

@@ -9,7 +9,7 @@ import threading
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from .._sleeping import shared_monotonic
-from ..pacing._fleet import parse_rate
+from ..pacing.store import parse_rate
 from ._reply import Reply
 
 

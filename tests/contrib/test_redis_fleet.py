@@ -297,7 +297,7 @@ def test_pickling_keeps_the_configuration_and_nothing_else(server: RedisServer) 
     fleet.acquire(KID, time_left=math.inf)
     copy = pickle.loads(pickle.dumps(fleet))
     assert repr(fleet) == repr(copy)
-    assert (copy._interval, copy._burst, copy._timeout) == (6.0, 2, 0.2)
+    assert (copy._config.interval, copy._burst, copy._timeout) == (6_000_000, 2, 0.2)
     assert copy._client is not fleet._client
     assert 0 == copy.fallbacks
     assert 6.0 == pytest.approx(copy.acquire(KID, time_left=math.inf).wait, abs=0.05)

@@ -1,6 +1,6 @@
 """RedisFleet's round trips on a real redis-server: one EVALSHA per attempt for plain successes
 under a configured or a learned pace; what other processes must know told at once; what is told
-late (``_pacing.RELEASE_LATER``) reaching Redis in order, on a timer, at exit, never across a fork.
+late (``RELEASE_LATER``) reaching Redis in order, on a timer, at exit, never across a fork.
 
 Round trips are counted by the server itself (``INFO commandstats``), not by a fake.
 """
@@ -200,7 +200,7 @@ def test_lessons_told_late_leave_the_state_python_computes_releasing_each_at_onc
 
 
 def test_an_idle_keys_last_success_reaches_redis_on_the_timer(server: RedisServer, direct: Any) -> None:
-    """No further call for the key: the flusher tells Redis within LATE_US (0.1 s; 5 s allowed here,
+    """No further call for the key: the flusher tells Redis within _LATE (0.1 s; 5 s allowed here,
     on a loaded machine), and another process paces by what it taught."""
     clock = VirtualTime()
     fleet, other = make(server, clock), make(server, clock)

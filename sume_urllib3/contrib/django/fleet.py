@@ -22,7 +22,7 @@ import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..._errors import ConfigurationError
-from ...pacing._fleet import REDIS_TIMEOUT, check_burst, check_prefix, check_seconds_between, parse_rate
+from ...pacing.store import REDIS_TIMEOUT, check_burst, check_prefix, check_seconds_between, parse_rate
 
 #: The keys ``SUME["FLEET"]`` may have.
 FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "HOST", "RATE", "BURST", "PREFIX", "TIMEOUT")

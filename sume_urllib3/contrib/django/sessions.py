@@ -19,8 +19,7 @@ from ... import _fork
 from ..._errors import ConfigurationError
 from ..._session import SumeSession
 from ...observe import SumeMetrics
-from ...pacing._budget import RetryBudget
-from ...pacing._fleet import LocalFleet
+from ...pacing import LocalFleet, RetryBudget
 from . import conf, fleet
 
 # requests.Session is not documented as thread-safe, so each thread gets its own. A

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import random
 import re
 import threading
 import time
@@ -19,45 +18,37 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ... import _fork, _sleeping
-from ..._config import check_clock, check_rng
-from ..._errors import ConfigurationError
+from ..._config import check_clock
+from ...exceptions import ConfigurationError
+from ...pacing import RetryBudget
 from ...pacing import _core as _pacing
-from ...pacing._budget import RetryBudget
-from ...pacing._fleet import (
+from ...pacing.store import (
     REDIS_TIMEOUT,
-    FailOpen,
-    Grant,
+    RELEASE_LATER,
     Lesson,
-    LocalFleet,
-    check_burst,
+    StoreFleet,
     check_prefix,
     check_seconds_between,
-    fleet_key,
-    grant_for,
-    interval_us,
-    parse_rate,
-    read_response,
 )
 from . import _scripts
 from ._scripts import micros
 
 log = logging.getLogger("sume_urllib3")
 
-_KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _DEFAULT_BUDGET = RetryBudget()
 _PLAIN = (str, bytes, int, float, bool)
 _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
-_MAX_WINDOW = 10_000  # as LocalFleet's
 _MAX_TTL = 1e9
-_MAX_BACKOFF = 86_400.0  # a day: past that, an outage would never be retried in a process's life
-_LATE = _pacing.LATE_US / 1_000_000  # seconds a lesson told late waits for a call to carry it
+# Seconds a lesson told late waits for a call to carry it: a tenth of the second a 429's
+# measurement spans at least.
+_LATE = 0.1
 # Lessons of one key a process holds at most: the one that fills them is told at once, with them
 # (a key whose responses outrun its acquires still costs one call per this many).
 _MAX_LATE = 32
 
 
 class _Late(NamedTuple):
-    """A lesson told late (_pacing.RELEASE_LATER): when it was learned, by when it must reach Redis,
+    """A lesson told late (RELEASE_LATER): when it was learned, by when it must reach Redis,
     and the attempt and response it is about."""
 
     learned_at: int  # µs on the fleet's lesson clock (RedisFleet._lesson_now)
@@ -67,10 +58,10 @@ class _Late(NamedTuple):
     lesson: Lesson
 
 
-class RedisFleet(FailOpen):
+class RedisFleet(StoreFleet):
     """A Fleet whose state lives in Redis, so every process and host using an API key paces together.
 
-    The rules are LocalFleet's, :mod:`sume_urllib3.pacing._core`, ported line for line to two
+    The rules are LocalFleet's, :mod:`sume_urllib3.pacing._core`, ported step for step to two
     atomic Lua scripts (``EVALSHA``, reloaded after ``SCRIPT FLUSH``); a conformance table in
     the tests runs both on the same scenarios. ``acquire.lua`` reserves a turn (and spends
     the fleet-wide retry budget for ``retry="error"``); ``release.lua`` records what a
@@ -78,11 +69,10 @@ class RedisFleet(FailOpen):
     successes under a configured pace or one learned from 429s; a second (release) at once
     when the answer teaches what other processes must know now: a 429, a Retry-After,
     rate-limit headers, or an in-flight entry to free (slow start, a quota reading). What a
-    plain success under a learned pace teaches (:func:`_pacing.release_need`: one more
-    admitted, the pace's creep, a response time) rides on this process's next call for the
-    key, each at its own time, as a release then would have; a background thread tells Redis
-    what no call carried within 0.1 s (``_pacing.LATE_US``), and what is left at exit. Redis
-    ``TIME`` is the clock.
+    plain success under a learned pace teaches (one more admitted, the pace's creep, a response
+    time) rides on this process's next call for the key, at its own time; a background thread
+    tells Redis what no call carried within 0.1 s, and what is left at exit. Redis ``TIME`` is
+    the clock.
 
     Keys are ``{prefix:v2:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
     ``kid`` is :func:`fleet_key`'s hash, never the key; ``v2`` the state's layout, so during a
@@ -91,26 +81,20 @@ class RedisFleet(FailOpen):
     node). A client you pass keeps its own timeouts and retries: give it a short
     ``socket_timeout`` (and ``retry=Retry(NoBackoff(), 0)``) so a failure falls back at once.
 
-    Thread-safe and fork-safe: a child process gets its own connections and client id (so
-    Redis counts each worker as one process), whether or not its fork ran Python's at-fork
-    hooks (uWSGI forks from C: each acquire compares ``os.getpid()`` with the fleet's).
+    Thread-safe and fork-safe (a child gets its own connections and client id, so Redis counts
+    each worker as one process). Fails open as every shared ``StoreFleet`` does (``backoff``,
+    ``max_backoff``): when Redis is down, slow (over ``timeout``), full or refuses the script,
+    a local ``LocalFleet`` paces, a configured rate split among the processes Redis last saw.
 
-    Fails open: when Redis is down, slow (over ``timeout``), full or refuses the script,
-    the attempt is paced by a local :class:`LocalFleet` at once (``Grant.fallback``), one
-    WARNING is logged per outage, :attr:`fallbacks` counts, and Redis is tried again only
-    after a backoff (``backoff`` seconds, doubling up to ``max_backoff``). While Redis is
-    down a configured rate is split among the processes Redis last saw using the key.
-
-    ``rate`` and ``burst`` as for :class:`LocalFleet` (``burst`` defaults to 1);
-    ``retry_budget``'s ratio, window and floor set the fleet-wide budget (None: none): a
-    retry finding it spent waits for the floor to refill (so an outage is retried at the
-    floor's rate fleet-wide), refused only when that wait passes its deadline;
-    ``ttl`` how long an idle key's state is kept. An in-flight entry of a process that died
-    lasts as long as its attempt could have (rule 6), never the request's whole deadline.
-    ``clock`` and ``rng`` drive the backoff and spreads; ``server_clock`` replaces Redis
-    ``TIME`` (for tests). Thread-safe; a forked child opens its own connections; pickling
-    keeps the configuration only.
+    ``rate`` and ``burst`` as for :class:`LocalFleet`; ``retry_budget``'s ratio, window and
+    floor set the fleet-wide budget (None: none): a retry finding it spent waits for the floor
+    to refill, refused only when that wait passes its deadline; ``ttl`` how long an idle key's
+    state is kept. An in-flight entry of a process that died lasts as long as its attempt could
+    have (rule 6). ``clock`` and ``rng`` drive the backoff and spreads; ``server_clock`` replaces
+    Redis ``TIME`` (for tests). Pickling keeps the configuration only.
     """
+
+    _scope = "fleet-wide"
 
     def __init__(
         self,
@@ -126,47 +110,26 @@ class RedisFleet(FailOpen):
         backoff: float = 1.0,
         max_backoff: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-        rng: Union[random.Random, Callable[[], float], None] = None,
+        rng: Union[Any, Callable[[], float], None] = None,
         server_clock: Optional[Callable[[], float]] = None,
     ) -> None:
-        self._config: Dict[str, Any] = {
-            "rate": rate,
-            "burst": burst,
-            "prefix": prefix,
-            "timeout": timeout,
-            "initial_window": initial_window,
-            "retry_budget": retry_budget,
-            "ttl": ttl,
-            "backoff": backoff,
+        self._settings: Dict[str, Any] = {
+            "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
+            "initial_window": initial_window, "retry_budget": retry_budget, "ttl": ttl, "backoff": backoff,
             "max_backoff": max_backoff,
         }
-        self._interval, self._burst = _pace(rate, burst)
-        self._config_interval = interval_us(1.0 / self._interval) if self._interval > 0 else 0
         self._prefix = check_prefix(prefix)
         self._timeout = check_seconds_between(timeout, "timeout", *REDIS_TIMEOUT)
-        self._initial_window = _count(initial_window, "initial_window", high=_MAX_WINDOW)
-        if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
-            raise ConfigurationError(
-                f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
-            )
-        self._budget = retry_budget
         # Scripts get it in whole milliseconds: under a second, a key could expire between calls.
         self._ttl = check_seconds_between(ttl, "ttl", 1.0, _MAX_TTL)
-        self._backoff = check_seconds_between(backoff, "backoff", 0.001, _MAX_BACKOFF)
-        most = check_seconds_between(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF)
-        self._max_backoff = max(self._backoff, most)
-        check_clock(clock, "clock")
         if server_clock is not None:
             check_clock(server_clock, "server_clock")
-        self._clock = clock
         self._server_clock = server_clock
-        check_rng(rng)
-        self._random: Callable[[], float] = (
-            random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
-        )
         self._source = _client_source(url_or_client)
-        self._lock = threading.Lock()
-        self._local_fleet: Optional[LocalFleet] = None
+        super().__init__(
+            rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock,
+            wall=time.time, rng=rng, backoff=backoff, max_backoff=max_backoff,
+        )
         try:
             self._start_process()
         except (ValueError, TypeError) as exc:  # redis-py's verdict on the URL; never echo the URL
@@ -175,14 +138,11 @@ class RedisFleet(FailOpen):
         _instances.add(self)
 
     def _start_process(self) -> None:
-        """Connections, scripts and counters of this process (again in a forked child)."""
+        """Connections, scripts, client id and lessons told late of this process."""
         self._client = self._source.client(self._timeout)
         self._acquire_script = self._client.register_script(_scripts.ACQUIRE_LUA)
         self._release_script = self._client.register_script(_scripts.RELEASE_LUA)
-        self._pid = os.getpid()
-        self._client_id = f"{self._pid}-{uuid.uuid4().hex[:12]}"
-        self._outage_lock = self._lock
-        self._start_outage_state()
+        self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         # Lessons told late, per key, oldest first: the parent's stay with the parent (it tells
         # them); a child's calls carry only its own.
         self._late_lock = threading.Lock()
@@ -191,71 +151,35 @@ class RedisFleet(FailOpen):
         # the state never sees this process's lessons out of order.
         self._in_transit: Dict[str, threading.Event] = {}
 
-    # -- the Fleet protocol ---------------------------------------------------------------
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self._start_process()
 
-    def acquire(
-        self,
-        key_id: str,
-        *,
-        time_left: float,
-        retry: Optional[str] = None,
-        not_before: float = 0.0,
-    ) -> Grant:
-        """Reserve a turn for one attempt; never raises, never blocks longer than ``timeout``."""
-        if self._pid != os.getpid():
-            self._forked()
-        kid = _safe_key_id(key_id)
-        if self._clock() < self._down_until:
-            return self._fallback(kid, time_left, retry, not_before)
-        try:
-            turn = self._call_acquire(kid, time_left, retry, not_before)
-        except Exception as exc:  # any Redis trouble: fail open at once
-            self._failed(exc)
-            return self._fallback(kid, time_left, retry, not_before)
-        self._recovered()
-        self._clients = max(1, turn.clients)
-        return grant_for(turn.code, turn.pacing, max(not_before, 0.0), time_left)
+    # -- the store: the scripts -----------------------------------------------------------------
 
-    def release(
-        self,
-        key_id: str,
-        grant: Grant,
-        status: Optional[int],
-        headers: Optional[Mapping[str, str]],
-    ) -> None:
-        """Record what the attempt got and free its in-flight entry; never raises."""
-        try:
-            if self._released_locally(key_id, grant, status, headers):
-                return
-            token = grant.token
-            if not isinstance(token, _pacing.Turn):
-                return  # not a turn Redis granted
-            lesson = read_response(status, headers)
-            code = status or 0
-            need = _pacing.release_need(
-                token, code, lesson.retry_after, lesson.limit, lesson.remaining, lesson.window
-            )
-            if need == _pacing.RELEASE_NEVER:
-                return  # nothing to free, nothing learned: no second round trip
-            if self._pid != os.getpid():
-                self._forked()  # lessons told late belong to the process that learned them
-            if self._clock() < self._down_until and not token.entry:
-                return  # Redis is down and there is no in-flight entry to free
-            kid = _safe_key_id(key_id)
-            if need == _pacing.RELEASE_LATER:
-                due = time.monotonic() + _LATE
-                self._tell_later(kid, _Late(self._lesson_now(), due, token, code, lesson))
-                return
-            if self._call_release(kid, token, code, lesson):
-                log.info(
-                    "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests "
-                    "fleet-wide",
-                    kid,
-                    status,
-                    lesson.retry_after / 1_000_000,
-                )
-        except Exception as exc:
-            self._failed(exc)
+    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _pacing.Turn:
+        entry = uuid.uuid4().hex[:16]
+        budget = self._retry_budget
+        args = [
+            *self._clock_args(), *self._config_args(), retry, not_before, time_left, rand, entry,
+            int(self._ttl * 1000), *((-1, 0, 0) if budget is None else astuple(budget.allowance)),
+            self._client_id, micros(_CLIENT_WINDOW), *self._carried(kid),
+        ]
+        reply = self._acquire_script(keys=list(_scripts.keys(self._prefix, kid)), args=_scripts.as_args(args))
+        turn, clients = _scripts.parse_turn(reply, entry)
+        self._clients = max(1, clients)
+        return turn
+
+    def _learn(self, kid: str, turn: Optional[_pacing.Turn], status: int, lesson: Lesson, need: int) -> bool:
+        if turn is None:
+            return False  # not a turn Redis granted
+        if need == RELEASE_LATER:
+            self._tell_later(kid, _Late(self._lesson_now(), time.monotonic() + _LATE, turn, status, lesson))
+            return False
+        return self._run_release(kid, [*self._carried(kid), *_scripts.lesson_args(0, turn, status, lesson)])
+
+    def _store_name(self) -> str:
+        return "Redis fleet"
 
     # -- lessons told late ----------------------------------------------------------------
 
@@ -327,8 +251,6 @@ class RedisFleet(FailOpen):
 
     def _flush_due(self, now: float) -> None:
         """Flush every key whose oldest lesson is due by ``now`` (time.monotonic())."""
-        if self._pid != os.getpid():
-            return  # the parent's fleet, seen from a child: its lessons are the parent's
         with self._late_lock:
             due = [kid for kid, lessons in self._late.items() if lessons[0].due <= now]
         for kid in due:
@@ -341,8 +263,6 @@ class RedisFleet(FailOpen):
 
     def _flush_all(self) -> None:
         """Tell Redis every lesson still held (at exit): one call per key, dropped once Redis fails."""
-        if self._pid != os.getpid():
-            return
         with self._late_lock:
             kids = list(self._late)
         for kid in kids:
@@ -357,33 +277,7 @@ class RedisFleet(FailOpen):
 
     def _config_args(self) -> List[int]:
         """ARGV 3-5 of both scripts: the configured interval (0: learned), burst and first window."""
-        return [self._config_interval, self._burst, self._initial_window]
-
-    def _call_acquire(
-        self, kid: str, time_left: float, retry: Optional[str], not_before: float
-    ) -> _scripts.Turn:
-        budget = self._budget
-        entry = uuid.uuid4().hex[:16]
-        args = [
-            *self._clock_args(),
-            *self._config_args(),
-            _scripts.RETRY_KINDS.get(retry, _pacing.ERROR),
-            micros(max(not_before, 0.0)),
-            micros(max(time_left, 0.0)),
-            self._random(),
-            entry,
-            int(self._ttl * 1000),
-            *((-1, 0, 0) if budget is None else astuple(budget.allowance)),
-            self._client_id,
-            micros(_CLIENT_WINDOW),
-            *self._carried(kid),
-        ]
-        reply = self._acquire_script(keys=list(_scripts.keys(self._prefix, kid)), args=_scripts.as_args(args))
-        return _scripts.parse_turn(reply, entry)
-
-    def _call_release(self, kid: str, turn: _pacing.Turn, status: int, lesson: Lesson) -> bool:
-        """This response's lesson, after the key's lessons told late: True when it started a cooldown."""
-        return self._run_release(kid, [*self._carried(kid), *_scripts.lesson_args(0, turn, status, lesson)])
+        return [self._config.interval, self._burst, self._window]
 
     def _run_release(self, kid: str, lessons: List[Any]) -> bool:
         """release.lua on ``lessons`` (script arguments, oldest first): did one start a cooldown?"""
@@ -391,47 +285,15 @@ class RedisFleet(FailOpen):
         keys = list(_scripts.keys(self._prefix, kid)[:2])
         return _scripts.parse_release(self._release_script(keys=keys, args=_scripts.as_args(args)))
 
-    # -- failing open (the rest is _fail_open.FailOpen's) -----------------------------------
-
-    _store = "Redis fleet"
-    _scope = "fleet-wide"
-
-    def _local_settings(self, share: int) -> Dict[str, Any]:
-        settings: Dict[str, Any] = {
-            "initial_window": self._initial_window,
-            "clock": self._clock,
-            "rng": self._random,
-        }
-        if self._interval > 0:
-            settings.update(rate=1.0 / (self._interval * share), burst=max(1, self._burst // share))
-        return settings
-
-    # -- pickling and fork ------------------------------------------------------------------
-
     def __reduce__(self) -> Any:
-        config = dict(self._config)
-        budget = self._budget
+        settings = dict(self._settings)
+        budget = self._retry_budget
         if budget is not None:  # its settings, not its counts: the fleet's budget lives in Redis
-            config["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
-        return (_rebuild, (self._source, config))
-
-    def _after_fork(self) -> None:
-        self._lock = threading.Lock()
-        self._start_process()
-
-    def _forked(self) -> None:
-        """A process forked without at-fork hooks (uWSGI's workers): start afresh, as a hook would.
-
-        Every per-process reset runs once (this fleet's among them: a new client id, so Redis
-        counts this worker; new connections, lock, counters and outage state); this fleet's own
-        after, if it was somehow not among them.
-        """
-        _fork.check()
-        if self._pid != os.getpid():
-            self._after_fork()
+            settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
+        return (_rebuild, (self._source, settings))
 
     def __repr__(self) -> str:
-        pace = "learned" if self._interval <= 0 else f"{1.0 / self._interval:g}/s burst {self._burst}"
+        pace = "learned" if self._rate is None else f"{self._rate:g}/s burst {self._burst}"
         return f"RedisFleet({self._source.describe()}, prefix={self._prefix!r}, pace={pace})"
 
 
@@ -524,48 +386,23 @@ def _client_source(url_or_client: Any) -> _Source:
     )
 
 
-def _pace(rate: Union[str, float, None], burst: Optional[int]) -> Tuple[float, int]:
-    """(seconds between turns, burst) of a configured rate; (0.0, 1) when the pace is learned."""
-    per_second = parse_rate(rate)
-    if per_second is None:
-        if burst is not None:
-            raise ConfigurationError("burst needs a rate: RedisFleet(url, rate='10/min', burst=5)")
-        return 0.0, 1
-    return 1.0 / per_second, 1 if burst is None else check_burst(burst)
-
-
-def _count(value: Any, name: str, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
-        raise ConfigurationError(f"{name} must be an integer between 1 and {high}, got {value!r}")
-    return value
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-def _safe_key_id(key_id: str) -> str:
-    """The key id as given when it is a fleet_key() hash; anything else is hashed, so no key text leaks."""
-    if isinstance(key_id, str) and _KEY_ID.match(key_id):
-        return key_id
-    return fleet_key(key_id if isinstance(key_id, str) else repr(key_id))
-
-
+#: Every RedisFleet of this process: at exit, each tells Redis what it still holds.
 _instances: weakref.WeakSet[RedisFleet] = weakref.WeakSet()
 
 
 class _Flusher:
-    """One daemon thread per process that tells Redis the lessons no call carried within LATE_US.
+    """One daemon thread per process that tells Redis the lessons no call carried within _LATE.
 
     It sleeps without a deadline until a fleet holds lessons again (``watch``), else until the
     oldest is due; it never runs a request's code, and a failed flush fails open as any call does.
     """
 
     def __init__(self) -> None:
-        self._start()
+        self._after_fork()
+        _fork.track(self)
 
-    def _start(self) -> None:
+    def _after_fork(self) -> None:
         """Nothing watched and no thread yet (again in a forked child: threads do not cross a fork)."""
-        self._pid = os.getpid()
         self._cond = threading.Condition(threading.Lock())
         self._fleets: weakref.WeakSet[RedisFleet] = weakref.WeakSet()  # changed under _cond only
         self._thread: Optional[threading.Thread] = None
@@ -575,8 +412,6 @@ class _Flusher:
 
     def watch(self, fleet: RedisFleet, due: float) -> None:
         """``fleet`` holds lessons again, the oldest due at ``due``: flush them then."""
-        if self._pid != os.getpid():
-            self._start()
         with self._cond:
             self._fleets.add(fleet)
             if self._thread is None:
@@ -615,18 +450,10 @@ class _Flusher:
 _flusher = _Flusher()
 
 
-def _after_fork_in_child() -> None:
-    _flusher._start()
-    for fleet in list(_instances):
-        fleet._after_fork()
-
-
-_fork.in_child(_after_fork_in_child)
-
-
 @atexit.register
 def _tell_at_exit() -> None:
     """What this process learned and has not told Redis yet, before it goes (fail-open, bounded
     by ``timeout`` per key; once Redis fails the rest is dropped)."""
+    _fork.check()  # a child forked without at-fork hooks holds its parent's lessons: they are not its own
     for fleet in list(_instances):
         fleet._flush_all()

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from ...pacing import _core as _pacing
-from ...pacing._core import AGAIN, NO_BUDGET, REFUSED, RETRY_KINDS, SEND, SOURCES
-from ...pacing._fleet import Lesson
-
-__all__ = ["AGAIN", "NO_BUDGET", "REFUSED", "RETRY_KINDS", "SEND", "SOURCES"]
 
 #: The layout of the keys below: a process of another layout never reads this one's state (its
 #: field names differ), and its own keys expire. Bump it with any change to State's fields.
@@ -70,31 +66,22 @@ def micros(seconds: float) -> int:
     return round(seconds * 1_000_000)
 
 
-class Turn(NamedTuple):
-    """The acquire script's answer: its code, the core's turn, and who shares the key."""
-
-    code: int
-    pacing: _pacing.Turn  # wait, source and the stamp release() needs (as LocalFleet's core gives)
-    clients: int  # processes that used this key within the client window
-
-
-def parse_turn(reply: Sequence[Any], entry: str) -> Turn:
-    """Decode the acquire script's reply (raises on anything malformed)."""
+def parse_turn(reply: Sequence[Any], entry: str) -> Tuple[_pacing.Turn, int]:
+    """Decode the acquire script's reply: the core's turn, and how many processes share the key
+    (raises on anything malformed)."""
     code, wait, source, slot, seq, epoch, inflight, held, clients, learning = (int(v) for v in reply)
-    if code not in (SEND, REFUSED, AGAIN, NO_BUDGET) or not 0 <= source < len(SOURCES):
+    if not _pacing.SEND <= code <= _pacing.NO_BUDGET or not 0 <= source < len(_pacing.SOURCES):
         raise ValueError(f"unexpected acquire reply {list(reply)!r}")
-    kept, wait = (entry if held else ""), max(0, wait)
-    turn = _pacing.Turn(min(code, AGAIN), wait, source, slot, seq, epoch, inflight, kept, learning > 0)
-    return Turn(code, turn, clients)
+    kept = entry if held else ""
+    return _pacing.Turn(code, max(0, wait), source, slot, seq, epoch, inflight, kept, learning > 0), clients
 
 
-def parse_release(reply: Sequence[Any]) -> bool:
-    """Decode the release script's reply: did this response start a cooldown?"""
-    started, _cooldown_until, _interval = (int(v) for v in reply)
-    return bool(started)
+def parse_release(reply: Any) -> bool:
+    """Decode the release script's reply: did a lesson start a cooldown?"""
+    return int(reply) == 1
 
 
-def lesson_args(ago: int, turn: _pacing.Turn, status: int, lesson: Lesson) -> List[Any]:
+def lesson_args(ago: int, turn: _pacing.Turn, status: int, lesson: _pacing.Lesson) -> List[Any]:
     """One lesson as the scripts read it (learn.lua): learned ``ago`` µs before the call, about
     the attempt ``turn`` granted, which got ``status`` (0: no response) and ``lesson``."""
     args = [ago, turn.entry, turn.slot, turn.seq, turn.epoch, turn.inflight, status, *lesson]

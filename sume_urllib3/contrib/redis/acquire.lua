@@ -1,22 +1,15 @@
 -- sume_urllib3 RedisFleet: reserve a turn for one attempt of one key, atomically: the port of
--- sume_urllib3/pacing/_core.py acquire() and retry_wait(); tests/contrib/test_pacing_conformance.py
--- runs the same scenarios against both. (state.lua and learn.lua, in front, load the state and
--- hold pace() and learn().)
+-- pacing/_core.py acquire(), _quota_hold() and retry_wait(), after state.lua and learn.lua.
 -- KEYS[1] state hash {prefix:vN:kid}:s  KEYS[2] in-flight zset {prefix:vN:kid}:i (entry -> lease end)
 -- KEYS[3] clients zset {prefix:vN:kid}:c (client id -> last seen: processes sharing the key)
--- ARGV: 1-5 as state.lua says; 6 retry (_pacing.RETRY_KINDS)  7 not_before_us
---       8 time_left_us (-1: none)  9 random in [0, 1)  10 entry  11 ttl_ms
---       12-14 the retry budget's ratio (-1: none), window_us and floor per second
---       15 client id  16 client window_us (ACQUIRE_ARGV)
---       then lessons told late, LESSON_ARGV each, oldest first, as learn.lua reads them
+-- ARGV: 1-5 as state.lua says, 6 to ACQUIRE_ARGV as read below, then lessons told late (learn.lua)
 -- Returns {code, wait_us, source, slot_us, seq, epoch, inflight, entry held (0/1), clients, learning (0/1)}
-local retry, not_before, time_left = arg(ARGV[6]), arg(ARGV[7]), arg(ARGV[8])
-local rand, entry, ttl_ms = arg(ARGV[9]), ARGV[10], arg(ARGV[11])
-local ratio, budget_window, budget_floor = arg(ARGV[12]), arg(ARGV[13]), arg(ARGV[14])
+local retry, not_before, time_left = arg(ARGV[6]), arg(ARGV[7]), arg(ARGV[8])  -- _core.RETRY_KINDS
+local rand, entry, ttl_ms = arg(ARGV[9]), ARGV[10], arg(ARGV[11])  -- rand in [0, 1)
+local ratio, budget_window, budget_floor = arg(ARGV[12]), arg(ARGV[13]), arg(ARGV[14])  -- ratio -1: none
 local client, client_window = ARGV[15], arg(ARGV[16])
 
--- What this process learned since its last call for the key (plain successes under a learned
--- pace, told late: learn.lua), at their own times, before this turn is reserved.
+-- What this process learned since its last call for the key, at their own times, first.
 learn_from(ACQUIRE_ARGV)
 
 -- Who shares this key: one entry per process seen within the client window.
@@ -26,12 +19,17 @@ local clients = redis.call('ZCARD', KEYS[3])
 redis.call('PEXPIRE', KEYS[3], math.floor(client_window / MILLISECOND) + SECOND / MILLISECOND)
 
 local function answer(code, wait, why)
-  -- AGAIN, REFUSED and NO_BUDGET change nothing but the idle clock and the retry budget's decay.
-  save(ttl_ms)
+  save(ttl_ms)  -- AGAIN, REFUSED and NO_BUDGET change nothing but the idle clock and budget decay
   return {code, wait, why, 0, 0, 0, 0, 0, clients, 0}
 end
 
--- _pacing.retry_wait
+local function pause()
+  local base = st.response_time
+  if base < 0 then base = FIRST_PAUSE_US end
+  return math.floor(math.min(math.max(base, MIN_PAUSE_US), SECOND) * (0.5 + rand))
+end
+
+-- _core.retry_wait
 if ratio >= 0 then
   local decay = math.exp(-math.max(0, now - st.counted_at) / budget_window)
   st.recent_firsts, st.recent_retries = st.recent_firsts * decay, st.recent_retries * decay
@@ -46,43 +44,42 @@ if ratio >= 0 then
   end
 end
 
--- _pacing.acquire from here on.
-local function pause()
-  local base = st.response_time
-  if base < 0 then base = FIRST_PAUSE_US end
-  base = math.min(math.max(base, MIN_PAUSE_US), SECOND)
-  return math.floor(base * (0.5 + rand))
-end
-
+-- _core._purge
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', fmt(now))
 local flight = redis.call('ZCARD', KEYS[2])
+
+-- _core._quota_hold: rule 4, a spent quota (the reasons are there)
+local function quota_hold(start)
+  local hold = st.budget_until
+  local exact = math.max(cfg, st.stated_interval)
+  if exact > 0 then hold = math.min(hold, st.reading_at + exact * (1 - st.budget_left)) end
+  if st.probe_at >= hold then
+    local wait = math.max(start, hold) - now + pause()
+    if time_left < 0 or wait <= time_left then return nil, answer(AGAIN, wait, PACE) end
+    return nil, answer(REFUSED, wait, PACE)
+  end
+  if flight > 0 and st.probe_at <= st.reading_at and exact == 0 then
+    local p = pause()
+    if now + p < math.max(start, hold) and (time_left < 0 or p < time_left) then
+      return nil, answer(AGAIN, p, PACE)
+    end
+  end
+  return hold
+end
+
+-- _core.acquire
 if flight == 0 and now - st.last_seen >= IDLE_US then st.successes = 0 end
 st.last_seen = now
 local start, source = now + math.max(not_before, 0), NONE
 if st.cooldown_until > start then start, source = st.cooldown_until, COOLDOWN end
 local interval, burst = pace(now)
-local budget = budget_valid(now)
-local probe = 0  -- when this attempt goes as the budget's one probe (0: not the probe)
+local budget = now < st.budget_until
+local probe = 0
 if budget and st.budget_left <= 0 then
-  local hold = st.budget_until
-  local exact = math.max(cfg, st.stated_interval)  -- a configured pace is as exact as a stated one
-  if exact > 0 then
-    hold = math.min(hold, st.reading_at + exact * (1 - st.budget_left))
-  end
-  if st.probe_at >= hold then
-    local wait = math.max(start, hold) - now + pause()
-    if time_left < 0 or wait <= time_left then return answer(AGAIN, wait, PACE) end
-    return answer(REFUSED, wait, PACE)
-  end
-  -- Answers still due, no probe out since the reading: they settle the budget (_pacing.py says why).
-  if flight > 0 and st.probe_at <= st.reading_at and exact == 0 then
-    local p = pause()
-    if now + p < math.max(start, hold) and (time_left < 0 or p < time_left) then
-      return answer(AGAIN, p, PACE)
-    end
-  end
-  if hold > start then start, source = hold, PACE end
-  probe = hold
+  local held, done = quota_hold(start)
+  if done ~= nil then return done end
+  if held > start then start, source = held, PACE end
+  probe = held
 end
 local turn = start
 if interval > 0 then
@@ -97,7 +94,6 @@ end
 local wait = turn - now
 if time_left >= 0 and wait > time_left then return answer(REFUSED, wait, source) end
 local track = retry == FIRST and interval == 0 and (not budget) and st.slow_start_window < OPEN_WINDOW
-local keep = track or budget
 if track and flight >= st.slow_start_window then
   local p = pause()
   if time_left < 0 or p < time_left then return answer(AGAIN, p, SLOW_START) end
@@ -109,12 +105,12 @@ elseif budget then
   st.budget_left = st.budget_left - 1
 end
 st.seq = st.seq + 1
-if ratio >= 0 then  -- _pacing.count_attempt
+if ratio >= 0 then  -- the budget's counts
   if retry == FIRST then st.recent_firsts = st.recent_firsts + 1 end
   if retry == ERROR then st.recent_retries = st.recent_retries + 1 end
 end
 local held = 0
-if keep then
+if track or budget then
   local lease = FIRST_LEASE_US
   if st.response_time >= 0 then lease = math.max(MIN_LEASE_US, LEASE_RTTS * st.response_time) end
   if time_left >= 0 then lease = math.min(lease, time_left) end

@@ -1,9 +1,7 @@
--- sume_urllib3 RedisFleet: what acquire.lua and release.lua share. _scripts.py puts it (and
--- learn.lua) in front of each, after a header it writes from _pacing.py: its constants, FIELDS
--- and DEFAULTS (State's), and the scripts' argument layout (ACQUIRE_ARGV, RELEASE_ARGV, LESSON_ARGV).
--- ARGV 1-5 of both scripts: 1 now_us (0: Redis TIME)  2 skew_us (added to now: no_sleep's
--- virtual time)  3 configured interval_us (0: learned)  4 configured burst  5 initial window
--- KEYS[1] is the state hash {prefix:vN:kid}:s: the fields of _pacing.State, by the same names.
+-- sume_urllib3 RedisFleet: what both scripts share, after the header _scripts.py writes from
+-- pacing/_core.py (its numbers, State's FIELDS and DEFAULTS, the ARGV layout). ARGV 1 now_us (0:
+-- Redis TIME)  2 skew_us (no_sleep's virtual time)  3 configured interval_us (0: learned)  4 burst
+-- 5 initial window. KEYS[1], the state hash, holds State's fields by name.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local function fmt(x) return string.format('%.0f', x) end
@@ -24,8 +22,8 @@ for i, name in ipairs(FIELDS) do
 end
 if st.slow_start_window < 0 then st.slow_start_window = cfg_window end
 
--- Write the state back (integers exactly, others to the last bit) and keep the hash at least
--- ttl_ms, and past any turn, cooldown or budget it still holds.
+-- Write the state back (integers exactly, others to the last bit), kept at least ttl_ms and past
+-- any turn, cooldown or budget it still holds.
 local function save(ttl_ms)
   local out = {}
   for _, name in ipairs(FIELDS) do
@@ -38,15 +36,13 @@ local function save(ttl_ms)
   redis.call('PEXPIRE', KEYS[1], math.max(ttl_ms, math.floor(horizon) + SECOND / MILLISECOND))
 end
 
--- _pacing.pace(): the interval (0 unknown) and burst the key is held to at time t (now, or a
--- lesson's own time: learn.lua).
-local function budget_valid(t) return t < st.budget_until end
+-- _core.pace at time t (now, or a lesson's own time: learn.lua)
 local function pace(t)
   local interval = math.max(cfg, st.stated_interval, st.learned_interval)
   if interval == 0 then return 0, 1 end
   local burst = 1
   if cfg > 0 then burst = cfg_burst end
-  if st.stated_interval > 0 and budget_valid(t) then
+  if st.stated_interval > 0 and t < st.budget_until then
     if cfg > 0 then burst = math.min(burst, st.stated_limit) else burst = st.stated_limit end
   end
   return interval, math.max(1, burst)

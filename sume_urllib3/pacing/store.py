@@ -1,0 +1,48 @@
+"""Writing a fleet of your own: the extension point ``HostFleet`` and ``RedisFleet`` are built on.
+
+Subclass :class:`StoreFleet` and implement two transactions on one key's state, each running
+the rules of ``sume_urllib3.pacing._core`` (or a port of them, as RedisFleet's Lua is):
+``_reserve(kid, retry, not_before, time_left, rand) -> Turn`` (``_core.acquire``) and
+``_learn(kid, turn, status, lesson, need) -> bool`` (``_core.release``; True when a cooldown
+started; ``need`` is :func:`release_need`'s answer: RELEASE_LATER lets a store tell it later).
+The base does the rest once for every store: the Fleet protocol, the grants, what a response
+teaches (:func:`read_response`, a :class:`Lesson`), failing open to local pacing, the reset
+in a forked child, and the counters. The settings checks are the ones the built-in fleets
+(and Django's ``manage.py check``) apply, so a store accepts what they accept.
+"""
+
+from __future__ import annotations
+
+from ._fleet import (
+    REDIS_PREFIX,
+    REDIS_TIMEOUT,
+    RELEASE_LATER,
+    RELEASE_NEVER,
+    RELEASE_NOW,
+    Lesson,
+    StoreFleet,
+    check_burst,
+    check_prefix,
+    check_seconds_between,
+    fleet_key,
+    parse_rate,
+    read_response,
+    release_need,
+)
+
+__all__ = [
+    "REDIS_PREFIX",
+    "REDIS_TIMEOUT",
+    "RELEASE_LATER",
+    "RELEASE_NEVER",
+    "RELEASE_NOW",
+    "Lesson",
+    "StoreFleet",
+    "check_burst",
+    "check_prefix",
+    "check_seconds_between",
+    "fleet_key",
+    "parse_rate",
+    "read_response",
+    "release_need",
+]
