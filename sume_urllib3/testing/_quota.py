@@ -8,8 +8,8 @@ import math
 import threading
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
-from .._sleeping import shared_monotonic
 from ..pacing._fleet import parse_rate
+from ._nosleep import shared_monotonic
 from ._reply import Reply
 
 
