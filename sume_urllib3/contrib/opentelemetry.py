@@ -71,7 +71,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, RequestStart, RetryEvent, SumeRecord, __version__
-from .._record import JOB_EVENT_KINDS
+from .._record import JOB_EVENT_KINDS  # to come from observe once it exports it
+from ..observe import bounded_reason, retry_reason
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"
@@ -79,8 +80,6 @@ SCOPE = "sume_urllib3"
 ATTEMPT_BUCKETS: Sequence[float] = (1, 2, 3, 4, 5, 6, 7, 10)
 #: Histogram boundaries for pacing waits, in seconds.
 PACED_BUCKETS: Sequence[float] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120)
-#: Distinct retry reasons labelled before the rest go under "other" (as SumeMetrics does).
-MAX_REASONS = 50
 # Retry events kept per thread while waiting for their request's outcome: a request that
 # never reports one (an observer attached to a SumeRetry used alone) must not leak memory.
 _MAX_PENDING = 64
@@ -91,9 +90,6 @@ _FAILED_OUTCOMES = frozenset({Outcome.GAVE_UP, Outcome.NO_RETRY, Outcome.FIX})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 logger = logging.getLogger("sume_urllib3")
-
-#: The job event kinds counted by ``sume.job.events`` (others are ignored).
-JOB_EVENTS: Tuple[str, ...] = JOB_EVENT_KINDS
 
 _Pending = Tuple[int, Dict[str, Any]]  # (timestamp ns, event attributes)
 _Identity = Tuple[str, str, Optional[str]]  # (method, url, idempotency key) of one request
@@ -209,9 +205,8 @@ class OpenTelemetryObserver:
         except Exception:
             self._failed("on_retry")
         try:
-            reason = _retry_reason(event)
             with self._lock:
-                reason = reason if reason in self._reasons or len(self._reasons) < MAX_REASONS else "other"
+                reason = bounded_reason(_clean(retry_reason(event)), self._reasons)
                 self._reasons.add(reason)
             self._retries.add(1, {"sume.retry.reason": reason})
         except Exception:
@@ -239,7 +234,7 @@ class OpenTelemetryObserver:
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``) under its kind: a poll, or how a wait ended."""
         kind = getattr(event, "kind", None)
-        if kind not in JOB_EVENTS:
+        if kind not in JOB_EVENT_KINDS:
             return  # a kind this version does not know
         try:
             self._jobs.add(1, {"sume.job.event": kind})
@@ -393,15 +388,6 @@ def _retry_attributes(event: RetryEvent) -> Dict[str, Any]:
     }
     attributes.update({name: value for name, value in optional.items() if value})
     return attributes
-
-
-def _retry_reason(event: RetryEvent) -> str:
-    """The label a retry is counted under: error code, else status, else error class."""
-    if event.code:
-        return _clean(event.code)
-    if event.status is not None:
-        return str(event.status)
-    return _clean(event.error) or "unknown"
 
 
 def _span_name(method: str) -> str:

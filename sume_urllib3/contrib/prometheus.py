@@ -28,7 +28,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         "sume_urllib3.contrib.prometheus needs prometheus_client: pip install 'sume-urllib3[prometheus]'"
     ) from exc
 
-from .._record import JOB_EVENT_KINDS, Outcome, RetryEvent, SumeRecord
+from .. import Outcome, RetryEvent, SumeRecord
+from .._record import JOB_EVENT_KINDS  # to come from observe once it exports it
 from ..observe import bounded_reason, retry_reason
 
 #: Histogram buckets for attempts per logical request (the default policy sends at most 7).

@@ -15,12 +15,8 @@ import os
 import threading
 from typing import Any, Optional, Tuple
 
-from ... import _fork
-from ..._errors import ConfigurationError
-from ..._session import SumeSession
-from ...observe import SumeMetrics
-from ...pacing._budget import RetryBudget
-from ...pacing._fleet import LocalFleet
+from ... import LocalFleet, RetryBudget, SumeMetrics, SumeSession, _fork
+from ...exceptions import ConfigurationError
 from . import conf, fleet
 
 # requests.Session is not documented as thread-safe, so each thread gets its own. A
