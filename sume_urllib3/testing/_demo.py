@@ -8,12 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Counter, Dict, List, Optional, TextIO, Tuple
 
-from .._errors import SumeRetryError
-from .._jobs import Job, JobEvent, Jobs
-from .._policy import Policy
-from .._record import RetryEvent, SumeRecord
-from .._session import SumeSession
-from ..pacing._fleet import LocalFleet
+from .. import Job, JobEvent, Jobs, LocalFleet, Policy, RetryEvent, SumeRecord, SumeRetryError, SumeSession
 from ._server import FakeSume, Reply
 
 DEMO_KEY = "sk_demo_not_a_real_key"

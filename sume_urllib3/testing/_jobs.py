@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote
 
-from .._jobs import DONE_STATUSES, FAILED_STATUSES
+from .. import Job
 from ._reply import _AUTO_REQUEST_ID, Reply
 
 __all__ = ["JobBoard", "ScriptedJob"]
@@ -134,7 +134,7 @@ class ScriptedJob:
                 return self._job_reply(status, fields, hints=True)
             status, fields = self._state(self._index(self._polls))
             if action == "result":
-                if status.lower() not in DONE_STATUSES:
+                if not Job(self.id, status).done:
                     return Reply.error(
                         409,
                         "job_not_completed",
@@ -142,7 +142,7 @@ class ScriptedJob:
                         details={"status": status},
                     )
                 return self._job_reply(status, fields, hints=False)
-            if status.lower() in DONE_STATUSES or status.lower() in FAILED_STATUSES:
+            if Job(self.id, status).finished:
                 return Reply.error(
                     409,
                     "job_already_finished",
