@@ -117,13 +117,12 @@ class OpenTelemetryObserver:
         self._providers = (tracer_provider, meter_provider)
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
-        self._requests = meter.create_counter(
-            "sume.requests", unit="{request}", description="Logical Sume API requests by final outcome."
-        )
-        self._retries = meter.create_counter(
+        counter = meter.create_counter
+        self._requests = counter("sume.requests", "{request}", "Logical Sume API requests by final outcome.")
+        self._retries = counter(
             "sume.retries",
-            unit="{retry}",
-            description="Retries by reason: error code, else HTTP status, else transport error class.",
+            "{retry}",
+            "Retries by reason: error code, else HTTP status, else transport error class.",
         )
         self._attempts = _histogram(
             meter,
@@ -135,20 +134,18 @@ class OpenTelemetryObserver:
         self._paced = _histogram(
             meter, "sume.paced", "s", "Seconds a request waited for the fleet's pace.", PACED_BUCKETS
         )
-        self._refused = meter.create_counter(
+        self._refused = counter(
             "sume.fleet.refused",
-            unit="{request}",
-            description="Requests not sent: the fleet's turn would have come after the deadline.",
+            "{request}",
+            "Requests not sent: the fleet's turn would have come after the deadline.",
         )
-        self._fallbacks = meter.create_counter(
+        self._fallbacks = counter(
             "sume.fleet.fallbacks",
-            unit="{grant}",
-            description="Turns granted by local pacing because the shared fleet store failed.",
+            "{grant}",
+            "Turns granted by local pacing because the shared fleet store failed.",
         )
-        self._jobs = meter.create_counter(
-            "sume.job.events",
-            unit="{event}",
-            description="Job status polls and job waits ended, by sume.job.event.",
+        self._jobs = counter(
+            "sume.job.events", "{event}", "Job status polls and job waits ended, by sume.job.event."
         )
         self._lock = threading.Lock()
         self._reasons: Set[str] = set()
@@ -391,13 +388,11 @@ def _retry_attributes(event: RetryEvent) -> Dict[str, Any]:
 
 
 def _span_name(method: str) -> str:
-    method = method.upper()
-    return method if method in _KNOWN_METHODS else "HTTP"
+    return method.upper() if method.upper() in _KNOWN_METHODS else "HTTP"
 
 
 def _method(method: str) -> str:
-    method = method.upper()
-    return method if method in _KNOWN_METHODS else "_OTHER"
+    return method.upper() if method.upper() in _KNOWN_METHODS else "_OTHER"
 
 
 def _key_prefix(key: Optional[str]) -> str:
