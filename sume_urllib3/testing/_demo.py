@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Counter, Dict, List, Optional, TextIO, Tuple
 
-from .. import Job, JobEvent, Jobs, LocalFleet, Policy, RetryEvent, SumeRecord, SumeRetryError, SumeSession
+from .. import Job, JobEvent, LocalFleet, Policy, RetryEvent, SumeRecord, SumeRetryError, SumeSession
 from ._server import FakeSume, Reply
 
 DEMO_KEY = "sk_demo_not_a_real_key"
@@ -160,7 +160,7 @@ def submit_then_wait(demo: Demo) -> None:
         def progress(seen: Job) -> None:
             out.write(f"   {time.monotonic() - started:5.2f}s  job {seen.id}: {seen.status}\n")
 
-        jobs = Jobs(session)
+        jobs = session.jobs
         done = jobs.wait(submitted, on_status=progress)
         result = jobs.result(done)
     sent = len(fake.requests_for("POST", submit))
