@@ -53,11 +53,12 @@ ours), and none while ``RequestsInstrumentor``'s is open.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 try:
@@ -174,14 +175,12 @@ class OpenTelemetryObserver:
         """
         identity = (start.method, start.url, start.idempotency_key)
         span: Optional[Span] = None
-        try:
+        with self._guard("on_start"):
             attributes = {"http.request.method": _method(start.method), **url_attributes(start.url)}
             span = self._tracer.start_span(
                 _span_name(start.method), kind=SpanKind.CLIENT, attributes=attributes
             )
             otel_context.attach(trace.set_span_in_context(span))  # undone with the call's context
-        except Exception:
-            self._failed("on_start")
         # Noted even when the tracer failed: the outcome then makes the span, back-dated.
         _ANNOUNCED.set({**(_ANNOUNCED.get() or {}), id(self): (span, identity)})
 
@@ -191,7 +190,7 @@ class OpenTelemetryObserver:
         attributes = _retry_attributes(event)
         started = (_ANNOUNCED.get() or {}).get(id(self))
         span = started[0] if started is not None else None
-        try:
+        with self._guard("on_retry"):
             if span is not None:
                 span.add_event("retry", attributes, timestamp=stamp)
             else:
@@ -199,15 +198,11 @@ class OpenTelemetryObserver:
                 if len(pending) >= _MAX_PENDING:
                     del pending[0]
                 pending.append((stamp, attributes))
-        except Exception:
-            self._failed("on_retry")
-        try:
+        with self._guard("on_retry"):
             with self._lock:
                 reason = bounded_reason(_clean(retry_reason(event)), self._reasons)
                 self._reasons.add(reason)
             self._retries.add(1, {"sume.retry.reason": reason})
-        except Exception:
-            self._failed("on_retry")
 
     def on_outcome(self, record: SumeRecord) -> None:
         """End the request's span (or make it, start to end) and record the request's metrics."""
@@ -219,24 +214,18 @@ class OpenTelemetryObserver:
         events = [(stamp, attributes) for stamp, attributes in pending if stamp >= start]
         pending.clear()
         span = started[0] if started is not None else None
-        try:
+        with self._guard("on_outcome"):
             self._end_span(record, span, start, end, events)
-        except Exception:
-            self._failed("on_outcome")
-        try:
+        with self._guard("on_outcome"):
             self._count(record)
-        except Exception:
-            self._failed("on_outcome")
 
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``) under its kind: a poll, or how a wait ended."""
         kind = getattr(event, "kind", None)
         if kind not in JOB_EVENT_KINDS:
             return  # a kind this version does not know
-        try:
+        with self._guard("on_job"):
             self._jobs.add(1, {"sume.job.event": kind})
-        except Exception:
-            self._failed("on_job")
 
     def _announced(self, record: SumeRecord) -> Optional[_Started]:
         """The ``on_start`` entry of this record's request, taken out; None if it was not announced.
@@ -290,6 +279,14 @@ class OpenTelemetryObserver:
         if pending is None:
             pending = self._local.pending = []
         return pending
+
+    @contextlib.contextmanager
+    def _guard(self, hook: str) -> Iterator[None]:
+        """Run the block; a failure of the tracer or meter is counted, logged once, never raised."""
+        try:
+            yield
+        except Exception:
+            self._failed(hook)
 
     def _failed(self, hook: str) -> None:
         with self._lock:
