@@ -17,19 +17,16 @@ thread's session; a changed setting builds it again.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ... import HostFleet, LocalFleet
 from ...exceptions import ConfigurationError
 
 #: The keys ``SUME["FLEET"]`` may have.
 FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "HOST", "RATE", "BURST", "PREFIX", "TIMEOUT")
 _REDIS_ONLY = ("PREFIX", "TIMEOUT")  # TIMEOUT: a host fleet's too
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
-_LOCAL = ("sume_urllib3", "LocalFleet")
-_REDIS = ("sume_urllib3.contrib.redis", "RedisFleet")
-_HOST = ("sume_urllib3", "HostFleet")
 
 _lock = threading.Lock()
 # (the normalized setting, the fleet built from it): one slot, as for the observers.
@@ -100,14 +97,8 @@ def forget() -> None:
 
 def _construct(arguments: Dict[str, Any]) -> Any:
     arguments = dict(arguments)
-    url = arguments.pop("url", None)
-    host = arguments.pop("host", None)
-    module_name, name = _REDIS if url is not None else _HOST if host is not None else _LOCAL
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except ImportError as exc:
-        extra = " (pip install 'sume-urllib3[redis]')" if url is not None else ""
-        raise ConfigurationError(f"cannot import {module_name}.{name}{extra}: {exc}") from exc
+    url, host = arguments.pop("url", None), arguments.pop("host", None)
+    cls = _redis_fleet() if url is not None else HostFleet if host is not None else LocalFleet
     try:
         if host is not None:
             return cls(None if host is True else host, **arguments)
@@ -117,6 +108,16 @@ def _construct(arguments: Dict[str, Any]) -> Any:
         text = str(exc)
         name = text.split(" ", 1)[0]
         raise ConfigurationError(f"{name.upper()}: {text}" if name in arguments else text) from exc
+
+
+def _redis_fleet() -> Any:
+    try:
+        from ..redis import RedisFleet
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"cannot import sume_urllib3.contrib.redis.RedisFleet (pip install 'sume-urllib3[redis]'): {exc}"
+        ) from exc
+    return RedisFleet
 
 
 def _check_url(url: Any) -> str:
