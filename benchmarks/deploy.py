@@ -68,7 +68,7 @@ import _results  # noqa: E402
 import render  # noqa: E402
 from _quota_servers import QuotaProcess  # noqa: E402
 
-from sume_urllib3.testing._redis_server import RedisServer, free_port  # noqa: E402
+from tests.redis_server import RedisServer, free_port  # noqa: E402
 
 WORKERS = 4
 #: (id, label, server, the server's arguments beside the workers' count)

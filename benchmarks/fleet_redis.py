@@ -46,7 +46,7 @@ import _results  # noqa: E402
 from sume_urllib3 import Policy, SumeSession  # noqa: E402
 from sume_urllib3.contrib.redis import RedisFleet  # noqa: E402
 from sume_urllib3.pacing._fleet import Grant, LocalFleet, fleet_key  # noqa: E402
-from sume_urllib3.testing._redis_server import RedisServer  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
 
 PROCESSES, THREADS = 6, 10
 RATE, BURST = 10.0, 10
@@ -393,7 +393,7 @@ def sequential(base: str, fleet: Any) -> float:
 
 def redis_down(base: str, redis: RedisServer) -> Dict[str, float]:
     """SEQUENTIAL requests: no fleet, RedisFleet on a closed port, RedisFleet on a stalled Redis."""
-    from sume_urllib3.testing._redis_server import free_port
+    from tests.redis_server import free_port
 
     out = {"no_fleet_s": min(sequential(base, None) for _ in range(3))}
     closed = RedisFleet(f"redis://127.0.0.1:{free_port()}/0", rate=1000.0, burst=1000)

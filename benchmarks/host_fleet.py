@@ -44,7 +44,7 @@ import _results  # noqa: E402
 from sume_urllib3 import HostFleet, RetryBudget  # noqa: E402
 from sume_urllib3.pacing import _core as _pacing  # noqa: E402
 from sume_urllib3.pacing._fleet import fleet_key  # noqa: E402
-from sume_urllib3.testing._redis_server import RedisServer  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
 
 KID = fleet_key("sk_live_BENCH_0123456789abcdef")
 CALLS = 5000

@@ -44,7 +44,7 @@ import pacing_matrix as matrix  # noqa: E402
 
 from sume_urllib3.contrib.redis import _scripts  # noqa: E402
 from sume_urllib3.pacing import _core as _pacing  # noqa: E402
-from sume_urllib3.testing._redis_server import RedisServer  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
 
 NOISE = 0.15
 BUDGET_SERVERS = ("token-bucket", "token-bucket-policy", "fixed-window")

@@ -60,7 +60,7 @@ import _results  # noqa: E402
 
 from sume_urllib3 import LocalFleet, Policy, SumeSession, sume_record  # noqa: E402
 from sume_urllib3.contrib.redis import RedisFleet  # noqa: E402
-from sume_urllib3.testing._redis_server import RedisServer  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
 
 API_KEY = "sk_bench_matrix_0123456789"
 MAX_ELAPSED = 30.0

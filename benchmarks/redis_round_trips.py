@@ -40,7 +40,7 @@ import redis  # noqa: E402
 from sume_urllib3.contrib.redis import RedisFleet  # noqa: E402
 from sume_urllib3.pacing import _fleet  # noqa: E402
 from sume_urllib3.pacing._fleet import fleet_key  # noqa: E402
-from sume_urllib3.testing._redis_server import RedisServer  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
 
 KID = fleet_key("sk_bench_round_trips")
 ROUNDS, CALLS, WARM_UP = 5, 1000, 200

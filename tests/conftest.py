@@ -1,7 +1,7 @@
 """Shared fixtures: a fake Sume server, a virtual clock, deterministic jitter.
 
-Nothing here isolates fleets between tests: the installed pytest plugin does, as it does
-for users (tests/testing/test_plugin_isolation.py).
+Nothing here isolates fleets between tests: the shipped pytest plugin does, opted into
+below as users opt in (tests/testing/test_plugin_isolation.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from sume_urllib3 import Policy, SumeSession
 from sume_urllib3.testing import FakeSume
 
 from .raw_server import Handler, Loopback, echo
+
+pytest_plugins = ["sume_urllib3.testing.plugin"]
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -44,3 +46,12 @@ def test_the_demo_prints_policy_waits_beside_the_scaled_sleep_and_the_real_time(
     for policy, slept, took in lines:
         assert float(slept) == pytest.approx(float(policy) * 0.01, abs=0.011)
         assert float(took) + 0.011 >= float(slept)
+
+
+def test_importing_the_package_loads_no_test_code() -> None:
+    """The demo and the fake server it runs on are loaded only by ``python -m sume_urllib3 demo``."""
+    code = "import sys, sume_urllib3; print([m for m in sys.modules if m.startswith('sume_urllib3.testing')])"
+    shown = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "[]" == shown.stdout.strip()

@@ -23,7 +23,9 @@ own arguments, never with ``args=``/``kwargs=``.
 
 from __future__ import annotations
 
-from typing import Any
+import random
+import uuid
+from typing import Any, Callable, Union
 
 try:
     import celery  # noqa: F401 - fail here, naming the extra, when Celery is missing
@@ -32,14 +34,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "sume_urllib3.contrib.celery needs Celery: pip install 'sume-urllib3[celery]'"
     ) from exc
 
-from .._errors import ConfigurationError, SumeRetryError
-from .._idempotency import StableId, idempotency_key_for, new_key
-from .._util import RandomSource, uniform
+from .. import idempotency_key_for
+from ..exceptions import ConfigurationError, SumeRetryError
 
 __all__ = ["countdown", "retry_later", "task_idempotency_key"]
 
 
-def task_idempotency_key(task: Any, *scope: StableId) -> str:
+def task_idempotency_key(task: Any, *scope: Union[str, int, uuid.UUID]) -> str:
     """The Idempotency-Key of a bound task's call: the same on every retry of this task.
 
     Derived (:func:`sume_urllib3.idempotency_key_for`) from the task's name and
@@ -53,11 +54,11 @@ def task_idempotency_key(task: Any, *scope: StableId) -> str:
         raise ConfigurationError("task_idempotency_key needs a bound task (@app.task(bind=True)): pass self")
     task_id = getattr(request, "id", None)
     if task_id is None:
-        return new_key()  # called directly: nothing will retry it as the same task
+        return str(uuid.uuid4())  # called directly: nothing will retry it as the same task
     return idempotency_key_for(task_id, getattr(task, "name", None) or "", *scope)
 
 
-def countdown(error: SumeRetryError, rng: RandomSource = None) -> float:
+def countdown(error: SumeRetryError, rng: Union[random.Random, Callable[[], float], None] = None) -> float:
     """Seconds until a task that gave up with ``error`` should run again (``error.retry_in`` or more).
 
     A refused turn's ``retry_in`` is already spread. The server's Retry-After is not: a
@@ -70,7 +71,8 @@ def countdown(error: SumeRetryError, rng: RandomSource = None) -> float:
         raise ConfigurationError("retrying cannot help this error (retry_in is None)")
     if error.record.fleet_refused:
         return wait
-    return wait * uniform(rng, 1.0, 2.0)
+    draw = rng.random if isinstance(rng, random.Random) else rng or random.random
+    return wait * (1.0 + draw())
 
 
 def retry_later(task: Any, error: SumeRetryError, **options: Any) -> BaseException:

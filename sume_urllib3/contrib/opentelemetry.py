@@ -53,11 +53,12 @@ ours), and none while ``RequestsInstrumentor``'s is open.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 try:
@@ -71,7 +72,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, RequestStart, RetryEvent, SumeRecord, __version__
-from ..observe import JOB_EVENT_KINDS
+from ..observe import JOB_EVENT_KINDS, retry_reason
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"
@@ -79,8 +80,6 @@ SCOPE = "sume_urllib3"
 ATTEMPT_BUCKETS: Sequence[float] = (1, 2, 3, 4, 5, 6, 7, 10)
 #: Histogram boundaries for pacing waits, in seconds.
 PACED_BUCKETS: Sequence[float] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120)
-#: Distinct retry reasons labelled before the rest go under "other" (as SumeMetrics does).
-MAX_REASONS = 50
 # Retry events kept per thread while waiting for their request's outcome: a request that
 # never reports one (an observer attached to a SumeRetry used alone) must not leak memory.
 _MAX_PENDING = 64
@@ -91,9 +90,6 @@ _FAILED_OUTCOMES = frozenset({Outcome.GAVE_UP, Outcome.NO_RETRY, Outcome.FIX})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 logger = logging.getLogger("sume_urllib3")
-
-#: The job event kinds counted by ``sume.job.events`` (others are ignored).
-JOB_EVENTS: Tuple[str, ...] = JOB_EVENT_KINDS
 
 _Pending = Tuple[int, Dict[str, Any]]  # (timestamp ns, event attributes)
 _Identity = Tuple[str, str, Optional[str]]  # (method, url, idempotency key) of one request
@@ -121,13 +117,12 @@ class OpenTelemetryObserver:
         self._providers = (tracer_provider, meter_provider)
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
-        self._requests = meter.create_counter(
-            "sume.requests", unit="{request}", description="Logical Sume API requests by final outcome."
-        )
-        self._retries = meter.create_counter(
+        counter = meter.create_counter
+        self._requests = counter("sume.requests", "{request}", "Logical Sume API requests by final outcome.")
+        self._retries = counter(
             "sume.retries",
-            unit="{retry}",
-            description="Retries by reason: error code, else HTTP status, else transport error class.",
+            "{retry}",
+            "Retries by reason: error code, else HTTP status, else transport error class.",
         )
         self._attempts = _histogram(
             meter,
@@ -139,20 +134,18 @@ class OpenTelemetryObserver:
         self._paced = _histogram(
             meter, "sume.paced", "s", "Seconds a request waited for the fleet's pace.", PACED_BUCKETS
         )
-        self._refused = meter.create_counter(
+        self._refused = counter(
             "sume.fleet.refused",
-            unit="{request}",
-            description="Requests not sent: the fleet's turn would have come after the deadline.",
+            "{request}",
+            "Requests not sent: the fleet's turn would have come after the deadline.",
         )
-        self._fallbacks = meter.create_counter(
+        self._fallbacks = counter(
             "sume.fleet.fallbacks",
-            unit="{grant}",
-            description="Turns granted by local pacing because the shared fleet store failed.",
+            "{grant}",
+            "Turns granted by local pacing because the shared fleet store failed.",
         )
-        self._jobs = meter.create_counter(
-            "sume.job.events",
-            unit="{event}",
-            description="Job status polls and job waits ended, by sume.job.event.",
+        self._jobs = counter(
+            "sume.job.events", "{event}", "Job status polls and job waits ended, by sume.job.event."
         )
         self._lock = threading.Lock()
         self._reasons: Set[str] = set()
@@ -181,14 +174,12 @@ class OpenTelemetryObserver:
         """
         identity = (start.method, start.url, start.idempotency_key)
         span: Optional[Span] = None
-        try:
+        with self._guard("on_start"):
             attributes = {"http.request.method": _method(start.method), **url_attributes(start.url)}
             span = self._tracer.start_span(
                 _span_name(start.method), kind=SpanKind.CLIENT, attributes=attributes
             )
             otel_context.attach(trace.set_span_in_context(span))  # undone with the call's context
-        except Exception:
-            self._failed("on_start")
         # Noted even when the tracer failed: the outcome then makes the span, back-dated.
         _ANNOUNCED.set({**(_ANNOUNCED.get() or {}), id(self): (span, identity)})
 
@@ -198,7 +189,7 @@ class OpenTelemetryObserver:
         attributes = _retry_attributes(event)
         started = (_ANNOUNCED.get() or {}).get(id(self))
         span = started[0] if started is not None else None
-        try:
+        with self._guard("on_retry"):
             if span is not None:
                 span.add_event("retry", attributes, timestamp=stamp)
             else:
@@ -206,16 +197,11 @@ class OpenTelemetryObserver:
                 if len(pending) >= _MAX_PENDING:
                     del pending[0]
                 pending.append((stamp, attributes))
-        except Exception:
-            self._failed("on_retry")
-        try:
-            reason = _retry_reason(event)
+        with self._guard("on_retry"):
             with self._lock:
-                reason = reason if reason in self._reasons or len(self._reasons) < MAX_REASONS else "other"
+                reason = _clean(retry_reason(event, self._reasons))
                 self._reasons.add(reason)
             self._retries.add(1, {"sume.retry.reason": reason})
-        except Exception:
-            self._failed("on_retry")
 
     def on_outcome(self, record: SumeRecord) -> None:
         """End the request's span (or make it, start to end) and record the request's metrics."""
@@ -227,24 +213,18 @@ class OpenTelemetryObserver:
         events = [(stamp, attributes) for stamp, attributes in pending if stamp >= start]
         pending.clear()
         span = started[0] if started is not None else None
-        try:
+        with self._guard("on_outcome"):
             self._end_span(record, span, start, end, events)
-        except Exception:
-            self._failed("on_outcome")
-        try:
+        with self._guard("on_outcome"):
             self._count(record)
-        except Exception:
-            self._failed("on_outcome")
 
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``) under its kind: a poll, or how a wait ended."""
         kind = getattr(event, "kind", None)
-        if kind not in JOB_EVENTS:
+        if kind not in JOB_EVENT_KINDS:
             return  # a kind this version does not know
-        try:
+        with self._guard("on_job"):
             self._jobs.add(1, {"sume.job.event": kind})
-        except Exception:
-            self._failed("on_job")
 
     def _announced(self, record: SumeRecord) -> Optional[_Started]:
         """The ``on_start`` entry of this record's request, taken out; None if it was not announced.
@@ -298,6 +278,14 @@ class OpenTelemetryObserver:
         if pending is None:
             pending = self._local.pending = []
         return pending
+
+    @contextlib.contextmanager
+    def _guard(self, hook: str) -> Iterator[None]:
+        """Run the block; a failure of the tracer or meter is counted, logged once, never raised."""
+        try:
+            yield
+        except Exception:
+            self._failed(hook)
 
     def _failed(self, hook: str) -> None:
         with self._lock:
@@ -395,23 +383,12 @@ def _retry_attributes(event: RetryEvent) -> Dict[str, Any]:
     return attributes
 
 
-def _retry_reason(event: RetryEvent) -> str:
-    """The label a retry is counted under: error code, else status, else error class."""
-    if event.code:
-        return _clean(event.code)
-    if event.status is not None:
-        return str(event.status)
-    return _clean(event.error) or "unknown"
-
-
 def _span_name(method: str) -> str:
-    method = method.upper()
-    return method if method in _KNOWN_METHODS else "HTTP"
+    return method.upper() if method.upper() in _KNOWN_METHODS else "HTTP"
 
 
 def _method(method: str) -> str:
-    method = method.upper()
-    return method if method in _KNOWN_METHODS else "_OTHER"
+    return method.upper() if method.upper() in _KNOWN_METHODS else "_OTHER"
 
 
 def _key_prefix(key: Optional[str]) -> str:

@@ -28,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         "sume_urllib3.contrib.prometheus needs prometheus_client: pip install 'sume-urllib3[prometheus]'"
     ) from exc
 
-from .._record import Outcome, SumeRecord
+from .. import Outcome, SumeRecord
 from ..observe import JOB_EVENT_KINDS, RetryEvent, retry_reason
 
 #: Histogram buckets for attempts per logical request (the default policy sends at most 7).
@@ -106,73 +106,50 @@ def _get_collectors(registry: CollectorRegistry, namespace: str) -> _Collectors:
 
 
 def _create(registry: CollectorRegistry, namespace: str) -> _Collectors:
-    requests = Counter(
-        "requests",
-        "Logical Sume API requests by final outcome.",
-        ["outcome"],
-        namespace=namespace,
-        registry=None,
-    )
-    # Every outcome is exported from the start, so rate() and alerts see a 0
+    def counter(name: str, documentation: str, *labels: str) -> Counter:
+        return Counter(name, documentation, labels, namespace=namespace, registry=None)
+
+    requests = counter("requests", "Logical Sume API requests by final outcome.", "outcome")
+    # Every outcome and job event is exported from the start, so rate() and alerts see a 0
     # rather than a missing series.
     for outcome in Outcome:
         requests.labels(outcome=outcome.value)
-    retries = Counter(
-        "retries",
-        "Retries by reason: error code, else HTTP status, else transport error class.",
-        ["reason"],
-        namespace=namespace,
-        registry=None,
-    )
-    attempts = Histogram(
-        "attempts",
-        "Requests sent per logical Sume API request.",
-        namespace=namespace,
-        registry=None,
-        buckets=ATTEMPT_BUCKETS,
-    )
-    paced_requests = Counter(
-        "paced_requests",
-        "Requests the fleet held for their turn before sending.",
-        namespace=namespace,
-        registry=None,
-    )
-    paced_seconds = Counter(
-        "paced_seconds",
-        "Seconds requests waited for the fleet's turn, beyond the policy's own waits.",
-        namespace=namespace,
-        registry=None,
-    )
-    fleet_refused = Counter(
-        "fleet_refused",
-        "Requests not sent: the fleet's turn would have come after the deadline.",
-        namespace=namespace,
-        registry=None,
-    )
-    fleet_fallbacks = Counter(
-        "fleet_fallbacks",
-        "Turns granted by local pacing because the shared fleet store failed.",
-        namespace=namespace,
-        registry=None,
-    )
-    job_events = Counter(
-        "job_events",
-        "Job status polls (poll) and job waits ended (completed, failed, timed_out, error).",
-        ["event"],
-        namespace=namespace,
-        registry=None,
+    collectors = (
+        requests,
+        counter(
+            "retries",
+            "Retries by reason: error code, else HTTP status, else transport error class.",
+            "reason",
+        ),
+        Histogram(
+            "attempts",
+            "Requests sent per logical Sume API request.",
+            namespace=namespace,
+            registry=None,
+            buckets=ATTEMPT_BUCKETS,
+        ),
+        counter("paced_requests", "Requests the fleet held for their turn before sending."),
+        counter(
+            "paced_seconds", "Seconds requests waited for the fleet's turn, beyond the policy's own waits."
+        ),
+        counter("fleet_refused", "Requests not sent: the fleet's turn would have come after the deadline."),
+        counter("fleet_fallbacks", "Turns granted by local pacing because the shared fleet store failed."),
+        counter(
+            "job_events",
+            "Job status polls (poll) and job waits ended (completed, failed, timed_out, error).",
+            "event",
+        ),
     )
     for kind in JOB_EVENTS:
-        job_events.labels(event=kind)
-    collectors = (requests, retries, attempts, paced_requests, paced_seconds, fleet_refused, fleet_fallbacks)
+        collectors[-1].labels(event=kind)
     # Register all or none: a name clash half-way must not leave the first ones behind.
     registered: List[Collector] = []
     try:
-        for collector in (*collectors, job_events):
+        for collector in collectors:
             registry.register(collector)
             registered.append(collector)
     except ValueError:
         for done in registered:
             registry.unregister(done)
         raise
-    return _Collectors(*collectors, job_events, set())
+    return _Collectors(*collectors, set())

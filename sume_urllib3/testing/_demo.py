@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Counter, Dict, List, Optional, TextIO, Tuple
+from typing import Any, Dict, List, Optional, TextIO, Tuple
 
-from .._errors import SumeRetryError
-from .._jobs import Job, JobEvent, Jobs
-from .._policy import Policy
-from .._record import SumeRecord
-from .._session import SumeSession
-from ..observe import RetryEvent
+from .. import Job, Policy, SumeRecord, SumeRetryError, SumeSession
+from ..observe import JobEvent, RetryEvent, SumeMetrics
 from ..pacing import LocalFleet
 from ._server import FakeSume, Reply
 
@@ -92,26 +87,29 @@ class _Timeline:
 
 @dataclass
 class Demo:
-    """What every story shares: the fake server, the output, the scaled clock and the sessions."""
+    """What every story shares: the fake server, the output, the scaled clock and the counters."""
 
     fake: FakeSume
     out: TextIO
     scale: float
-    sessions: List[SumeSession] = field(default_factory=list)
+    metrics: SumeMetrics = field(default_factory=SumeMetrics)
 
     def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` scaled down, so the demo takes seconds, not minutes."""
         time.sleep(seconds * self.scale)
 
-    def session(self, policy: Optional[Policy] = None, **kwargs: Any) -> SumeSession:
-        """A session on the fake server whose counters are added up at the end."""
-        kwargs.setdefault("observers", [_Timeline(self.out)])
-        kwargs.setdefault("fleet", self.fleet())
-        session = SumeSession(
-            DEMO_KEY, base_url=self.fake.url + "/v1", policy=policy, sleep=self.sleep, **kwargs
+    def session(self, policy: Optional[Policy] = None) -> SumeSession:
+        """A session on the fake server that counts into the demo's one ``SumeMetrics``."""
+        timeline: Any = _Timeline(self.out)  # an observer with only the hook it needs
+        return SumeSession(
+            DEMO_KEY,
+            base_url=self.fake.url + "/v1",
+            policy=policy,
+            sleep=self.sleep,
+            observers=[timeline],
+            fleet=self.fleet(),
+            metrics=self.metrics,
         )
-        self.sessions.append(session)
-        return session
 
     def fleet(self) -> Optional[LocalFleet]:
         """A fleet on the demo's scaled time, so a cooldown lasts as long as the scaled sleeps."""
@@ -119,14 +117,6 @@ class Demo:
             return None  # time does not pass at all: nothing to pace by
         scale = self.scale
         return LocalFleet(clock=lambda: time.monotonic() / scale)
-
-    def counters(self) -> Dict[str, Counter[str]]:
-        """Every session's ``metrics.snapshot()`` added up, group by group."""
-        totals: Dict[str, Counter[str]] = collections.defaultdict(collections.Counter)
-        for session in self.sessions:
-            for group, counts in session.metrics.snapshot().items():
-                totals[group].update(counts)
-        return totals
 
 
 def submit_then_wait(demo: Demo) -> None:
@@ -156,7 +146,7 @@ def submit_then_wait(demo: Demo) -> None:
             polls.append(event)
 
     observers: List[Any] = [_Timeline(out), _Polls()]  # each has only the hooks it needs
-    # Not in demo.sessions: the scenarios' counters above stay what they were.
+    # Counted apart: the counters printed at the end are the scenarios'.
     with SumeSession(
         DEMO_KEY, base_url=fake.url + "/v1", sleep=demo.sleep, observers=observers, fleet=demo.fleet()
     ) as session:
@@ -166,7 +156,7 @@ def submit_then_wait(demo: Demo) -> None:
         def progress(seen: Job) -> None:
             out.write(f"   {time.monotonic() - started:5.2f}s  job {seen.id}: {seen.status}\n")
 
-        jobs = Jobs(session)
+        jobs = session.jobs
         done = jobs.wait(submitted, on_status=progress)
         result = jobs.result(done)
     sent = len(fake.requests_for("POST", submit))
@@ -217,10 +207,6 @@ def _herd_once(fake: FakeSume, fleet: Any, threads: int) -> List[float]:
     return accepted
 
 
-#: Longer stories told after the scripted scenarios; each gets the shared Demo.
-STORIES: Tuple[Callable[[Demo], None], ...] = (submit_then_wait, herd)
-
-
 def run(out: TextIO, *, scale: float = 0.1) -> int:
     """Tell every scenario and story against a fresh embedded FakeSume; print the counters."""
     out.write(
@@ -236,11 +222,11 @@ def run(out: TextIO, *, scale: float = 0.1) -> int:
             if policy not in by_policy:
                 by_policy[policy] = demo.session(policy)
             _tell(demo, number, scenario, by_policy[policy])
-        for story in STORIES:
-            story(demo)
-        totals = demo.counters()
-        for session in demo.sessions:
+        for session in by_policy.values():
             session.close()
+        submit_then_wait(demo)  # the longer stories
+        herd(demo)
+    totals = demo.metrics.snapshot()
     out.write("\ncounters (session.metrics.snapshot()):\n")
     for group in ("outcomes", "retries", "attempts"):
         shown = ", ".join(f"{k}={v}" for k, v in totals[group].items())

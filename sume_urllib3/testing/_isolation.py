@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+# Private until pacing offers a public way to forget every LocalFleet (asked of its owner).
 from ..pacing._fleet import _FLEETS
 
 

@@ -1,7 +1,7 @@
 """FakeSume job lifecycles: a status that advances per poll (or with time), a result, a cancel.
 
-``fake.job(...)`` returns a :class:`ScriptedJob`; FakeSume asks its :class:`JobBoard` for
-the answer to any route that has no script of its own::
+``fake.job(...)`` returns a :class:`ScriptedJob`; FakeSume asks its jobs for the answer to
+any route that has no script of its own::
 
     job = fake.job("job_1", ["queued", "processing", ("completed", {"video_url": "https://..."})])
     fake.script("POST", "/v1/avatar-videos", job.submitted())
@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote
 
-from .._jobs import DONE_STATUSES, FAILED_STATUSES
-from ._reply import _AUTO_REQUEST_ID, Reply
+from .. import Job
+from ._reply import AUTO_REQUEST_ID, Reply
 
-__all__ = ["JobBoard", "ScriptedJob"]
+__all__ = ["ScriptedJob"]
 
 #: One step of a lifecycle: a status, a status with fields for the job object, or a verbatim reply.
 Step = Union[str, Tuple[str, typing.Mapping[str, Any]], Reply]
@@ -109,7 +109,7 @@ class ScriptedJob:
         first = self._state(0)[0]
         return Reply(
             status,
-            json={"data": {"job": {"id": self.id, "status": first}}, "request_id": _AUTO_REQUEST_ID},
+            json={"data": {"job": {"id": self.id, "status": first}}, "request_id": AUTO_REQUEST_ID},
         )
 
     # -- served by FakeSume (under its lock) ---------------------------------------------
@@ -134,7 +134,7 @@ class ScriptedJob:
                 return self._job_reply(status, fields, hints=True)
             status, fields = self._state(self._index(self._polls))
             if action == "result":
-                if status.lower() not in DONE_STATUSES:
+                if not Job(self.id, status).done:
                     return Reply.error(
                         409,
                         "job_not_completed",
@@ -142,7 +142,7 @@ class ScriptedJob:
                         details={"status": status},
                     )
                 return self._job_reply(status, fields, hints=False)
-            if status.lower() in DONE_STATUSES or status.lower() in FAILED_STATUSES:
+            if Job(self.id, status).finished:
                 return Reply.error(
                     409,
                     "job_already_finished",
@@ -183,24 +183,7 @@ class ScriptedJob:
             data["recommended_poll_interval_seconds"] = self.poll_interval
         if hints and self.retry_after is not None:
             headers["Retry-After"] = self.retry_after
-        return Reply(200, json={"data": data, "request_id": _AUTO_REQUEST_ID}, headers=headers)
-
-
-class JobBoard:
-    """The scripted jobs of one FakeSume, keyed by route (``/v1/jobs/job_1``)."""
-
-    def __init__(self) -> None:
-        self._jobs: Dict[str, ScriptedJob] = {}
-
-    def add(self, job: ScriptedJob) -> None:
-        """Serve ``job`` (replacing a job scripted earlier at the same route)."""
-        self._jobs[job.route] = job
-
-    def answer(self, method: str, path: str) -> Optional[Reply]:
-        """The reply for ``METHOD path`` if a scripted job serves it, else None."""
-        route, _, action = path.rpartition("/")
-        job = self._jobs.get(route)
-        return job.answer(method, action) if job is not None else None
+        return Reply(200, json={"data": data, "request_id": AUTO_REQUEST_ID}, headers=headers)
 
 
 def _check_step(step: Any) -> Step:

@@ -1,11 +1,76 @@
-"""Switch retry sleeping off and record the waits instead."""
+"""Switch retry sleeping off and record the waits instead: the virtual clock of tests."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import threading
+from typing import Iterator, List
 
-from .._sleeping import SleepRecorder, install_recorder
+from .. import _sleeping
+
+#: The clock FakeSume's quota and the clients' fleets share: real time, or under ``no_sleep()``
+#: the virtual time the recorded waits advance.
+shared_monotonic = _sleeping.shared_monotonic
+
+
+class SleepRecorder:
+    """Collects the waits retries asked for, and lets time appear to pass by that much.
+
+    Time passes per thread, as real sleeps do: one thread's recorded waits never eat
+    into another thread's deadline. A fleet, whose turns every thread shares, reads the
+    clock through :meth:`catch_up`: a thread that asks for a turn first moves up to the
+    furthest time any thread has reached, as it would have in real time while the others
+    slept, so the turns it is given are on the same clock as theirs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waits: List[float] = []
+        self._local = threading.local()
+        self._horizon = 0.0  # the most seconds any thread has recorded (its time furthest on)
+
+    @property
+    def waits(self) -> List[float]:
+        """Every wait recorded so far, in order (a copy)."""
+        with self._lock:
+            return list(self._waits)
+
+    @property
+    def total(self) -> float:
+        """Seconds that would have been slept, by every thread."""
+        with self._lock:
+            return sum(self._waits)
+
+    @property
+    def horizon(self) -> float:
+        """The furthest any thread's time has reached (what :meth:`catch_up` moves a thread to)."""
+        return self._horizon
+
+    def slept_here(self) -> float:
+        """Seconds this thread would have slept; its retries add it to their clock."""
+        return float(getattr(self._local, "slept", 0.0))
+
+    def record(self, seconds: float) -> None:
+        """Note one wait instead of sleeping."""
+        slept = self.slept_here() + seconds
+        self._local.slept = slept
+        with self._lock:
+            self._waits.append(seconds)
+            self._horizon = max(self._horizon, slept)
+
+    def catch_up(self) -> float:
+        """Move this thread's time up to the furthest any thread has reached; its seconds slept."""
+        slept = max(self.slept_here(), self._horizon)
+        self._local.slept = slept
+        return slept
+
+    def clear(self) -> None:
+        """Forget the recorded waits."""
+        with self._lock:
+            self._waits.clear()
+
+    def __repr__(self) -> str:
+        return f"SleepRecorder(waits={self.waits!r})"
 
 
 @contextlib.contextmanager
@@ -18,8 +83,8 @@ def no_sleep() -> Iterator[SleepRecorder]:
     so the waits of threads retrying at once add up, and count against each one's deadline.
     """
     recorder = SleepRecorder()
-    previous = install_recorder(recorder)
+    previous = _sleeping.install_recorder(recorder)
     try:
         yield recorder
     finally:
-        install_recorder(previous)
+        _sleeping.install_recorder(previous)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import threading
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Callable, Dict, Mapping, Optional, Tuple, Union
 
-from .._sleeping import shared_monotonic
 from ..pacing.store import parse_rate
+from ._nosleep import shared_monotonic
 from ._reply import Reply
 
 
@@ -75,6 +74,11 @@ class Quota:
             out["Retry-After"] = str(max(1, math.ceil(ahead - (burst - 1) * step - 1e-9)))
         return allowed, out
 
+    def refusal(self, headers: Mapping[str, str]) -> Reply:
+        """The 429 a request over the quota gets, with the quota's headers from :meth:`take`."""
+        message = f"Rate limit exceeded: {self.burst} per {self.burst / self.rate:g}s"
+        return Reply.error(429, "rate_limit_exceeded", message=message, headers=headers)
+
     def reset(self) -> None:
         """Forget every key's spent turns and the counts."""
         with self._lock:
@@ -87,22 +91,3 @@ def _key_of(headers: Mapping[str, str]) -> str:
     if not value:
         return "anonymous"
     return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def answer_within_quota(fake: Any, quota: Quota, request: Any) -> Tuple[Any, str]:
-    """FakeSume's dispatch behind the quota: a 429 when over it, else the scripted reply.
-
-    Both carry the quota's RateLimit headers (a script's own headers win). A refused
-    request is recorded like any other but does not advance the scripts.
-    """
-
-    admitted, extra = quota.take(request.headers)
-    if admitted:
-        reply, request_id = fake._dispatch(request)
-        return dataclasses.replace(reply, headers={**extra, **reply.headers}), request_id
-    with fake._lock:
-        fake._request_ids += 1
-        fake._requests.append(request)
-        request_id = f"req_{fake._request_ids}"
-    message = f"Rate limit exceeded: {quota.burst} per {quota.burst / quota.rate:g}s"
-    return Reply.error(429, "rate_limit_exceeded", message=message, headers=extra), request_id

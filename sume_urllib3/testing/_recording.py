@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import List
 
-from .._record import SumeRecord
+from .. import SumeRecord
 from ..observe import RetryEvent
 
 

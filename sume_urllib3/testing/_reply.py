@@ -1,15 +1,18 @@
-"""Reply: what FakeSume answers to one request (status, body, headers, faults)."""
+"""Reply: what FakeSume answers to one request (status, body, headers, faults), and its wire form."""
 
 from __future__ import annotations
 
 import http
 import json as _json
 import typing
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 _DROPS = (None, "before_headers", "after_headers")
+_PIECE = 64 * 1024
+_SPACES = b" " * _PIECE
 _NO_BODY_STATUSES = (204, 304)
 _CODES = {
     400: "bad_request",
@@ -37,11 +40,11 @@ class _AutoRequestId(str):
     """Placeholder for ``request_id`` that the server replaces with the response's id."""
 
 
-_AUTO_REQUEST_ID = _AutoRequestId("req_auto")
+AUTO_REQUEST_ID = _AutoRequestId("req_auto")
 
 
 # typing.Mapping because collections.abc.Mapping cannot be subscripted at runtime on 3.8.
-class _Headers(typing.Mapping[str, str]):
+class Headers(typing.Mapping[str, str]):
     """Read-only, hashable header mapping with case-insensitive lookup; keeps original case."""
 
     __slots__ = ("_index", "_items")
@@ -103,7 +106,7 @@ class Reply:
     status: int = 200
     json: Any = _MISSING
     body: bytes | None = None
-    headers: Mapping[str, str] = field(default_factory=_Headers)
+    headers: Mapping[str, str] = field(default_factory=Headers)
     delay: float = 0.0
     gzip: bool = False
     chunked: bool = False
@@ -120,7 +123,7 @@ class Reply:
             if not isinstance(self.body, (bytes, bytearray, memoryview)):
                 raise TypeError(f"body must be bytes, got {type(self.body).__name__}")
             object.__setattr__(self, "body", bytes(self.body))
-        object.__setattr__(self, "headers", _Headers(self.headers))
+        object.__setattr__(self, "headers", Headers(self.headers))
         for name, value in self.headers.items():
             if not name or any(c in name + value for c in "\r\n\0"):
                 raise ValueError(f"invalid header {name!r}: {value!r}")
@@ -170,15 +173,51 @@ class Reply:
             error["retryable"] = retryable
         if next_action is not None:
             error["next_action"] = next_action
-        headers = dict(_Headers(kwargs.pop("headers", {})))
+        headers = dict(Headers(kwargs.pop("headers", {})))
         if retry_after is not None:
             headers = {k: v for k, v in headers.items() if k.lower() != "retry-after"}
             headers["Retry-After"] = str(retry_after)
         envelope = {
             "error": error,
-            "request_id": _AUTO_REQUEST_ID if request_id is None else request_id,
+            "request_id": AUTO_REQUEST_ID if request_id is None else request_id,
         }
         return cls(status, json=envelope, headers=headers, **kwargs)
+
+    @property
+    def framed(self) -> bool:
+        """Whether the response frames a body (a 204 or 304 has none, not even an empty one)."""
+        return self.status not in _NO_BODY_STATUSES
+
+    def payload(self, request_id: str) -> Iterator[bytes]:
+        """The body as sent (padded, gzipped when asked), in pieces of at most 64 KiB."""
+        pieces = _pieces(*_render(self, request_id))
+        return _gzipped(pieces) if self.gzip else pieces
+
+    def body_headers(self, request_id: str) -> list[tuple[str, str]]:
+        """The fake's default headers that describe the body, and the request id."""
+        headers = [("Content-Type", "application/json")] if self.json is not _MISSING else []
+        if self.gzip:
+            headers.append(("Content-Encoding", "gzip"))
+        if self.framed and self.chunked:
+            headers.append(("Transfer-Encoding", "chunked"))
+        elif self.framed:
+            head, pad, tail = _render(self, request_id)
+            length = sum(map(len, self.payload(request_id))) if self.gzip else len(head) + pad + len(tail)
+            headers.append(("Content-Length", str(length)))
+        return [*headers, ("x-sume-request-id", request_id)]
+
+
+def as_reply(item: Reply | int) -> Reply:
+    """A script entry as a Reply: ints >= 400 are error envelopes, other 2xx ``{"ok": true}``."""
+    if isinstance(item, Reply):
+        return item
+    if isinstance(item, bool) or not isinstance(item, int):
+        raise TypeError(f"script entries must be Reply or int, got {item!r}")
+    if item >= 400:
+        return Reply.error(item)
+    if 200 <= item < 300 and item not in _NO_BODY_STATUSES:
+        return Reply(item, json={"ok": True})
+    return Reply(item)
 
 
 def _phrase(status: int) -> str:
@@ -212,3 +251,23 @@ def _render(reply: Reply, request_id: str) -> tuple[bytes, int, bytes]:
     if pad < 0:
         raise ValueError(f"size={reply.size} is smaller than the {len(head) + len(tail)}-byte body")
     return head, pad, tail
+
+
+def _pieces(head: bytes, pad: int, tail: bytes) -> Iterator[bytes]:
+    if head:
+        yield head
+    while pad > 0:
+        yield _SPACES[: min(pad, _PIECE)]
+        pad -= _PIECE
+    if tail:
+        yield tail
+
+
+def _gzipped(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    # mtime is 0 in zlib's gzip header, so two passes produce identical bytes.
+    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    for piece in pieces:
+        out = compressor.compress(piece)
+        if out:  # an empty chunk would terminate a chunked body early
+            yield out
+    yield compressor.flush()

@@ -12,7 +12,7 @@ Script replies per ``METHOD /path``, point your client at ``fake.url`` and inspe
 from __future__ import annotations
 
 import contextlib
-import http
+import dataclasses
 import http.server
 import json as _json
 import socket
@@ -20,8 +20,7 @@ import socketserver
 import sys
 import threading
 import time
-import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,21 +30,13 @@ if TYPE_CHECKING:
     else:
         from typing_extensions import Self
 
-from .._sleeping import shared_monotonic
-from ._jobs import JobBoard, ScriptedJob
-from ._quota import Quota, answer_within_quota
-from ._reply import (
-    _MISSING,
-    _NO_BODY_STATUSES,
-    Reply,
-    _Headers,
-    _render,
-)
+from ._jobs import ScriptedJob
+from ._nosleep import shared_monotonic
+from ._quota import Quota
+from ._reply import Headers, Reply, as_reply
 
 __all__ = ["FakeSume", "RecordedRequest", "Reply"]
 
-_PIECE = 64 * 1024
-_SPACES = b" " * _PIECE
 _STOP_GRACE = 1.0  # seconds stop() waits for handler threads before giving up on them
 
 
@@ -71,38 +62,6 @@ def _route(target: str) -> str:
     if "://" in path:  # absolute-form target, as clients send it to a proxy
         path = "/" + path.split("://", 1)[1].partition("/")[2]
     return path
-
-
-def _coerce(item: Reply | int) -> Reply:
-    if isinstance(item, Reply):
-        return item
-    if isinstance(item, bool) or not isinstance(item, int):
-        raise TypeError(f"script entries must be Reply or int, got {item!r}")
-    if item >= 400:
-        return Reply.error(item)
-    if 200 <= item < 300 and item not in _NO_BODY_STATUSES:
-        return Reply(item, json={"ok": True})
-    return Reply(item)
-
-
-def _pieces(head: bytes, pad: int, tail: bytes) -> Iterator[bytes]:
-    if head:
-        yield head
-    while pad > 0:
-        yield _SPACES[: min(pad, _PIECE)]
-        pad -= _PIECE
-    if tail:
-        yield tail
-
-
-def _gzipped(pieces: Iterable[bytes]) -> Iterator[bytes]:
-    # mtime is 0 in zlib's gzip header, so two passes produce identical bytes.
-    compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    for piece in pieces:
-        out = compressor.compress(piece)
-        if out:  # an empty chunk would terminate a chunked body early
-            yield out
-    yield compressor.flush()
 
 
 def _shut(sock: socket.socket) -> None:
@@ -181,7 +140,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except ValueError:
             self.send_error(400, "Malformed request body framing")
             return
-        headers = _Headers(self.headers.items())
+        headers = Headers(self.headers.items())
         request = RecordedRequest(self.command, self.path, headers, body, arrived, self.conn_id)
         reply, request_id = self.server.fake._answer(request)
         self._respond(reply, request_id)
@@ -218,27 +177,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if reply.drop == "before_headers":
             self.close_connection = True
             return
-        head, pad, tail = _render(reply, request_id)
-        framed = reply.status not in _NO_BODY_STATUSES
-
-        def payload() -> Iterator[bytes]:
-            pieces = _pieces(head, pad, tail)
-            return _gzipped(pieces) if reply.gzip else pieces
-
-        defaults: list[tuple[str, str]] = [
+        defaults = [
             ("Server", self.version_string()),
             ("Date", self.date_time_string()),
+            *reply.body_headers(request_id),
         ]
-        if reply.json is not _MISSING:
-            defaults.append(("Content-Type", "application/json"))
-        if reply.gzip:
-            defaults.append(("Content-Encoding", "gzip"))
-        if framed and reply.chunked:
-            defaults.append(("Transfer-Encoding", "chunked"))
-        elif framed:
-            length = sum(map(len, payload())) if reply.gzip else len(head) + pad + len(tail)
-            defaults.append(("Content-Length", str(length)))
-        defaults.append(("x-sume-request-id", request_id))
         if self.close_connection:
             defaults.append(("Connection", "close"))
         self.send_response_only(reply.status)
@@ -250,10 +193,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if reply.drop == "after_headers" or reply.truncate is not None:
             self.close_connection = True
-        if reply.drop or not framed or self.command == "HEAD":
+        if reply.drop or not reply.framed or self.command == "HEAD":
             return
         remaining = reply.truncate
-        for piece in payload():
+        for piece in reply.payload(request_id):
             if remaining is not None:
                 piece = piece[:remaining]
                 remaining -= len(piece)
@@ -291,7 +234,7 @@ class FakeSume:
         burst: int = 1,
     ) -> None:
         self._address = (host, port)
-        self._quota: Any = None  # a testing._quota.Quota in quota mode
+        self._quota: Quota | None = None
         if quota is not None:
             self.quota(quota, burst)
         self._lock = threading.Lock()
@@ -305,7 +248,7 @@ class FakeSume:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._url: str | None = None
-        self._job_board: Any = None  # a testing._jobs.JobBoard once job() is called
+        self._jobs: dict[str, ScriptedJob] = {}  # by route, e.g. /v1/jobs/job_1
         for (method, path), replies in (routes or {}).items():
             self.script(method, path, *replies)
 
@@ -320,7 +263,7 @@ class FakeSume:
             raise ValueError("script() needs at least one reply")
         if not path.startswith("/") or "?" in path:
             raise ValueError(f"path must start with '/' and have no query string, got {path!r}")
-        script = tuple(_coerce(reply) for reply in replies)
+        script = tuple(as_reply(reply) for reply in replies)
         key = (method.upper(), path)
         with self._lock:
             self._scripts[key] = script
@@ -335,9 +278,7 @@ class FakeSume:
 
         job = ScriptedJob(job_id, steps, **options)
         with self._lock:
-            if self._job_board is None:
-                self._job_board = JobBoard()
-            self._job_board.add(job)
+            self._jobs[job.route] = job  # replacing a job scripted earlier at the same route
         return job
 
     def start(self) -> Self:
@@ -416,7 +357,7 @@ class FakeSume:
             self._positions.clear()
             self._requests.clear()
             self._connections = 0
-            self._job_board = None
+            self._jobs.clear()
 
     def _connected(self, server: _Server, sock: socket.socket) -> int:
         with self._lock:
@@ -444,32 +385,38 @@ class FakeSume:
         return self._quota
 
     def _answer(self, request: RecordedRequest) -> tuple[Reply, str]:
+        """The reply and its request id; in quota mode a request over the quota gets a 429.
+
+        Both carry the quota's RateLimit headers (a script's own headers win). A refused
+        request is recorded like any other but does not advance the scripts.
+        """
         quota = self._quota
-        if quota is None:
-            return self._dispatch(request)
-
-        return answer_within_quota(self, quota, request)
-
-    def _dispatch(self, request: RecordedRequest) -> tuple[Reply, str]:
-        path = _route(request.path)
-        key = (request.method, path)
+        admitted, extra = quota.take(request.headers) if quota is not None else (True, {})
         with self._lock:
             self._request_ids += 1
             self._requests.append(request)
-            script = self._scripts.get(key)
-            if script is None and request.method == "HEAD":
-                # As real servers do: HEAD answers like GET, without the body.
-                key = ("GET", path)
-                script = self._scripts.get(key)
-            board = self._job_board if script is None else None
-            answer = board.answer(request.method, path) if board is not None else None
-            if answer is not None:
-                reply = answer
-            elif script is None:
-                reply = Reply.error(404, "not_found", message=f"No script for {request.method} {path}")
-            else:
-                position = self._positions[key]
-                self._positions[key] = position + 1
-                reply = script[min(position, len(script) - 1)]
             request_id = f"req_{self._request_ids}"
+            reply = self._scripted(request) if admitted else None
+        if quota is not None:
+            if reply is None:
+                return quota.refusal(extra), request_id
+            reply = dataclasses.replace(reply, headers={**extra, **reply.headers})
+        assert reply is not None  # admitted: no quota, or within it
         return reply, reply.headers.get("x-sume-request-id", request_id)
+
+    def _scripted(self, request: RecordedRequest) -> Reply:
+        path = _route(request.path)
+        key = (request.method, path)
+        script = self._scripts.get(key)
+        if script is None and request.method == "HEAD":
+            # As real servers do: HEAD answers like GET, without the body.
+            key = ("GET", path)
+            script = self._scripts.get(key)
+        if script is not None:
+            position = self._positions[key]
+            self._positions[key] = position + 1
+            return script[min(position, len(script) - 1)]
+        route, _, action = path.rpartition("/")
+        job = self._jobs.get(route)
+        answer = job.answer(request.method, action) if job is not None else None
+        return answer or Reply.error(404, "not_found", message=f"No script for {request.method} {path}")

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from sume_urllib3.testing._redis_server import HOW_TO_GET, RedisServer
+from ..redis_server import HOW_TO_GET, RedisServer
 
 
 def _missing(reason: str) -> None:

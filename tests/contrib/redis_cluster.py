@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import List, Optional
 
-from sume_urllib3.testing._redis_server import RedisServer
+from ..redis_server import RedisServer
 
 _BUS_OFFSET = 10000  # Redis Cluster's bus port is the client port + 10000
 

@@ -30,8 +30,8 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 
 from sume_urllib3 import SumeConnectionError, SumeRetryError
-from sume_urllib3.testing._redis_server import RedisServer
 
+from ..redis_server import RedisServer
 from .submit_server import SubmitServer
 
 celery = pytest.importorskip("celery", reason="the Celery end-to-end test needs the celery extra")

@@ -16,7 +16,8 @@ import redis
 from sume_urllib3.contrib.redis import _scripts
 from sume_urllib3.pacing import _core as _pacing
 from sume_urllib3.pacing import _fleet
-from sume_urllib3.testing._redis_server import RedisServer
+
+from ..redis_server import RedisServer
 
 LUA = Path(_scripts.__file__).parent
 SCRIPTS = sorted(LUA.glob("*.lua"))

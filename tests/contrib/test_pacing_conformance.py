@@ -22,7 +22,8 @@ import pytest
 
 from sume_urllib3 import HostFleet, LocalFleet, RetryBudget
 from sume_urllib3.pacing._fleet import Fleet, Grant
-from sume_urllib3.testing._redis_server import RedisServer
+
+from ..redis_server import RedisServer
 
 KEY = "k0123456789abcdef"
 

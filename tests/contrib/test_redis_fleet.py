@@ -24,9 +24,9 @@ from sume_urllib3.contrib.redis import RedisFleet
 from sume_urllib3.pacing._core import Turn
 from sume_urllib3.pacing._fleet import GRANT_NOW, Grant, fleet_key
 from sume_urllib3.pacing._signals import origin_name
-from sume_urllib3.testing._redis_server import RedisServer
 
 from ..conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
+from ..redis_server import RedisServer
 
 API_KEY = "sk_live_SECRET_0123456789abcdef"
 KID = fleet_key(API_KEY)

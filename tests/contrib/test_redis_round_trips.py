@@ -29,9 +29,9 @@ from sume_urllib3.contrib.redis import RedisFleet, _redis_fleet, _scripts
 from sume_urllib3.contrib.redis._scripts import keys
 from sume_urllib3.pacing._core import SECOND, Turn
 from sume_urllib3.pacing._fleet import Grant, Lesson, fleet_key
-from sume_urllib3.testing._redis_server import RedisServer
 
 from ..conftest import VirtualTime, in_a_child_forked_from_c, in_a_forked_child
+from ..redis_server import RedisServer
 
 KID = fleet_key("sk_live_round_trips")
 #: A response that only counts, and three that other processes must hear of at once.

@@ -52,7 +52,7 @@ def test_the_previous_mode_is_restored() -> None:
     assert active_recorder() is None
 
 
-def test_the_fixtures_come_from_the_installed_plugin(
+def test_the_fixtures_come_from_the_plugin(
     fake_sume: FakeSume, sume_no_sleep: SleepRecorder
 ) -> None:
     """fake_sume is a started server; sume_no_sleep is the active recorder."""

@@ -1,4 +1,4 @@
-"""The installed pytest plugin isolates fleets per test: nothing one test learned holds the next.
+"""The pytest plugin, once opted into, isolates fleets per test: nothing one test learned holds the next.
 
 The leak needs tests that share an origin (a module-scoped server, a reused port) or a
 fleet (the application's module-level one); the subprocess runs below have both, once with
@@ -8,6 +8,7 @@ isolation) to show what the plugin's autouse fixture prevents.
 
 from __future__ import annotations
 
+import importlib.metadata
 import pathlib
 import re
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from sume_urllib3 import LocalFleet, Policy, SumeRetryError, SumeSession
 from sume_urllib3.testing import FakeSume, Reply, reset_fleets
 
-from .test_user_suite import run_pytest
+from .test_user_suite import OPT_IN, run_pytest
 
 KEY = "sk_test_plugin_isolation_0123456789"
 
@@ -101,6 +102,7 @@ def outcomes(stdout: str) -> Dict[str, str]:
 @pytest.fixture
 def leaky(tmp_path: pathlib.Path) -> pathlib.Path:
     (tmp_path / "test_leaky.py").write_text(LEAKY_SUITE, encoding="utf-8")
+    (tmp_path / "conftest.py").write_text(OPT_IN, encoding="utf-8")
     return tmp_path
 
 
@@ -118,9 +120,9 @@ def test_with_the_plugin_no_test_inherits_anything(leaky: pathlib.Path) -> None:
 def test_without_the_autouse_fixture_the_same_tests_leak(leaky: pathlib.Path) -> None:
     """The control: the same fixtures, imported without the plugin, and state leaks."""
     (leaky / "conftest.py").write_text(
-        "from sume_urllib3.testing._plugin import fake_sume, sume_no_sleep  # noqa: F401\n", encoding="utf-8"
+        "from sume_urllib3.testing.plugin import fake_sume, sume_no_sleep  # noqa: F401\n", encoding="utf-8"
     )
-    result = run_pytest(leaky, "-v", "-p", "no:sume_urllib3")
+    result = run_pytest(leaky, "-v")
 
     assert {
         "test_1_throttled": "PASSED",
@@ -134,10 +136,19 @@ def test_without_the_autouse_fixture_the_same_tests_leak(leaky: pathlib.Path) ->
 
 
 def test_every_test_gets_the_autouse_fixture(request: pytest.FixtureRequest) -> None:
-    """Our own suite relies on the shipped fixture too: tests/conftest.py resets nothing."""
+    """Our own suite opts into the shipped plugin as users do: tests/conftest.py resets nothing."""
     assert "sume_isolated_fleets" in request.fixturenames
-    conftest = pathlib.Path(__file__).resolve().parent.parent / "conftest.py"
-    assert "reset" not in conftest.read_text(encoding="utf-8")
+    conftest = (pathlib.Path(__file__).resolve().parent.parent / "conftest.py").read_text(encoding="utf-8")
+    assert "reset" not in conftest
+    assert OPT_IN in conftest
+
+
+def test_installing_the_package_loads_no_plugin() -> None:
+    """Opt-in only: no ``pytest11`` entry point puts our fixtures into every project's tests."""
+    found = importlib.metadata.entry_points()
+    # Python < 3.10 answers a dict of groups; later ones an EntryPoints with select().
+    group = found.select(group="pytest11") if hasattr(found, "select") else found.get("pytest11", ())  # type: ignore[attr-defined,unused-ignore]
+    assert not [entry for entry in group if entry.value.startswith("sume_urllib3")]
 
 
 @pytest.fixture

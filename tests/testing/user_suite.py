@@ -2,7 +2,8 @@
 
 Not collected here (the name has no ``test_`` prefix): ``test_user_suite.py`` copies it into
 an empty folder as ``test_user_suite.py`` and runs pytest on it in several orders, with
-nothing but the installed package and its plugin, as a user's CI would.
+nothing but the installed package and its plugin (opted into by a one-line conftest), as a
+user's CI would.
 
 Every test starts its own loopback server (written here, not FakeSume: HTTP/1.1 keep-alive,
 ``Date`` and ``Server`` headers, JSON bodies, 429 with ``Retry-After: 30``), every test uses

@@ -18,20 +18,11 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from ... import Policy, SumeSession
 from ..._config import check_flag
-from ..._errors import ConfigurationError
-from ..._policy import Policy
-from ..._session import (
-    AUTH_HEADERS,
-    DEFAULT_BASE_URL,
-    SumeSession,
-    check_api_key,
-    check_auth_header,
-    check_base_url,
-    check_timeout,
-    describe_unechoed,
-    is_loopback,
-)
+from ..._session import DEFAULT_BASE_URL, check_api_key, check_auth_header, check_base_url, check_timeout
+from ..._util import is_loopback
+from ...exceptions import ConfigurationError
 from . import fleet, observers
 
 #: The name of the Django setting: one dict.
@@ -49,14 +40,7 @@ _SESSION_DEFAULTS = inspect.signature(SumeSession.__init__).parameters
 _POLICY_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Policy)}
 # Shorter strings are not plausible keys, and masking them would garble whole messages.
 _MIN_SECRET = 4
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING: Any = _Missing()
+_MISSING: Any = object()  # settings.SUME unset
 
 
 @dataclass(frozen=True)
@@ -111,19 +95,9 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
     if raw is _MISSING:
         raw = {}
     if not isinstance(raw, Mapping):
-        return SumeSettings(
-            {},
-            None,
-            True,
-            (
-                Problem(
-                    "E001",
-                    f"{SUME_SETTING} must be a dict, got {type(raw).__name__}",
-                    f'Set {SUME_SETTING} = {{"API_KEY": ..., "MAX_RETRIES": ...}}, '
-                    "or remove the setting to use the defaults.",
-                ),
-            ),
-        )
+        message = f"{SUME_SETTING} must be a dict, got {type(raw).__name__}"
+        hint = f'Set {SUME_SETTING} = {{"API_KEY": ..., "MAX_RETRIES": ...}}, or remove it for the defaults.'
+        return SumeSettings({}, None, True, (Problem("E001", message, hint),))
     problems: List[Problem] = []
     _check_keys(raw, problems)
     policy = _resolve_policy(raw, problems)
@@ -272,11 +246,6 @@ def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
         )
 
 
-def _check_bool(value: Any, key: str) -> bool:
-    # Settings are plain Python, so a string such as "false" is a mistake, not a truthy value.
-    return check_flag(value, key.lower())
-
-
 def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Problem]) -> None:
     timeout = kwargs.get("timeout", _SESSION_DEFAULTS["timeout"].default)
     if timeout is None:
@@ -305,9 +274,8 @@ def _redact(text: str, secrets: Sequence[str]) -> str:
 def _check_auth_header(mode: Any) -> str:
     try:
         return check_auth_header(mode)
-    except ValueError:
-        modes = " or ".join(repr(name) for name in AUTH_HEADERS)
-        raise ConfigurationError(f"must be {modes}, got {describe_unechoed(mode)}") from None
+    except ValueError as exc:  # reported as 'SUME["AUTH_HEADER"] must be ...'
+        raise ConfigurationError(str(exc).replace("auth_header ", "", 1)) from None
 
 
 def _check_timeout(value: Any) -> Any:
@@ -381,13 +349,14 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
     SessionField(
         "RAISE_ON_GIVE_UP",
         "raise_on_give_up",
-        lambda value: _check_bool(value, "RAISE_ON_GIVE_UP"),
+        # Settings are plain Python, so a string such as "false" is a mistake, not a truthy value.
+        lambda value: check_flag(value, "raise_on_give_up"),
         "Use True (raise SumeRetryError when the policy gives up) or False (return the last response).",
     ),
     SessionField(
         "RETRY_BUDGET",
         "retry_budget",
-        lambda value: _check_bool(value, "RETRY_BUDGET"),
+        lambda value: check_flag(value, "retry_budget"),
         "Use True (a default retry budget shared by this process's threads) or False (no retry budget).",
     ),
     SessionField(

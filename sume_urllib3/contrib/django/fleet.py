@@ -17,20 +17,16 @@ thread's session; a changed setting builds it again.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..._errors import ConfigurationError
-from ...pacing.store import REDIS_TIMEOUT, check_burst, check_prefix, check_seconds_between, parse_rate
+from ...exceptions import ConfigurationError
+from ...pacing import HostFleet, LocalFleet
 
 #: The keys ``SUME["FLEET"]`` may have.
 FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "HOST", "RATE", "BURST", "PREFIX", "TIMEOUT")
 _REDIS_ONLY = ("PREFIX", "TIMEOUT")  # TIMEOUT: a host fleet's too
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
-_LOCAL = ("sume_urllib3.pacing._fleet", "LocalFleet")
-_REDIS = ("sume_urllib3.contrib.redis", "RedisFleet")
-_HOST = ("sume_urllib3.pacing.host", "HostFleet")
 
 _lock = threading.Lock()
 # (the normalized setting, the fleet built from it): one slot, as for the observers.
@@ -40,7 +36,8 @@ _built: Optional[Tuple[Tuple[Any, ...], Any]] = None
 def fleet_arguments(value: Any) -> Dict[str, Any]:
     """The fleet's constructor arguments (``url`` for Redis); raises ConfigurationError naming the key.
 
-    Checked here without importing anything, so ``manage.py check`` names the key at fault.
+    The shape is checked here; the values (rate, burst, prefix, timeout) by the fleet itself
+    when :func:`build_fleet` builds it, so ``manage.py check`` and the fleet never disagree.
     """
     if not isinstance(value, Mapping):
         raise ConfigurationError(
@@ -66,13 +63,13 @@ def fleet_arguments(value: Any) -> Dict[str, Any]:
         also = "REDIS_URL or HOST" if given == "TIMEOUT" else "REDIS_URL"
         raise ConfigurationError(f"{given} applies to {fleets} only: set {also} too, or remove {given}")
     if value.get("RATE") is not None:
-        arguments["rate"] = _check_rate(value["RATE"])
+        rate = value["RATE"]
+        arguments["rate"] = rate.strip() if isinstance(rate, str) else rate
     if value.get("BURST") is not None:
-        arguments["burst"] = _check_burst(value["BURST"])
-    if "PREFIX" in value:
-        arguments["prefix"] = check_prefix(value["PREFIX"], "PREFIX")
-    if "TIMEOUT" in value:
-        arguments["timeout"] = _check_timeout(value["TIMEOUT"])
+        arguments["burst"] = value["BURST"]
+    for key in _REDIS_ONLY:
+        if key in value:
+            arguments[key.lower()] = value[key]
     return arguments
 
 
@@ -100,20 +97,27 @@ def forget() -> None:
 
 def _construct(arguments: Dict[str, Any]) -> Any:
     arguments = dict(arguments)
-    url = arguments.pop("url", None)
-    host = arguments.pop("host", None)
-    module_name, name = _REDIS if url is not None else _HOST if host is not None else _LOCAL
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except ImportError as exc:
-        extra = " (pip install 'sume-urllib3[redis]')" if url is not None else ""
-        raise ConfigurationError(f"cannot import {module_name}.{name}{extra}: {exc}") from exc
+    url, host = arguments.pop("url", None), arguments.pop("host", None)
+    cls = _redis_fleet() if url is not None else HostFleet if host is not None else LocalFleet
     try:
         if host is not None:
             return cls(None if host is True else host, **arguments)
         return cls(**arguments) if url is None else cls(url, **arguments)
     except (TypeError, ValueError) as exc:  # ConfigurationError is a ValueError
-        raise ConfigurationError(str(exc)) from exc
+        # The fleet names its argument first ("burst must be ..."): name the setting's key too.
+        text = str(exc)
+        name = text.split(" ", 1)[0]
+        raise ConfigurationError(f"{name.upper()}: {text}" if name in arguments else text) from exc
+
+
+def _redis_fleet() -> Any:
+    try:
+        from ..redis import RedisFleet
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"cannot import sume_urllib3.contrib.redis.RedisFleet (pip install 'sume-urllib3[redis]'): {exc}"
+        ) from exc
+    return RedisFleet
 
 
 def _check_url(url: Any) -> str:
@@ -138,22 +142,3 @@ def _check_host(host: Any) -> Any:
         shown = type(host).__name__ if not isinstance(host, str) else "an empty str"
         raise ConfigurationError(f"HOST must be True (the default path) or a file path, got {shown}")
     return host
-
-
-def _check_rate(rate: Any) -> Any:
-    # The fleets' own parser: every spelling LocalFleet and RedisFleet accept passes here,
-    # and nothing else, so `manage.py check` and the fleet can never disagree.
-    try:
-        parse_rate(rate)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"RATE: {exc}") from None
-    return rate.strip() if isinstance(rate, str) else rate
-
-
-def _check_burst(burst: Any) -> int:
-    # The fleets' own checks (as for RATE): what manage.py check passes, the fleet accepts.
-    return check_burst(burst, "BURST")
-
-
-def _check_timeout(timeout: Any) -> float:
-    return check_seconds_between(timeout, "TIMEOUT", *REDIS_TIMEOUT)

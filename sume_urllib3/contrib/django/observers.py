@@ -14,7 +14,7 @@ import importlib
 import threading
 from typing import Any, Optional, Sequence, Tuple
 
-from ..._errors import ConfigurationError
+from ...exceptions import ConfigurationError
 
 # The hooks SumeSession calls; an observer needs at least one.
 _HOOKS = ("on_start", "on_retry", "on_outcome", "on_job")

@@ -15,9 +15,8 @@ import os
 import threading
 from typing import Any, Optional, Tuple
 
-from ... import _fork
-from ..._errors import ConfigurationError
-from ..._session import SumeSession
+from ... import SumeSession, _fork
+from ...exceptions import ConfigurationError
 from ...observe import SumeMetrics
 from ...pacing import LocalFleet, RetryBudget
 from . import conf, fleet
@@ -36,16 +35,16 @@ _budget: Optional[Tuple[int, RetryBudget]] = None
 _metrics = SumeMetrics()
 
 
+@_fork.in_child
 def _after_fork_in_child() -> None:
-    """A forked child spends its own retry budget and counts only its own requests."""
-    global _budget, _generation, _lock
+    """A forked child builds sessions of its own on next use (with a fresh retry budget).
+
+    The shared ``SumeMetrics`` and every ``RetryBudget`` start afresh in a child by themselves.
+    """
+    global _generation, _lock
     # Only this thread survives a fork: a lock another thread held would stay held forever.
     _lock = threading.Lock()
-    # The parent's budget would let each of N workers spend what the parent had left and
-    # refuse retries the parent used up; the sessions holding it are rebuilt on next use.
-    _budget = None
     _generation += 1
-    _metrics.reset()
 
 
 def get_session() -> SumeSession:
@@ -102,9 +101,6 @@ def reset() -> None:
     global _generation
     with _lock:
         _generation += 1
-
-
-_fork.in_child(_after_fork_in_child)
 
 
 def _build(generation: int) -> SumeSession:

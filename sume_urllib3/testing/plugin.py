@@ -1,7 +1,10 @@
 """pytest plugin: the ``fake_sume`` and ``sume_no_sleep`` fixtures, and fleets isolated per test.
 
-Loaded by the ``pytest11`` entry point as soon as the package is installed; ``-p
-no:sume_urllib3`` switches it off.
+Opt in from your top-level ``conftest.py``::
+
+    pytest_plugins = ["sume_urllib3.testing.plugin"]
+
+Installing the package loads nothing into pytest by itself.
 """
 
 from __future__ import annotations
@@ -10,9 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from .._sleeping import SleepRecorder
 from ._isolation import reset_fleets
-from ._nosleep import no_sleep
+from ._nosleep import SleepRecorder, no_sleep
 from ._server import FakeSume
 
 
@@ -23,7 +25,7 @@ def sume_isolated_fleets() -> Iterator[None]:
     Autouse, rather than a duty of ``fake_sume``/``sume_no_sleep``: the tests that leak are
     the ones that use neither (their own loopback server, a module-level fleet), and a
     cooldown or pace learned under ``no_sleep``'s virtual clock means nothing to the next
-    test's clock. Forgetting is one dictionary swap per fleet.
+    test's clock.
     """
     reset_fleets()
     yield

@@ -1,7 +1,6 @@
 """A real redis-server on a free loopback port: the one the Redis tests and the benchmarks start.
 
-Private to the project (not in ``sume_urllib3.testing.__all__``): ``tests/`` and ``benchmarks/``
-both import it from here, so neither imports the other.
+Project tooling, not shipped: ``benchmarks/`` imports it from here too (``tests.redis_server``).
 """
 
 from __future__ import annotations
