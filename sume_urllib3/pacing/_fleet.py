@@ -223,9 +223,9 @@ class StoreFleet:
         max_backoff: float = 30.0,
     ) -> None:
         self._rate = parse_rate(rate)
+        self._burst = check_burst(burst) if burst is not None else 1
         if burst is not None and self._rate is None:
             raise ConfigurationError(f"burst needs a rate: {type(self).__name__}(rate='10/min', burst=5)")
-        self._burst = check_burst(burst) if burst is not None else 1
         self._window = check_int(initial_window, "initial_window", 1, _MAX_WINDOW)
         if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
             raise ConfigurationError(
