@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import http.client
 import weakref
@@ -29,7 +30,7 @@ class PrefixedFP:
     """
 
     #: True when the peek met the end of the body: the prefix is all of it, and a response
-    #: nobody will read has nothing left to drain (see ``_attempt.let_go``).
+    #: nobody will read has nothing left to drain (see :func:`let_go`).
     complete = False
 
     def __init__(
@@ -262,6 +263,54 @@ def _read_ahead(
         # a read, and an empty body is never read again, so give it back now.
         release(response)
     return prefix
+
+
+#: A body not read by anyone is drained up to this many bytes to keep its connection; a longer
+#: one costs more to read than a new connection does (a handshake is a few round trips).
+DRAIN_LIMIT = 1024 * 1024
+_DRAIN_CHUNK = 65536
+
+
+def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
+    """Give back the connection of a response nobody will read.
+
+    The rest of the body is read through urllib3's own ``read`` (64 KiB at a time, so
+    urllib3 counts the bytes and hands the connection back at the end) up to ``limit``
+    bytes; a longer body, or one that breaks, closes the connection instead. Either way the
+    pool gets its slot back: a ``pool_block=True`` pool never waits for it.
+    """
+    if raw is None:
+        return
+    fp = getattr(raw, "_fp", None)
+    if isinstance(fp, PrefixedFP) and fp.complete:
+        # The peek read the whole body: what is left is in memory, and dropping it is the drain.
+        with contextlib.suppress(Exception):
+            fp.close()
+        if isinstance(getattr(raw, "length_remaining", None), int):
+            # urllib3 counts what it reads itself; the peek read the body around it. Told that
+            # nothing is left, the drain urllib3 makes after every retry reads nothing, where it
+            # would raise IncompleteRead for the bytes it never saw (and catch it).
+            raw.length_remaining = 0
+        release(raw)
+        return
+    if fp is None or fp_closed(fp):
+        release(raw)
+        return
+    read = getattr(raw, "read", None)
+    drained = 0
+    try:
+        while read is not None and drained <= limit:
+            piece = read(_DRAIN_CHUNK, decode_content=False)
+            if not piece:
+                break
+            drained += len(piece)
+        else:
+            with contextlib.suppress(Exception):
+                raw.close()  # too long to be worth its connection: a new one is cheaper
+    except Exception:  # a body that broke: its connection cannot be reused
+        with contextlib.suppress(Exception):
+            raw.close()
+    release(raw)
 
 
 def release(response: Any) -> None:

@@ -65,6 +65,11 @@ class _Watchdog:
         # True while the thread waits on _wake (or before it starts): only then does arm wake it.
         self._parked = True
 
+    def _after_fork(self) -> None:
+        # The parent's thread did not cross the fork: the same object starts afresh, so the
+        # functions below (its bound methods) stay right.
+        self.__init__()  # type: ignore[misc]
+
     def arm(self, seconds_left: float, max_elapsed: float) -> Watch:
         watch = Watch(time.monotonic() + max(seconds_left, 0.0), max_elapsed)
         self._watches[id(watch)] = watch
@@ -155,13 +160,7 @@ def _socket_of(sock: Any) -> Optional[socket.socket]:
 _watchdog = _Watchdog()
 
 
-def _fresh_in_child() -> None:
-    # The parent's thread did not cross the fork: the same object starts afresh, so the
-    # functions below (its bound methods) stay right.
-    _watchdog.__init__()  # type: ignore[misc]
-
-
-_fork.in_child(_fresh_in_child)
+_fork.track(_watchdog)
 
 #: ``arm(seconds_left, max_elapsed)``: watch the current request until :func:`disarm`; at
 #: ``seconds_left`` from now it is cut (``max_elapsed``, the deadline the caller set, is for the
