@@ -16,14 +16,10 @@ from requests.models import REDIRECT_STATI
 from . import _deadline, _fork, _sleeping
 from ._body import BODY_ERRORS, DRAIN_LIMIT, hold_whole, watch_stream
 from ._config import check_flag, check_pool_arguments
-from ._deadline import TimeoutSpec, capped, check_timeout, on_real_time, timeout_for
+from ._deadline import TimeoutSpec, capped, check_timeout, timeout_for
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
-    KEYED_METHODS,
-    body_is_replayable,
-    new_key,
-    validate_idempotency_key,
 )
 from ._policy import NO_RETRY, STOP, Decision, Policy
 from ._record import Outcome, RequestStart, SumeObserver, SumeRecord
@@ -301,20 +297,17 @@ class SumeAdapter(HTTPAdapter):
             self._take_turn(context, request, deadline)
         context.hops += 1
         timeout = check_timeout(sent["timeout"]) if sent["timeout"] is not None else self.timeout
-        if on_real_time(retry.clock):
-            timeout = capped(timeout, deadline, retry.clock)
-            if context.watch is None:
-                # The read timeout restarts with every byte: this bounds what a trickle can take.
-                context.watch = _deadline.arm(deadline - time.monotonic(), policy.max_elapsed)
-        sent["timeout"] = timeout
+        sent["timeout"] = capped(timeout, deadline, retry.clock)
+        if sent["timeout"] is not timeout and context.watch is None:  # capped: on real time
+            # The read timeout restarts with every byte: this bounds what a trickle can take.
+            context.watch = _deadline.arm(deadline - time.monotonic(), policy.max_elapsed)
         response = self._transmit(context, request, policy, sent)
         return self._conclude(context, request, response, sent["stream"], deadline)
 
     def _hop(self, context: RequestContext, request: requests.PreparedRequest) -> None:
-        """The first hop joins the request; a redirect's hop leaves behind what must not go on.
-
-        Either refuses a body that a send already took and that cannot be sent again.
-        """
+        """The first hop joins the request (its key, its body; the budget counts it, ``on_start``
+        hears of it); a redirect's hop leaves behind what must not go on. Either refuses a body
+        that a send already took and that cannot be sent again."""
         if context.hops:
             strip(request.headers, left_behind(context.url, request.url or "", request.method))
             if context.owned and _has_both_auth(request.headers):
@@ -330,7 +323,18 @@ class SumeAdapter(HTTPAdapter):
             followed = None if context.owned else followed_from(request.url)
             if followed is not None:  # a plain requests.Session following our last redirect
                 strip(request.headers, left_behind(followed[0], request.url or "", request.method))
-            self._join(context, request)
+            method = (request.method or "GET").upper()
+            key = context.join(
+                self, method, request.url or "", request.headers.get(IDEMPOTENCY_HEADER), request.body
+            )
+            if key is not None:
+                # On the prepared request itself (as str), so redirects and resends reuse it.
+                request.headers[IDEMPOTENCY_HEADER] = key
+            retry = self.retry
+            if retry.retry_budget is not None:
+                retry.retry_budget.record_request()
+            if retry.observers.starts:
+                retry.observers.start(RequestStart(method, context.shown_url, key))
             if followed is None:
                 if not context.replayable and taken_before(request.body):
                     # An auth handler's resend outside a SumeSession (or a caller's own): a new
@@ -341,25 +345,6 @@ class SumeAdapter(HTTPAdapter):
         why = spent_body_refusal(status, request.body, request.method, context.replayable)
         if why is not None:
             self._refuse(context, request, why)
-
-    def _join(self, context: RequestContext, request: requests.PreparedRequest) -> None:
-        """The first hop: fix the key, the method, whether the body replays; count the request."""
-        method = (request.method or "GET").upper()
-        context.join(self, method, request.url or "")  # before anything can fail
-        key = request.headers.get(IDEMPOTENCY_HEADER)
-        if key is not None:
-            key = validate_idempotency_key(key)
-        elif method in KEYED_METHODS:
-            key = new_key()
-        if key is not None:
-            # On the prepared request itself (as str), so redirects and resends reuse it.
-            request.headers[IDEMPOTENCY_HEADER] = key
-        context.carries(key, request.body, body_is_replayable(request.body))
-        retry = self.retry
-        if retry.retry_budget is not None:
-            retry.retry_budget.record_request()
-        if retry.observers.starts:
-            retry.observers.start(RequestStart(method, context.shown_url, key))
 
     def _take_turn(self, context: RequestContext, request: requests.PreparedRequest, deadline: float) -> None:
         """Wait for the fleet's turn before sending; a turn past the deadline sends nothing."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import http.client
+import io
 import weakref
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -28,10 +29,6 @@ class PrefixedFP:
     short, a timeout), the error is raised to the caller once the prefix is served, as
     it would have been without the peek.
     """
-
-    #: True when the peek met the end of the body: the prefix is all of it, and a response
-    #: nobody will read has nothing left to drain (see :func:`let_go`).
-    complete = False
 
     def __init__(
         self,
@@ -133,6 +130,13 @@ class PrefixedFP:
             raise error
 
 
+class WholeBody(io.BytesIO):
+    """A body the peek read to its end, served from memory (its connection is back in the pool):
+    a response nobody reads has nothing left to drain (see :func:`let_go`)."""
+
+    prefix = b""
+
+
 def peek_body(
     response: Any, limit: int, expired: Optional[Callable[[], bool]] = None
 ) -> Tuple[Optional[bytes], bool]:
@@ -149,7 +153,7 @@ def peek_body(
     if limit <= 0 or response is None:
         return None, False
     fp = getattr(response, "_fp", None)
-    if isinstance(fp, PrefixedFP):
+    if isinstance(fp, (PrefixedFP, WholeBody)):
         return fp.prefix[:limit], False
     body = getattr(response, "_body", None)
     if body:
@@ -171,8 +175,10 @@ def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] 
     that broke or one cut by ``expired`` stays as it is, each byte read put back.
     """
     fp = getattr(response, "_fp", None)
+    if isinstance(fp, WholeBody):
+        return  # all of it in hand already
     if isinstance(fp, PrefixedFP):
-        if fp.complete or fp._error is not None or len(fp._rest) != len(fp.prefix):
+        if fp._error is not None or len(fp._rest) != len(fp.prefix):
             return  # all of it in hand already, an error pending, or the caller began reading
         head, fp = fp.prefix, fp.inner
     else:
@@ -255,9 +261,11 @@ def _read_ahead(
         response._fp = PrefixedFP(prefix, fp, error, whole_reads_only=not enforced)
         return prefix
     closed = fp_closed(fp)
-    if prefix:
+    if prefix and (ended or closed):
+        response._fp = WholeBody(prefix)
+        response._fp.prefix = prefix
+    elif prefix:
         response._fp = PrefixedFP(prefix, fp)
-        response._fp.complete = ended or closed
     if closed:
         # The whole body is in hand. urllib3 hands the connection back only from inside
         # a read, and an empty body is never read again, so give it back now.
@@ -282,10 +290,9 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
     if raw is None:
         return
     fp = getattr(raw, "_fp", None)
-    if isinstance(fp, PrefixedFP) and fp.complete:
+    if isinstance(fp, WholeBody):
         # The peek read the whole body: what is left is in memory, and dropping it is the drain.
-        with contextlib.suppress(Exception):
-            fp.close()
+        fp.close()
         if isinstance(getattr(raw, "length_remaining", None), int):
             # urllib3 counts what it reads itself; the peek read the body around it. Told that
             # nothing is left, the drain urllib3 makes after every retry reads nothing, where it

@@ -90,13 +90,6 @@ class _Watchdog:
             self._watches.pop(id(watch), None)
             watch.conn = None
 
-    def holds(self, watch: Watch, conn: Any) -> None:
-        # No lock: the watcher reads watch.conn once, under the lock, and either value is
-        # right (None: this tick cuts nothing; conn: the request's own socket). The order
-        # lets lets_go find the watch whenever the watcher can find the connection.
-        conn._sume_watch = watch
-        watch.conn = conn
-
     def lets_go(self, conn: Any) -> None:
         watch = getattr(conn, "_sume_watch", None)
         if watch is not None:
@@ -220,7 +213,11 @@ class _Watched:
         else:
             conn = self._get_conn_by(watch, timeout)
         if watch is not None:
-            _watchdog.holds(watch, conn)
+            # No lock: the watcher reads watch.conn once, under the lock, and either value is
+            # right (None: this tick cuts nothing; conn: the request's own socket). The order
+            # lets lets_go find the watch whenever the watcher can find the connection.
+            conn._sume_watch = watch
+            watch.conn = conn
         return conn
 
     def _get_conn_by(self, watch: Watch, timeout: Optional[float]) -> Any:
@@ -362,7 +359,7 @@ class DeadlineTimeout(Timeout):
         """A plain Timeout for one attempt, its total capped by the time left."""
         left = max(self.deadline - _sleeping.now(self.clock), MIN_ATTEMPT_TIMEOUT)
         total = min(self.total, left) if isinstance(self.total, (int, float)) else left
-        return _timeout(self._connect, self._read, total)
+        return Timeout(connect=self._connect, read=self._read, total=total)
 
 
 def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) -> TimeoutSpec:
@@ -371,14 +368,7 @@ def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) ->
     An injected clock or a test's no-sleep mode measures time that did not really
     pass, so socket timeouts are left as they are there.
     """
-    if not on_real_time(clock):
-        return timeout
-    base = _as_timeout(timeout)
-    # Made on every request: copy the checked values rather than validate them again.
-    result: DeadlineTimeout = object.__new__(DeadlineTimeout)
-    result.__dict__.update(base.__dict__)
-    result.deadline, result.clock = deadline, clock
-    return result
+    return DeadlineTimeout(timeout, deadline, clock) if on_real_time(clock) else timeout
 
 
 def on_real_time(clock: Callable[[], float]) -> bool:
@@ -398,10 +388,3 @@ def _as_timeout(timeout: TimeoutSpec) -> Timeout:
     if isinstance(timeout, Timeout):
         return timeout
     return _checked(timeout)
-
-
-def _timeout(connect: Any, read: Any, total: Optional[float]) -> Timeout:
-    """A Timeout from values already validated (urllib3 checks them again in ``__init__``)."""
-    result: Timeout = object.__new__(Timeout)
-    result.__dict__.update(_connect=connect, _read=read, total=total, _start_connect=None)
-    return result

@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
+from ._idempotency import KEYED_METHODS, body_is_replayable, new_key, validate_idempotency_key
 from ._policy import FIX, NO_RETRY, POLL, RETRY, STOP, Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
@@ -113,20 +114,26 @@ class RequestContext:
         """Clock time after which no attempt may start."""
         return self.start + policy.max_elapsed
 
-    def join(self, adapter: Any, method: str, url: str) -> None:
-        """The first hop: who serves it, and what it asks for."""
+    def join(self, adapter: Any, method: str, url: str, key: Optional[str], body: Any) -> Optional[str]:
+        """The first hop: who serves it, what it asks for, whether its body can be sent again.
+
+        ``key`` is the request's own Idempotency-Key header (checked), else a POST or PATCH gets
+        a new one; returns the key to send (None: none).
+        """
         self.adapter, self.method, self.url, self.shown_url = adapter, method, url, _shown(url)
         if not self.owned:
             self.fleet = adapter.fleet
-
-    def carries(self, key: Optional[str], body: Any, replayable: bool) -> None:
-        """The first hop's Idempotency-Key and body: where a file body starts, to send it whole again."""
-        self.key, self.replayable = key, replayable
-        if replayable and hasattr(body, "tell"):
+        if key is not None:
+            key = validate_idempotency_key(key)
+        elif method in KEYED_METHODS:
+            key = new_key()
+        self.key, self.replayable = key, body_is_replayable(body)
+        if self.replayable and hasattr(body, "tell"):
             try:
-                self.body_pos = body.tell()
+                self.body_pos = body.tell()  # where a file body starts, to send it whole again
             except Exception:
                 self.replayable = False
+        return key
 
     def pace_as(self, key_id: Optional[str]) -> None:
         """The fleet's name for the key this request sends (a session decides it before the first hop)."""

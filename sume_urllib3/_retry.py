@@ -91,32 +91,24 @@ class SumeRetry(Retry):
         rng: RandomSource = None,
         retry_budget: Optional[RetryBudget] = None,
         observers: Iterable[Any] = (),
+        _checked: bool = False,
         **retry_kwargs: Any,
     ) -> None:
-        policy = _positional(args, policy, retry_kwargs)
-        if policy is None:
-            policy = DEFAULT_POLICY
-        if not isinstance(policy, Policy):
-            raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        if sleep is not None and not callable(sleep):
-            raise ConfigurationError("sleep must be callable")
-        if clock is not None and not callable(clock):
-            raise ConfigurationError("clock must be callable")
-        if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
-            raise ConfigurationError("retry_budget must be a RetryBudget or None")
-        check_rng(rng)
-        check_retry_arguments(retry_kwargs)
-        policy = _absorb_urllib3_arguments(policy, retry_kwargs)
+        if not _checked or policy is None:  # a copy new() made for urllib3's increment: checked
+            policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
         raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
-        extras = {k: retry_kwargs.pop(k) for k in _PORTABLE_EXTRAS if k in retry_kwargs}
+        extras = {}
+        for name in _PORTABLE_EXTRAS:
+            if name in retry_kwargs:
+                extras[name] = retry_kwargs.pop(name)
         super().__init__(raise_on_status=raise_on_give_up, **retry_kwargs)
-        for name, value in extras.items():
-            setattr(self, name, value)
-        self.remove_headers_on_redirect = frozenset(
-            {h.lower() for h in (*self.remove_headers_on_redirect, *AUTH_HEADER_NAMES)}
-        )
+        self.__dict__.update(extras)
+        if not _checked:
+            self.remove_headers_on_redirect = frozenset(
+                {h.lower() for h in (*self.remove_headers_on_redirect, *AUTH_HEADER_NAMES)}
+            )
         self.policy = policy
         self.sleep_function = sleep or _sleeping.default_sleep
         self.clock = clock or time.monotonic
@@ -147,6 +139,8 @@ class SumeRetry(Retry):
 
     def new(self, **kw: Any) -> SumeRetry:
         """A copy carrying the policy and the injected parts (urllib3 calls it per retry)."""
+        # urllib3's increment moves only the counters: the rest was checked when this was made.
+        kw.setdefault("_checked", kw.keys() <= _COUNTERS)
         kw.setdefault("raise_on_status", self._raise_on_give_up)
         kw.setdefault("policy", self.policy)
         kw.setdefault("sleep", self.sleep_function)
@@ -215,7 +209,7 @@ class SumeRetry(Retry):
             return False
         if forced and status_code in forced:
             return True
-        if status_code >= 400 and (self._retry_row(status_code) or (not forced and self.policy.trust_body)):
+        if status_code >= 400 and ((not forced and self.policy.trust_body) or self._retry_row(status_code)):
             return True
         return bool(
             self.total is not False
@@ -463,16 +457,10 @@ class SumeRetry(Retry):
         """Why this request may not be sent again (key, body, ``allowed_methods``), or None."""
         verb = (method or context.method or "").upper()
         refusal = refusal_for(verb, context.key, context.replayable, lone=context.adapter is None)
-        if refusal is None and self._narrowed and verb not in (self.allowed_methods or ()):
-            return f"{verb} is not in allowed_methods"
-        return refusal
-
-    @property
-    def _narrowed(self) -> bool:
         allowed = self.allowed_methods
-        return allowed is not Retry.DEFAULT_ALLOWED_METHODS and isinstance(
-            allowed, (frozenset, set, list, tuple)
-        )
+        if refusal is None and allowed is not Retry.DEFAULT_ALLOWED_METHODS and verb not in (allowed or ()):
+            return f"{verb} is not in allowed_methods"  # narrowed (SumeRetry made it a frozenset)
+        return refusal
 
     # -- the decision: what this attempt got, and whether another may follow --------
 
@@ -668,6 +656,36 @@ def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attem
         at=attempt.at,
         retry_in=attempt.decision.wait if retry_in is None else retry_in,
     )
+
+
+def _checked_policy(
+    args: Any,
+    policy: Optional[Policy],
+    sleep: Any,
+    clock: Any,
+    rng: Any,
+    retry_budget: Any,
+    kwargs: Dict[str, Any],
+) -> Policy:
+    """The policy to carry out, every argument checked, urllib3's own ones absorbed."""
+    policy = _positional(args, policy, kwargs)
+    if policy is None:
+        policy = DEFAULT_POLICY
+    if not isinstance(policy, Policy):
+        raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
+    if sleep is not None and not callable(sleep):
+        raise ConfigurationError("sleep must be callable")
+    if clock is not None and not callable(clock):
+        raise ConfigurationError("clock must be callable")
+    if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
+        raise ConfigurationError("retry_budget must be a RetryBudget or None")
+    check_rng(rng)
+    check_retry_arguments(kwargs)
+    return _absorb_urllib3_arguments(policy, kwargs)
+
+
+#: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
+_COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
 
 
 def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
