@@ -350,7 +350,7 @@ class DeadlineTimeout(Timeout):
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        base = _as_timeout(timeout)
+        base = timeout if isinstance(timeout, Timeout) else _checked(timeout)
         super().__init__(total=base.total, connect=base._connect, read=base._read)
         self.deadline = deadline
         self.clock = clock
@@ -368,12 +368,9 @@ def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) ->
     An injected clock or a test's no-sleep mode measures time that did not really
     pass, so socket timeouts are left as they are there.
     """
-    return DeadlineTimeout(timeout, deadline, clock) if on_real_time(clock) else timeout
-
-
-def on_real_time(clock: Callable[[], float]) -> bool:
-    """Whether ``clock`` is the time sockets wait in (not a test's injected or no-sleep time)."""
-    return clock is time.monotonic and _sleeping.active_recorder() is None
+    if clock is time.monotonic and _sleeping.active_recorder() is None:
+        return DeadlineTimeout(timeout, deadline, clock)
+    return timeout
 
 
 @functools.lru_cache(maxsize=64)
@@ -381,10 +378,3 @@ def _checked(timeout: Union[float, Tuple[Optional[float], Optional[float]], None
     if isinstance(timeout, tuple):
         return Timeout(connect=timeout[0], read=timeout[1])
     return Timeout(connect=timeout, read=timeout)
-
-
-def _as_timeout(timeout: TimeoutSpec) -> Timeout:
-    """A validated urllib3 Timeout for any form requests accepts (cached: one per value)."""
-    if isinstance(timeout, Timeout):
-        return timeout
-    return _checked(timeout)

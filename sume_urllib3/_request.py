@@ -7,7 +7,7 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
 from ._idempotency import KEYED_METHODS, body_is_replayable, new_key, validate_idempotency_key
@@ -105,11 +105,6 @@ class RequestContext:
         if url:
             self.url, self.shown_url = url, _shown(url)
 
-    @property
-    def waits(self) -> List[float]:
-        """The waits decided so far, in order."""
-        return [a.decision.wait or 0.0 for a in self.attempts if a.decision.verdict is RETRY]
-
     def deadline(self, policy: Policy) -> float:
         """Clock time after which no attempt may start."""
         return self.start + policy.max_elapsed
@@ -205,7 +200,8 @@ class RequestContext:
             self.held(grant, 0.0)
             return RetryTurn(wait, grant.refused, refused_retry_in(max(grant.wait, wait), rng))
         longer = grant.wait > wait + HELD
-        self.held(grant, grant.wait - wait if longer else 0.0)
+        if longer or grant.fallback:
+            self.held(grant, grant.wait - wait if longer else 0.0)
         self.grant = grant
         return RetryTurn(grant.wait if longer else wait)
 
@@ -288,7 +284,7 @@ class RequestContext:
             code=code,
             request_id=request_id,
             request_ids=ids,
-            waits=tuple(self.waits) if retries else (),
+            waits=tuple(a.decision.wait or 0.0 for a in self.attempts if a.decision.verdict is RETRY),
             elapsed=max(now - self.start, 0.0),
             reason=reason,
             next_action=next_action,

@@ -205,8 +205,8 @@ class SumeRetry(Retry):
             and status_code not in self.RETRY_AFTER_STATUS_CODES
         ):
             return False  # a success or redirect: asked on every response, answered first
-        if not self._is_method_retryable(method):
-            return False
+        if self.refusal(self._joined() or _FRESH, method) is not None:
+            return False  # a method that may not be resent
         if forced and status_code in forced:
             return True
         if status_code >= 400 and ((not forced and self.policy.trust_body) or self._retry_row(status_code)):
@@ -614,8 +614,11 @@ class SumeRetry(Retry):
         url: Optional[str],
     ) -> None:
         """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
-        decision = attempt.decision
+        decision, wait = attempt.decision, context.next_wait
         if self.observers:
+            # Where the wait came from: the policy's source, or "pace" when the fleet made it longer.
+            longer = wait is not None and decision.wait is not None and wait > decision.wait + HELD
+            source = "pace" if longer else decision.source or "backoff"
             self.observers.retry(
                 RetryEvent(
                     method=(method or context.method or "").upper(),
@@ -623,7 +626,7 @@ class SumeRetry(Retry):
                     attempt=context.retries,
                     max_retries=policy.max_retries,
                     wait=context.next_wait or 0.0,
-                    wait_source=_source(decision, context.next_wait),
+                    wait_source=source,
                     status=attempt.status,
                     code=attempt.code,
                     request_id=attempt.request_id,
@@ -803,13 +806,6 @@ def tunnel_status(error: BaseException) -> Optional[int]:
 
 
 _TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: ([1-5][0-9][0-9])\b")
-
-
-def _source(decision: Decision, wait: Optional[float]) -> str:
-    """Where the wait came from: the policy's source, or "pace" when the fleet made it longer."""
-    if wait is not None and decision.wait is not None and wait > decision.wait + HELD:
-        return "pace"
-    return decision.source or "backoff"
 
 
 def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:

@@ -260,16 +260,11 @@ class SumeSession(requests.Session):
         """
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        if self._announced():
-            return in_own_context(self._request, _text(method), _text(url), args, policy, kwargs)
-        return self._request(_text(method), _text(url), args, policy, kwargs)
-
-    def _announced(self) -> bool:
-        """Whether a request here is told to an observer's ``on_start`` (by the SumeAdapter serving it)."""
         for adapter in self.adapters.values():
             if isinstance(adapter, SumeAdapter) and adapter.retry.observers.starts:
-                return True
-        return False
+                # Told to an observer's on_start (by the SumeAdapter serving it): its own context.
+                return in_own_context(self._request, _text(method), _text(url), args, policy, kwargs)
+        return self._request(_text(method), _text(url), args, policy, kwargs)
 
     def _request(
         self, method: str, url: str, args: Tuple[Any, ...], policy: Optional[Policy], kwargs: Dict[str, Any]
