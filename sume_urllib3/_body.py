@@ -1,4 +1,14 @@
-"""Peek at the start of an error body without taking it from the caller."""
+"""A response's body: peeked without taking it from the caller, drained, watched while streamed.
+
+The private parts of urllib3 and requests this package relies on are used here and in
+``_deadline`` only, each for a reason their public API cannot serve (checked on urllib3 1.26.5
+to 1.26.20 and 2.0 to 2.7, requests 2.25 to 2.34, responses 0.21 to 0.26):
+
+- ``HTTPResponse._fp``: the peek reads ahead and puts the bytes back (urllib3 cannot unread);
+- ``HTTPResponse._body``/``_decoder``: a preloaded body, and whether urllib3 decoded it;
+- ``requests.Response.__class__``: a streamed body is watched to its end (requests has no hook);
+- ``Response._content``/``_content_consumed``: whether a body is in memory already.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +20,12 @@ import weakref
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import requests
+from urllib3.util.response import is_fp_closed
 
 from ._deadline import Watch, disarm, timeout_for
 from ._envelope import ends_like_document, whole_document
 from ._errors import raisable
 from ._record import SumeRecord
-
-#: What is left of a prefix once served or dropped (one object: every decision drops one).
-_NOTHING = memoryview(b"")
 
 
 class PrefixedFP:
@@ -99,14 +107,14 @@ class PrefixedFP:
         """Drop the prefix and any pending error, and close the wrapped stream unless it closed
         itself (http.client does at the end of a body: closing it again only flushes a file that
         is gone, on every decision that read its body whole)."""
-        self._rest = _NOTHING
+        self._rest = memoryview(b"")
         self._error = None
-        if not fp_closed(self.inner):
+        if not is_fp_closed(self.inner):
             self.inner.close()
 
     def isclosed(self) -> bool:
         """Closed only once the prefix is served, no error is pending and the stream is closed."""
-        return not self._rest and self._error is None and fp_closed(self.inner)
+        return not self._rest and self._error is None and is_fp_closed(self.inner)
 
     @property
     def closed(self) -> bool:
@@ -161,7 +169,7 @@ def peek_body(
         # encoding it cannot read, zstd without its library say, is kept as it came).
         decoded = getattr(response, "_decoder", None) is not None
         return bytes(body[:limit]), decoded and bool(getattr(response, "decode_content", False))
-    if fp is None or fp_closed(fp):
+    if fp is None or is_fp_closed(fp):
         return None, False
     return _read_ahead(response, fp, b"", limit, expired, stop_at_document=True), False
 
@@ -183,7 +191,7 @@ def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] 
         head, fp = fp.prefix, fp.inner
     else:
         head = b""
-    if fp is not None and not getattr(response, "_body", None) and not fp_closed(fp):
+    if fp is not None and not getattr(response, "_body", None) and not is_fp_closed(fp):
         _read_ahead(response, fp, head, limit, expired)
 
 
@@ -236,7 +244,7 @@ def _read_ahead(
                 if got < limit and expired():
                     cut = True
                     break
-            if not cut and getattr(fp, "length", None) == 0 and not fp_closed(fp):
+            if not cut and getattr(fp, "length", None) == 0 and not is_fp_closed(fp):
                 # http.client closes a Content-Length body on a read(), never on read1():
                 # without this the connection would not go back to the pool.
                 fp.read()
@@ -260,7 +268,7 @@ def _read_ahead(
         enforced = bool(getattr(response, "enforce_content_length", False))
         response._fp = PrefixedFP(prefix, fp, error, whole_reads_only=not enforced)
         return prefix
-    closed = fp_closed(fp)
+    closed = is_fp_closed(fp)
     if prefix and (ended or closed):
         response._fp = WholeBody(prefix)
         response._fp.prefix = prefix
@@ -300,7 +308,7 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
             raw.length_remaining = 0
         release(raw)
         return
-    if fp is None or fp_closed(fp):
+    if fp is None or is_fp_closed(fp):
         release(raw)
         return
     read = getattr(raw, "read", None)
@@ -324,30 +332,8 @@ def release(response: Any) -> None:
     """Hand a response's connection back to its pool; never raises (a mock has no pool)."""
     give_back = getattr(response, "release_conn", None)
     if give_back is not None:
-        try:  # noqa: SIM105 - contextlib.suppress would build an object on every decision
+        with contextlib.suppress(Exception):
             give_back()
-        except Exception:
-            pass
-
-
-def fp_closed(fp: Any) -> bool:
-    """Whether a body's stream is closed: urllib3's ``is_fp_closed``, asked the same three
-    ways in the same order (``isclosed()``, ``closed``, ``fp is None``), without raising and
-    catching an AttributeError for each way a stream lacks (a BytesIO has no ``isclosed``:
-    two exceptions per call, on every decision)."""
-    isclosed = getattr(fp, "isclosed", None)
-    if isclosed is not None:
-        return bool(isclosed())
-    closed = getattr(fp, "closed", _ABSENT)
-    if closed is not _ABSENT:
-        return bool(closed)
-    inner = getattr(fp, "fp", _ABSENT)
-    if inner is not _ABSENT:
-        return inner is None
-    raise ValueError("Unable to determine whether fp is closed.")
-
-
-_ABSENT = object()
 
 
 # A streamed body (``stream=True``) that breaks is the request's failure, not a success.

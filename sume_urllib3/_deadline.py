@@ -14,6 +14,10 @@ every request (an event's lock, a thread switch) cost more than the rest of the 
 pools SumeAdapter makes tell the watch which connection the request holds, and forget it
 the moment it goes back to the pool, so a watch never touches a connection another request
 is using.
+
+Private parts of urllib3 used here (see ``_body`` for the versions checked):
+``HTTPConnectionPool._get_conn``/``_put_conn`` (where a pool hands a connection out and takes it
+back: no public hook) and ``Timeout._connect``/``_read`` (the values as given, unresolved).
 """
 
 from __future__ import annotations

@@ -155,34 +155,13 @@ class SumeRetry(Retry):
         assert isinstance(new, SumeRetry)
         return new
 
-    @classmethod
-    def from_int(
-        cls,
-        retries: Any,
-        redirect: Any = True,
-        default: Any = None,
-    ) -> Retry:
-        """Like ``Retry.from_int``: an int becomes ``SumeRetry(total=n)``."""
-        if retries is None:
-            retries = default if default is not None else cls.DEFAULT
-        if isinstance(retries, Retry):
-            return retries
-        return cls(total=retries, redirect=bool(redirect) and None)
-
     def __repr__(self) -> str:
         """urllib3's repr (its five counters, in its order), then ``other`` and the policy's caps."""
-        p = self.policy
-        parts = [
-            f"total={self.total}",
-            f"connect={self.connect}",
-            f"read={self.read}",
-            f"redirect={self.redirect}",
-            f"status={self.status}",
-            f"other={self.other}",
-            f"max_retries={p.max_retries}",
-            f"max_elapsed={p.max_elapsed}",
-        ]
-        return f"{type(self).__name__}({', '.join(parts)})"
+        return (
+            f"{type(self).__name__}(total={self.total}, connect={self.connect}, read={self.read}, "
+            f"redirect={self.redirect}, status={self.status}, other={self.other}, "
+            f"max_retries={self.policy.max_retries}, max_elapsed={self.policy.max_elapsed})"
+        )
 
     # -- what urllib3 asks -----------------------------------------------------------
 
@@ -195,7 +174,7 @@ class SumeRetry(Retry):
         and with ``Policy.trust_body``, every error status (its body may make it a retry).
         """
         forced = self.status_forcelist
-        if status_code in (307, 308) and self._lone_body_method(method):
+        if status_code in (307, 308) and self._joined() is None and (method or "").upper() in BODY_METHODS:
             # requests follows redirects itself (urllib3's redirect=False) and would resend a
             # body this retry cannot see: increment refuses it (see redirect_refusal).
             return True
@@ -224,9 +203,6 @@ class SumeRetry(Retry):
 
     def _is_method_retryable(self, method: str) -> bool:
         return self.refusal(self._joined() or _FRESH, method) is None
-
-    def _lone_body_method(self, method: Optional[str]) -> bool:
-        return self._joined() is None and (method or "").upper() in BODY_METHODS
 
     def _joined(self) -> Optional[RequestContext]:
         """The request this retry serves: the adapter's, or a lone retry's own once it began.
