@@ -272,17 +272,9 @@ class SumeRetry(Retry):
         _stacktrace: Any = None,
     ) -> SumeRetry:
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``."""
-        if type(response) is HTTPResponse or isinstance(response, _URLLIB3_RESPONSE):
-            # What urllib3 hands increment (its exact class asked first: the isinstance of an
-            # io.IOBase goes through ABCMeta): its redirects decided by REDIRECT_STATUSES alone
-            # (get_redirect_location's own test, without the call on every decision).
-            raw = response
-            if raw.status in raw.REDIRECT_STATUSES and error is None and _redirect_location(raw):
-                return self._redirect(method, url, raw, _pool, _stacktrace)
-        else:
-            raw = _raw_response(response)
-            if error is None and raw is not None and _redirect_location(raw):
-                return self._redirect(method, url, raw, _pool, _stacktrace)
+        raw = response if isinstance(response, _URLLIB3_RESPONSE) else _raw_response(response)
+        if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
+            return self._redirect(method, url, raw, _pool, _stacktrace)
         if error is None:
             if raw is None:
                 # A bare count (no response, no error): urllib3's own rules apply.
@@ -747,9 +739,10 @@ def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> 
     return policy
 
 
-#: urllib3's response class (``BaseHTTPResponse`` on 2.x, whose subclasses all decide
-#: redirects by ``REDIRECT_STATUSES``; ``HTTPResponse`` on 1.26).
+#: urllib3's response class (``BaseHTTPResponse`` on 2.x, ``HTTPResponse`` on 1.26), and the
+#: statuses its ``get_redirect_location`` answers for.
 _URLLIB3_RESPONSE: Any = getattr(urllib3.response, "BaseHTTPResponse", HTTPResponse)
+_REDIRECTS = frozenset(HTTPResponse.REDIRECT_STATUSES)
 
 
 def _raw_response(response: Any) -> Any:
