@@ -91,10 +91,10 @@ class SumeRetry(Retry):
         rng: RandomSource = None,
         retry_budget: Optional[RetryBudget] = None,
         observers: Iterable[Any] = (),
-        _checked: bool = False,
         **retry_kwargs: Any,
     ) -> None:
-        if not _checked or policy is None:  # a copy new() made for urllib3's increment: checked
+        checked = retry_kwargs.pop("_checked", False)  # a copy new() made for urllib3's increment
+        if not checked or policy is None:
             policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
         raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)
@@ -105,7 +105,7 @@ class SumeRetry(Retry):
                 extras[name] = retry_kwargs.pop(name)
         super().__init__(raise_on_status=raise_on_give_up, **retry_kwargs)
         self.__dict__.update(extras)
-        if not _checked:
+        if not checked:
             self.remove_headers_on_redirect = frozenset(
                 {h.lower() for h in (*self.remove_headers_on_redirect, *AUTH_HEADER_NAMES)}
             )
