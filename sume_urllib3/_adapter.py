@@ -41,15 +41,15 @@ from .pacing._fleet import GRANT_NOW, Fleet, LocalFleet
 from .pacing._signals import key_ids
 
 
-class _DefaultFleet:
-    """Marker for "the process-wide LocalFleet"."""
+class Default:
+    """Marker for a default made when it is used (the process-wide fleet, a session's budget)."""
 
     def __repr__(self) -> str:
         return "<default>"
 
 
 #: The ``fleet=`` default: ``LocalFleet.default()``, shared by the whole process.
-DEFAULT_FLEET: Any = _DefaultFleet()
+DEFAULT_FLEET: Any = Default()
 
 
 def check_fleet(fleet: Any) -> Optional[Fleet]:

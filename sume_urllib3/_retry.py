@@ -128,10 +128,10 @@ class SumeRetry(Retry):
         A refusal that is the answer itself (the first response, one the policy does not
         retry, a Retry-After status out of retries) is then returned, as urllib3 returns it.
         """
+        if not self._raise_on_give_up:
+            return False  # an adapter's retry: the adapter raises the give-up itself
         context = current.get()
-        if context is not None and context.raised_by is self:
-            return self._raise_on_give_up and context.raise_now
-        return self._raise_on_give_up
+        return context is None or context.raised_by is not self or context.raise_now
 
     @raise_on_status.setter
     def raise_on_status(self, value: bool) -> None:

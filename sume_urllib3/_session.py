@@ -11,7 +11,7 @@ import requests
 from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, BaseAdapter
 from requests.utils import default_user_agent, select_proxy
 
-from ._adapter import DEFAULT_FLEET, SumeAdapter
+from ._adapter import DEFAULT_FLEET, Default, SumeAdapter
 from ._config import check_url, setting
 from ._deadline import TimeoutSpec, check_timeout
 from ._errors import ConfigurationError
@@ -51,14 +51,8 @@ AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
 _SCHEMES = ("https://", "http://")
 
 
-class _DefaultBudget:
-    """Marker for "a fresh default RetryBudget per session"."""
-
-    def __repr__(self) -> str:
-        return "<default>"
-
-
-DEFAULT_BUDGET: Any = _DefaultBudget()
+#: The ``retry_budget=`` default: a new RetryBudget per session.
+DEFAULT_BUDGET: Any = Default()
 
 
 class _NoAuth(requests.auth.AuthBase):
