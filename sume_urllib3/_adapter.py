@@ -262,7 +262,11 @@ class SumeAdapter(HTTPAdapter):
     ) -> requests.Response:
         """One call: a session's request (``joined``), else a logical request of its own."""
         own = joined is None
-        context = RequestContext(self.retry._now()) if joined is None else joined
+        if joined is None:
+            now = self.retry.timer()
+            context = RequestContext(now(), now=now)
+        else:
+            context = joined
         if own:
             token = current.set(context)
         try:
@@ -270,7 +274,7 @@ class SumeAdapter(HTTPAdapter):
         except BaseException as exc:
             if context.record is None and context.adapter is self:
                 # Something other than the transport broke: the record still ends the request.
-                context.finish(None, None, self.retry._now(), error=type(exc).__name__)
+                context.finish(None, None, context.now(), error=type(exc).__name__)
             raise
         finally:
             if context.grant is not None:  # None after a response: end_turn released it there
@@ -297,7 +301,7 @@ class SumeAdapter(HTTPAdapter):
             self._take_turn(context, request, deadline)
         context.hops += 1
         timeout = check_timeout(sent["timeout"]) if sent["timeout"] is not None else self.timeout
-        sent["timeout"] = capped(timeout, deadline, retry.clock)
+        sent["timeout"] = capped(timeout, deadline, context.now)
         if sent["timeout"] is not timeout and context.watch is None:  # capped: on real time
             # The read timeout restarts with every byte: this bounds what a trickle can take.
             context.watch = _deadline.arm(deadline - time.monotonic(), policy.max_elapsed)
@@ -354,7 +358,7 @@ class SumeAdapter(HTTPAdapter):
         fleet, retry = context.fleet, self.retry
         key_id = context.key_id or key_ids.for_request(request.url or "", request.headers)
         while True:  # slow start may ask a first attempt to come back (grant.again)
-            grant = fleet.acquire(key_id, time_left=deadline - retry._now())
+            grant = fleet.acquire(key_id, time_left=deadline - context.now())
             if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
                 break
             context.held(grant, grant.wait if grant.wait > 0 and not grant.refused else 0.0)
@@ -362,7 +366,7 @@ class SumeAdapter(HTTPAdapter):
                 decision = Decision(STOP, reason=f"not sent: {grant.refused}")
                 # Spread: every caller refused now heard the same next turn.
                 retry_in = refused_retry_in(grant.wait, retry.rng)
-                context.add(Attempt(None, None, None, None, decision, at=retry._now(), retry_in=retry_in))
+                context.add(Attempt(None, None, None, None, decision, at=context.now(), retry_in=retry_in))
                 raise SumeRetryError(self._finish(context, request, None, None))
             if grant.wait > 0 and grant.source == "slow_start":
                 # Waiting for responses in flight, which arrive in real time even when a
@@ -458,8 +462,7 @@ class SumeAdapter(HTTPAdapter):
                 # blocking pool would never see its connection again: one that ends within the
                 # drain's limit is read into memory now (the caller reads it as before), and its
                 # connection goes back. A longer one is the caller's to read or close.
-                retry = self.retry
-                hold_whole(response.raw, DRAIN_LIMIT, lambda: retry._now() >= deadline)
+                hold_whole(response.raw, DRAIN_LIMIT, lambda: context.now() >= deadline)
             raise SumeRetryError(record, response)
         if not stream and status >= 400:
             try:
@@ -473,7 +476,7 @@ class SumeAdapter(HTTPAdapter):
         previous = context.answered() if context.answered is not None else None
         status = None if previous is None else previous.status_code
         decision = Decision(NO_RETRY, reason=reason)
-        context.add(Attempt(status, None, None, None, decision, at=self.retry._now()))
+        context.add(Attempt(status, None, None, None, decision, at=context.now()))
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)
 
@@ -550,7 +553,7 @@ class SumeAdapter(HTTPAdapter):
         return context.finish(
             status,
             headers,
-            self.retry._now(),
+            context.now(),
             error=error,
             auth_conflict=status == 401 and _has_both_auth(request.headers),
             retry_in=retry_in,

@@ -34,7 +34,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import EmptyPoolError, ReadTimeoutError
 from urllib3.util.timeout import Timeout
 
-from . import _fork, _sleeping
+from . import _fork
 from ._config import MAX_SECONDS
 from ._errors import ConfigurationError
 from ._request import current
@@ -361,20 +361,16 @@ class DeadlineTimeout(Timeout):
 
     def clone(self) -> Timeout:
         """A plain Timeout for one attempt, its total capped by the time left."""
-        left = max(self.deadline - _sleeping.now(self.clock), MIN_ATTEMPT_TIMEOUT)
+        left = max(self.deadline - self.clock(), MIN_ATTEMPT_TIMEOUT)
         total = min(self.total, left) if isinstance(self.total, (int, float)) else left
         return Timeout(connect=self._connect, read=self._read, total=total)
 
 
 def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) -> TimeoutSpec:
-    """``timeout`` capped by the deadline, when the clock is real time.
-
-    An injected clock or a test's no-sleep mode measures time that did not really
-    pass, so socket timeouts are left as they are there.
-    """
-    if clock is time.monotonic and _sleeping.active_recorder() is None:
-        return DeadlineTimeout(timeout, deadline, clock)
-    return timeout
+    """``timeout`` capped by the deadline, when ``clock`` (a request's, see ``SumeRetry.timer``)
+    is real time: an injected clock or a test's no-sleep time measures time that did not
+    really pass, so socket timeouts are left as they are there."""
+    return DeadlineTimeout(timeout, deadline, clock) if clock is time.monotonic else timeout
 
 
 @functools.lru_cache(maxsize=64)

@@ -6,15 +6,16 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 
 from __future__ import annotations
 
+import time
 from contextvars import ContextVar
-from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
 from ._idempotency import KEYED_METHODS, body_is_replayable, new_key, validate_idempotency_key
 from ._policy import FIX, NO_RETRY, POLL, RETRY, STOP, Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
-from ._util import RandomSource, plural, uniform
+from ._util import RandomSource, uniform
 from .pacing._fleet import ANONYMOUS
 
 # A fleet's wait longer than the policy's by less than this is the same wait (float noise).
@@ -87,6 +88,7 @@ class RequestContext:
         self,
         start: float,
         *,
+        now: Callable[[], float] = time.monotonic,
         policy: Optional[Policy] = None,
         owned: bool = False,
         fleet: Any = None,
@@ -94,6 +96,7 @@ class RequestContext:
         url: str = "",
     ) -> None:
         self.start = start
+        self.now = now  # the request's clock, chosen as it starts (see SumeRetry.timer)
         if policy is not None:
             self.policy = policy
         if owned:
@@ -254,7 +257,11 @@ class RequestContext:
         elif status is not None and status < 400:
             request_id = _request_id(headers)
             outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
-            reason = "succeeded" if retries == 0 else f"succeeded after {plural(retries, 'retry', 'retries')}"
+            reason = (
+                f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
+                if retries
+                else "succeeded"
+            )
         elif last is not None:
             code, request_id, next_action = last.code, last.request_id, last.next_action
             outcome = _outcome(last.decision.verdict, retries)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -234,7 +235,7 @@ class SumeRetry(Retry):
         asked = self.get_retry_after(response) if self.respect_retry_after_header else None
         context = self._joined()
         # Outside a request (a caller's own sleep(response)) nothing bounds it, as in urllib3.
-        left = context.deadline(context.policy or self.policy) - self._now() if context else math.inf
+        left = context.deadline(context.policy or self.policy) - context.now() if context else math.inf
         seconds = redirect_wait(asked, left)
         if seconds:
             _sleeping.wait(seconds, self.sleep_function)
@@ -257,8 +258,11 @@ class SumeRetry(Retry):
         context.next_wait = None
         # The decision refused waits that cross the deadline; this only trims what
         # reading the rest of the old body took meanwhile.
-        left = context.deadline(context.policy or self.policy) - self._now()
-        _sleeping.wait(min(wait, max(left, 0.0)), self.sleep_function)
+        wait = min(wait, max(context.deadline(context.policy or self.policy) - context.now(), 0.0))
+        if context.now is not time.monotonic:
+            _sleeping.wait(wait, self.sleep_function)  # a test's time: no_sleep records the wait
+        elif wait > 0:
+            self.sleep_function(wait)
 
     # -- the decision ----------------------------------------------------------------
 
@@ -293,7 +297,7 @@ class SumeRetry(Retry):
             except Exception:  # a bug here must not leak the connection or the response
                 log.exception("sume_urllib3: failed to decide on a response; not retrying")
                 decision = Decision(NO_RETRY, reason="internal error while deciding")
-                attempt = Attempt(status_of(raw), None, None, None, decision, at=self._now())
+                attempt = Attempt(status_of(raw), None, None, None, decision, at=context.now())
         new: Optional[SumeRetry] = None
         counted_out = False
         if attempt.decision.verdict is RETRY:
@@ -417,7 +421,8 @@ class SumeRetry(Retry):
             return context
         # Used alone (PoolManager, a plain HTTPAdapter): this is the first failure of a
         # new request, so the deadline counts from now.
-        context = RequestContext(self._now(), method=(method or "").upper(), url=url or "")
+        now = self.timer()
+        context = RequestContext(now(), now=now, method=(method or "").upper(), url=url or "")
         context.hops = 1
         return context
 
@@ -450,13 +455,13 @@ class SumeRetry(Retry):
         envelope = _NO_HINTS
         if status >= 400:
             deadline = context.deadline(policy)
-            prefix, decoded = peek_body(raw, policy.peek_limit, lambda: self._now() >= deadline)
+            prefix, decoded = peek_body(raw, policy.peek_limit, lambda: context.now() >= deadline)
             headers = getattr(raw, "headers", None)
             envelope = parse_envelope(
                 headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False
             )
         # Measured after the peek: reading a slow body is part of the elapsed time.
-        now = self._now()
+        now = context.now()
         retry_after = _retry_after(raw) if self.respect_retry_after_header else None
         decision = policy.decide(
             status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
@@ -476,7 +481,7 @@ class SumeRetry(Retry):
         self, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
     ) -> Attempt:
         """What the policy says of a transport error (connect, read, a refused tunnel)."""
-        now = self._now()
+        now = context.now()
         refused_with = tunnel_status(error)
         if refused_with is not None:
             return self._decide_tunnel(context, policy, refused_with, error, now)
@@ -531,7 +536,7 @@ class SumeRetry(Retry):
         it cannot), the retry budget and the fleet's turn. Records the attempt; on a resend
         the wait is in ``context.next_wait`` for :meth:`sleep`.
         """
-        now = self._now()
+        now = context.now()
         why = "the body failed mid-read"
         replay_safe = self.refusal(context, context.method) is None
         decision = policy.decide_error(
@@ -605,8 +610,13 @@ class SumeRetry(Retry):
             )
         log.debug("sume_urllib3: %s", decision.reason)
 
-    def _now(self) -> float:
-        return _sleeping.now(self.clock)
+    def timer(self) -> Callable[[], float]:
+        """The clock a request reads, chosen once as it starts: real time, or a test's time (an
+        injected clock, or the virtual time of ``testing.no_sleep``, which socket timeouts and
+        the deadline's watch do not follow)."""
+        if self.clock is time.monotonic and _sleeping.active_recorder() is None:
+            return time.monotonic
+        return functools.partial(_sleeping.now, self.clock)
 
 
 #: A lone retry's request before its first increment: no key, its body unseen.

@@ -264,7 +264,8 @@ class SumeSession(requests.Session):
         self, method: str, url: str, args: Tuple[Any, ...], policy: Optional[Policy], kwargs: Dict[str, Any]
     ) -> requests.Response:
         adapter = self.adapter
-        context = RequestContext(adapter.retry._now(), policy=policy, owned=True, fleet=adapter.fleet)
+        now = adapter.retry.timer()
+        context = RequestContext(now(), now=now, policy=policy, owned=True, fleet=adapter.fleet)
         token = current.set(context)
         try:
             return super().request(method, url, *args, **kwargs)
@@ -275,7 +276,7 @@ class SumeSession(requests.Session):
             if context.record is not None and getattr(exc, "sume", None) is None:
                 # Raised by requests after a hop ended (too many redirects, a bad Location):
                 # the request did not end as that hop's record says.
-                context.finish(None, None, adapter.retry._now(), error=type(exc).__name__)
+                context.finish(None, None, context.now(), error=type(exc).__name__)
                 setattr(exc, "sume", context.record)
             raise
         finally:

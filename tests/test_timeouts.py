@@ -14,7 +14,7 @@ import requests
 import urllib3
 from urllib3.util.timeout import Timeout
 
-from sume_urllib3 import SumeSession
+from sume_urllib3 import SumeRetry, SumeSession
 from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
 from sume_urllib3.exceptions import ConfigurationError
 from sume_urllib3.testing import FakeSume, no_sleep
@@ -205,10 +205,11 @@ def test_clones_are_independent() -> None:
 
 
 def test_clone_counts_waits_recorded_under_no_sleep() -> None:
-    """Under no_sleep, the waits this thread recorded count as time passed, so deadlines hold."""
+    """Under no_sleep, the waits this thread recorded count as time passed, so deadlines hold:
+    a request's clock (``SumeRetry.timer``) is then the virtual time."""
     clock = VirtualTime()
-    timeout = DeadlineTimeout((8, 60), deadline=1010.0, clock=clock)
     with no_sleep() as recorder:
+        timeout = DeadlineTimeout((8, 60), deadline=1010.0, clock=SumeRetry(clock=clock).timer())
         recorder.record(6.0)
         attempt = timeout.clone()
     assert attempt.total == 4.0
@@ -226,9 +227,12 @@ def test_capped_leaves_the_timeout_alone_with_an_injected_clock(timeout: Any) ->
 
 @pytest.mark.parametrize("timeout", [(5, 60), 5, None], ids=repr)
 def test_capped_leaves_the_timeout_alone_under_no_sleep(timeout: Any) -> None:
-    """Under no_sleep the waits are not slept, so the real clock's deadline is not applied."""
+    """Under no_sleep the waits are not slept, so the real clock's deadline is not applied: the
+    request's clock is then no_sleep's virtual time, which capped leaves alone."""
     with no_sleep():
-        assert capped(timeout, deadline=time.monotonic() + 1.0, clock=time.monotonic) is timeout
+        clock = SumeRetry().timer()
+        assert clock is not time.monotonic
+        assert capped(timeout, deadline=time.monotonic() + 1.0, clock=clock) is timeout
 
 
 def test_capped_with_the_real_clock_caps_every_attempt() -> None:
