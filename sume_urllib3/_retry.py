@@ -285,7 +285,7 @@ class SumeRetry(Retry):
                 return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         elif self.total is False:
             raise error.with_traceback(_stacktrace)
-        context = self._context(method, url)
+        context = self._joined() or self._lone_request(method, url)
         if context.grant is not None:
             context.end_turn(status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
         policy = context.policy or self.policy
@@ -342,7 +342,7 @@ class SumeRetry(Retry):
         Counted by urllib3's own rules; a 307/308 that would send a body this request cannot
         send again is refused with ``MaxRetryError`` naming the body and the redirect.
         """
-        context = self._context(method, url)
+        context = self._joined() or self._lone_request(method, url)
         why = redirect_refusal(
             method or context.method, status_of(raw), context.replayable, context.adapter is None
         )
@@ -414,13 +414,9 @@ class SumeRetry(Retry):
         context.next_wait = turn.wait
         return new, attempt
 
-    def _context(self, method: Optional[str], url: Optional[str]) -> RequestContext:
-        """The request this increment belongs to: the adapter's, or a lone retry's own."""
-        context = self._joined()
-        if context is not None:
-            return context
-        # Used alone (PoolManager, a plain HTTPAdapter): this is the first failure of a
-        # new request, so the deadline counts from now.
+    def _lone_request(self, method: Optional[str], url: Optional[str]) -> RequestContext:
+        """A lone retry's request (a PoolManager, a plain HTTPAdapter), at its first failure:
+        the deadline counts from now."""
         now = self.timer()
         context = RequestContext(now(), now=now, method=(method or "").upper(), url=url or "")
         context.hops = 1
