@@ -144,7 +144,14 @@ class RequestContext:
             self.retries += 1
 
     def refuse(self, by: Any, *, raise_now: bool) -> None:
-        """Note that the retry ``by`` refused the response, and whether urllib3 must raise."""
+        """Note that the retry ``by`` refused the response, and whether urllib3 must raise.
+
+        urllib3 asks ``by.raise_on_status`` next, and other threads may share ``by`` (a
+        template): the answer waits here, made current for a lone retry's request (an
+        adapter's is current already).
+        """
+        if self.adapter is None:
+            current.set(self)
         self.raised_by, self.raise_now = by, raise_now
 
     # -- the fleet's turns -------------------------------------------------------------

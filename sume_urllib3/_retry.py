@@ -78,6 +78,9 @@ class SumeRetry(Retry):
         (resend every method, POST without a key included) is refused.
     """
 
+    # urllib3's own Retry predicates are used as a subclass uses them (``_is_connection_error``,
+    # ``_is_read_error``; ``_is_method_retryable`` is overridden): alike on 1.26.x and 2.0-2.7.
+
     #: The wait ``increment`` decided for the retry this object was made for (None: none).
     _sume_wait: Optional[float] = None
     #: A lone retry's request (no adapter joined), on the objects its increments returned.
@@ -317,13 +320,16 @@ class SumeRetry(Retry):
         if error is None:
             # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
             # as urllib3's Retry does; a refusal of the first response is the answer itself,
-            # and so is a 413/429/503 with Retry-After out of retries (urllib3 returns those).
-            self._refuse(
-                context,
-                raise_now=decision.verdict in _GIVE_UP
-                and (context.retries > 0 or counted_out)
-                and not self._paced_by_retry_after(raw),
+            # and so is a 413/429/503 with Retry-After out of retries (urllib3 returns those:
+            # a status it retries for its Retry-After alone, not listed in status_forcelist).
+            status, forced = status_of(raw), self.status_forcelist
+            paced = (
+                status in self.RETRY_AFTER_STATUS_CODES
+                and not (forced and status in forced)
+                and bool(_retry_after(raw))
             )
+            given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
+            context.refuse(self, raise_now=given_up and not paced)
             # The URL's query (a presigned signature) stays out of the message (see _redact).
             raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
         if decision.verdict is STOP and (self._is_connection_error(error) or context.adapter is None):
@@ -347,34 +353,13 @@ class SumeRetry(Retry):
             method or context.method, status_of(raw), context.replayable, context.adapter is None
         )
         if why is not None:
-            self._refuse(context, raise_now=True)
+            context.refuse(self, raise_now=True)
             raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
         new = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         assert isinstance(new, SumeRetry)  # made by self.new
         if context.adapter is None:
             new._sume_request = context  # the hop after the redirect continues this request
         return new
-
-    def _refuse(self, context: RequestContext, *, raise_now: bool) -> None:
-        """Note that this object refused the response, and whether urllib3 must raise.
-
-        urllib3 asks ``raise_on_status`` of this object next, and other threads may share it
-        (a template): the answer waits in this thread's context, made current here for a lone
-        retry's request (an adapter's is current already).
-        """
-        if context.adapter is None:
-            current.set(context)
-        context.refuse(self, raise_now=raise_now)
-
-    def _paced_by_retry_after(self, raw: Any) -> bool:
-        """A status urllib3 retries for its Retry-After alone (not listed in status_forcelist)."""
-        status = status_of(raw)
-        forced = self.status_forcelist
-        return (
-            status in self.RETRY_AFTER_STATUS_CODES
-            and not (forced and status in forced)
-            and bool(_retry_after(raw))
-        )
 
     def _count(
         self,
