@@ -400,7 +400,7 @@ class SumeAdapter(HTTPAdapter):
                 context.end_turn(response.status_code, response.headers)
             watch = context.watch
             if watch is not None and watch.fired:
-                self._not_cut(context, request, response)
+                self._cut(context, request, response)
             status = response.status_code
             if sent["stream"] or status >= 400 or (status in REDIRECT_STATI and response.is_redirect):
                 return response  # a redirect's body is requests' to read (it forgives a bad one)
@@ -417,7 +417,7 @@ class SumeAdapter(HTTPAdapter):
                 self.retry.sleep()
                 continue
             if watch is not None and watch.fired:
-                self._not_cut(context, request, response)
+                self._cut(context, request, response)
             return response
 
     def _conclude(
@@ -480,15 +480,13 @@ class SumeAdapter(HTTPAdapter):
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)
 
-    def _not_cut(
+    def _cut(
         self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
-    ) -> None:
-        """Raise the deadline's give-up if it cut this response: headers or a body without a
-        length end at the cut as if complete, and must not pass for a success."""
+    ) -> NoReturn:
+        """The deadline cut this response: headers or a body without a length end at the cut as
+        if complete, and must not pass for a success (the give-up is a ReadTimeout)."""
         response.close()
-        cut = timeout_for(context.watch, requests.exceptions.ConnectionError("cut at the deadline"))
-        status, headers = response.status_code, response.headers
-        throw(cut, self._finish(context, request, status, headers, error="ReadTimeout"))
+        self._broke(context, request, response, requests.exceptions.ConnectionError("cut at the deadline"))
 
     def _broke(
         self,
