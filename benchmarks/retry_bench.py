@@ -216,27 +216,10 @@ def _checked(send: Callable[[], requests.Response]) -> Callable[[], requests.Res
 RETRYABLE_ERRORS = (requests.ConnectionError, requests.Timeout, _Retryable)
 
 
-class RememberingSession(requests.Session):
-    """A requests.Session that reads the environment as SumeSession does: again only on a change.
-
-    SumeSession spares requests its scan of ``os.environ`` for proxies on every request
-    (sume_urllib3/_environment.py); next to this session, a SumeSession's ratio is the cost of
-    its own code alone.
-    """
-
-    def __init__(self) -> None:
-        from sume_urllib3._environment import EnvironmentSettings
-
-        super().__init__()
-        self._environment = EnvironmentSettings()
-
-    def merge_environment_settings(self, *args: Any) -> Any:
-        return self._environment.merge(super().merge_environment_settings, self, *args)
-
-
 def plain_session(adapter: Optional[HTTPAdapter] = None, remembering: bool = False) -> requests.Session:
-    """A requests.Session sending the same headers SumeSession sends (the key)."""
-    session = RememberingSession() if remembering else requests.Session()
+    """A requests.Session sending the same headers SumeSession sends (the key). ``remembering``
+    is kept for the ``env-*`` cases: SumeSession now reads the environment as requests does."""
+    session = requests.Session()
     session.headers["x-api-key"] = API_KEY
     if adapter is not None:
         session.mount("http://", adapter)

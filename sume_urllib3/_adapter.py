@@ -3,60 +3,52 @@
 from __future__ import annotations
 
 import functools
-import threading
+import os
 import time
 import weakref
-from typing import Any, Callable, FrozenSet, Iterable, Mapping, NoReturn, Optional, Tuple, Union
-from urllib.parse import urldefrag, urljoin
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, NoReturn, Optional, Tuple, Union
 
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 from requests.models import REDIRECT_STATI
-from requests.structures import CaseInsensitiveDict
-from requests.utils import requote_uri
 
 from . import _deadline, _fork, _sleeping
-from ._body import BODY_ERRORS, hold_whole, watch_stream
+from ._body import BODY_ERRORS, DRAIN_LIMIT, hold_whole, watch_stream
 from ._config import check_flag, check_pool_arguments
-from ._deadline import TimeoutSpec, capped, check_timeout, on_real_time
+from ._deadline import TimeoutSpec, capped, check_timeout, timeout_for
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
 from ._idempotency import (
     IDEMPOTENCY_HEADER,
-    KEYED_METHODS,
-    body_is_replayable,
-    new_key,
-    validate_idempotency_key,
 )
 from ._policy import Decision, Policy, Verdict
-from ._record import Outcome, SumeRecord, status_label
-from ._redact import redact_url
-from ._request import Attempt, RequestContext, current
-from ._retry import (
-    DRAIN_LIMIT,
-    SumeRetry,
-    body_refusal,
-    decide_response,
-    end_turn,
-    refused_retry_in,
-    renamed_budget,
-    resend_broken_body,
+from ._record import Outcome, SumeRecord
+from ._redirects import (
+    TAKEN_BEFORE,
+    answered,
+    followed_from,
+    left_behind,
+    spent_body_refusal,
+    strip,
+    taken_before,
 )
-from ._util import RandomSource, header_value, leaves_origin
+from ._request import Attempt, RequestContext, current, refused_retry_in
+from ._retry import SumeRetry
+from ._util import RandomSource, leaves_origin
 from .observe import Observers, RequestStart, SumeObserver, in_own_context
-from .pacing._fleet import GRANT_NOW, Fleet, Grant, LocalFleet, RetryBudget
+from .pacing._fleet import GRANT_NOW, Fleet, LocalFleet, RetryBudget
 from .pacing._signals import key_ids
 
 
-class _DefaultFleet:
-    """Marker for "the process-wide LocalFleet"."""
+class Default:
+    """Marker for a default made when it is used (the process-wide fleet, a session's budget)."""
 
     def __repr__(self) -> str:
         return "<default>"
 
 
 #: The ``fleet=`` default: ``LocalFleet.default()``, shared by the whole process.
-DEFAULT_FLEET: Any = _DefaultFleet()
+DEFAULT_FLEET: Any = Default()
 
 
 def check_fleet(fleet: Any) -> Optional[Fleet]:
@@ -73,8 +65,6 @@ def check_fleet(fleet: Any) -> Optional[Fleet]:
     return fleet
 
 
-#: Auth headers that never leave the origin they were meant for.
-AUTH_HEADER_NAMES = ("x-api-key", "Authorization")
 # urllib3 2 enforces Content-Length by default; 1.26 only when asked (see _send).
 _ENFORCE_LENGTH = not hasattr(urllib3, "BaseHTTPResponse")  # added in urllib3 2.0
 
@@ -126,8 +116,6 @@ class SumeAdapter(HTTPAdapter):
         max_retries: Optional[SumeRetry] = None,
         **adapter_kwargs: Any,
     ) -> None:
-        if "budget" in adapter_kwargs:  # the older name, warned of as SumeRetry does
-            retry_budget = renamed_budget(adapter_kwargs.pop("budget"), retry_budget, "SumeAdapter")
         # What this adapter was given itself: mounted on a SumeSession, it keeps these and
         # takes the session's for the rest (see serve_as).
         no_observers = isinstance(observers, (tuple, list)) and not observers  # never consume an iterator
@@ -173,7 +161,6 @@ class SumeAdapter(HTTPAdapter):
         self.raise_on_give_up = check_flag(raise_on_give_up, "raise_on_give_up")
         check_pool_arguments(adapter_kwargs)
         super().__init__(max_retries=max_retries, **adapter_kwargs)
-        _after_fork.add(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # Libraries reconfigure mounted adapters in place (requests-futures' adapter_kwargs sets
@@ -189,8 +176,10 @@ class SumeAdapter(HTTPAdapter):
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         """requests' pools, whose connections the request's deadline can interrupt."""
-        super().init_poolmanager(*args, **kwargs)
+        super().init_poolmanager(*args, **kwargs)  # in __init__ and when unpickled
         self.poolmanager.pool_classes_by_scheme = _deadline.POOL_CLASSES
+        self._pid = os.getpid()
+        _fork.track(self)
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         """requests' proxy pools, with the same deadline as :meth:`init_poolmanager`'s."""
@@ -242,8 +231,6 @@ class SumeAdapter(HTTPAdapter):
         """The retry budget the retry spends from, if any."""
         return self.retry.retry_budget
 
-    budget = retry_budget  # the older name
-
     def __repr__(self) -> str:
         return f"<SumeAdapter {self.retry!r}>"
 
@@ -257,43 +244,40 @@ class SumeAdapter(HTTPAdapter):
         proxies: Optional[Mapping[str, str]] = None,
     ) -> requests.Response:
         """Send with the policy; see the class docstring for what is added."""
-        _fork.check()  # a worker forked without at-fork hooks must not send on the parent's sockets
+        if os.getpid() != self._pid:
+            _fork.check()  # a worker forked without at-fork hooks must not send on the parent's sockets
+        sent = {"stream": stream, "timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
         context = current.get()
         # Join only a session's request that no other adapter serves; a context a lone
         # SumeRetry left behind on this thread, or another adapter's, is not ours.
         if context is not None and context.owned and (context.adapter is None or context.adapter is self):
-            return self._serve(context, request, stream, timeout, verify, cert, proxies)
+            return self._serve(context, request, sent)
         if self.retry.observers.starts:  # this call is the logical request, and is announced
-            return in_own_context(self._serve, None, request, stream, timeout, verify, cert, proxies)
-        return self._serve(None, request, stream, timeout, verify, cert, proxies)
+            return in_own_context(self._serve, None, request, sent)
+        return self._serve(None, request, sent)
 
     def _serve(
-        self,
-        joined: Optional[RequestContext],
-        request: requests.PreparedRequest,
-        stream: bool,
-        timeout: Any,
-        verify: Union[bool, str],
-        cert: Any,
-        proxies: Optional[Mapping[str, str]],
+        self, joined: Optional[RequestContext], request: requests.PreparedRequest, sent: Dict[str, Any]
     ) -> requests.Response:
         """One call: a session's request (``joined``), else a logical request of its own."""
         own = joined is None
-        context = RequestContext(_sleeping.now(self.retry.clock)) if joined is None else joined
+        if joined is None:
+            now = self.retry.timer()
+            context = RequestContext(now(), now=now)
+        else:
+            context = joined
         if own:
             token = current.set(context)
         try:
-            return self._send(context, request, stream, timeout, verify, cert, proxies)
+            return self._send(context, request, sent)
         except BaseException as exc:
             if context.record is None and context.adapter is self:
                 # Something other than the transport broke: the record still ends the request.
-                context.record = context.finish(
-                    None, None, _sleeping.now(self.retry.clock), error=type(exc).__name__
-                )
+                context.finish(None, None, context.now(), error=type(exc).__name__)
             raise
         finally:
             if context.grant is not None:  # None after a response: end_turn released it there
-                end_turn(context, None, None)
+                context.end_turn(None, None)
             if context.watch is not None and context.stream is None:
                 _deadline.disarm(context.watch)  # a stream stays watched while the caller reads it
                 context.watch = None
@@ -305,17 +289,30 @@ class SumeAdapter(HTTPAdapter):
                     self.observers.outcome(context.record)
 
     def _send(
-        self,
-        context: RequestContext,
-        request: requests.PreparedRequest,
-        stream: bool,
-        timeout: Any,
-        verify: Union[bool, str],
-        cert: Any,
-        proxies: Optional[Mapping[str, str]],
+        self, context: RequestContext, request: requests.PreparedRequest, sent: Dict[str, Any]
     ) -> requests.Response:
+        """One hop: join (or continue) the request, take the fleet's turn, transmit, conclude."""
+        self._hop(context, request)
+        retry = self.retry
+        policy = context.policy or retry.policy
+        deadline = context.deadline(policy)
+        if context.fleet is not None:
+            self._take_turn(context, request, deadline)
+        context.hops += 1
+        timeout = check_timeout(sent["timeout"]) if sent["timeout"] is not None else self.timeout
+        sent["timeout"] = capped(timeout, deadline, context.now)
+        if sent["timeout"] is not timeout and context.watch is None:  # capped: on real time
+            # The read timeout restarts with every byte: this bounds what a trickle can take.
+            context.watch = _deadline.arm(deadline - time.monotonic(), policy.max_elapsed)
+        response = self._transmit(context, request, policy, sent)
+        return self._conclude(context, request, response, sent["stream"], deadline)
+
+    def _hop(self, context: RequestContext, request: requests.PreparedRequest) -> None:
+        """The first hop joins the request (its key, its body; the budget counts it, ``on_start``
+        hears of it); a redirect's hop leaves behind what must not go on. Either refuses a body
+        that a send already took and that cannot be sent again."""
         if context.hops:
-            self._redirected(context.url, request)
+            strip(request.headers, left_behind(context.url, request.url or "", request.method))
             if context.owned and _has_both_auth(request.headers):
                 # SumeSession refuses both before the first send; an auth handler (requests'
                 # HTTPDigestAuth answering a 401 challenge) may add Authorization to a resend.
@@ -324,99 +321,126 @@ class SumeAdapter(HTTPAdapter):
                     "added Authorization to a resend): send only one"
                 )
             answered = context.record
-            self._refuse_a_spent_body(context, request, None if answered is None else answered.status)
+            status = None if answered is None else answered.status
         else:
-            followed = None if context.owned else self._followed_from(request)
+            followed = None if context.owned else followed_from(request.url)
             if followed is not None:  # a plain requests.Session following our last redirect
-                self._redirected(followed[0], request)
-            self._join(context, request)
-            if followed is not None:
-                self._refuse_a_spent_body(context, request, followed[1])
-            elif not context.replayable and _taken_before(request.body):
-                # An auth handler's resend outside a SumeSession (or a caller's own): a new
-                # request here, with a body an earlier send took.
-                self._refuse(context, request, _TAKEN_BEFORE)
-        retry: SumeRetry = self.max_retries  # type: ignore[assignment]  # self.retry, one call fewer
-        policy = context.policy or retry.policy
-        deadline = context.deadline(policy)
-        fleet = context.fleet
-        if fleet is not None and context.hops and leaves_origin(context.url, request.url or ""):
-            fleet = context.fleet = None  # another host's answers must not pace this key
-        if fleet is not None:
-            key_id = context.key_id or self._key_id(request)
-            grant = fleet.acquire(key_id, time_left=deadline - _sleeping.now(retry.clock))
+                strip(request.headers, left_behind(followed[0], request.url or "", request.method))
+            method = (request.method or "GET").upper()
+            key = context.join(
+                self, method, request.url or "", request.headers.get(IDEMPOTENCY_HEADER), request.body
+            )
+            if key is not None:
+                # On the prepared request itself (as str), so redirects and resends reuse it.
+                request.headers[IDEMPOTENCY_HEADER] = key
+            retry = self.retry
+            if retry.retry_budget is not None:
+                retry.retry_budget.record_request()
+            if retry.observers.starts:
+                retry.observers.start(RequestStart(method, context.shown_url, key))
+            if followed is None:
+                if not context.replayable and taken_before(request.body):
+                    # An auth handler's resend outside a SumeSession (or a caller's own): a new
+                    # request here, with a body an earlier send took.
+                    self._refuse(context, request, TAKEN_BEFORE)
+                return
+            status = followed[1]
+        why = spent_body_refusal(status, request.body, request.method, context.replayable)
+        if why is not None:
+            self._refuse(context, request, why)
+
+    def _take_turn(self, context: RequestContext, request: requests.PreparedRequest, deadline: float) -> None:
+        """Wait for the fleet's turn before sending; a turn past the deadline sends nothing."""
+        if context.hops and leaves_origin(context.url, request.url or ""):
+            context.leave_fleet()  # another host's answers must not pace this key
+            return
+        fleet, retry = context.fleet, self.retry
+        key_id = context.key_id or key_ids.for_request(request.url or "", request.headers)
+        while True:  # slow start may ask a first attempt to come back (grant.again)
+            grant = fleet.acquire(key_id, time_left=deadline - context.now())
             if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
-                context.grant, context.key_id = grant, key_id
-            else:
-                self._take_turn(context, policy, request, key_id, grant)
-        context.hops += 1
-        timeout = check_timeout(timeout) if timeout is not None else self.timeout
-        if on_real_time(retry.clock):
-            timeout = capped(timeout, deadline, retry.clock)
-            if context.watch is None:
-                # The read timeout restarts with every byte: this bounds what a trickle can take.
-                context.watch = _deadline.arm(deadline - time.monotonic(), policy.max_elapsed)
+                break
+            context.held(grant, grant.wait if grant.wait > 0 and not grant.refused else 0.0)
+            if grant.refused:
+                decision = Decision(Verdict.STOP, reason=f"not sent: {grant.refused}")
+                # Spread: every caller refused now heard the same next turn.
+                retry_in = refused_retry_in(grant.wait, retry.rng)
+                context.add(Attempt(None, None, None, None, decision, at=context.now(), retry_in=retry_in))
+                raise SumeRetryError(self._finish(context, request, None, None))
+            if grant.wait > 0 and grant.source == "slow_start":
+                # Waiting for responses in flight, which arrive in real time even when a
+                # test's sleep and clock are virtual: this pause must really pass.
+                time.sleep(grant.wait)
+            elif grant.wait > 0:
+                _sleeping.wait(grant.wait, retry.sleep_function)
+            if not grant.again:
+                break
+        context.granted(grant, key_id)
+
+    def _transmit(
+        self, context: RequestContext, request: requests.PreparedRequest, policy: Policy, sent: Dict[str, Any]
+    ) -> requests.Response:
+        """Send through requests and urllib3 (whose loop the retry drives) until a response is
+        in hand: a body that breaks mid-read is a read failure, resent when the request may be."""
         broken: Optional[Exception] = None  # a body that broke mid-read, being resent
         while True:
             try:
-                response = super().send(
-                    request,
-                    stream=stream,
-                    timeout=timeout,
-                    verify=verify,
-                    cert=cert,
-                    proxies=proxies,  # type: ignore[arg-type,unused-ignore]  # a Mapping is enough
-                )
+                response = super().send(request, **sent)
             except requests.exceptions.RequestException as exc:
                 if broken is not None:  # the resend failed too: the caller hears of the body
                     raise self._body_failed(context, request, broken) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
-                throw(self._cut_by_deadline(context, exc), self._finish(context, request, None, None))
+                throw(timeout_for(context.watch, exc), self._finish(context, request, None, None))
             if _ENFORCE_LENGTH:
                 # 1.26 hands back a body cut short as if whole (an error body, a gzip one, a
                 # stream): told to, it raises at the cut, as 2.x does, on every read of it.
                 response.raw.enforce_content_length = True
             if context.grant is not None:
-                end_turn(context, response.status_code, response.headers)
+                context.end_turn(response.status_code, response.headers)
             watch = context.watch
             if watch is not None and watch.fired:
-                self._not_cut(context, request, response)
+                self._cut(context, request, response)
             status = response.status_code
-            # is_redirect looks for Location in a CaseInsensitiveDict (a KeyError raised and
-            # caught when it is absent): asked only of a redirect status.
-            if stream or status >= 400 or (status in REDIRECT_STATI and response.is_redirect):
-                break  # a redirect's body is requests' to read (it forgives a bad one)
+            if sent["stream"] or status >= 400 or (status in REDIRECT_STATI and response.is_redirect):
+                return response  # a redirect's body is requests' to read (it forgives a bad one)
             try:
                 response.content  # noqa: B018 - requests reads it next; read it where we can act
-                if watch is not None and watch.fired:
-                    self._not_cut(context, request, response)
-                break
             except BODY_ERRORS as exc:
                 # A body that cannot be decoded comes the same way again: recorded, not resent.
                 undecodable = isinstance(exc, requests.exceptions.ContentDecodingError)
-                if undecodable or not self._retry_body(context, policy, exc, request):
-                    cut = self._cut_by_deadline(context, exc)
-                    record = self._finish(
-                        context, request, response.status_code, response.headers, error=type(cut).__name__
-                    )
-                    throw(cut, record)
+                rewind = functools.partial(_rewind, request.body, context.body_pos)
+                if undecodable or not self.retry.resend_broken_body(context, policy, exc, rewind):
+                    self._broke(context, request, response, exc)
                 response.close()
                 broken = exc
                 self.retry.sleep()
+                continue
+            if watch is not None and watch.fired:
+                self._cut(context, request, response)
+            return response
+
+    def _conclude(
+        self,
+        context: RequestContext,
+        request: requests.PreparedRequest,
+        response: requests.Response,
+        stream: bool,
+        deadline: float,
+    ) -> requests.Response:
+        """Record how the hop ended (``response.sume``); raise the give-up unless told not to."""
+        status = response.status_code
         last = context.attempts[-1] if context.attempts else None
-        if response.status_code >= 400 and (
-            last is None or last.decision.retry or last.status != response.status_code
-        ):
+        if status >= 400 and (last is None or last.decision.retry or last.status != status):
             # urllib3 never showed this response to the retry (requests < 2.29 streams
             # chunked bodies around urllib3): decide once here, but nothing was resent.
             self._consult_late(context, response)
-        if response.status_code in REDIRECT_STATI or not context.owned:
-            self._answered_redirect(context, request, response)
-        if context.owned and response.status_code >= 400:
+        if status in REDIRECT_STATI or not context.owned:
+            answered(request, response, context.url, note=not context.owned)
+        if context.owned and status >= 400:
             # The answer a refused resend leaves the caller with (a 401 challenge an auth handler
             # answers): held weakly, as only the caller may hold a streamed response (StreamWatch).
             context.answered = weakref.ref(response)
-        record = self._finish(context, request, response.status_code, response.headers)
+        record = self._finish(context, request, status, response.headers)
         response.sume = record  # type: ignore[attr-defined]
         if stream and record.outcome is not Outcome.GAVE_UP:
             on_break = functools.partial(self._broken, context, request)  # not the response: see StreamWatch
@@ -437,190 +461,46 @@ class SumeAdapter(HTTPAdapter):
                 # blocking pool would never see its connection again: one that ends within the
                 # drain's limit is read into memory now (the caller reads it as before), and its
                 # connection goes back. A longer one is the caller's to read or close.
-                hold_whole(response.raw, DRAIN_LIMIT, lambda: _sleeping.now(retry.clock) >= deadline)
+                hold_whole(response.raw, DRAIN_LIMIT, lambda: context.now() >= deadline)
             raise SumeRetryError(record, response)
-        if not stream and response.status_code >= 400:
+        if not stream and status >= 400:
             try:
                 response.content  # noqa: B018 - requests reads it next; read it where we can record
             except BODY_ERRORS as exc:
-                cut = self._cut_by_deadline(context, exc)
-                record = self._finish(
-                    context, request, response.status_code, response.headers, error=type(cut).__name__
-                )
-                throw(cut, record)
+                self._broke(context, request, response, exc)
         return response
-
-    def _take_turn(
-        self,
-        context: RequestContext,
-        policy: Policy,
-        request: requests.PreparedRequest,
-        key_id: str,
-        grant: Grant,
-    ) -> None:
-        """Wait for the fleet's turn before sending; a turn past the deadline sends nothing."""
-        fleet, clock = context.fleet, self.retry.clock
-        deadline = context.deadline(policy)
-        while True:  # slow start may ask a first attempt to come back (grant.again)
-            if grant.fallback:
-                context.fallbacks += 1
-            if grant.refused:
-                context.fleet_refused = True
-                decision = Decision(Verdict.STOP, reason=f"not sent: {grant.refused}")
-                # Spread: every caller refused now heard the same next turn.
-                retry_in = refused_retry_in(grant.wait, self.retry.rng)
-                now = _sleeping.now(clock)
-                context.add(Attempt(None, None, None, None, decision, at=now, retry_in=retry_in))
-                raise SumeRetryError(self._finish(context, request, None, None))
-            if grant.wait > 0:
-                context.paced += grant.wait
-                if grant.source == "slow_start":
-                    # Waiting for responses in flight, which arrive in real time even when
-                    # a test's sleep and clock are virtual: this pause must really pass.
-                    time.sleep(grant.wait)
-                else:
-                    _sleeping.wait(grant.wait, self.retry.sleep_function)
-            if not grant.again:
-                context.grant, context.key_id = grant, key_id
-                return
-            grant = fleet.acquire(key_id, time_left=deadline - _sleeping.now(clock))
-
-    def _key_id(self, request: requests.PreparedRequest) -> str:
-        """The fleet's name for (this request's origin, the key it carries), used without a
-        SumeSession; hashed once per pair (see ``_keyid``)."""
-        return key_ids.for_request(request.url or "", request.headers)
-
-    def _join(self, context: RequestContext, request: requests.PreparedRequest) -> None:
-        """The first hop: fix the key, the method, whether the body replays; count the request."""
-        context.adapter = self
-        method = (request.method or "GET").upper()
-        context.method, context.url = method, request.url or ""  # before anything can fail
-        key = header_value(request.headers, "idempotency-key")
-        if key is not None:
-            key = validate_idempotency_key(key)
-        elif method in KEYED_METHODS:
-            key = new_key()
-        if key is not None:
-            # On the prepared request itself (as str), so redirects and resends reuse it.
-            request.headers[IDEMPOTENCY_HEADER] = key
-        context.key = key
-        context.replayable = body_is_replayable(request.body)
-        if context.replayable and hasattr(request.body, "tell"):
-            try:
-                context.body_pos = request.body.tell()  # type: ignore[union-attr]
-            except Exception:
-                context.replayable = False
-        if not context.owned:
-            context.fleet = self.fleet
-        retry = self.retry
-        budget = retry.retry_budget
-        if budget is not None:
-            budget.record_request()
-        observers = retry.observers
-        if observers.starts:
-            observers.start(RequestStart(method, redact_url(context.url), key))
-
-    def _refuse_a_spent_body(
-        self, context: RequestContext, request: requests.PreparedRequest, status: Optional[int]
-    ) -> None:
-        """A send after ``status`` would send the first send's body again: refuse one spent.
-
-        requests sends the body again after a 307/308 (rewinding a file it can), and so does an
-        auth handler answering a 401 challenge (requests' ``HTTPDigestAuth``): a generator or a
-        stream without seek would go out empty, under the same Idempotency-Key.
-        """
-        why = None if request.body is None else body_refusal(context, request.method)
-        if why is None:
-            return
-        if status in REDIRECT_STATI:
-            reason = f"{status} redirect not followed: {why}"
-        else:
-            reason = f"not sent again after the {status_label(status)}: {why}"
-        self._refuse(context, request, reason)
 
     def _refuse(self, context: RequestContext, request: requests.PreparedRequest, reason: str) -> NoReturn:
         """End the request unsent for ``reason``, with the response a hop got before, if any."""
         previous = context.answered() if context.answered is not None else None
         status = None if previous is None else previous.status_code
         decision = Decision(Verdict.NO_RETRY, reason=reason)
-        context.add(Attempt(status, None, None, None, decision, at=_sleeping.now(self.retry.clock)))
+        context.add(Attempt(status, None, None, None, decision, at=context.now()))
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)
 
-    def _redirected(self, first: str, request: requests.PreparedRequest) -> None:
-        """A redirect hop: keep the keys only where they still mean the same request."""
-        headers = request.headers
-        if (request.method or "GET").upper() not in KEYED_METHODS:
-            headers.pop(IDEMPOTENCY_HEADER, None)  # a 303 made the POST a GET: nothing to dedupe
-        if first and leaves_origin(first, request.url or ""):
-            for name in AUTH_HEADER_NAMES:  # requests strips Authorization only
-                headers.pop(name, None)
-
-    def _answered_redirect(
+    def _cut(
         self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
-    ) -> None:
-        """Before requests follows a redirect, leave behind what must not go with the next hop.
+    ) -> NoReturn:
+        """The deadline cut this response: headers or a body without a length end at the cut as
+        if complete, and must not pass for a success (the give-up is a ReadTimeout)."""
+        response.close()
+        self._broke(context, request, response, requests.exceptions.ConnectionError("cut at the deadline"))
 
-        requests sends the next hop as a copy of this request, stripping only Authorization,
-        and the adapter sending it may not be this one (a plain ``HTTPAdapter`` on ``http://``,
-        or for another origin, strips nothing): the request's headers become ones whose copy
-        leaves both auth headers behind when the redirect leaves the origin, and the
-        Idempotency-Key when requests makes the next hop another method (a 303's GET), here,
-        where every way through requests passes. The request itself still shows what it sent
-        (``response.history[0].request.headers``), as in requests.
-        Outside a SumeSession the thread also notes where the redirect leads, for the next send
-        (see ``_followed_from``); any other response clears that note.
-        """
-        target = None
-        location = response.headers.get("location") if response.status_code in REDIRECT_STATI else None
-        if location and response.is_redirect:
-            target = requote_uri(urldefrag(urljoin(response.url or context.url, location))[0])
-            leaving = leaves_origin(request.url or context.url, target)
-            left_behind: Tuple[str, ...] = AUTH_HEADER_NAMES if leaving else ()
-            if IDEMPOTENCY_HEADER in request.headers and (
-                _next_method(request.method, response.status_code) not in KEYED_METHODS
-            ):
-                left_behind += (IDEMPOTENCY_HEADER,)  # a 303 makes the POST a GET: nothing to dedupe
-            if left_behind:
-                request.headers = _HeadersLeftBehind(request.headers, left_behind)
-        if not context.owned:
-            first = getattr(_hops, "first", None) or context.url
-            _hops.next = None if target is None else (target, first, response.status_code)
-
-    def _followed_from(self, request: requests.PreparedRequest) -> Optional[Tuple[str, int]]:
-        """The first URL of a redirect chain this send continues, and the redirect's status
-        (whichever SumeAdapter on this thread answered it)."""
-        pending = getattr(_hops, "next", None)
-        _hops.next = _hops.first = None
-        if pending is None or pending[0] != urldefrag(request.url or "")[0]:
-            return None
-        first: str = pending[1]
-        _hops.first = first
-        return first, pending[2]
-
-    def _retry_body(
-        self, context: RequestContext, policy: Policy, error: Exception, request: requests.PreparedRequest
-    ) -> bool:
-        """A body that broke mid-read is a read failure after sending: may it be resent?"""
-        return resend_broken_body(
-            self.retry, context, policy, error, lambda: _rewind(request.body, context.body_pos)
+    def _broke(
+        self,
+        context: RequestContext,
+        request: requests.PreparedRequest,
+        response: requests.Response,
+        error: Exception,
+    ) -> NoReturn:
+        """The body broke mid-read and is not resent: the error (a ReadTimeout when the deadline
+        cut it) with the record."""
+        cut = timeout_for(context.watch, error)
+        throw(
+            cut,
+            self._finish(context, request, response.status_code, response.headers, error=type(cut).__name__),
         )
-
-    def _not_cut(
-        self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
-    ) -> None:
-        """Raise the deadline's give-up if it cut this response: headers or a body without a
-        length end at the cut as if complete, and must not pass for a success."""
-        watch = context.watch
-        if watch is not None and watch.fired:
-            response.close()
-            cut = _deadline.timeout_for(watch, requests.exceptions.ConnectionError("cut at the deadline"))
-            status, headers = response.status_code, response.headers
-            throw(cut, self._finish(context, request, status, headers, error="ReadTimeout"))
-
-    def _cut_by_deadline(self, context: RequestContext, error: Exception) -> Exception:
-        """``error``, or a ReadTimeout (caused by it) when the deadline cut the attempt short."""
-        return _deadline.timeout_for(context.watch, error)
 
     def _broken(
         self,
@@ -646,7 +526,7 @@ class SumeAdapter(HTTPAdapter):
         return raisable(broken, self._finish(context, request, None, None, error=type(broken).__name__))
 
     def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
-        seen = decide_response(self.retry, context, response.raw)
+        seen = self.retry.decide_response(context, response.raw)
         if seen.decision.retry:
             decision = Decision(
                 Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
@@ -667,16 +547,22 @@ class SumeAdapter(HTTPAdapter):
         if context.watch is not None and context.watch.fired:
             # The caller's deadline ended it, not the server: another try may go after a backoff.
             retry_in = (context.policy or self.policy).backoff(context.retries, self.retry.rng)
-        record = context.finish(
+        return context.finish(
             status,
             headers,
-            _sleeping.now(self.retry.clock),
+            context.now(),
             error=error,
             auth_conflict=status == 401 and _has_both_auth(request.headers),
             retry_in=retry_in,
         )
-        context.record = record
-        return record
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's pooled sockets are dropped (both processes would read
+        each other's responses on them)."""
+        self._pid = os.getpid()
+        self.poolmanager.clear()
+        for proxy_manager in self.proxy_manager.values():
+            proxy_manager.clear()
 
 
 def _rewind(body: Any, position: Optional[int]) -> bool:
@@ -690,71 +576,5 @@ def _rewind(body: Any, position: Optional[int]) -> bool:
     return True
 
 
-class _HeadersLeftBehind(CaseInsensitiveDict):  # type: ignore[type-arg]
-    """A request's headers whose copy (requests' next hop after a redirect) leaves some behind:
-    ``x-api-key`` and ``Authorization`` when the redirect leaves the origin, the
-    ``Idempotency-Key`` when the next hop is no longer the keyed request."""
-
-    def __init__(self, headers: Mapping[str, Any], left_behind: Tuple[str, ...]) -> None:
-        super().__init__(headers)
-        self.left_behind = left_behind
-
-    def copy(self) -> CaseInsensitiveDict:  # type: ignore[type-arg]
-        copied = super().copy()
-        for name in self.left_behind:
-            copied.pop(name, None)
-        return copied
-
-
-def _next_method(method: Optional[str], status: int) -> str:
-    """The method requests sends a redirect's next hop with (its ``rebuild_method``)."""
-    method = (method or "GET").upper()
-    if (status in (302, 303) and method != "HEAD") or (status == 301 and method == "POST"):
-        return "GET"
-    return method
-
-
-def _taken_before(body: Any) -> bool:
-    """Whether a send already took this body that cannot be sent twice; notes it taken now.
-
-    Only a body seen here can be told again: one that cannot be weakly referenced is let go.
-    """
-    try:
-        if body in _TAKEN:
-            return True
-        _TAKEN.add(body)
-    except TypeError:
-        pass
-    return False
-
-
-_TAKEN_BEFORE = (
-    "not sent: an earlier send took its body, which cannot be sent again (a generator or a "
-    "stream without seek): pass a new one"
-)
-#: Bodies that can be sent once (generators, streams without seek) that a send has taken: an
-#: auth handler's resend (requests' ``HTTPDigestAuth``) or a caller's own would send them empty.
-_TAKEN: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
 def _has_both_auth(headers: Optional[Mapping[str, Any]]) -> bool:
     return headers is not None and "x-api-key" in headers and "Authorization" in headers
-
-
-# Outside a SumeSession each redirect hop is a separate send: the thread notes where the
-# last redirect it received leads (target URL, the chain's first URL, the redirect's status).
-_hops = threading.local()
-
-# Adapters made in this process: after os.fork() the child must not reuse the parent's
-# pooled sockets (both would read each other's responses), so it drops them.
-_after_fork: weakref.WeakSet[SumeAdapter] = weakref.WeakSet()
-
-
-def _drop_inherited_pools() -> None:
-    for adapter in list(_after_fork):
-        adapter.poolmanager.clear()
-        for proxy_manager in adapter.proxy_manager.values():
-            proxy_manager.clear()
-
-
-_fork.in_child(_drop_inherited_pools)

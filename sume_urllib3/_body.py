@@ -1,21 +1,31 @@
-"""Peek at the start of an error body without taking it from the caller."""
+"""A response's body: peeked without taking it from the caller, drained, watched while streamed.
+
+The private parts of urllib3 and requests this package relies on are used here and in
+``_deadline`` only, each for a reason their public API cannot serve (checked on urllib3 1.26.5
+to 1.26.20 and 2.0 to 2.7, requests 2.25 to 2.34, responses 0.21 to 0.26):
+
+- ``HTTPResponse._fp``: the peek reads ahead and puts the bytes back (urllib3 cannot unread);
+- ``HTTPResponse._body``/``_decoder``: a preloaded body, and whether urllib3 decoded it;
+- ``requests.Response.__class__``: a streamed body is watched to its end (requests has no hook);
+- ``Response._content``/``_content_consumed``: whether a body is in memory already.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import http.client
+import io
 import weakref
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import requests
+from urllib3.util.response import is_fp_closed
 
 from ._deadline import Watch, disarm, timeout_for
 from ._envelope import ends_like_document, whole_document
 from ._errors import raisable
 from ._record import SumeRecord
-
-#: What is left of a prefix once served or dropped (one object: every decision drops one).
-_NOTHING = memoryview(b"")
 
 
 class PrefixedFP:
@@ -27,10 +37,6 @@ class PrefixedFP:
     short, a timeout), the error is raised to the caller once the prefix is served, as
     it would have been without the peek.
     """
-
-    #: True when the peek met the end of the body: the prefix is all of it, and a response
-    #: nobody will read has nothing left to drain (see ``_attempt.let_go``).
-    complete = False
 
     def __init__(
         self,
@@ -101,14 +107,14 @@ class PrefixedFP:
         """Drop the prefix and any pending error, and close the wrapped stream unless it closed
         itself (http.client does at the end of a body: closing it again only flushes a file that
         is gone, on every decision that read its body whole)."""
-        self._rest = _NOTHING
+        self._rest = memoryview(b"")
         self._error = None
-        if not fp_closed(self.inner):
+        if not is_fp_closed(self.inner):
             self.inner.close()
 
     def isclosed(self) -> bool:
         """Closed only once the prefix is served, no error is pending and the stream is closed."""
-        return not self._rest and self._error is None and fp_closed(self.inner)
+        return not self._rest and self._error is None and is_fp_closed(self.inner)
 
     @property
     def closed(self) -> bool:
@@ -132,6 +138,13 @@ class PrefixedFP:
             raise error
 
 
+class WholeBody(io.BytesIO):
+    """A body the peek read to its end, served from memory (its connection is back in the pool):
+    a response nobody reads has nothing left to drain (see :func:`let_go`)."""
+
+    prefix = b""
+
+
 def peek_body(
     response: Any, limit: int, expired: Optional[Callable[[], bool]] = None
 ) -> Tuple[Optional[bytes], bool]:
@@ -148,7 +161,7 @@ def peek_body(
     if limit <= 0 or response is None:
         return None, False
     fp = getattr(response, "_fp", None)
-    if isinstance(fp, PrefixedFP):
+    if isinstance(fp, (PrefixedFP, WholeBody)):
         return fp.prefix[:limit], False
     body = getattr(response, "_body", None)
     if body:
@@ -156,7 +169,7 @@ def peek_body(
         # encoding it cannot read, zstd without its library say, is kept as it came).
         decoded = getattr(response, "_decoder", None) is not None
         return bytes(body[:limit]), decoded and bool(getattr(response, "decode_content", False))
-    if fp is None or fp_closed(fp):
+    if fp is None or is_fp_closed(fp):
         return None, False
     return _read_ahead(response, fp, b"", limit, expired, stop_at_document=True), False
 
@@ -170,13 +183,15 @@ def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] 
     that broke or one cut by ``expired`` stays as it is, each byte read put back.
     """
     fp = getattr(response, "_fp", None)
+    if isinstance(fp, WholeBody):
+        return  # all of it in hand already
     if isinstance(fp, PrefixedFP):
-        if fp.complete or fp._error is not None or len(fp._rest) != len(fp.prefix):
+        if fp._error is not None or len(fp._rest) != len(fp.prefix):
             return  # all of it in hand already, an error pending, or the caller began reading
         head, fp = fp.prefix, fp.inner
     else:
         head = b""
-    if fp is not None and not getattr(response, "_body", None) and not fp_closed(fp):
+    if fp is not None and not getattr(response, "_body", None) and not is_fp_closed(fp):
         _read_ahead(response, fp, head, limit, expired)
 
 
@@ -229,7 +244,7 @@ def _read_ahead(
                 if got < limit and expired():
                     cut = True
                     break
-            if not cut and getattr(fp, "length", None) == 0 and not fp_closed(fp):
+            if not cut and getattr(fp, "length", None) == 0 and not is_fp_closed(fp):
                 # http.client closes a Content-Length body on a read(), never on read1():
                 # without this the connection would not go back to the pool.
                 fp.read()
@@ -253,10 +268,12 @@ def _read_ahead(
         enforced = bool(getattr(response, "enforce_content_length", False))
         response._fp = PrefixedFP(prefix, fp, error, whole_reads_only=not enforced)
         return prefix
-    closed = fp_closed(fp)
-    if prefix:
+    closed = is_fp_closed(fp)
+    if prefix and (ended or closed):
+        response._fp = WholeBody(prefix)
+        response._fp.prefix = prefix
+    elif prefix:
         response._fp = PrefixedFP(prefix, fp)
-        response._fp.complete = ended or closed
     if closed:
         # The whole body is in hand. urllib3 hands the connection back only from inside
         # a read, and an empty body is never read again, so give it back now.
@@ -264,34 +281,59 @@ def _read_ahead(
     return prefix
 
 
+#: A body not read by anyone is drained up to this many bytes to keep its connection; a longer
+#: one costs more to read than a new connection does (a handshake is a few round trips).
+DRAIN_LIMIT = 1024 * 1024
+_DRAIN_CHUNK = 65536
+
+
+def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
+    """Give back the connection of a response nobody will read.
+
+    The rest of the body is read through urllib3's own ``read`` (64 KiB at a time, so
+    urllib3 counts the bytes and hands the connection back at the end) up to ``limit``
+    bytes; a longer body, or one that breaks, closes the connection instead. Either way the
+    pool gets its slot back: a ``pool_block=True`` pool never waits for it.
+    """
+    if raw is None:
+        return
+    fp = getattr(raw, "_fp", None)
+    if isinstance(fp, WholeBody):
+        # The peek read the whole body: what is left is in memory, and dropping it is the drain.
+        fp.close()
+        if isinstance(getattr(raw, "length_remaining", None), int):
+            # urllib3 counts what it reads itself; the peek read the body around it. Told that
+            # nothing is left, the drain urllib3 makes after every retry reads nothing, where it
+            # would raise IncompleteRead for the bytes it never saw (and catch it).
+            raw.length_remaining = 0
+        release(raw)
+        return
+    if fp is None or is_fp_closed(fp):
+        release(raw)
+        return
+    read = getattr(raw, "read", None)
+    drained = 0
+    try:
+        while read is not None and drained <= limit:
+            piece = read(_DRAIN_CHUNK, decode_content=False)
+            if not piece:
+                break
+            drained += len(piece)
+        else:
+            with contextlib.suppress(Exception):
+                raw.close()  # too long to be worth its connection: a new one is cheaper
+    except Exception:  # a body that broke: its connection cannot be reused
+        with contextlib.suppress(Exception):
+            raw.close()
+    release(raw)
+
+
 def release(response: Any) -> None:
     """Hand a response's connection back to its pool; never raises (a mock has no pool)."""
     give_back = getattr(response, "release_conn", None)
     if give_back is not None:
-        try:  # noqa: SIM105 - contextlib.suppress would build an object on every decision
+        with contextlib.suppress(Exception):
             give_back()
-        except Exception:
-            pass
-
-
-def fp_closed(fp: Any) -> bool:
-    """Whether a body's stream is closed: urllib3's ``is_fp_closed``, asked the same three
-    ways in the same order (``isclosed()``, ``closed``, ``fp is None``), without raising and
-    catching an AttributeError for each way a stream lacks (a BytesIO has no ``isclosed``:
-    two exceptions per call, on every decision)."""
-    isclosed = getattr(fp, "isclosed", None)
-    if isclosed is not None:
-        return bool(isclosed())
-    closed = getattr(fp, "closed", _ABSENT)
-    if closed is not _ABSENT:
-        return bool(closed)
-    inner = getattr(fp, "fp", _ABSENT)
-    if inner is not _ABSENT:
-        return inner is None
-    raise ValueError("Unable to determine whether fp is closed.")
-
-
-_ABSENT = object()
 
 
 # A streamed body (``stream=True``) that breaks is the request's failure, not a success.

@@ -14,6 +14,10 @@ every request (an event's lock, a thread switch) cost more than the rest of the 
 pools SumeAdapter makes tell the watch which connection the request holds, and forget it
 the moment it goes back to the pool, so a watch never touches a connection another request
 is using.
+
+Private parts of urllib3 used here (see ``_body`` for the versions checked):
+``HTTPConnectionPool._get_conn``/``_put_conn`` (where a pool hands a connection out and takes it
+back: no public hook) and ``Timeout._connect``/``_read`` (the values as given, unresolved).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import EmptyPoolError, ReadTimeoutError
 from urllib3.util.timeout import Timeout
 
-from . import _fork, _sleeping
+from . import _fork
 from ._config import MAX_SECONDS
 from ._errors import ConfigurationError
 from ._request import current
@@ -65,6 +69,11 @@ class _Watchdog:
         # True while the thread waits on _wake (or before it starts): only then does arm wake it.
         self._parked = True
 
+    def _after_fork(self) -> None:
+        # The parent's thread did not cross the fork: the same object starts afresh, so the
+        # functions below (its bound methods) stay right.
+        self.__init__()  # type: ignore[misc]
+
     def arm(self, seconds_left: float, max_elapsed: float) -> Watch:
         watch = Watch(time.monotonic() + max(seconds_left, 0.0), max_elapsed)
         self._watches[id(watch)] = watch
@@ -84,13 +93,6 @@ class _Watchdog:
         if watch is not None:
             self._watches.pop(id(watch), None)
             watch.conn = None
-
-    def holds(self, watch: Watch, conn: Any) -> None:
-        # No lock: the watcher reads watch.conn once, under the lock, and either value is
-        # right (None: this tick cuts nothing; conn: the request's own socket). The order
-        # lets lets_go find the watch whenever the watcher can find the connection.
-        conn._sume_watch = watch
-        watch.conn = conn
 
     def lets_go(self, conn: Any) -> None:
         watch = getattr(conn, "_sume_watch", None)
@@ -155,13 +157,7 @@ def _socket_of(sock: Any) -> Optional[socket.socket]:
 _watchdog = _Watchdog()
 
 
-def _fresh_in_child() -> None:
-    # The parent's thread did not cross the fork: the same object starts afresh, so the
-    # functions below (its bound methods) stay right.
-    _watchdog.__init__()  # type: ignore[misc]
-
-
-_fork.in_child(_fresh_in_child)
+_fork.track(_watchdog)
 
 #: ``arm(seconds_left, max_elapsed)``: watch the current request until :func:`disarm`; at
 #: ``seconds_left`` from now it is cut (``max_elapsed``, the deadline the caller set, is for the
@@ -221,7 +217,11 @@ class _Watched:
         else:
             conn = self._get_conn_by(watch, timeout)
         if watch is not None:
-            _watchdog.holds(watch, conn)
+            # No lock: the watcher reads watch.conn once, under the lock, and either value is
+            # right (None: this tick cuts nothing; conn: the request's own socket). The order
+            # lets lets_go find the watch whenever the watcher can find the connection.
+            conn._sume_watch = watch
+            watch.conn = conn
         return conn
 
     def _get_conn_by(self, watch: Watch, timeout: Optional[float]) -> Any:
@@ -354,37 +354,23 @@ class DeadlineTimeout(Timeout):
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        base = _as_timeout(timeout)
+        base = timeout if isinstance(timeout, Timeout) else _checked(timeout)
         super().__init__(total=base.total, connect=base._connect, read=base._read)
         self.deadline = deadline
         self.clock = clock
 
     def clone(self) -> Timeout:
         """A plain Timeout for one attempt, its total capped by the time left."""
-        left = max(self.deadline - _sleeping.now(self.clock), MIN_ATTEMPT_TIMEOUT)
+        left = max(self.deadline - self.clock(), MIN_ATTEMPT_TIMEOUT)
         total = min(self.total, left) if isinstance(self.total, (int, float)) else left
-        return _timeout(self._connect, self._read, total)
+        return Timeout(connect=self._connect, read=self._read, total=total)
 
 
 def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) -> TimeoutSpec:
-    """``timeout`` capped by the deadline, when the clock is real time.
-
-    An injected clock or a test's no-sleep mode measures time that did not really
-    pass, so socket timeouts are left as they are there.
-    """
-    if not on_real_time(clock):
-        return timeout
-    base = _as_timeout(timeout)
-    # Made on every request: copy the checked values rather than validate them again.
-    result: DeadlineTimeout = object.__new__(DeadlineTimeout)
-    result.__dict__.update(base.__dict__)
-    result.deadline, result.clock = deadline, clock
-    return result
-
-
-def on_real_time(clock: Callable[[], float]) -> bool:
-    """Whether ``clock`` is the time sockets wait in (not a test's injected or no-sleep time)."""
-    return clock is time.monotonic and _sleeping.active_recorder() is None
+    """``timeout`` capped by the deadline, when ``clock`` (a request's, see ``SumeRetry.timer``)
+    is real time: an injected clock or a test's no-sleep time measures time that did not
+    really pass, so socket timeouts are left as they are there."""
+    return DeadlineTimeout(timeout, deadline, clock) if clock is time.monotonic else timeout
 
 
 @functools.lru_cache(maxsize=64)
@@ -392,17 +378,3 @@ def _checked(timeout: Union[float, Tuple[Optional[float], Optional[float]], None
     if isinstance(timeout, tuple):
         return Timeout(connect=timeout[0], read=timeout[1])
     return Timeout(connect=timeout, read=timeout)
-
-
-def _as_timeout(timeout: TimeoutSpec) -> Timeout:
-    """A validated urllib3 Timeout for any form requests accepts (cached: one per value)."""
-    if isinstance(timeout, Timeout):
-        return timeout
-    return _checked(timeout)
-
-
-def _timeout(connect: Any, read: Any, total: Optional[float]) -> Timeout:
-    """A Timeout from values already validated (urllib3 checks them again in ``__init__``)."""
-    result: Timeout = object.__new__(Timeout)
-    result.__dict__.update(_connect=connect, _read=read, total=total, _start_connect=None)
-    return result

@@ -47,8 +47,10 @@ def validate_idempotency_key(key: Any) -> str:
     return key
 
 
-def refusal_for(method: Optional[str], key: Optional[str], replayable: bool = True) -> Optional[str]:
-    """Why a request may not be sent again, or None when it may."""
+def refusal_for(
+    method: Optional[str], key: Optional[str], replayable: bool = True, lone: bool = False
+) -> Optional[str]:
+    """Why a request may not be sent again (its method, its key, its body), or None when it may."""
     verb = (method or "").upper()
     if verb in SAFE_METHODS:
         pass
@@ -57,8 +59,20 @@ def refusal_for(method: Optional[str], key: Optional[str], replayable: bool = Tr
             return f"{verb} without an Idempotency-Key is never resent"
     else:
         return f"{verb or 'unknown method'} is not replay-safe"
+    return body_refusal(verb, replayable, lone)
+
+
+def body_refusal(method: Optional[str], replayable: bool, lone: bool = False) -> Optional[str]:
+    """Why this request's body may not be sent again (a retry, a 307/308, a resend), or None.
+
+    Through ``SumeAdapter`` the body was seen before the first send (``replayable``). A
+    ``lone`` ``SumeRetry`` never sees it (urllib3 hands a Retry the method and URL only), so
+    it cannot tell bytes from a consumed generator: it does not resend a method with a body.
+    """
+    if lone and (method or "").upper() in BODY_METHODS:
+        return "a lone SumeRetry cannot see the request body, so it never sends it twice"
     if not replayable:
-        return "the request body cannot be replayed"
+        return "the request body cannot be replayed (a generator or a stream without seek)"
     return None
 
 

@@ -6,21 +6,24 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 
 from __future__ import annotations
 
+import time
 from contextvars import ContextVar
-from typing import Any, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
+from ._idempotency import KEYED_METHODS, body_is_replayable, new_key, validate_idempotency_key
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
-from ._util import frozen, header_value, plural
+from ._util import RandomSource, uniform
+from .pacing._fleet import ANONYMOUS
+
+# A fleet's wait longer than the policy's by less than this is the same wait (float noise).
+HELD = 1e-6
 
 
 class Attempt(NamedTuple):
-    """One consulted attempt: what came back, what the policy said, and when.
-
-    A tuple, not a frozen dataclass: one is made on every decision, and a frozen dataclass's
-    ``__init__`` sets each of its eight fields through ``object.__setattr__``."""
+    """One consulted attempt: what came back, what the policy said, and when."""
 
     status: Optional[int]
     code: Optional[str]
@@ -37,11 +40,19 @@ class Attempt(NamedTuple):
         return status_label(self.status, self.code)
 
 
+class RetryTurn(NamedTuple):
+    """The retry's turn: the wait before it, or why it may not go (and when it might)."""
+
+    wait: float
+    refused: Optional[str] = None
+    retry_in: Optional[float] = None
+
+
 class RequestContext:
     """Mutable state of one logical request; owned by the thread that sends it.
 
-    Everything but the start has a class-level default, so a request sets only the
-    attributes its path needs (about a dozen for a session's success), not all of them.
+    Its attributes are written here, by its own operations; everything but the start has a
+    class-level default, so a request sets only what its path needs.
     """
 
     #: A per-call policy (``session.post(..., policy=...)``), else None for the retry's own.
@@ -52,6 +63,7 @@ class RequestContext:
     key_id: Optional[str] = None
     method = ""
     url = ""
+    shown_url = ""  # the URL as records and events show it: no query, userinfo or fragment
     key: Optional[str] = None
     replayable = True
     attempts: Sequence[Attempt] = ()
@@ -68,7 +80,7 @@ class RequestContext:
     fallbacks = 0  # grants that came from local pacing because the shared store failed
     fleet_refused = False  # the fleet refused a turn: the pace would cross the deadline
     body_pos: Optional[int] = None  # where a file body started, to send it whole again
-    stream: Any = None  # a _stream.StreamWatch: a stream=True body decides the outcome when it ends
+    stream: Any = None  # a _body.StreamWatch: a stream=True body decides the outcome when it ends
     watch: Any = None  # a _deadline.Watch: cuts the attempt's socket when the deadline passes
     answered: Any = None  # a weakref to a session hop's error response (see SumeAdapter._refuse)
 
@@ -76,38 +88,140 @@ class RequestContext:
         self,
         start: float,
         *,
+        now: Callable[[], float] = time.monotonic,
         policy: Optional[Policy] = None,
         owned: bool = False,
-        key_id: Optional[str] = None,
+        fleet: Any = None,
         method: str = "",
         url: str = "",
     ) -> None:
         self.start = start
+        self.now = now  # the request's clock, chosen as it starts (see SumeRetry.timer)
         if policy is not None:
             self.policy = policy
         if owned:
             self.owned = owned
-        if key_id is not None:
-            self.key_id = key_id
+        if fleet is not None:
+            self.fleet = fleet
         if method:
             self.method = method
         if url:
-            self.url = url
-
-    @property
-    def waits(self) -> List[float]:
-        """The waits decided so far, in order."""
-        return [a.decision.wait or 0.0 for a in self.attempts if a.decision.verdict is Verdict.RETRY]
+            self.url, self.shown_url = url, _shown(url)
 
     def deadline(self, policy: Policy) -> float:
         """Clock time after which no attempt may start."""
         return self.start + policy.max_elapsed
+
+    def join(self, adapter: Any, method: str, url: str, key: Optional[str], body: Any) -> Optional[str]:
+        """The first hop: who serves it, what it asks for, whether its body can be sent again.
+
+        ``key`` is the request's own Idempotency-Key header (checked), else a POST or PATCH gets
+        a new one; returns the key to send (None: none).
+        """
+        self.adapter, self.method, self.url, self.shown_url = adapter, method, url, _shown(url)
+        if not self.owned:
+            self.fleet = adapter.fleet
+        if key is not None:
+            key = validate_idempotency_key(key)
+        elif method in KEYED_METHODS:
+            key = new_key()
+        self.key, self.replayable = key, body_is_replayable(body)
+        if self.replayable and hasattr(body, "tell"):
+            try:
+                self.body_pos = body.tell()  # where a file body starts, to send it whole again
+            except Exception:
+                self.replayable = False
+        return key
+
+    def pace_as(self, key_id: Optional[str]) -> None:
+        """The fleet's name for the key this request sends (a session decides it before the first hop)."""
+        self.key_id = key_id
 
     def add(self, attempt: Attempt) -> None:
         """Note one consulted attempt (a retry when its verdict is RETRY)."""
         self.attempts = [*self.attempts, attempt]
         if attempt.decision.verdict is Verdict.RETRY:
             self.retries += 1
+
+    def refuse(self, by: Any, *, raise_now: bool) -> None:
+        """Note that the retry ``by`` refused the response, and whether urllib3 must raise.
+
+        urllib3 asks ``by.raise_on_status`` next, and other threads may share ``by`` (a
+        template): the answer waits here, made current for a lone retry's request (an
+        adapter's is current already).
+        """
+        if self.adapter is None:
+            current.set(self)
+        self.raised_by, self.raise_now = by, raise_now
+
+    # -- the fleet's turns -------------------------------------------------------------
+
+    def granted(self, grant: Any, key_id: Optional[str] = None) -> None:
+        """The fleet let the attempt go: its grant is released when the attempt ends."""
+        self.grant = grant
+        if key_id is not None:
+            self.key_id = key_id
+
+    def held(self, grant: Any, beyond: float) -> None:
+        """Count what a grant says: a fallback, a refusal, ``beyond`` seconds held past the policy."""
+        if grant.fallback:
+            self.fallbacks += 1
+        if grant.refused:
+            self.fleet_refused = True
+        self.paced += beyond
+
+    def leave_fleet(self) -> None:
+        """Another host's answers must not pace this key: no more turns for this request."""
+        self.fleet = None
+
+    def retry_turn(
+        self,
+        policy: Policy,
+        wait: float,
+        *,
+        throttled: bool,
+        budget: Any,
+        rng: RandomSource,
+        now: float,
+    ) -> RetryTurn:
+        """Spend the retry budget and take the fleet's turn for a retry the policy allowed.
+
+        A retry the server paced (a 429, or a Retry-After) waits its turn without spending the
+        budget: the server, not an outage, asked for it. Any other waits, when the budget is
+        spent, until a unit of it is free, and is refused only when that comes after the
+        deadline. The fleet may make the wait longer (the pace of every sender of this key) or
+        refuse the turn when it would cross the deadline.
+        """
+        if budget is not None and not throttled:
+            hold = budget.reserve(self.deadline(policy) - now)
+            if hold is None:
+                return RetryTurn(wait, "retry budget exhausted")
+            wait = max(wait, hold)
+        fleet = self.fleet
+        if fleet is None:
+            return RetryTurn(wait)
+        grant = fleet.acquire(
+            self.key_id or ANONYMOUS,
+            time_left=self.deadline(policy) - now,
+            retry="throttle" if throttled else "error",
+            not_before=wait,
+        )
+        if grant.refused:
+            self.held(grant, 0.0)
+            return RetryTurn(wait, grant.refused, refused_retry_in(max(grant.wait, wait), rng))
+        longer = grant.wait > wait + HELD
+        if longer or grant.fallback:
+            self.held(grant, grant.wait - wait if longer else 0.0)
+        self.grant = grant
+        return RetryTurn(grant.wait if longer else wait)
+
+    def end_turn(self, status: Optional[int], headers: Optional[Mapping[str, str]]) -> None:
+        """Tell the fleet what the attempt in flight got (None: no response), once."""
+        grant, self.grant = self.grant, None
+        if grant is not None:
+            self.fleet.release(self.key_id, grant, status, headers)
+
+    # -- the end -----------------------------------------------------------------------
 
     def finish(
         self,
@@ -119,14 +233,12 @@ class RequestContext:
         auth_conflict: bool = False,
         retry_in: Optional[float] = None,
     ) -> SumeRecord:
-        """The record of this request, ending with ``status`` (None: no response).
+        """The record of this request, ending with ``status`` (None: no response); kept as ``record``.
 
         ``error`` names a failure after the last decision (a body that broke mid-read);
         ``auth_conflict`` adds the "send only one auth header" hint to a 401; ``retry_in``
         is used when nothing the request met says when to try again.
         """
-        if not self.attempts and error is None and status is not None and status < 400:
-            return self._succeeded(status, headers, now)
         given_retry_in = retry_in
         retries = self.retries
         last = self.attempts[-1] if self.attempts else None
@@ -152,7 +264,11 @@ class RequestContext:
         elif status is not None and status < 400:
             request_id = _request_id(headers)
             outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
-            reason = "succeeded" if retries == 0 else f"succeeded after {plural(retries, 'retry', 'retries')}"
+            reason = (
+                f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
+                if retries
+                else "succeeded"
+            )
         elif last is not None:
             code, request_id, next_action = last.code, last.request_id, last.next_action
             outcome = _outcome(last.decision.verdict, retries)
@@ -174,8 +290,7 @@ class RequestContext:
                 error = next((a.error for a in reversed(self.attempts) if a.error), None)
         if request_id and (not ids or ids[-1] != request_id):
             ids += (request_id,)
-        return frozen(
-            SumeRecord,
+        self.record = SumeRecord(
             idempotency_key=self.key,
             attempts=retries + self.hops,
             outcome=outcome,
@@ -183,52 +298,35 @@ class RequestContext:
             code=code,
             request_id=request_id,
             request_ids=ids,
-            waits=tuple(self.waits) if retries else (),
+            waits=tuple(a.decision.wait or 0.0 for a in self.attempts if a.decision.verdict is Verdict.RETRY),
             elapsed=max(now - self.start, 0.0),
             reason=reason,
             next_action=next_action,
             method=self.method,
-            url=redact_url(self.url),
+            url=self.shown_url,
             paced=self.paced,
             fleet_fallbacks=self.fallbacks,
             fleet_refused=self.fleet_refused,
             retry_in=retry_in,
             error=error,
         )
-
-    def _succeeded(self, status: int, headers: Optional[Mapping[str, str]], now: float) -> SumeRecord:
-        """The record of a request whose first response of each hop was a success: what
-        ``finish`` makes then, without the branches only a retry or a give-up reads."""
-        request_id = _request_id(headers)
-        # Made on every request: the fields every success shares are copied in at once, the
-        # rest set one by one (what frozen() does, without a keyword dict of nineteen).
-        record: SumeRecord = object.__new__(SumeRecord)
-        fields = record.__dict__
-        fields.update(_SUCCEEDED)
-        fields["idempotency_key"] = self.key
-        fields["attempts"] = self.hops
-        fields["status"] = status
-        fields["request_id"] = request_id
-        fields["request_ids"] = (request_id,) if request_id else ()
-        fields["elapsed"] = max(now - self.start, 0.0)
-        fields["method"] = self.method
-        fields["url"] = redact_url(self.url)
-        fields["paced"] = self.paced
-        fields["fleet_fallbacks"] = self.fallbacks
-        fields["fleet_refused"] = self.fleet_refused
-        return record
+        return self.record
 
 
-#: What every first-try success's record says, whatever the request.
-_SUCCEEDED = {
-    "outcome": Outcome.OK,
-    "code": None,
-    "waits": (),
-    "reason": "succeeded",
-    "next_action": None,
-    "retry_in": None,
-    "error": None,
-}
+def refused_retry_in(wait: float, rng: RandomSource) -> float:
+    """``retry_in`` after the fleet refused a turn: the next turn, spread over one more of it.
+
+    Every caller refused at one moment hears the same "next turn in X s". Told X, a queue
+    of refused tasks would come back at one instant and be refused together again; drawn
+    from [X, 2X] they come back over a window as long as the backlog ahead of them, which
+    the pace then serves one by one.
+    """
+    return wait * uniform(rng, 1.0, 2.0)
+
+
+def _shown(url: str) -> str:
+    # Redacted only when there is something to take out: nearly every URL has none.
+    return redact_url(url) if ("?" in url or "@" in url or "#" in url) else url
 
 
 def _outcome(verdict: Verdict, retries: int) -> Outcome:
@@ -245,7 +343,7 @@ def _request_id(headers: Optional[Mapping[str, str]]) -> Optional[str]:
     if headers is None:
         return None
     for name in REQUEST_ID_HEADERS:
-        value = short_text(header_value(headers, name))
+        value = short_text(headers.get(name))
         if value:
             return value
     return None

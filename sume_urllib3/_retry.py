@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import inspect
 import logging
 import math
 import re
 import ssl
 import time
-import warnings
-from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, Iterable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Collection, Dict, Iterable, Optional
 
 import urllib3.response
 from urllib3.exceptions import MaxRetryError, ResponseError
 from urllib3.response import HTTPResponse
-from urllib3.util.retry import RequestHistory, Retry
+from urllib3.util.retry import Retry
 
 from . import _sleeping
-from ._body import PrefixedFP, fp_closed, peek_body, release
+from ._body import let_go, peek_body
 from ._config import check_retry_arguments, check_rng
 from ._envelope import ErrorEnvelope, parse_envelope, parse_retry_after
 from ._errors import ConfigurationError
@@ -26,20 +25,13 @@ from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS, refusal_for
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
 from ._record import status_label
 from ._redact import redact_url, redact_urllib3_logs
-from ._request import Attempt, RequestContext, current
-from ._util import RandomSource, cause_chain, frozen, uniform
+from ._redirects import AUTH_HEADER_NAMES, redirect_refusal, redirect_wait
+from ._request import HELD, Attempt, RequestContext, current
+from ._util import RandomSource, cause_chain
 from .observe import Observers, RetryEvent, key_prefix
-from .pacing._fleet import ANONYMOUS, RetryBudget
-
-if TYPE_CHECKING:
-    pass
-
-
-pass
+from .pacing._fleet import RetryBudget
 
 log = logging.getLogger("sume_urllib3")
-# urllib3's own line for each retry it counts, kept where urllib3 writes it.
-_urllib3_log = logging.getLogger("urllib3.util.retry")
 
 # Retry arguments that only some urllib3 versions accept; kept as attributes elsewhere.
 _BASE_PARAMS = frozenset(inspect.signature(Retry.__init__).parameters)
@@ -50,7 +42,6 @@ _REPLACED = {
     "backoff_max": (getattr(Retry, "DEFAULT_BACKOFF_MAX", 120), "backoff_max"),
     "backoff_jitter": (0.0, "jitter"),
 }
-_HEADERS_TO_STRIP = frozenset({"x-api-key"})
 
 
 class SumeRetry(Retry):
@@ -87,6 +78,9 @@ class SumeRetry(Retry):
         (resend every method, POST without a key included) is refused.
     """
 
+    # urllib3's own Retry predicates are used as a subclass uses them (``_is_connection_error``,
+    # ``_is_read_error``; ``_is_method_retryable`` is overridden): alike on 1.26.x and 2.0-2.7.
+
     #: The wait ``increment`` decided for the retry this object was made for (None: none).
     _sume_wait: Optional[float] = None
     #: A lone retry's request (no adapter joined), on the objects its increments returned.
@@ -103,33 +97,23 @@ class SumeRetry(Retry):
         observers: Iterable[Any] = (),
         **retry_kwargs: Any,
     ) -> None:
-        if "budget" in retry_kwargs:
-            retry_budget = renamed_budget(retry_kwargs.pop("budget"), retry_budget)
-        policy = _positional(args, policy, retry_kwargs)
-        if policy is None:
-            policy = DEFAULT_POLICY
-        if not isinstance(policy, Policy):
-            raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        if sleep is not None and not callable(sleep):
-            raise ConfigurationError("sleep must be callable")
-        if clock is not None and not callable(clock):
-            raise ConfigurationError("clock must be callable")
-        if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
-            raise ConfigurationError("retry_budget must be a RetryBudget or None")
-        check_rng(rng)
-        check_retry_arguments(retry_kwargs)
-        redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
-        policy = _absorb_urllib3_arguments(policy, retry_kwargs)
+        checked = retry_kwargs.pop("_checked", False)  # a copy new() made for urllib3's increment
+        if not checked or policy is None:
+            policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
+            redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
         raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
-        extras = {k: retry_kwargs.pop(k) for k in _PORTABLE_EXTRAS if k in retry_kwargs}
+        extras = {}
+        for name in _PORTABLE_EXTRAS:
+            if name in retry_kwargs:
+                extras[name] = retry_kwargs.pop(name)
         super().__init__(raise_on_status=raise_on_give_up, **retry_kwargs)
-        for name, value in extras.items():
-            setattr(self, name, value)
-        self.remove_headers_on_redirect = frozenset(
-            {h.lower() for h in self.remove_headers_on_redirect} | _HEADERS_TO_STRIP
-        )
+        self.__dict__.update(extras)
+        if not checked:
+            self.remove_headers_on_redirect = frozenset(
+                {h.lower() for h in (*self.remove_headers_on_redirect, *AUTH_HEADER_NAMES)}
+            )
         self.policy = policy
         self.sleep_function = sleep or _sleeping.default_sleep
         self.clock = clock or time.monotonic
@@ -149,39 +133,19 @@ class SumeRetry(Retry):
         A refusal that is the answer itself (the first response, one the policy does not
         retry, a Retry-After status out of retries) is then returned, as urllib3 returns it.
         """
+        if not self._raise_on_give_up:
+            return False  # an adapter's retry: the adapter raises the give-up itself
         context = current.get()
-        if context is not None and context.raised_by is self:
-            return self._raise_on_give_up and context.raise_now
-        return self._raise_on_give_up
+        return context is None or context.raised_by is not self or context.raise_now
 
     @raise_on_status.setter
     def raise_on_status(self, value: bool) -> None:
         self._raise_on_give_up = bool(value)
 
-    @property
-    def budget(self) -> Optional[RetryBudget]:
-        """The retry budget (older name of ``retry_budget``)."""
-        return self.retry_budget
-
     def new(self, **kw: Any) -> SumeRetry:
         """A copy carrying the policy and the injected parts (urllib3 calls it per retry)."""
-        if kw.keys() <= _COUNTERS:
-            # urllib3's increment only moves the counters: copy instead of validating
-            # every argument again (what Retry.__init__ does with these, done here), and
-            # copy the attributes directly (copy.copy goes through __reduce_ex__: 3x slower;
-            # dict.copy keeps an instance dict's shared keys, where {**a, **kw} inserts each).
-            state = self.__dict__.copy()
-            state.update(kw)
-            state.pop("_sume_wait", None)
-            # What Retry.__init__ makes of them (urllib3's new passes every counter, so it
-            # reads the copy's values, as here).
-            if state["redirect"] is False or state["total"] is False:
-                state["redirect"], state["raise_on_redirect"] = 0, False
-            if not state["history"]:
-                state["history"] = ()
-            new = object.__new__(type(self))
-            new.__dict__ = state
-            return new
+        # urllib3's increment moves only the counters: the rest was checked when this was made.
+        kw.setdefault("_checked", kw.keys() <= _COUNTERS)
         kw.setdefault("raise_on_status", self._raise_on_give_up)
         kw.setdefault("policy", self.policy)
         kw.setdefault("sleep", self.sleep_function)
@@ -196,34 +160,13 @@ class SumeRetry(Retry):
         assert isinstance(new, SumeRetry)
         return new
 
-    @classmethod
-    def from_int(
-        cls,
-        retries: Any,
-        redirect: Any = True,
-        default: Any = None,
-    ) -> Retry:
-        """Like ``Retry.from_int``: an int becomes ``SumeRetry(total=n)``."""
-        if retries is None:
-            retries = default if default is not None else cls.DEFAULT
-        if isinstance(retries, Retry):
-            return retries
-        return cls(total=retries, redirect=bool(redirect) and None)
-
     def __repr__(self) -> str:
         """urllib3's repr (its five counters, in its order), then ``other`` and the policy's caps."""
-        p = self.policy
-        parts = [
-            f"total={self.total}",
-            f"connect={self.connect}",
-            f"read={self.read}",
-            f"redirect={self.redirect}",
-            f"status={self.status}",
-            f"other={self.other}",
-            f"max_retries={p.max_retries}",
-            f"max_elapsed={p.max_elapsed}",
-        ]
-        return f"{type(self).__name__}({', '.join(parts)})"
+        return (
+            f"{type(self).__name__}(total={self.total}, connect={self.connect}, read={self.read}, "
+            f"redirect={self.redirect}, status={self.status}, other={self.other}, "
+            f"max_retries={self.policy.max_retries}, max_elapsed={self.policy.max_elapsed})"
+        )
 
     # -- what urllib3 asks -----------------------------------------------------------
 
@@ -236,7 +179,7 @@ class SumeRetry(Retry):
         and with ``Policy.trust_body``, every error status (its body may make it a retry).
         """
         forced = self.status_forcelist
-        if status_code in (307, 308) and self._lone_body_method(method):
+        if status_code in (307, 308) and self._joined() is None and (method or "").upper() in BODY_METHODS:
             # requests follows redirects itself (urllib3's redirect=False) and would resend a
             # body this retry cannot see: increment refuses it (see redirect_refusal).
             return True
@@ -246,11 +189,11 @@ class SumeRetry(Retry):
             and status_code not in self.RETRY_AFTER_STATUS_CODES
         ):
             return False  # a success or redirect: asked on every response, answered first
-        if not self._is_method_retryable(method):
-            return False
+        if self.refusal(self._joined() or _FRESH, method) is not None:
+            return False  # a method that may not be resent
         if forced and status_code in forced:
             return True
-        if status_code >= 400 and (self._retry_row(status_code) or (not forced and self.policy.trust_body)):
+        if status_code >= 400 and ((not forced and self.policy.trust_body) or self._retry_row(status_code)):
             return True
         return bool(
             self.total is not False
@@ -264,10 +207,7 @@ class SumeRetry(Retry):
         return any(rule.status == status and rule.verdict is Verdict.RETRY for rule in self.policy.rules)
 
     def _is_method_retryable(self, method: str) -> bool:
-        return self._refusal(self._joined() or _FRESH, method) is None
-
-    def _lone_body_method(self, method: Optional[str]) -> bool:
-        return self._joined() is None and (method or "").upper() in BODY_METHODS
+        return self.refusal(self._joined() or _FRESH, method) is None
 
     def _joined(self) -> Optional[RequestContext]:
         """The request this retry serves: the adapter's, or a lone retry's own once it began.
@@ -292,14 +232,14 @@ class SumeRetry(Retry):
 
     def get_retry_after(self, response: Any) -> Optional[float]:
         """Retry-After in seconds, or None; never raises on garbage (urllib3 does)."""
-        return parse_retry_after((getattr(response, "headers", None) or {}).get("Retry-After"))
+        return parse_retry_after(_retry_after(response))
 
     def sleep_for_retry(self, response: Any = None) -> bool:
         """Honour Retry-After on the redirect path, never past the deadline, never raising."""
         asked = self.get_retry_after(response) if self.respect_retry_after_header else None
         context = self._joined()
         # Outside a request (a caller's own sleep(response)) nothing bounds it, as in urllib3.
-        left = context.deadline(context.policy or self.policy) - self._now() if context else math.inf
+        left = context.deadline(context.policy or self.policy) - context.now() if context else math.inf
         seconds = redirect_wait(asked, left)
         if seconds:
             _sleeping.wait(seconds, self.sleep_function)
@@ -322,8 +262,11 @@ class SumeRetry(Retry):
         context.next_wait = None
         # The decision refused waits that cross the deadline; this only trims what
         # reading the rest of the old body took meanwhile.
-        left = context.deadline(context.policy or self.policy) - self._now()
-        _sleeping.wait(min(wait, max(left, 0.0)), self.sleep_function)
+        wait = min(wait, max(context.deadline(context.policy or self.policy) - context.now(), 0.0))
+        if context.now is not time.monotonic:
+            _sleeping.wait(wait, self.sleep_function)  # a test's time: no_sleep records the wait
+        elif wait > 0:
+            self.sleep_function(wait)
 
     # -- the decision ----------------------------------------------------------------
 
@@ -337,36 +280,28 @@ class SumeRetry(Retry):
         _stacktrace: Any = None,
     ) -> SumeRetry:
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``."""
-        if type(response) is HTTPResponse or isinstance(response, _URLLIB3_RESPONSE):
-            # What urllib3 hands increment (its exact class asked first: the isinstance of an
-            # io.IOBase goes through ABCMeta): its redirects decided by REDIRECT_STATUSES alone
-            # (get_redirect_location's own test, without the call on every decision).
-            raw = response
-            if raw.status in raw.REDIRECT_STATUSES and error is None and _redirect_location(raw):
-                return self._redirect(method, url, raw, _pool, _stacktrace)
-        else:
-            raw = _raw_response(response)
-            if error is None and raw is not None and _redirect_location(raw):
-                return self._redirect(method, url, raw, _pool, _stacktrace)
+        raw = response if isinstance(response, _URLLIB3_RESPONSE) else _raw_response(response)
+        if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
+            return self._redirect(method, url, raw, _pool, _stacktrace)
         if error is None:
             if raw is None:
                 # A bare count (no response, no error): urllib3's own rules apply.
                 return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         elif self.total is False:
             raise error.with_traceback(_stacktrace)
-        context = self._context(method, url)
+        context = self._joined() or self._lone_request(method, url)
         if context.grant is not None:
-            end_turn(context, status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
+            context.end_turn(status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
         policy = context.policy or self.policy
         if error is not None:
-            attempt = decide_error(self, context, policy, method, error)
+            attempt = self.decide_error(context, policy, method, error)
         else:
             try:
-                attempt = decide_response(self, context, raw, method, policy)
+                attempt = self.decide_response(context, raw, method, policy)
             except Exception:  # a bug here must not leak the connection or the response
                 log.exception("sume_urllib3: failed to decide on a response; not retrying")
                 decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
-                attempt = Attempt(status_of(raw), None, None, None, decision, at=self._now())
+                attempt = Attempt(status_of(raw), None, None, None, decision, at=context.now())
         new: Optional[SumeRetry] = None
         counted_out = False
         if attempt.decision.verdict is Verdict.RETRY:
@@ -381,18 +316,21 @@ class SumeRetry(Retry):
             let_go(raw)  # drained through urllib3, so its connection goes back to the pool
             if context.adapter is None:
                 new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
-            announce_retry(self, context, policy, attempt, method, url)
+            self.announce_retry(context, policy, attempt, method, url)
             return new
         if error is None:
             # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
             # as urllib3's Retry does; a refusal of the first response is the answer itself,
-            # and so is a 413/429/503 with Retry-After out of retries (urllib3 returns those).
-            self._refuse(
-                context,
-                raise_now=decision.verdict in _GIVE_UP
-                and (context.retries > 0 or counted_out)
-                and not self._paced_by_retry_after(raw),
+            # and so is a 413/429/503 with Retry-After out of retries (urllib3 returns those:
+            # a status it retries for its Retry-After alone, not listed in status_forcelist).
+            status, forced = status_of(raw), self.status_forcelist
+            paced = (
+                status in self.RETRY_AFTER_STATUS_CODES
+                and not (forced and status in forced)
+                and bool(_retry_after(raw))
             )
+            given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
+            context.refuse(self, raise_now=given_up and not paced)
             # The URL's query (a presigned signature) stays out of the message (see _redact).
             raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
         if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
@@ -403,16 +341,6 @@ class SumeRetry(Retry):
         # exactly as it would without retries.
         raise error.with_traceback(_stacktrace)
 
-    def consult(
-        self,
-        context: RequestContext,
-        raw: Any,
-        method: Optional[str] = None,
-        policy: Optional[Policy] = None,
-    ) -> Attempt:
-        """Peek at an error body and ask the policy about this attempt (see ``_attempt.decide_response``)."""
-        return decide_response(self, context, raw, method, policy)
-
     def _redirect(
         self, method: Optional[str], url: Optional[str], raw: Any, _pool: Any, _stacktrace: Any
     ) -> SumeRetry:
@@ -421,37 +349,18 @@ class SumeRetry(Retry):
         Counted by urllib3's own rules; a 307/308 that would send a body this request cannot
         send again is refused with ``MaxRetryError`` naming the body and the redirect.
         """
-        context = self._context(method, url)
-        why = redirect_refusal(context, method, status_of(raw))
+        context = self._joined() or self._lone_request(method, url)
+        why = redirect_refusal(
+            method or context.method, status_of(raw), context.replayable, context.adapter is None
+        )
         if why is not None:
-            self._refuse(context, raise_now=True)
+            context.refuse(self, raise_now=True)
             raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
         new = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         assert isinstance(new, SumeRetry)  # made by self.new
         if context.adapter is None:
             new._sume_request = context  # the hop after the redirect continues this request
         return new
-
-    def _refuse(self, context: RequestContext, *, raise_now: bool) -> None:
-        """Note that this object refused the response, and whether urllib3 must raise.
-
-        urllib3 asks ``raise_on_status`` of this object next, and other threads may share it
-        (a template): the answer waits in this thread's context, made current here for a lone
-        retry's request (an adapter's is current already).
-        """
-        if context.adapter is None:
-            current.set(context)
-        context.raised_by, context.raise_now = self, raise_now
-
-    def _paced_by_retry_after(self, raw: Any) -> bool:
-        """A status urllib3 retries for its Retry-After alone (not listed in status_forcelist)."""
-        status = status_of(raw)
-        forced = self.status_forcelist
-        return (
-            status in self.RETRY_AFTER_STATUS_CODES
-            and not (forced and status in forced)
-            and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
-        )
 
     def _count(
         self,
@@ -471,105 +380,230 @@ class SumeRetry(Retry):
         the moment the retry is committed to, before the fleet's turn (a turn the fleet then
         refuses keeps its unit spent: the budget errs strict).
         """
-        if error is None:
-            new = self._count_response(method, url, raw)
-        else:
-            try:
-                new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
-            except MaxRetryError:
-                new = None
+        try:
+            new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
+        except MaxRetryError:
+            new = None
         if new is None:
             return None, _stop(attempt, COUNTERS_OUT)
         decision = attempt.decision
-        turn = retry_turn(
-            context,
+        turn = context.retry_turn(
             context.policy or self.policy,
             decision.wait or 0.0,
             throttled=attempt.status == 429 or decision.source == "retry_after",
             budget=self.retry_budget,
             rng=self.rng,
-            now=attempt.at,  # the decision's time, a few µs ago: no second clock read
+            now=attempt.at,
         )
         if turn.refused is not None:
             return None, _stop(attempt, turn.refused, turn.retry_in)
         context.next_wait = turn.wait
         return new, attempt
 
-    def _count_response(self, method: Optional[str], url: Optional[str], raw: Any) -> Optional[SumeRetry]:
-        """What urllib3's ``Retry.increment`` does for a response it retries (not a redirect):
-        ``total`` and ``status`` count down, the history grows by one entry, ``new`` makes the
-        copy; None when a counter ran out (where urllib3 would raise ``MaxRetryError``).
-
-        Counted here rather than by calling it: urllib3's also asks the response for its
-        redirect location again and formats the error it would raise, on every retry. The same
-        on both urllib3 lines; ``tests/test_retry.py`` holds it equal to urllib3's own.
-        """
-        total = self.total
-        if total is not None:
-            total -= 1
-        status_count = self.status
-        status = getattr(raw, "status", None)
-        if raw and status:
-            if status_count is not None:
-                status_count -= 1
-        else:
-            status = None
-        new = self.new(
-            total=total,
-            connect=self.connect,
-            read=self.read,
-            redirect=self.redirect,
-            status=status_count,
-            other=self.other,
-            history=(*self.history, RequestHistory(method, url, None, status, None)),
-        )
-        if new.is_exhausted():
-            return None
-        if _urllib3_log.isEnabledFor(logging.DEBUG):  # the question debug() asks, one call fewer
-            _urllib3_log.debug("Incremented Retry for (url='%s'): %r", url, new)
-        return new
-
-    def _context(self, method: Optional[str], url: Optional[str]) -> RequestContext:
-        """The request this increment belongs to: the adapter's, or a lone retry's own."""
-        context = self._joined()
-        if context is not None:
-            return context
-        # Used alone (PoolManager, a plain HTTPAdapter): this is the first failure of a
-        # new request, so the deadline counts from now.
-        context = RequestContext(self._now(), method=(method or "").upper(), url=url or "")
+    def _lone_request(self, method: Optional[str], url: Optional[str]) -> RequestContext:
+        """A lone retry's request (a PoolManager, a plain HTTPAdapter), at its first failure:
+        the deadline counts from now."""
+        now = self.timer()
+        context = RequestContext(now(), now=now, method=(method or "").upper(), url=url or "")
         context.hops = 1
         return context
 
-    def _refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
+    def refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
         """Why this request may not be sent again (key, body, ``allowed_methods``), or None."""
-        method = method or context.method
-        if method in _BODILESS_SAFE and context.replayable and self.allowed_methods is _URLLIB3_METHODS:
-            return None  # a GET (HEAD, DELETE, ...) under urllib3's own methods: asked first, as most are
-        refusal = refusal_for(method, context.key) or body_refusal(context, method)
+        verb = (method or context.method or "").upper()
+        refusal = refusal_for(verb, context.key, context.replayable, lone=context.adapter is None)
         allowed = self.allowed_methods
-        if refusal is None and self._narrowed and allowed and (method or "").upper() not in allowed:
-            return f"{(method or '').upper()} is not in allowed_methods"
+        if refusal is None and allowed is not Retry.DEFAULT_ALLOWED_METHODS and verb not in (allowed or ()):
+            return f"{verb} is not in allowed_methods"  # narrowed (SumeRetry made it a frozenset)
         return refusal
 
-    @property
-    def _narrowed(self) -> bool:
-        allowed = self.allowed_methods
-        return allowed is not Retry.DEFAULT_ALLOWED_METHODS and isinstance(
-            allowed, (frozenset, set, list, tuple)
+    # -- the decision: what this attempt got, and whether another may follow --------
+
+    def decide_response(
+        self,
+        context: RequestContext,
+        raw: Any,
+        method: Optional[str] = None,
+        policy: Optional[Policy] = None,
+    ) -> Attempt:
+        """Peek at an error body and ask the policy what to do about this attempt.
+
+        A retry the request cannot take (a POST without a key, a body that cannot be
+        replayed) becomes NO_RETRY here. The adapter asks this too, for a response that
+        urllib3 never showed the retry (old requests streaming around urllib3).
+        """
+        policy = policy or context.policy or self.policy
+        status = status_of(raw) or 0
+        envelope = _NO_HINTS
+        if status >= 400:
+            deadline = context.deadline(policy)
+            prefix, decoded = peek_body(raw, policy.peek_limit, lambda: context.now() >= deadline)
+            headers = getattr(raw, "headers", None)
+            envelope = parse_envelope(
+                headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False
+            )
+        # Measured after the peek: reading a slow body is part of the elapsed time.
+        now = context.now()
+        retry_after = _retry_after(raw) if self.respect_retry_after_header else None
+        decision = policy.decide(
+            status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
+        )
+        retry_in = None
+        if decision.verdict is Verdict.RETRY:
+            refusal = self.refusal(context, method)
+            if refusal:
+                reason = f"{status_label(status, envelope.code)}: {refusal}"
+                decision = Decision(Verdict.NO_RETRY, reason=reason)
+        if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
+            retry_in = _retry_in(policy, retry_after, context.retries, self.rng)
+        return Attempt(
+            status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
         )
 
-    def _now(self) -> float:
-        return _sleeping.now(self.clock)
+    def decide_error(
+        self, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
+    ) -> Attempt:
+        """What the policy says of a transport error (connect, read, a refused tunnel)."""
+        now = context.now()
+        refused_with = tunnel_status(error)
+        if refused_with is not None:
+            return self._decide_tunnel(context, policy, refused_with, error, now)
+        if self._is_connection_error(error):
+            kind = "connect"
+        elif self._is_read_error(error) or not _verification_failure(error):
+            # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
+            # request that may be sent twice, as after a read failure. A certificate that
+            # failed verification fails the same way again: not retried.
+            kind = "read"
+        else:
+            kind = "other"
+        verb = method or context.method
+        refusal = self.refusal(context, verb)
+        if kind == "read" and not verb and not self._is_read_error(error):
+            refusal = None  # a direct increment(error=...) names no request to protect
+        decision = policy.decide_error(
+            kind, context.retries, now - context.start, replay_safe=refusal is None, rng=self.rng
+        )
+        if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
+            # Which rule keeps it from going again (no key, a body sent once), as for a response.
+            decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
+        retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
+        return Attempt(
+            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
+        )
+
+    def _decide_tunnel(
+        self, context: RequestContext, policy: Policy, status: int, error: Exception, now: float
+    ) -> Attempt:
+        """A proxy that refused the CONNECT tunnel with ``status``: decided by that status's row.
+
+        Through a plain-http origin the proxy's answer arrives as a response, decided by the table;
+        through a tunnel it arrives as an error. The same row decides both (a 407 is not retried, a
+        proxy's 503 is), and nothing reached the API: any request may go again.
+        """
+        decided = policy.decide(status, None, None, context.retries, now - context.start, rng=self.rng)
+        reason = f"the proxy refused the tunnel: {decided.reason}"
+        decision = Decision(decided.verdict, decided.wait, decided.source, reason)
+        retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
+        return Attempt(
+            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
+        )
+
+    def resend_broken_body(
+        self, context: RequestContext, policy: Policy, error: Exception, rewind: Callable[[], bool]
+    ) -> bool:
+        """A body that broke mid-read after urllib3 handed the response back: resend it?
+
+        The same decision as a read failure inside urllib3's loop (``decide_error("read")``),
+        bounded by urllib3's counters, the body (``rewind`` puts a file body back, False when
+        it cannot), the retry budget and the fleet's turn. Records the attempt; on a resend
+        the wait is in ``context.next_wait`` for :meth:`sleep`.
+        """
+        now = context.now()
+        why = "the body failed mid-read"
+        replay_safe = self.refusal(context, context.method) is None
+        decision = policy.decide_error(
+            "read", context.retries, now - context.start, replay_safe=replay_safe, rng=self.rng
+        )
+        if decision.retry and not self.counters_allow(context.retries):
+            decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
+        if decision.retry and not rewind():
+            decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
+        wait = decision.wait or 0.0
+        retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
+        if decision.retry:  # a resend waits its turn and spends the budget like any retry
+            turn = context.retry_turn(
+                policy, wait, throttled=False, budget=self.retry_budget, rng=self.rng, now=now
+            )
+            wait, retry_in = turn.wait, turn.retry_in
+            if turn.refused is not None:
+                decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
+        if decision.verdict is Verdict.STOP and retry_in is None:
+            retry_in = decision.wait
+            if retry_in is None:
+                retry_in = policy.backoff(context.retries, self.rng)
+        attempt = Attempt(
+            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
+        )
+        context.add(attempt)
+        if decision.retry:
+            context.next_wait = wait
+            # A retry like any other: the observers (metrics, the log line) hear of it before its wait.
+            self.announce_retry(context, policy, attempt, context.method, context.url)
+        return decision.retry
+
+    def counters_allow(self, retries: int) -> bool:
+        """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
+        for counter in (self.total, self.read):
+            if counter is False or (
+                isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
+            ):
+                return False
+        return True
+
+    def announce_retry(
+        self,
+        context: RequestContext,
+        policy: Policy,
+        attempt: Attempt,
+        method: Optional[str],
+        url: Optional[str],
+    ) -> None:
+        """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
+        decision, wait = attempt.decision, context.next_wait
+        if self.observers:
+            # Where the wait came from: the policy's source, or "pace" when the fleet made it longer.
+            longer = wait is not None and decision.wait is not None and wait > decision.wait + HELD
+            source = "pace" if longer else decision.source or "backoff"
+            self.observers.retry(
+                RetryEvent(
+                    method=(method or context.method or "").upper(),
+                    url=context.shown_url or redact_url(url or ""),
+                    attempt=context.retries,
+                    max_retries=policy.max_retries,
+                    wait=context.next_wait or 0.0,
+                    wait_source=source,
+                    status=attempt.status,
+                    code=attempt.code,
+                    request_id=attempt.request_id,
+                    key_prefix=key_prefix(context.key),
+                    reason=decision.reason,
+                    error=attempt.error,
+                )
+            )
+        log.debug("sume_urllib3: %s", decision.reason)
+
+    def timer(self) -> Callable[[], float]:
+        """The clock a request reads, chosen once as it starts: real time, or a test's time (an
+        injected clock, or the virtual time of ``testing.no_sleep``, which socket timeouts and
+        the deadline's watch do not follow)."""
+        if self.clock is time.monotonic and _sleeping.active_recorder() is None:
+            return time.monotonic
+        return functools.partial(_sleeping.now, self.clock)
 
 
-#: Methods refusal_for lets any request resend, key or not, and that carry no body (so
-#: body_refusal has nothing to say of a replayable request): asked of the rules themselves.
-_BODILESS_SAFE = frozenset(m for m in SAFE_METHODS - BODY_METHODS if refusal_for(m, None) is None)
-_URLLIB3_METHODS = Retry.DEFAULT_ALLOWED_METHODS
 #: A lone retry's request before its first increment: no key, its body unseen.
 _FRESH = RequestContext(0.0)
-#: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
-_COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
 _GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
 
 
@@ -586,6 +620,36 @@ def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attem
         at=attempt.at,
         retry_in=attempt.decision.wait if retry_in is None else retry_in,
     )
+
+
+def _checked_policy(
+    args: Any,
+    policy: Optional[Policy],
+    sleep: Any,
+    clock: Any,
+    rng: Any,
+    retry_budget: Any,
+    kwargs: Dict[str, Any],
+) -> Policy:
+    """The policy to carry out, every argument checked, urllib3's own ones absorbed."""
+    policy = _positional(args, policy, kwargs)
+    if policy is None:
+        policy = DEFAULT_POLICY
+    if not isinstance(policy, Policy):
+        raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
+    if sleep is not None and not callable(sleep):
+        raise ConfigurationError("sleep must be callable")
+    if clock is not None and not callable(clock):
+        raise ConfigurationError("clock must be callable")
+    if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
+        raise ConfigurationError("retry_budget must be a RetryBudget or None")
+    check_rng(rng)
+    check_retry_arguments(kwargs)
+    return _absorb_urllib3_arguments(policy, kwargs)
+
+
+#: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
+_COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
 
 
 def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
@@ -642,14 +706,6 @@ def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
     return policy.replace(rules=(*policy.rules, *added)) if added else policy
 
 
-def renamed_budget(budget: Any, retry_budget: Any, owner: str = "SumeRetry") -> Any:
-    """``budget=``, the older name of ``retry_budget=``: accepted with a DeprecationWarning."""
-    if retry_budget is not None:
-        raise ConfigurationError("give retry_budget only (budget is its older name)")
-    warnings.warn(f"{owner}(budget=...) is now retry_budget=...", DeprecationWarning, stacklevel=3)
-    return budget
-
-
 #: urllib3's positional arguments, in its order (``Retry(3)`` is ``total=3``).
 _POSITIONAL = tuple(name for name in inspect.signature(Retry.__init__).parameters if name != "self")
 
@@ -676,9 +732,10 @@ def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> 
     return policy
 
 
-#: urllib3's response class (``BaseHTTPResponse`` on 2.x, whose subclasses all decide
-#: redirects by ``REDIRECT_STATUSES``; ``HTTPResponse`` on 1.26).
+#: urllib3's response class (``BaseHTTPResponse`` on 2.x, ``HTTPResponse`` on 1.26), and the
+#: statuses its ``get_redirect_location`` answers for.
 _URLLIB3_RESPONSE: Any = getattr(urllib3.response, "BaseHTTPResponse", HTTPResponse)
+_REDIRECTS = frozenset(HTTPResponse.REDIRECT_STATUSES)
 
 
 def _raw_response(response: Any) -> Any:
@@ -696,290 +753,6 @@ def _redirect_location(raw: Any) -> Any:
         return None
 
 
-# What happens between two attempts, whichever way the request came in.
-#
-# Every way in (``SumeRetry`` alone on a ``PoolManager``, an ``HTTPConnectionPool`` or a plain
-# ``HTTPAdapter``; ``SumeAdapter``; ``SumeSession``; redirects followed by requests or by
-# urllib3) calls these functions rather than keeping a copy:
-#
-# - :func:`decide_response` and :func:`decide_error`: what the pure :class:`Policy` says about
-#   the attempt that just ended (the error body peeked, bounded), and :func:`resend_broken_body`
-#   for a body that broke after urllib3 handed the response back;
-# - :func:`retry_turn`: the retry budget and the fleet's turn for a retry the policy allowed;
-# - :func:`end_turn`: tell the fleet what the attempt in flight got;
-# - :func:`body_refusal`: whether the request body can be sent again (a retry, a 307/308);
-# - :func:`redirect_wait`: how long a redirect's Retry-After may hold the request;
-# - :func:`let_go`: what is done with the connection of a response nobody will read.
-#
-# ``SumeRetry`` carries them out inside urllib3's loop, ``SumeAdapter`` around it; the order
-# of a request's life is in the docs' "How it works" page.
-
-log = logging.getLogger("sume_urllib3")
-
-# A fleet's wait longer than the policy's by less than this is the same wait (float noise).
-_HELD = 1e-6
-#: A body not read by anyone is drained up to this many bytes to keep its connection; a longer
-#: one costs more to read than a new connection does (a handshake is a few round trips).
-DRAIN_LIMIT = 1024 * 1024
-_DRAIN_CHUNK = 65536
-
-
-class RetryTurn(NamedTuple):
-    """The retry's turn: the wait before it, or why it may not go (and when it might).
-
-    A tuple, not a frozen dataclass: one is made on every retry, and a frozen dataclass's
-    ``__init__`` sets each field through ``object.__setattr__``."""
-
-    wait: float
-    refused: Optional[str] = None
-    retry_in: Optional[float] = None
-
-
-def retry_turn(
-    context: RequestContext,
-    policy: Policy,
-    wait: float,
-    *,
-    throttled: bool,
-    budget: Optional[RetryBudget],
-    rng: RandomSource,
-    now: float,
-) -> RetryTurn:
-    """Spend the retry budget and take the fleet's turn for a retry the policy allowed.
-
-    A retry the server paced (a 429, or a Retry-After) waits its turn without spending the
-    budget: the server, not an outage, asked for it. Any other waits, when the budget is
-    spent, until a unit of it is free (the rule the fleets' budgets follow), and is refused
-    only when that comes after the deadline. The fleet may make the wait longer
-    (the pace of every sender of this key) or refuse the turn when it would cross the
-    deadline; then every caller refused at once hears a next turn spread over one more pace.
-    """
-    if budget is not None and not throttled:
-        hold = budget.reserve(context.deadline(policy) - now)
-        if hold is None:
-            return RetryTurn(wait, "retry budget exhausted")
-        wait = max(wait, hold)
-    fleet = context.fleet
-    if fleet is None:
-        return RetryTurn(wait)
-    grant = fleet.acquire(
-        context.key_id or ANONYMOUS,
-        time_left=context.deadline(policy) - now,
-        retry="throttle" if throttled else "error",
-        not_before=wait,
-    )
-    if grant.fallback:
-        context.fallbacks += 1
-    if grant.refused:
-        context.fleet_refused = True
-        return RetryTurn(wait, grant.refused, refused_retry_in(max(grant.wait, wait), rng))
-    context.grant = grant
-    if grant.wait > wait + _HELD:
-        context.paced += grant.wait - wait
-        wait = grant.wait
-    return RetryTurn(wait)
-
-
-def end_turn(context: RequestContext, status: Optional[int], headers: Optional[Mapping[str, str]]) -> None:
-    """Tell the fleet what the attempt in flight got (None: no response), once."""
-    grant, context.grant = context.grant, None
-    if grant is not None:
-        context.fleet.release(context.key_id, grant, status, headers)
-
-
-def refused_retry_in(wait: float, rng: RandomSource) -> float:
-    """``retry_in`` after the fleet refused a turn: the next turn, spread over one more of it.
-
-    Every caller refused at one moment hears the same "next turn in X s". Told X, a queue
-    of refused tasks would come back at one instant and be refused together again; drawn
-    from [X, 2X] they come back over a window as long as the backlog ahead of them, which
-    the pace then serves one by one.
-    """
-    return wait * uniform(rng, 1.0, 2.0)
-
-
-def body_refusal(context: RequestContext, method: Optional[str]) -> Optional[str]:
-    """Why this request's body may not be sent again, or None.
-
-    Through ``SumeAdapter`` the body was seen before the first send (``context.replayable``).
-    A lone ``SumeRetry`` never sees it (urllib3 hands a Retry the method and URL only), so it
-    cannot tell bytes from a consumed generator: it does not resend a method that carries
-    a body.
-    """
-    if context.adapter is None and (method or context.method or "").upper() in BODY_METHODS:
-        return "a lone SumeRetry cannot see the request body, so it never sends it twice"
-    if not context.replayable:
-        return "the request body cannot be replayed (a generator or a stream without seek)"
-    return None
-
-
-def redirect_refusal(context: RequestContext, method: Optional[str], status: Optional[int]) -> Optional[str]:
-    """Why a redirect that sends the body again may not be followed, or None.
-
-    Only a 303 always becomes a GET without a body. urllib3 keeps the method and the body on
-    a 301, 302, 307 and 308 when it follows them itself (a ``PoolManager``); requests keeps them
-    on a 307/308 only, and only those reach a ``SumeRetry`` under requests. Either way a
-    request with a body that cannot be sent again is refused.
-    """
-    if status not in _BODY_KEEPING_REDIRECTS:
-        return None
-    why = body_refusal(context, method)
-    return None if why is None else f"{status} redirect not followed: {why}"
-
-
-#: Redirects urllib3 follows with the same method and body (a 303 becomes a bodiless GET).
-_BODY_KEEPING_REDIRECTS = frozenset({301, 302, 307, 308})
-
-
-def redirect_wait(asked: Optional[float], time_left: float) -> float:
-    """How long a redirect's Retry-After holds the request: what it asks when that fits in
-    what is left of the deadline, else nothing (the redirect is followed at once, as requests
-    and ``PoolManager`` always do; waiting would only end the call with nothing to show)."""
-    if asked is None or asked <= 0 or asked > time_left:
-        return 0.0
-    return asked
-
-
-def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
-    """Give back the connection of a response nobody will read.
-
-    The rest of the body is read through urllib3's own ``read`` (64 KiB at a time, so
-    urllib3 counts the bytes and hands the connection back at the end) up to ``limit``
-    bytes; a longer body, or one that breaks, closes the connection instead. Either way the
-    pool gets its slot back: a ``pool_block=True`` pool never waits for it.
-    """
-    if raw is None:
-        return
-    fp = getattr(raw, "_fp", None)
-    if isinstance(fp, PrefixedFP) and fp.complete:
-        # The peek read the whole body: what is left is in memory, and dropping it is the
-        # drain (reading it back through urllib3 cost a fifth of a decision).
-        try:  # noqa: SIM105 - contextlib.suppress would build an object on every decision
-            fp.close()
-        except Exception:
-            pass
-        if isinstance(getattr(raw, "length_remaining", None), int):
-            # urllib3 counts what it reads itself; the peek read the body around it. Told that
-            # nothing is left, the drain urllib3 makes after every retry reads nothing, where it
-            # would raise IncompleteRead for the bytes it never saw (and catch it).
-            raw.length_remaining = 0
-        release(raw)
-        return
-    if fp is None or (isinstance(fp, PrefixedFP) and fp.isclosed()) or fp_closed(fp):
-        release(raw)
-        return
-    read = getattr(raw, "read", None)
-    drained = 0
-    try:
-        while read is not None and drained <= limit:
-            piece = read(_DRAIN_CHUNK, decode_content=False)
-            if not piece:
-                break
-            drained += len(piece)
-        else:
-            with contextlib.suppress(Exception):
-                raw.close()  # too long to be worth its connection: a new one is cheaper
-    except Exception:  # a body that broke: its connection cannot be reused
-        with contextlib.suppress(Exception):
-            raw.close()
-    release(raw)
-
-
-# -- the decision: what this attempt got, and whether another may follow -------------------
-
-
-def decide_response(
-    retry: SumeRetry,
-    context: RequestContext,
-    raw: Any,
-    method: Optional[str] = None,
-    policy: Optional[Policy] = None,
-) -> Attempt:
-    """Peek at an error body and ask the policy what to do about this attempt.
-
-    A retry the request cannot take (a POST without a key, a body that cannot be
-    replayed) becomes NO_RETRY here. The adapter asks this too, for a response that
-    urllib3 never showed the retry (old requests streaming around urllib3).
-    """
-    policy = policy or context.policy or retry.policy
-    status = status_of(raw) or 0
-    headers = getattr(raw, "headers", None)
-    envelope = _NO_HINTS
-    if status >= 400:
-        deadline = context.deadline(policy)
-        prefix, decoded = peek_body(raw, policy.peek_limit, lambda: retry._now() >= deadline)
-        envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False)
-    # Measured after the peek: reading a slow body is part of the elapsed time.
-    now = retry._now()
-    retry_after = (headers or {}).get("Retry-After") if retry.respect_retry_after_header else None
-    decision = policy.decide(
-        status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=retry.rng
-    )
-    verdict = decision.verdict
-    retry_in = None
-    if verdict is Verdict.RETRY:
-        refusal = retry._refusal(context, method)
-        if refusal:
-            decision = Decision(
-                Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}"
-            )
-            verdict = Verdict.NO_RETRY
-    if verdict is Verdict.STOP or verdict is Verdict.NO_RETRY:
-        retry_in = _retry_in(policy, retry_after, context.retries, retry.rng)
-    return Attempt(
-        status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
-    )
-
-
-def decide_error(
-    retry: SumeRetry, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
-) -> Attempt:
-    refused_with = tunnel_status(error)
-    if refused_with is not None:
-        return _decide_tunnel(retry, context, policy, refused_with, error)
-    if retry._is_connection_error(error):
-        kind = "connect"
-    elif retry._is_read_error(error) or not _verification_failure(error):
-        # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
-        # request that may be sent twice, as after a read failure. A certificate that
-        # failed verification fails the same way again: not retried.
-        kind = "read"
-    else:
-        kind = "other"
-    now = retry._now()
-    verb = method or context.method
-    refusal = retry._refusal(context, verb)
-    if kind == "read" and not verb and not retry._is_read_error(error):
-        refusal = None  # a direct increment(error=...) names no request to protect
-    decision = policy.decide_error(
-        kind, context.retries, now - context.start, replay_safe=refusal is None, rng=retry.rng
-    )
-    if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
-        # Which rule keeps it from going again (no key, a body sent once), as for a response.
-        decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
-    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is Verdict.STOP else None
-    return Attempt(
-        None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
-    )
-
-
-def _decide_tunnel(
-    retry: SumeRetry, context: RequestContext, policy: Policy, status: int, error: Exception
-) -> Attempt:
-    """A proxy that refused the CONNECT tunnel with ``status``: decided by that status's row.
-
-    Through a plain-http origin the proxy's answer arrives as a response, decided by the table;
-    through a tunnel it arrives as an error. The same row decides both (a 407 is not retried, a
-    proxy's 503 is), and nothing reached the API: any request may go again.
-    """
-    now = retry._now()
-    decided = policy.decide(status, None, None, context.retries, now - context.start, rng=retry.rng)
-    reason = f"the proxy refused the tunnel: {decided.reason}"
-    decision = Decision(decided.verdict, decided.wait, decided.source, reason)
-    retry_in = policy.backoff(context.retries, retry.rng) if decision.verdict is Verdict.STOP else None
-    return Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
-
-
 def tunnel_status(error: BaseException) -> Optional[int]:
     """The status a proxy refused an https request's tunnel with, or None.
 
@@ -995,99 +768,6 @@ def tunnel_status(error: BaseException) -> Optional[int]:
 
 
 _TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: ([1-5][0-9][0-9])\b")
-
-
-def resend_broken_body(
-    retry: SumeRetry, context: RequestContext, policy: Policy, error: Exception, rewind: Callable[[], bool]
-) -> bool:
-    """A body that broke mid-read after urllib3 handed the response back: resend it?
-
-    The same decision as a read failure inside urllib3's loop (``decide_error("read")``),
-    bounded by urllib3's counters, the body (``rewind`` puts a file body back, False when
-    it cannot), the retry budget and the fleet's turn. Records the attempt; on a resend
-    the wait is in ``context.next_wait`` for :meth:`sleep`.
-    """
-    now = retry._now()
-    why = "the body failed mid-read"
-    decision = policy.decide_error(
-        "read",
-        context.retries,
-        now - context.start,
-        replay_safe=retry._refusal(context, context.method) is None,
-        rng=retry.rng,
-    )
-    if decision.retry and not counters_allow(retry, context.retries):
-        decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
-    if decision.retry and not rewind():
-        decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
-    wait = decision.wait or 0.0
-    retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
-    if decision.retry:  # a resend waits its turn and spends the budget like any retry
-        budget = retry.retry_budget
-        turn = retry_turn(context, policy, wait, throttled=False, budget=budget, rng=retry.rng, now=now)
-        wait, retry_in = turn.wait, turn.retry_in
-        if turn.refused is not None:
-            decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
-    if decision.verdict is Verdict.STOP and retry_in is None:
-        retry_in = decision.wait
-        if retry_in is None:
-            retry_in = policy.backoff(context.retries, retry.rng)
-    attempt = Attempt(None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in)
-    context.add(attempt)
-    if decision.retry:
-        context.next_wait = wait
-        # A retry like any other: the observers (metrics, the log line) hear of it before its wait.
-        announce_retry(retry, context, policy, attempt, context.method, context.url)
-    return decision.retry
-
-
-def counters_allow(
-    retry: SumeRetry, retries: int) -> bool:
-    """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
-    for counter in (retry.total, retry.read):
-        if counter is False or (
-            isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
-        ):
-            return False
-    return True
-
-
-def announce_retry(
-    retry: SumeRetry,
-    context: RequestContext,
-    policy: Policy,
-    attempt: Attempt,
-    method: Optional[str],
-    url: Optional[str],
-) -> None:
-    decision = attempt.decision
-    if retry.observers:
-        retry.observers.retry(
-            frozen(
-                RetryEvent,
-                method=(method or context.method or "").upper(),
-                url=redact_url(context.url or url or ""),
-                attempt=context.retries,
-                max_retries=policy.max_retries,
-                wait=context.next_wait or 0.0,
-                wait_source=_source(decision, context.next_wait),
-                status=attempt.status,
-                code=attempt.code,
-                request_id=attempt.request_id,
-                key_prefix=key_prefix(context.key),
-                reason=decision.reason,
-                error=attempt.error,
-            )
-        )
-    if log.isEnabledFor(logging.DEBUG):  # the question debug() asks, one call fewer
-        log.debug("sume_urllib3: %s", decision.reason)
-
-
-def _source(decision: Decision, wait: Optional[float]) -> str:
-    """Where the wait came from: the policy's source, or "pace" when the fleet made it longer."""
-    if wait is not None and decision.wait is not None and wait > decision.wait + _HELD:
-        return "pace"
-    return decision.source or "backoff"
 
 
 def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:
@@ -1119,3 +799,10 @@ def status_of(raw: Any) -> Optional[int]:
     """The status of a urllib3 response (None for anything without an int status)."""
     status = getattr(raw, "status", None)
     return status if isinstance(status, int) else None
+
+
+def _retry_after(raw: Any) -> Optional[str]:
+    """A response's Retry-After, or None (urllib3's and requests' header dicts are case-insensitive)."""
+    headers = getattr(raw, "headers", None)
+    value = headers.get("Retry-After") if headers is not None else None
+    return value if isinstance(value, str) else None

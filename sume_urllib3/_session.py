@@ -11,22 +11,19 @@ import requests
 from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, BaseAdapter
 from requests.utils import default_user_agent, select_proxy
 
-from . import _sleeping
-from ._adapter import AUTH_HEADER_NAMES, DEFAULT_FLEET, SumeAdapter
+from ._adapter import DEFAULT_FLEET, Default, SumeAdapter
 from ._config import check_url, setting
 from ._deadline import TimeoutSpec, check_timeout
-from ._environment import EnvironmentSettings
 from ._errors import ConfigurationError
 from ._jobs import Jobs
 from ._policy import Policy
 from ._redact import redact_error, secrets_of
+from ._redirects import left_behind, strip
 from ._request import RequestContext, current
 from ._util import (
     RandomSource,
-    header_value,
     is_loopback,
     is_visible_ascii,
-    leaves_origin,
     origin,
     plain_http_refusal,
 )
@@ -52,14 +49,8 @@ AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
 _SCHEMES = ("https://", "http://")
 
 
-class _DefaultBudget:
-    """Marker for "a fresh default RetryBudget per session"."""
-
-    def __repr__(self) -> str:
-        return "<default>"
-
-
-DEFAULT_BUDGET: Any = _DefaultBudget()
+#: The ``retry_budget=`` default: a new RetryBudget per session.
+DEFAULT_BUDGET: Any = Default()
 
 
 class _NoAuth(requests.auth.AuthBase):
@@ -144,7 +135,6 @@ class SumeSession(requests.Session):
         self._api_key = setting(api_key, "SUME_API_KEY", check_api_key)
         self.base_url = setting(base_url, "SUME_API_BASE_URL", check_base_url, DEFAULT_BASE_URL)
         self._prefix = self.base_url + "/"
-        self._environment = EnvironmentSettings()
         self._origin = origin(self.base_url)
         self._base_refusal = plain_http_refusal(self.base_url)
         self.auth_header = check_auth_header(auth_header)
@@ -262,24 +252,18 @@ class SumeSession(requests.Session):
         """
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-        if self._announced():
-            return in_own_context(self._request, _text(method), _text(url), args, policy, kwargs)
-        return self._request(_text(method), _text(url), args, policy, kwargs)
-
-    def _announced(self) -> bool:
-        """Whether a request here is told to an observer's ``on_start`` (by the SumeAdapter serving it)."""
         for adapter in self.adapters.values():
             if isinstance(adapter, SumeAdapter) and adapter.retry.observers.starts:
-                return True
-        return False
+                # Told to an observer's on_start (by the SumeAdapter serving it): its own context.
+                return in_own_context(self._request, _text(method), _text(url), args, policy, kwargs)
+        return self._request(_text(method), _text(url), args, policy, kwargs)
 
     def _request(
         self, method: str, url: str, args: Tuple[Any, ...], policy: Optional[Policy], kwargs: Dict[str, Any]
     ) -> requests.Response:
         adapter = self.adapter
-        clock = adapter.retry.clock
-        context = RequestContext(_sleeping.now(clock), policy=policy, owned=True)
-        context.fleet = adapter.fleet
+        now = adapter.retry.timer()
+        context = RequestContext(now(), now=now, policy=policy, owned=True, fleet=adapter.fleet)
         token = current.set(context)
         try:
             return super().request(method, url, *args, **kwargs)
@@ -290,7 +274,7 @@ class SumeSession(requests.Session):
             if context.record is not None and getattr(exc, "sume", None) is None:
                 # Raised by requests after a hop ended (too many redirects, a bad Location):
                 # the request did not end as that hop's record says.
-                context.record = context.finish(None, None, _sleeping.now(clock), error=type(exc).__name__)
+                context.finish(None, None, context.now(), error=type(exc).__name__)
                 setattr(exc, "sume", context.record)
             raise
         finally:
@@ -377,16 +361,17 @@ class SumeSession(requests.Session):
         ours = self._is_ours(request.url if isinstance(request.url, str) else "")
         if ours and self._api_key is not None and request.auth is None and self.auth is None:
             request.auth = _NO_AUTH  # the key is ours to send: no ~/.netrc credentials here
-        if not ours:
-            context = current.get()
-            if context is not None and context.owned and not context.hops:
-                # The fleet paces this API key; another host's 429 or Retry-After (a storage
-                # upload's) must not hold the key's requests to the API.
-                context.fleet = None
+        context = current.get()
+        if context is not None and (not context.owned or context.hops):
+            context = None  # only a session's request, before its first hop, is paced from here
+        if not ours and context is not None:
+            # The fleet paces this API key; another host's 429 or Retry-After (a storage
+            # upload's) must not hold the key's requests to the API.
+            context.leave_fleet()
         prepared = super().prepare_request(request)
         headers = prepared.headers
-        has_key = header_value(headers, "x-api-key") is not None
-        has_auth = header_value(headers, "authorization") is not None
+        has_key = "x-api-key" in headers
+        has_auth = "Authorization" in headers
         if not ours:
             self._strip_key(headers)
         elif has_key and has_auth:
@@ -410,25 +395,15 @@ class SumeSession(requests.Session):
             refusal = plain_http_refusal(url) if carries else None
         if refusal:
             raise ConfigurationError(refusal)
-        if ours:
-            context = current.get()
-            if context is not None and context.owned and not context.hops:
-                # Paced under the key this request actually sends (the session's, or one the
-                # call or session.headers set: a tenant's) at this origin.
-                context.key_id = (
-                    self._key_id
-                    if self._auth_value is not None and not (has_key or has_auth)
-                    else key_ids(self._origin_name, sent_key(headers))
-                )
+        if ours and context is not None:
+            # Paced under the key this request actually sends (the session's, or one the
+            # call or session.headers set: a tenant's) at this origin.
+            context.pace_as(
+                self._key_id
+                if self._auth_value is not None and not (has_key or has_auth)
+                else key_ids(self._origin_name, sent_key(headers))
+            )
         return prepared
-
-    def merge_environment_settings(
-        self, url: Union[str, bytes, None], proxies: Any, stream: Any, verify: Any, cert: Any
-    ) -> Any:
-        """As requests merges them, with the environment read again only when it changed."""
-        return self._environment.merge(
-            super().merge_environment_settings, self, url, proxies, stream, verify, cert
-        )
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         """Send as requests does; a key over plain http goes through no proxy but a loopback one.
@@ -438,8 +413,10 @@ class SumeSession(requests.Session):
         """
         proxies = kwargs.get("proxies")  # merged from the environment: {} without any
         url = request.url or ""
-        if proxies and url.startswith("http:") and (
-            "x-api-key" in request.headers or "Authorization" in request.headers
+        if (
+            proxies
+            and url.startswith("http:")
+            and ("x-api-key" in request.headers or "Authorization" in request.headers)
         ):
             host = _proxy_host(select_proxy(url, proxies))
             if host is not None and not is_loopback(host):
@@ -468,18 +445,18 @@ class SumeSession(requests.Session):
             del headers["Authorization"]
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
-        """Strip the key header too (requests strips only Authorization) when leaving the origin.
+        """Leave behind what the redirect's hop must not carry (``_redirects.left_behind``).
 
-        The ``SumeAdapter`` that got the redirect has seen to it that this copy carries neither;
-        this holds where a caller mounted another adapter over the API. The same rule as the adapter's
-        (``leaves_origin``: an https upgrade on the same host stays).
+        The ``SumeAdapter`` that got the redirect has seen to it that this copy carries none of
+        it; this holds where a caller mounted another adapter over the API.
         """
         previous = response.request.url if response.request is not None else None
-        leaving = previous is not None and leaves_origin(previous, prepared_request.url or "")
         super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call,unused-ignore]
-        if leaving:
-            for name in AUTH_HEADER_NAMES:
-                prepared_request.headers.pop(name, None)
+        if previous is not None:
+            strip(
+                prepared_request.headers,
+                left_behind(previous, prepared_request.url or "", prepared_request.method),
+            )
 
     def mount(self, prefix: Union[str, bytes], adapter: BaseAdapter) -> None:
         """Mount ``adapter`` for URLs starting with ``prefix``, as requests does.

@@ -321,18 +321,3 @@ def test_a_window_too_small_to_divide_is_refused() -> None:
     """window=5e-324 passes 'finite and > 0' but cannot be cut into buckets."""
     with pytest.raises(ConfigurationError, match="window"):
         RetryBudget(window=5e-324)
-
-
-@pytest.mark.parametrize("owner", ["SumeRetry", "SumeAdapter"])
-def test_budget_is_the_older_name_of_retry_budget_on_both(owner: str) -> None:
-    """``budget=`` still works where it did, with a DeprecationWarning naming the new one."""
-    from sume_urllib3 import SumeAdapter, SumeRetry
-
-    budget = RetryBudget()
-    with pytest.warns(DeprecationWarning, match=rf"{owner}\(budget=\.\.\.\) is now retry_budget"):
-        made = SumeRetry(budget=budget) if owner == "SumeRetry" else SumeAdapter(budget=budget)
-    assert made.retry_budget is budget
-    with pytest.raises(ConfigurationError, match="give retry_budget only"):
-        SumeRetry(budget=budget, retry_budget=budget) if owner == "SumeRetry" else SumeAdapter(
-            budget=budget, retry_budget=budget
-        )

@@ -1,4 +1,5 @@
-"""The deadline holds inside an attempt: a server that trickles bytes never outlasts ``max_elapsed``.
+"""The deadline (sume_urllib3/_deadline.py): a server that trickles bytes never outlasts ``max_elapsed``,
+and every attempt's timeouts, in any form requests accepts, are capped by the time left.
 
 A read timeout restarts with each piece that arrives, so a server sending one every 0.4 s
 keeps ``timeout=(1, 1)`` from firing. With ``Policy(max_elapsed=1)`` every call below ends
@@ -11,15 +12,25 @@ Real time on a real loopback socket: this is about what a socket does.
 
 from __future__ import annotations
 
+import contextlib
+import decimal
+import fractions
+import socket
 import time
 from typing import Any, Callable, Iterable, Iterator
 
 import pytest
 import requests
+import urllib3
+from urllib3.util.timeout import Timeout
 
-from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeReadTimeout, SumeSession, sume_record
+from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeReadTimeout, SumeRetry, SumeSession, sume_record
+from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
+from sume_urllib3.exceptions import ConfigurationError
+from sume_urllib3.testing import FakeSume, no_sleep
 
-from .raw_server import KEY, Loopback, Seen, Step, trickled_body
+from .conftest import VirtualTime
+from .raw_server import KEY, QUICK, Handler, Loopback, Seen, Step, raw_session, reply, trickled_body
 
 DEADLINE = 1.0
 TRICKLE = 0.3  # seconds between pieces: well under the 1 s read timeout, so it never fires
@@ -170,3 +181,385 @@ def test_a_stall_with_a_read_timeout_past_the_deadline_ends_as_the_deadline(
     server = raw_server(stalled_body)
     with SumeSession(KEY, base_url=server.url, policy=POLICY, fleet=None) as session:
         _ends_as_a_deadline_give_up(lambda: session.get("/stall", timeout=(1, 30)))
+
+
+# --- check_timeout: exactly what requests accepts --------------------------------------------
+
+ACCEPTED = [
+    5,
+    2.5,
+    30,
+    (1, 2),
+    (2.5, 30.0),
+    (None, 3),
+    (3, None),
+    (None, None),
+    Timeout(connect=1, read=2),
+    Timeout(total=3),
+    Timeout(connect=None, read=None),
+]
+REFUSED = [
+    0,
+    -1,
+    0.0,
+    True,
+    False,
+    "5",
+    b"5",
+    float("inf"),  # requests: OverflowError from the socket
+    float("nan"),  # requests: ValueError from the socket
+    fractions.Fraction(1, 2),
+    (),
+    (1,),
+    (1, 2, 3),
+    (0, 1),
+    (1, -1),
+    ("1", 2),
+    (True, 1),
+    (float("inf"), 1),
+    [1, 2],
+    {"connect": 1},
+    object(),
+]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeSume]:
+    """One loopback FakeSume for the module: requests' own verdict on each timeout."""
+    with FakeSume() as fake:
+        yield fake
+
+
+def requests_accepts(server: FakeSume, timeout: Any) -> bool:
+    """True when a real requests.get to loopback goes through with this timeout."""
+    try:
+        requests.get(server.url + "/v1/ping", timeout=timeout).close()
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize("timeout", ACCEPTED, ids=repr)
+def test_accepts_what_requests_accepts(server: FakeSume, timeout: Any) -> None:
+    """Seconds, a (connect, read) pair with None for no limit, and a urllib3 Timeout pass unchanged."""
+    assert requests_accepts(server, timeout)
+    assert check_timeout(timeout) is timeout
+
+
+def test_a_decimal_timeout_is_refused_whatever_the_socket_makes_of_it() -> None:
+    """Decimal("5") works on some Python/urllib3 pairs and raises at the socket on others: refused."""
+    with pytest.raises(ConfigurationError, match=r"^timeout must be seconds > 0"):
+        check_timeout(decimal.Decimal("5"))
+
+
+@pytest.mark.parametrize("timeout", REFUSED, ids=lambda t: "object()" if type(t) is object else repr(t))
+def test_refuses_what_requests_cannot_send_with(server: FakeSume, timeout: Any) -> None:
+    """Everything requests refuses (at once or at the socket) is a ConfigurationError before sending."""
+    assert not requests_accepts(server, timeout)
+    with pytest.raises(ConfigurationError, match=r"^timeout must be seconds > 0"):
+        check_timeout(timeout)
+
+
+def test_none_means_no_timeout() -> None:
+    """None is accepted: requests' "no limit"."""
+    assert check_timeout(None) is None
+
+
+@pytest.mark.parametrize("timeout", [0, (1, 2, 3), "soon"], ids=repr)
+def test_the_error_names_the_field(timeout: Any) -> None:
+    """The message starts with the field's name and shows the value refused."""
+    with pytest.raises(ConfigurationError) as info:
+        check_timeout(timeout, name="SUME['TIMEOUT']")
+    message = str(info.value)
+    assert message.startswith("SUME['TIMEOUT'] must be")
+    assert repr(timeout) in message
+    assert isinstance(info.value, ValueError)
+
+
+# --- DeadlineTimeout.clone -------------------------------------------------------------------
+
+
+def started(timeout: Timeout) -> Timeout:
+    """The timeout as urllib3 uses it for one attempt: connect started, so read_timeout is final."""
+    timeout.start_connect()
+    return timeout
+
+
+def test_clone_caps_connect_and_read_by_the_time_left() -> None:
+    """With 10 s left, a (5, 60) timeout connects within 5 s and reads within what is left of 10."""
+    clock = VirtualTime()
+    attempt = started(DeadlineTimeout((5, 60), deadline=1010.0, clock=clock).clone())
+    assert type(attempt) is Timeout
+    assert attempt.total == 10.0
+    assert attempt.connect_timeout == 5
+    read = attempt.read_timeout
+    assert read is not None
+    assert 9.0 < read <= 10.0
+
+
+def test_clone_follows_the_clock() -> None:
+    """Each attempt's cap is what is left when it starts."""
+    clock = VirtualTime()
+    timeout = DeadlineTimeout((5, 60), deadline=1010.0, clock=clock)
+    clock.now = 1008.0
+    attempt = started(timeout.clone())
+    assert attempt.total == 2.0
+    assert attempt.connect_timeout == 2.0
+    read = attempt.read_timeout
+    assert read is not None
+    assert read <= 2.0
+
+
+@pytest.mark.parametrize("now", [1009.95, 1010.0, 1500.0])
+def test_clone_never_below_the_minimum(now: float) -> None:
+    """Near or past the deadline an attempt still gets MIN_ATTEMPT_TIMEOUT, never zero or less."""
+    clock = VirtualTime(now)
+    attempt = started(DeadlineTimeout((5, 60), deadline=1010.0, clock=clock).clone())
+    assert MIN_ATTEMPT_TIMEOUT == 0.1
+    assert attempt.total == MIN_ATTEMPT_TIMEOUT
+    assert attempt.connect_timeout == MIN_ATTEMPT_TIMEOUT
+    read = attempt.read_timeout
+    assert read is not None
+    assert read <= MIN_ATTEMPT_TIMEOUT
+
+
+def test_clone_keeps_a_shorter_total() -> None:
+    """A total shorter than the time left is kept; once less is left, the time left wins."""
+    clock = VirtualTime()
+    timeout = DeadlineTimeout(Timeout(connect=5, read=60, total=3), deadline=1010.0, clock=clock)
+    assert timeout.clone().total == 3
+    clock.now = 1008.0
+    assert timeout.clone().total == 2.0
+
+
+def test_clone_caps_no_limit_by_the_time_left() -> None:
+    """(None, None), "no limit", still ends at the deadline."""
+    attempt = DeadlineTimeout((None, None), deadline=1010.0, clock=VirtualTime()).clone()
+    assert attempt.connect_timeout == 10.0
+    assert attempt.total == 10.0
+
+
+def test_clone_of_plain_seconds() -> None:
+    """A plain number is both the connect and the read timeout, each capped."""
+    attempt = DeadlineTimeout(7, deadline=1010.0, clock=VirtualTime()).clone()
+    assert attempt.connect_timeout == 7
+    assert attempt.total == 10.0
+    assert started(attempt).read_timeout == pytest.approx(7, abs=0.5)
+
+
+def test_clones_are_independent() -> None:
+    """Starting one attempt's timer touches neither the template nor the next attempt."""
+    timeout = DeadlineTimeout((5, 60), deadline=1010.0, clock=VirtualTime())
+    first = started(timeout.clone())
+    second = timeout.clone()
+    assert first is not second
+    assert second._start_connect is None
+    assert timeout._start_connect is None
+
+
+def test_clone_counts_waits_recorded_under_no_sleep() -> None:
+    """Under no_sleep, the waits this thread recorded count as time passed, so deadlines hold:
+    a request's clock (``SumeRetry.timer``) is then the virtual time."""
+    clock = VirtualTime()
+    with no_sleep() as recorder:
+        timeout = DeadlineTimeout((8, 60), deadline=1010.0, clock=SumeRetry(clock=clock).timer())
+        recorder.record(6.0)
+        attempt = timeout.clone()
+    assert attempt.total == 4.0
+    assert attempt.connect_timeout == 4.0
+
+
+# --- capped ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", [(5, 60), 5, Timeout(connect=1, read=2), None], ids=repr)
+def test_capped_leaves_the_timeout_alone_with_an_injected_clock(timeout: Any) -> None:
+    """An injected clock measures time that did not pass: the socket timeouts stay as they are."""
+    assert capped(timeout, deadline=1010.0, clock=VirtualTime()) is timeout
+
+
+@pytest.mark.parametrize("timeout", [(5, 60), 5, None], ids=repr)
+def test_capped_leaves_the_timeout_alone_under_no_sleep(timeout: Any) -> None:
+    """Under no_sleep the waits are not slept, so the real clock's deadline is not applied: the
+    request's clock is then no_sleep's virtual time, which capped leaves alone."""
+    with no_sleep():
+        clock = SumeRetry().timer()
+        assert clock is not time.monotonic
+        assert capped(timeout, deadline=time.monotonic() + 1.0, clock=clock) is timeout
+
+
+def test_capped_with_the_real_clock_caps_every_attempt() -> None:
+    """With the real clock, the result is a DeadlineTimeout whose attempts end by the deadline."""
+    deadline = time.monotonic() + 2.0
+    result = capped((5, 60), deadline=deadline, clock=time.monotonic)
+    assert isinstance(result, DeadlineTimeout)
+    assert (result._connect, result._read, result.total) == (5, 60, None)
+    assert (result.deadline, result.clock) == (deadline, time.monotonic)
+    attempt = result.clone()
+    assert isinstance(attempt.total, float)
+    assert 0 < attempt.total <= 2.0
+    assert attempt.connect_timeout == attempt.total
+
+
+def test_capped_with_the_real_clock_keeps_a_timeout_objects_total() -> None:
+    """A urllib3 Timeout's own total still applies when it is shorter."""
+    result = capped(
+        Timeout(connect=1, read=2, total=0.5), deadline=time.monotonic() + 60.0, clock=time.monotonic
+    )
+    assert isinstance(result, DeadlineTimeout)
+    assert result.clone().total == 0.5
+
+
+def test_capped_does_not_change_the_callers_timeout() -> None:
+    """The caller's Timeout object is copied, never changed."""
+    mine = Timeout(connect=1, read=2)
+    result = capped(mine, deadline=time.monotonic() + 60.0, clock=time.monotonic)
+    assert result is not mine
+    assert type(mine) is Timeout
+    assert not hasattr(mine, "deadline")
+
+
+def _trickling_503(seen: Seen, n: int) -> Iterable[Step]:
+    if n == 0:
+        # 30 bytes over 3 s: each read succeeds, the whole body takes far past the deadline.
+        yield reply(503, b"", length=30)
+        for _ in range(15):
+            yield 0.2
+            yield b"xx"
+    else:
+        yield reply(200, b"{}")
+
+
+def test_a_503_whose_body_trickles_sends_no_retry_after_the_deadline(raw_server: Any) -> None:
+    """max_elapsed=1 and a 503 body that takes 3 s: no retry after 1 s, the call ends by 1.5 s."""
+    api = raw_server(_trickling_503)
+    session = raw_session(api, policy=QUICK.replace(max_elapsed=1.0))
+
+    started = time.monotonic()
+    with contextlib.suppress(requests.RequestException):
+        session.get("/slow")
+    took = time.monotonic() - started
+
+    late = [seen for seen in api.requests if seen.at > started + 1.0]
+    assert [] == late
+    assert took <= 1.5
+
+
+def _slow_retry(seen: Seen, n: int) -> Iterable[Step]:
+    if n == 0:
+        yield reply(503, b'{"error":{"code":"busy"}}')
+    else:
+        yield 5.0
+        yield reply(200, b"{}")
+
+
+@pytest.mark.slow
+def test_a_slow_retry_is_cut_at_the_deadline_not_at_its_read_timeout(raw_server: Any) -> None:
+    """timeout (1, 4), max_elapsed=2, the retry's answer takes 5 s: the call ends by 2.5 s."""
+    api = raw_server(_slow_retry)
+    session = raw_session(api, policy=QUICK.replace(max_elapsed=2.0))
+
+    started = time.monotonic()
+    with pytest.raises(requests.RequestException):
+        session.get("/work", timeout=(1, 4))
+    took = time.monotonic() - started
+
+    assert 2 == len(api.requests)  # the retry was sent, and cut short
+    assert took <= 2.5
+
+
+@pytest.fixture
+def unanswered_port() -> Iterator[int]:
+    """A port on 127.0.0.1 whose accept queue is full: a connect there hangs until its timeout."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=1)  # takes the one slot
+    probe = socket.socket()
+    probe.settimeout(0.2)
+    try:
+        probe.connect(("127.0.0.1", port))
+    except OSError:
+        pass
+    else:
+        pytest.skip("this kernel accepts past a full backlog: no way to make a connect hang here")
+    finally:
+        probe.close()
+    yield port
+    filler.close()
+    listener.close()
+
+
+@pytest.mark.slow
+def test_connect_timeouts_and_their_retry_end_by_the_deadline(unanswered_port: int) -> None:
+    """Connect timeout 1.5 s, max_elapsed=2: the retried connect is cut, the call ends by 2.5 s."""
+    session = SumeSession(
+        KEY,
+        base_url=f"http://127.0.0.1:{unanswered_port}/v1",
+        policy=QUICK.replace(max_elapsed=2.0),
+        fleet=None,
+    )
+
+    started = time.monotonic()
+    with pytest.raises(requests.ConnectionError):
+        session.get("/jobs", timeout=(1.5, 5))
+    took = time.monotonic() - started
+
+    assert took <= 2.5
+
+
+@pytest.mark.parametrize(
+    "timeout",
+    [(5, None), (None, 5), urllib3.Timeout(connect=2, read=3), urllib3.Timeout(total=4), 7, 2.5],
+    ids=["read-unlimited", "connect-unlimited", "Timeout", "Timeout-total", "int", "float"],
+)
+def test_every_timeout_form_requests_accepts_works_in_the_constructor_and_per_call(
+    raw_server: Any, timeout: Any
+) -> None:
+    """(5, None), urllib3.Timeout(...) and plain seconds: accepted by SumeSession and by a call."""
+    api = raw_server()
+    session = raw_session(api, timeout=timeout)
+
+    assert timeout is session.timeout
+    assert b"/v1/a" == session.get("/a").content
+    assert b"/v1/b" == session.request("GET", "/b", timeout=timeout).content
+
+
+@pytest.mark.parametrize("bad", [0, -1, (1, 2, 3), "5", (0, 5), float("nan"), True])
+def test_a_timeout_requests_would_refuse_is_a_configuration_error(bad: Any) -> None:
+    """Zero, negative, three values, text, NaN, bool: ConfigurationError naming timeout."""
+    with pytest.raises(ConfigurationError, match="timeout"):
+        SumeSession(KEY, timeout=bad)
+
+
+def _slow(seconds: float) -> Handler:
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        yield seconds
+        yield reply(200, b"late")
+
+    return handler
+
+
+def test_a_urllib3_timeout_in_the_constructor_is_applied(raw_server: Any) -> None:
+    """SumeSession(timeout=Timeout(read=0.3)): a 2 s answer times out in well under 2 s."""
+    api = raw_server(_slow(2.0))
+    session = raw_session(
+        api, timeout=urllib3.Timeout(connect=1, read=0.3), policy=QUICK.replace(max_retries=0)
+    )
+
+    started = time.monotonic()
+    with pytest.raises(requests.Timeout):
+        session.get("/slow")
+    assert time.monotonic() - started < 1.5
+
+
+def test_an_explicit_timeout_none_per_call_means_the_session_default(raw_server: Any) -> None:
+    """As documented: session.get(url, timeout=None) uses the session's timeout (here a 0.3 s read)."""
+    api = raw_server(_slow(2.0))
+    session = raw_session(api, timeout=(1, 0.3), policy=QUICK.replace(max_retries=0))
+
+    started = time.monotonic()
+    with pytest.raises(requests.Timeout):
+        session.get("/slow", timeout=None)
+    assert time.monotonic() - started < 1.5

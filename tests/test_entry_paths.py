@@ -35,7 +35,7 @@ from sume_urllib3 import (
     SumeRetryError,
     SumeSession,
 )
-from sume_urllib3._retry import DRAIN_LIMIT
+from sume_urllib3._body import DRAIN_LIMIT
 from sume_urllib3.testing import FakeSume, Reply, no_sleep
 
 from .conftest import API_KEY, VirtualTime

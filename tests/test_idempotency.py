@@ -16,6 +16,7 @@ from sume_urllib3._idempotency import (
     KEYED_METHODS,
     SAFE_METHODS,
     body_is_replayable,
+    body_refusal,
     new_key,
     refusal_for,
     validate_idempotency_key,
@@ -111,7 +112,7 @@ def test_configuration_error_is_a_value_error() -> None:
 OTHER_METHODS = ("CONNECT", "PROPFIND", "FOO", "")
 METHODS = (*sorted(SAFE_METHODS), *sorted(KEYED_METHODS), *OTHER_METHODS, None, "get", "post", "Patch")
 KEYS = (None, "", "order-42")
-BODY_REFUSAL = "the request body cannot be replayed"
+BODY_REFUSAL = "the request body cannot be replayed (a generator or a stream without seek)"
 
 
 def test_the_method_sets() -> None:
@@ -272,3 +273,17 @@ def test_new_key_is_a_version_4_rfc_4122_uuid() -> None:
 def test_new_keys_are_distinct() -> None:
     """1000 new keys are 1000 different keys."""
     assert len({new_key() for _ in range(1000)}) == 1000
+
+
+def test_a_lone_retry_never_resends_a_body_it_cannot_see() -> None:
+    """Without an adapter the body is unseen: PUT, POST and PATCH are refused, GET and DELETE are not."""
+    for method in ("PUT", "POST", "PATCH"):
+        assert "cannot see the request body" in (body_refusal(method, True, lone=True) or "")
+    for method in ("GET", "DELETE", "HEAD"):
+        assert body_refusal(method, True, lone=True) is None
+
+
+def test_through_an_adapter_only_an_unreplayable_body_is_refused() -> None:
+    """With an adapter, the body seen before the first send decides."""
+    assert body_refusal("PUT", True) is None
+    assert "cannot be replayed" in (body_refusal("PUT", False) or "")

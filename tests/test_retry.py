@@ -24,7 +24,9 @@ from sume_urllib3 import (
     Policy,
     SumeAdapter,
     SumeRetry,
+    SumeSession,
 )
+from sume_urllib3._retry import tunnel_status
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime
@@ -592,3 +594,78 @@ def test_plain_requests_session_with_sume_adapter_strips_the_key_on_a_cross_host
 
     assert b"/landing" == response.content
     assert {} == auth_headers(other.requests[0])
+
+
+# -- a proxy that refuses the tunnel ------------------------------------------------------------
+
+
+def refuse_tunnels(status: int) -> Any:
+    """A raw-server handler: a forward proxy answering every CONNECT with ``status``."""
+    from .raw_server import CLOSE, reply
+
+    def handler(seen: Any, n: int) -> Any:
+        yield reply(status, b"proxy says no")
+        yield CLOSE
+
+    return handler
+
+
+def test_tunnel_status_reads_http_clients_refusal_through_urllib3s_wrapping() -> None:
+    """http.client's text is where the status lives; anything else is not a tunnel refusal."""
+    refused = OSError("Tunnel connection failed: 407 Proxy Authentication Required")
+    assert tunnel_status(urllib3.exceptions.ProxyError("Unable to connect to proxy", refused)) == 407
+    assert tunnel_status(refused) == 407
+    down = ConnectionRefusedError(111, "refused")
+    assert tunnel_status(urllib3.exceptions.ProxyError("down", down)) is None
+    assert tunnel_status(OSError("Tunnel connection failed: soon")) is None
+    assert tunnel_status(ValueError("Tunnel connection failed: 407 x")) is None
+
+
+@pytest.mark.parametrize("way", ["session", "http_adapter"])
+@pytest.mark.parametrize(("status", "sent", "outcome"), [(407, 1, "no_retry"), (503, 3, "gave_up")])
+def test_a_proxy_refusing_the_tunnel_is_decided_by_its_statuss_row(
+    raw_server: Any, way: str, status: int, sent: int, outcome: str
+) -> None:
+    """An https request through a proxy that refuses the CONNECT: the proxy's status decides, as
+    its response would through a plain-http origin. A 407 is not retried (it was resent seven
+    times, as a read failure); a proxy's 503 is, for a POST too, since nothing reached the API."""
+    from .raw_server import QUICK
+
+    proxy = raw_server(refuse_tunnels(status))
+    policy = QUICK.replace(max_retries=2)
+    if way == "session":
+        session: requests.Session = SumeSession(
+            "sk_test_tunnel", base_url=API, policy=policy, fleet=None, sleep=lambda s: None
+        )
+    else:
+        session = requests.Session()
+        session.mount("https://", HTTPAdapter(max_retries=SumeRetry(policy, sleep=lambda s: None)))
+    session.trust_env = False
+    with pytest.raises(requests.exceptions.ProxyError) as raised:
+        session.post(API + "/jobs", json={"n": 1}, proxies={"https": proxy.url})
+    assert [seen.method for seen in proxy.requests] == ["CONNECT"] * sent
+    if way == "session":
+        record = raised.value.sume  # type: ignore[attr-defined]
+        assert record.reason.startswith(f"the proxy refused the tunnel: {status}")
+        assert (record.outcome, record.retry_in is None) == (outcome, status == 407)
+
+
+API = "https://api.sume.test/v1"
+
+
+def test_a_resend_after_a_body_broke_is_a_retry_the_observers_hear_of(fake: Any) -> None:
+    """A 200 whose body breaks mid-read is resent: one retry event (its error named) and one
+    retry in the metrics, as for a retry urllib3 makes, before the resend's wait."""
+    from sume_urllib3.testing import RecordingObserver, Reply
+
+    fake.script("GET", "/v1/report", Reply(200, size=30_000, truncate=5_000), Reply(200, size=30_000))
+    recorder = RecordingObserver()
+    session = SumeSession(
+        "sk_test_x", base_url=fake.url + "/v1", observers=[recorder], fleet=None, sleep=lambda s: None
+    )
+    response = session.get("/report")
+    assert (response.status_code, len(response.content), response.sume.attempts) == (200, 30_000, 2)
+    assert [(event.attempt, event.status, event.error) for event in recorder.retries] == [
+        (1, None, "ChunkedEncodingError")
+    ]
+    assert sum(session.metrics.snapshot()["retries"].values()) == 1

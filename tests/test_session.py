@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import io
 import logging
+import os
 import pickle
 import threading
 from typing import Any, Callable, Dict, Iterable, Iterator, List
@@ -33,6 +34,7 @@ from .raw_server import (
     BEARER,
     KEY,
     QUICK,
+    Loopback,
     Seen,
     Step,
     always,
@@ -978,3 +980,101 @@ def test_a_loopback_proxy_or_no_proxy_lets_a_plain_http_request_go(
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert session.get("/me").status_code == 200
     assert len(fake.requests) == 1
+
+
+# --- the environment: proxies and CA bundles read as requests reads them ---------------------
+
+_PROXY_VARIABLES = [name for name in os.environ if name.lower().endswith("_proxy")] + [
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+]
+
+
+@pytest.fixture
+def no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An environment with no proxy or CA-bundle variable."""
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.usefixtures("no_proxy_settings")
+def test_a_proxy_set_between_two_requests_carries_the_next_one(
+    raw_server: Callable[..., Loopback], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api, proxy = raw_server(), raw_server()
+    with SumeSession(KEY, base_url=api.url + "/v1", timeout=5) as session:
+        assert session.get("/first").text == "/v1/first"
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        assert session.get("/second").text == api.url + "/v1/second"  # the absolute form: a proxy
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        assert session.get("/third").text == "/v1/third"
+        monkeypatch.delenv("NO_PROXY")
+        assert session.get("/fourth").text == api.url + "/v1/fourth"
+        monkeypatch.delenv("HTTP_PROXY")
+        assert session.get("/fifth").text == "/v1/fifth"
+    assert api.paths() == ["/v1/first", "/v1/third", "/v1/fifth"]
+    assert len(proxy.paths()) == 2
+
+
+#: Environments requests reads differently: no proxies, upper and lower case, a bypass list,
+#: a CA bundle either way.
+ENVIRONMENTS: List[Dict[str, str]] = [
+    {},
+    {"HTTPS_PROXY": "http://proxy.test:3128", "HTTP_PROXY": "http://proxy.test:3129"},
+    {"https_proxy": "http://lower.test:3128", "HTTPS_PROXY": "http://upper.test:3128"},
+    {"HTTPS_PROXY": "http://proxy.test:3128", "NO_PROXY": "api.sume.test,.internal"},
+    {"ALL_PROXY": "socks5://proxy.test:1080", "no_proxy": "*"},
+    {"REQUESTS_CA_BUNDLE": "/etc/ssl/requests.pem"},
+    {"CURL_CA_BUNDLE": "/etc/ssl/curl.pem", "HTTPS_PROXY": "http://proxy.test:3128"},
+]
+
+#: What a call passes: the call's proxies, stream, verify and cert.
+CALLS: List[Dict[str, Any]] = [
+    {"proxies": {}, "stream": None, "verify": None, "cert": None},
+    {"proxies": {}, "stream": True, "verify": True, "cert": None},
+    {"proxies": {}, "stream": False, "verify": False, "cert": "/tmp/client.pem"},
+    {"proxies": {"https": "http://mine.test:8080"}, "stream": None, "verify": "/tmp/ca.pem", "cert": None},
+    {"proxies": {"no_proxy": "api.sume.test"}, "stream": None, "verify": None, "cert": ("/c", "/k")},
+]
+
+URLS = ["https://api.sume.test/v1/jobs", "https://other.internal/upload", "http://127.0.0.1:9/v1/x"]
+
+
+@pytest.mark.usefixtures("no_proxy_settings")
+@pytest.mark.parametrize("environment", ENVIRONMENTS, ids=lambda e: ",".join(e) or "none")
+def test_settings_are_what_requests_merges(
+    environment: Dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    ours, theirs = SumeSession(KEY, base_url="https://api.sume.test/v1"), requests.Session()
+    for session in (ours, theirs):
+        session.verify = "/etc/ssl/session.pem"  # a session-wide setting requests merges in
+    for url in URLS:
+        for call in CALLS:
+            mine, its = (
+                dict(call, proxies=dict(call["proxies"])),
+                dict(call, proxies=dict(call["proxies"])),
+            )
+            assert ours.merge_environment_settings(url, **mine) == theirs.merge_environment_settings(
+                url, **its
+            )
+            assert mine["proxies"] == its["proxies"]  # requests fills the caller's dict in
+
+
+@pytest.mark.usefixtures("no_proxy_settings")
+def test_a_session_setting_changed_between_calls_is_merged_in() -> None:
+    session = SumeSession(KEY, base_url="https://api.sume.test/v1")
+    first = session.merge_environment_settings(URLS[0], {}, None, None, None)
+    session.proxies = {"https": "http://session.test:3128"}
+    second = session.merge_environment_settings(URLS[0], {}, None, None, None)
+    assert first["proxies"] == {}
+    assert second["proxies"] == {"https": "http://session.test:3128"}
+
+
+@pytest.mark.usefixtures("no_proxy_settings")
+def test_a_session_that_does_not_trust_the_environment_reads_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    session = SumeSession(KEY, base_url="https://api.sume.test/v1")
+    session.trust_env = False
+    assert session.merge_environment_settings(URLS[0], {}, None, None, None)["proxies"] == {}

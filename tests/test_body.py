@@ -13,7 +13,7 @@ import requests
 import urllib3
 
 from sume_urllib3 import SumeAdapter, SumeRetry, SumeSession, sume_record
-from sume_urllib3._body import PrefixedFP, peek_body
+from sume_urllib3._body import DRAIN_LIMIT, PrefixedFP, WholeBody, let_go, peek_body
 
 from .raw_server import CLOSE, KEY
 
@@ -181,7 +181,7 @@ def test_a_body_whose_content_length_is_met_is_not_read_again() -> None:
 
     prefix, _ = peek_body(response, 65536, lambda: bool(asked.append(1)))
 
-    assert (body, [], True) == (prefix, asked, response._fp.complete)
+    assert (body, [], True) == (prefix, asked, isinstance(response._fp, WholeBody))
     assert body == response.read()
 
 
@@ -253,3 +253,84 @@ def test_an_error_body_of_unknown_length_is_handed_over_once_its_json_is_whole(
         status, body = response.status_code, response.content
     assert handed_over < 0.5, f"handed over after {handed_over:.2f} s"
     assert (status, body) == (400, LATE_ENDING)
+
+
+# --- let_go: the connection of a response nobody will read ------------------------------------
+
+
+class Body:
+    """A urllib3 response as let_go reads it: ``read(amt, decode_content=)``, close, release."""
+
+    def __init__(self, size: int, *, breaks_after: Optional[int] = None) -> None:
+        self._fp: Any = io.BytesIO(b"x" * size)
+        self.breaks_after = breaks_after
+        self.read_bytes = 0
+        self.closed = False
+        self.released = 0
+
+    def read(self, amt: int, decode_content: bool = True) -> bytes:
+        assert decode_content is False  # draining never decompresses
+        if self.breaks_after is not None and self.read_bytes >= self.breaks_after:
+            raise ConnectionResetError("peer went away")
+        piece: bytes = self._fp.read(amt)
+        self.read_bytes += len(piece)
+        if not piece:
+            self._fp.close()
+        return piece
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release_conn(self) -> None:
+        self.released += 1
+
+
+def test_a_short_body_is_drained_and_its_connection_released() -> None:
+    """A 100 KB error page is read to its end through urllib3's read, and the connection goes back."""
+    body = Body(100_000)
+    let_go(body)
+    assert (body.read_bytes, body.closed, body.released) == (100_000, False, 1)
+
+
+def test_a_body_past_the_drain_limit_closes_its_connection_and_frees_the_slot() -> None:
+    """A body longer than the limit is not worth its connection: closed, and the pool slot freed."""
+    body = Body(DRAIN_LIMIT * 3)
+    let_go(body)
+    assert body.closed
+    assert body.released == 1
+    assert body.read_bytes <= DRAIN_LIMIT + 65536
+
+
+def test_a_body_that_breaks_while_drained_is_closed_and_released() -> None:
+    """A drain that meets a broken body never raises; the connection is closed and released."""
+    body = Body(200_000, breaks_after=65536)
+    let_go(body)
+    assert body.closed
+    assert body.released == 1
+
+
+def test_a_body_already_read_whole_by_the_peek_is_only_released() -> None:
+    """When the peek reached the end, nothing is read again."""
+    body = Body(10)
+    body._fp.read()
+    body._fp.close()
+    body._fp = WholeBody(b"x" * 10)
+    let_go(body)
+    assert (body.read_bytes, body.released) == (0, 1)
+
+
+def test_a_body_the_peek_read_whole_leaves_urllib3_nothing_to_drain() -> None:
+    """urllib3 drains every retried response after ``increment``: a body the peek read whole
+    (around urllib3's own count) reads back as empty, never as a body cut short."""
+    body = b'{"error": {"code": "service_unavailable"}}'
+    raw = urllib3.HTTPResponse(
+        body=io.BytesIO(body),
+        headers={"Content-Length": str(len(body))},
+        status=503,
+        preload_content=False,
+        enforce_content_length=True,
+    )
+    SumeRetry(sleep=lambda seconds: None).increment("GET", "/v1/x", response=raw)
+    assert raw.length_remaining == 0
+    assert raw.read(1024) == b""  # was urllib3's ProtocolError (IncompleteRead) on both lines
+    raw.drain_conn()

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import pickle
-from typing import Any, Dict, Optional
+import random
+from typing import Any, Dict, List, Optional
 
 import pytest
 from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
+from sume_urllib3 import LocalFleet, RetryBudget
 from sume_urllib3._policy import Decision, Policy, Verdict
 from sume_urllib3._record import Outcome, SumeRecord
-from sume_urllib3._request import Attempt, RequestContext
+from sume_urllib3._request import Attempt, RequestContext, RetryTurn
+
+from .conftest import VirtualTime
 
 START = 100.0
 KEY = "0b5f6c3e-7d1a-4c2e-9a55-1f0e2d3c4b5a"
@@ -390,7 +395,6 @@ def test_waits_are_only_those_of_retry_attempts() -> None:
     ctx.add(final(Verdict.NO_RETRY, "no"))
     ctx.add(retry(0.25))
     ctx.add(final(Verdict.STOP, "stop"))
-    assert ctx.waits == [1.5, 0.25]
     assert ctx.retries == 2
     assert ctx.finish(503, None, START).waits == (1.5, 0.25)
 
@@ -534,12 +538,13 @@ def test_attempt_label() -> None:
 
 
 def test_constructor_keeps_what_it_is_given() -> None:
-    """Policy, owner, key id, method and URL given to the constructor are kept; the rest are defaults."""
-    policy = Policy(max_retries=1)
-    ctx = RequestContext(5.0, policy=policy, owned=True, key_id="k_abc", method="PATCH", url="https://x/y")
-    assert (ctx.start, ctx.policy, ctx.owned, ctx.key_id, ctx.method, ctx.url) == (
-        5.0, policy, True, "k_abc", "PATCH", "https://x/y",
+    """Policy, owner, fleet, method and URL given to the constructor are kept; the rest are defaults."""
+    policy, fleet = Policy(max_retries=1), LocalFleet()
+    ctx = RequestContext(5.0, policy=policy, owned=True, fleet=fleet, method="PATCH", url="https://x/y?sig=1")
+    assert (ctx.start, ctx.policy, ctx.owned, ctx.fleet, ctx.method, ctx.url) == (
+        5.0, policy, True, fleet, "PATCH", "https://x/y?sig=1",
     )  # fmt: skip
+    assert "sig=1" not in ctx.shown_url
     bare = RequestContext(5.0)
     assert (bare.policy, bare.owned, bare.key_id, bare.method, bare.url) == (None, False, None, "", "")
     assert (bare.key, bare.replayable, bare.hops, bare.paced, bare.fallbacks) == (None, True, 0, 0.0, 0)
@@ -551,3 +556,72 @@ def test_a_request_stopped_by_something_else_says_so() -> None:
 
     assert record.reason == "no response: stopped by KeyboardInterrupt before the request ended"
     assert record.error == "KeyboardInterrupt"
+
+
+# --- the retry's turn: the budget and the fleet ---------------------------------------------
+
+
+def test_a_throttled_retry_waits_without_spending_the_budget() -> None:
+    """A retry the server paced never spends the budget; an error retry spends one unit of it."""
+    vt = VirtualTime()
+    budget = RetryBudget(ratio=0.0, min_per_second=0.1, window=10.0, clock=vt.clock)  # one unit
+    context = RequestContext(vt.now)
+    common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
+    assert context.retry_turn(Policy(), 1.0, throttled=True, **common) == RetryTurn(1.0)
+    assert context.retry_turn(Policy(), 1.0, throttled=False, **common) == RetryTurn(1.0)
+
+
+def test_a_spent_budget_delays_an_error_retry_and_refuses_it_only_past_the_deadline() -> None:
+    """A spent budget holds an error retry until a unit is free, as fleets do; refused past the deadline."""
+    vt = VirtualTime()
+    budget = RetryBudget(ratio=0.0, min_per_second=2.0, window=1.0, clock=vt.clock)  # two units
+    context = RequestContext(vt.now)
+    common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
+    assert context.retry_turn(Policy(), 0.1, throttled=False, **common) == RetryTurn(0.1)
+    assert context.retry_turn(Policy(), 0.1, throttled=False, **common) == RetryTurn(0.1)
+    delayed = context.retry_turn(Policy(), 0.1, throttled=False, **common)
+    assert delayed.refused is None
+    assert delayed.wait == pytest.approx(math.log(2), abs=1e-3)  # two spent decay to one free by e a window
+    late = context.retry_turn(Policy(max_elapsed=0.01), 0.0, throttled=False, **common)
+    assert late.refused == "retry budget exhausted"
+
+
+def test_the_fleets_turn_lengthens_the_wait_and_is_told_the_answer_once() -> None:
+    """Under a cooldown the wait becomes the fleet's; end_turn releases the grant exactly once."""
+    vt = VirtualTime()
+    fleet = LocalFleet(clock=vt.clock, rng=random.Random(3))
+    context = RequestContext(vt.now)
+    context = RequestContext(vt.now, fleet=fleet)
+    context.pace_as("k1")
+    first = fleet.acquire("k1", time_left=60.0)
+    fleet.release("k1", first, 429, {"Retry-After": "5"})
+    turn = context.retry_turn(Policy(), 1.0, throttled=True, budget=None, rng=random.Random(1), now=vt.now)
+    assert turn.refused is None
+    assert turn.wait >= 5.0
+    assert context.paced > 0
+    assert context.grant is not None
+    released: List[Any] = []
+    real_release = fleet.release
+    fleet.release = lambda *args: released.append(args) or real_release(*args)  # type: ignore[method-assign]
+    context.end_turn(200, {})
+    context.end_turn(200, {})
+    assert len(released) == 1
+    assert context.grant is None
+
+
+def test_a_turn_past_the_deadline_is_refused_with_a_spread_retry_in() -> None:
+    """A cooldown longer than the time left refuses the retry and says when to come back, spread."""
+    vt = VirtualTime()
+    fleet = LocalFleet(clock=vt.clock, rng=random.Random(3))
+    context = RequestContext(vt.now)
+    context = RequestContext(vt.now, fleet=fleet)
+    context.pace_as("k1")
+    first = fleet.acquire("k1", time_left=60.0)
+    fleet.release("k1", first, 429, {"Retry-After": "30"})
+    turn = context.retry_turn(
+        Policy(max_elapsed=5), 1.0, throttled=True, budget=None, rng=random.Random(1), now=vt.now
+    )
+    assert turn.refused is not None
+    assert context.fleet_refused
+    assert turn.retry_in is not None
+    assert 29.0 <= turn.retry_in <= 60.0
