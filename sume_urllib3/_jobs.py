@@ -629,7 +629,7 @@ def _failed(job: Job) -> JobFailed:
 
 def _hint(response: requests.Response) -> Optional[float]:
     """The server's poll spacing: Retry-After, else recommended_poll_interval_seconds."""
-    seconds = parse_retry_after(response.headers.get("Retry-After"))
+    seconds = parse_retry_after(response.headers.get("Retry-After"), date=response.headers.get("Date"))
     if seconds is not None:
         return seconds
     doc = _json(response)

@@ -292,7 +292,8 @@ class SumeRetry(Retry):
 
     def get_retry_after(self, response: Any) -> Optional[float]:
         """Retry-After in seconds, or None; never raises on garbage (urllib3 does)."""
-        return parse_retry_after((getattr(response, "headers", None) or {}).get("Retry-After"))
+        headers = getattr(response, "headers", None) or {}
+        return parse_retry_after(headers.get("Retry-After"), date=headers.get("Date"))
 
     def sleep_for_retry(self, response: Any = None) -> bool:
         """Honour Retry-After on the redirect path, never past the deadline, never raising."""
@@ -911,7 +912,8 @@ def decide_response(
         envelope = parse_envelope(headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False)
     # Measured after the peek: reading a slow body is part of the elapsed time.
     now = retry._now()
-    retry_after = (headers or {}).get("Retry-After") if retry.respect_retry_after_header else None
+    heard = (headers or {}) if retry.respect_retry_after_header else {}
+    retry_after = parse_retry_after(heard.get("Retry-After"), date=heard.get("Date"))
     decision = policy.decide(
         status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=retry.rng
     )
@@ -1090,7 +1092,7 @@ def _source(decision: Decision, wait: Optional[float]) -> str:
     return decision.source or "backoff"
 
 
-def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:
+def _retry_in(policy: Policy, retry_after: Optional[float], retries: int, rng: RandomSource) -> float:
     """Seconds until trying again could succeed: the server's Retry-After, else the next backoff."""
     asked = parse_retry_after(retry_after)
     return asked if asked is not None else policy.backoff(retries, rng)
