@@ -19,7 +19,7 @@ from . import _sleeping
 from ._config import as_seconds, check_rng, check_seconds
 from ._envelope import RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
-from ._record import Outcome, sume_record
+from ._record import Outcome, status_label, sume_record
 from ._util import RandomSource, plural, uniform
 
 logger = logging.getLogger("sume_urllib3")
@@ -211,8 +211,8 @@ class Jobs:
         job_id = self._job_id(job)
         response = self._send("GET", job_id, "result", None)
         if not _ok(response):
-            if response.status_code == 409 and _error_code(response) == "job_not_completed":
-                seen = _not_completed(job_id, response)
+            seen = _not_completed(job_id, response)
+            if seen is not None:
                 if seen.failed:
                     own = self._read(job_id)  # the job's own status names its error code
                     raise _failed(own if own is not None and own.failed else seen)
@@ -228,8 +228,7 @@ class Jobs:
                 f"job {job_id}: the result response is not a JSON object{_rid(response)}",
                 Job(job_id, request_id=_request_id(response, None)),
             )
-        data = doc.get("data")
-        return data if isinstance(data, dict) else doc
+        return _data_of(doc)
 
     def cancel(self, job: JobRef) -> Job:
         """Ask the server to cancel the job (``POST /jobs/{id}/cancel``); returns what it answered.
@@ -523,16 +522,17 @@ def _seen(job_id: str, response: requests.Response) -> Optional[Job]:
     if _ok(response):
         seen = Job.from_response(response, job_id)
         return seen if seen.status is not None else None
-    if response.status_code == 409 and _error_code(response) == "job_not_completed":
-        return _not_completed(job_id, response)
-    return None
+    return _not_completed(job_id, response)
 
 
-def _not_completed(job_id: str, response: requests.Response) -> Job:
-    """The job a 409 ``job_not_completed`` describes: ``error.details`` is the job's object.
+def _not_completed(job_id: str, response: requests.Response) -> Optional[Job]:
+    """The job a 409 ``job_not_completed`` describes (``error.details`` is the job's object), or
+    None for any other answer.
 
     The 409's own code (``job_not_completed``) is about the request, never the job's error code.
     """
+    if response.status_code != 409 or _error_code(response) != "job_not_completed":
+        return None
     doc = _json(response)
     details = _dig(doc, ("error", "details"))
     data = details if isinstance(details, dict) else {}
@@ -643,8 +643,7 @@ def _hint(response: requests.Response) -> Optional[float]:
 def _label(response: requests.Response) -> str:
     """ "HTTP 409 job_not_cancelable": the status and the error code, when it is a plain token."""
     code = _error_code(response)
-    safe = f" {code}" if code and _SAFE_TOKEN.match(code) else ""
-    return f"HTTP {response.status_code}{safe}"
+    return "HTTP " + status_label(response.status_code, code if code and _SAFE_TOKEN.match(code) else None)
 
 
 def _answer(response: requests.Response) -> str:
