@@ -17,7 +17,7 @@ from urllib3.util.timeout import Timeout
 
 from . import _sleeping
 from ._config import as_seconds, check_rng, check_seconds
-from ._envelope import RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
+from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, status_label, sume_record
 from ._util import RandomSource, plural, uniform
@@ -602,7 +602,7 @@ def _error_code(response: requests.Response) -> Optional[str]:
 def _request_id(response: requests.Response, doc: Any) -> Optional[str]:
     value = _dig(doc, ("request_id",)) if doc is not None else None
     if not isinstance(value, str):
-        value = response.headers.get("x-sume-request-id") or response.headers.get("x-request-id")
+        value = next(filter(None, map(response.headers.get, REQUEST_ID_HEADERS)), None)
     if isinstance(value, str) and _SAFE_TOKEN.match(value):
         return value
     return None

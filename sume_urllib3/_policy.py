@@ -293,7 +293,6 @@ class Policy:
 
 
 _ROW_REASONS = {
-    Verdict.RETRY: "{label}: retryable",
     Verdict.FIX: "{label}: the caller must fix the request; not retried",
     Verdict.NO_RETRY: "{label}: not a retryable error",
     Verdict.STOP: "{label}: stop",
