@@ -743,20 +743,19 @@ class PollSchedule:
         self, now: float, hint: Optional[float], jitter: Callable[[], float]
     ) -> Tuple[Optional[float], str]:
         """Seconds from ``now`` to the next poll, or None and why no poll fits before the deadline."""
-        if hint is not None:
-            pause = max(hint, self.interval)  # the server knows best, but never a tight loop
-            if not self.fits(now, pause):
-                return None, f"the server asked to wait {pause:.1f}s more, past the deadline"
-        else:
-            pause = self.delay * jitter()
-            self.delay = min(self.delay * GROWTH, self.max_interval)
-            last = self.latest - now  # the longest pause after which a poll still comes back in time
-            # Two polls closer than this would be a tight loop at the end of a short wait.
-            gap = min(self.interval, self.margin)
-            if pause > last - gap - self.margin / 2:  # no other poll could follow this one
-                if last < gap:
-                    return None, "no time is left for another poll"
-                pause = last  # the last poll: as late as it can go
+        if hint is not None:  # the server knows best, but never a tight loop
+            if self.hold(now, hint):
+                return self.pause, ""
+            return None, f"the server asked to wait {max(hint, self.interval):.1f}s more, past the deadline"
+        pause = self.delay * jitter()
+        self.delay = min(self.delay * GROWTH, self.max_interval)
+        last = self.latest - now  # the longest pause after which a poll still comes back in time
+        # Two polls closer than this would be a tight loop at the end of a short wait.
+        gap = min(self.interval, self.margin)
+        if pause > last - gap - self.margin / 2:  # no other poll could follow this one
+            if last < gap:
+                return None, "no time is left for another poll"
+            pause = last  # the last poll: as late as it can go
         self.decided, self.pause = now, pause
         return pause, ""
 
