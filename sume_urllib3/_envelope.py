@@ -82,6 +82,8 @@ def _undo_stacked(body: bytes, codings: str, limit: int) -> Optional[bytes]:
     applied = [coding for coding in applied if coding not in ("", "identity")]
     if len(applied) > MAX_CODINGS:
         return None
+    if not applied:  # only commas and identity: the body as it came, bounded all the same
+        return body[:limit]
     text: Optional[bytes] = body
     for coding in reversed(applied):
         text = decode_prefix(text, coding, limit) if text is not None else None

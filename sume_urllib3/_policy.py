@@ -30,8 +30,9 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class Rule:
-    """One row of the table: status and code (or ``ANY``, also spelt "any" as the table prints it)
-    map to a verdict and a wait.
+    """One row of the table: status and code (or ``ANY``) map to a verdict and a wait.
+
+    A code of "any" (how the table prints ``ANY``) is ``ANY``.
 
     ``wait`` is None for "Retry-After, else backoff", a number of seconds for a fixed
     wait (a larger Retry-After still wins), or ``IN_USE_WAIT`` for the policy's

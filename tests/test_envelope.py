@@ -417,6 +417,13 @@ def test_each_stacked_coding_is_bounded_by_the_limit() -> None:
     assert len(decode_prefix(bomb, "gzip, gzip", 4096) or b"") == 4096
 
 
+@pytest.mark.parametrize("coding", [",", " , identity,", "identity, identity"])
+def test_a_list_of_no_codings_is_bounded_by_the_limit(coding: str) -> None:
+    """Commas and identity alone undo nothing, and the body is still cut at ``limit`` (the fuzz
+    test found ``","`` returning it whole)."""
+    assert b"\x00" == decode_prefix(b"\x00\x00", coding, 1)
+
+
 def brotli_compress(data: bytes) -> bytes:
     """Brotli from the brotli library urllib3 decodes with (skipped where it is not installed)."""
     brotli = pytest.importorskip("brotli")
