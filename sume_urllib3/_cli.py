@@ -115,15 +115,7 @@ def explain_decision(args: argparse.Namespace, policy: Policy) -> Decision:
     if args.retryable is not None or args.next_action is not None:
         hints = ErrorEnvelope(code=args.code, retryable=args.retryable, next_action=args.next_action)
     rng = random.Random(args.seed) if args.seed is not None else None
-    return policy.decide(
-        args.status,
-        args.code,
-        args.retry_after,
-        args.attempt,
-        args.elapsed,
-        hints,
-        rng=rng,
-    )
+    return policy.decide(args.status, args.code, args.retry_after, args.attempt, args.elapsed, hints, rng=rng)
 
 
 def render_decision(decision: Decision, policy: Optional[Policy] = None, attempt: int = 0) -> str:

@@ -13,7 +13,7 @@ import math
 import os
 import random
 import threading
-from typing import Any, Callable, Dict, Iterable, TypeVar
+from typing import Any, Callable, Dict, Iterable, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from urllib3.exceptions import LocationParseError
@@ -58,9 +58,9 @@ def check_seconds(
     raise ConfigurationError(f"{name} must be {span} {high:g}{' ' + unit if unit else ''}, got {value!r}")
 
 
-def as_seconds(value: Any, default: float = 0.0) -> float:
-    """Seconds the library's own code passes on (a fleet's ``not_before``): a number below 0
-    is 0, anything that is not a number (None, NaN, a bool) is ``default``."""
+def as_seconds(value: Any, default: Optional[float] = 0.0) -> Optional[float]:
+    """Seconds someone else's object holds (the parts of a urllib3 ``Timeout``): a number below 0
+    is 0, anything that is not a number (None, NaN, a bool, urllib3's markers) is ``default``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return default
     return max(float(value), 0.0)

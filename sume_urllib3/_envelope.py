@@ -82,6 +82,8 @@ def _undo_stacked(body: bytes, codings: str, limit: int) -> Optional[bytes]:
     applied = [coding for coding in applied if coding not in ("", "identity")]
     if len(applied) > MAX_CODINGS:
         return None
+    if not applied:  # only commas and identity: the body as it came, bounded all the same
+        return body[:limit]
     text: Optional[bytes] = body
     for coding in reversed(applied):
         text = decode_prefix(text, coding, limit) if text is not None else None
@@ -320,14 +322,17 @@ _DELTA = re.compile(r"^\s*([+-]?)(\d+(?:\.\d*)?|\.\d+)\s*$", re.ASCII)
 def parse_retry_after(
     value: Union[str, bytes, float, None],
     now: Optional[Callable[[], float]] = None,
+    *,
+    date: Union[str, bytes, None] = None,
 ) -> Optional[float]:
     """Return the wait a Retry-After value asks for, in seconds, or None when it is garbage.
 
     Accepts delta seconds (integer or decimal), HTTP-dates, and seconds already read (a
     number). A negative delta or a past date means 0. Absurd values are clamped to
     ``RETRY_AFTER_CEILING`` rather than overflowing, so the caller's deadline check turns
-    them into "stop". ``now`` is the wall clock used for HTTP-dates (injected so tests
-    need no real time).
+    them into "stop". An HTTP-date is measured from the response's ``date`` (its Date
+    header) when it has a readable one, else from the wall clock ``now`` (see
+    :func:`server_time`).
     """
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
@@ -345,20 +350,33 @@ def parse_retry_after(
         if sign == "-":
             return 0.0
         return min(float(number), RETRY_AFTER_CEILING)  # float() of digits saturates to inf
-    if len(value) > _MAX_DATE_LENGTH:
+    stamp = _http_date(value)
+    if stamp is None:
         return None
-    return _parse_http_date(value, now or time.time)
+    delta = stamp - server_time(date, now)
+    return None if math.isnan(delta) else min(max(delta, 0.0), RETRY_AFTER_CEILING)
 
 
-def _parse_http_date(value: str, now: Callable[[], float]) -> Optional[float]:
+def server_time(date: Union[str, bytes, None], now: Optional[Callable[[], float]] = None) -> float:
+    """The server's clock when it answered, in epoch seconds: the response's Date header when it
+    is a readable HTTP-date, else ``now()`` (the local wall clock, ``time.time`` by default).
+
+    A time the server names (a Retry-After HTTP-date, an epoch reset) is its own clock's: the
+    wait is that time less this (RFC 9110 §10.2.3), so a client whose clock is minutes off
+    still waits what the server asked, neither giving up at once nor hammering it.
+    """
+    stamp = _http_date(date.decode("latin-1") if isinstance(date, bytes) else date)
+    return stamp if stamp is not None else (now or time.time)()
+
+
+def _http_date(value: Optional[str]) -> Optional[float]:
+    """An HTTP-date (IMF-fixdate, RFC 850, asctime; an offset too) in epoch seconds, or None."""
+    if not isinstance(value, str) or len(value) > _MAX_DATE_LENGTH:
+        return None
     try:
         parsed = email.utils.parsedate_tz(value.strip())
         if parsed is None:
             return None
-        stamp = email.utils.mktime_tz(parsed)
+        return float(email.utils.mktime_tz(parsed))
     except (TypeError, ValueError, OverflowError, IndexError):
         return None
-    delta = float(stamp) - now()
-    if math.isnan(delta):
-        return None
-    return min(max(delta, 0.0), RETRY_AFTER_CEILING)

@@ -142,14 +142,9 @@ class SumeContentDecodingError(SumeRetryError, requests.exceptions.ContentDecodi
 #: requests' transport error classes and the give-up raised in their place (exact types:
 #: a subclass someone else defined keeps its own class, so its except clauses still work).
 _TRANSPORT: Dict[type, Type[SumeRetryError]] = {
-    requests.exceptions.ConnectionError: SumeConnectionError,
-    requests.exceptions.ConnectTimeout: SumeConnectTimeout,
-    requests.exceptions.ProxyError: SumeProxyError,
-    requests.exceptions.SSLError: SumeSSLError,
-    requests.exceptions.Timeout: SumeTimeout,
-    requests.exceptions.ReadTimeout: SumeReadTimeout,
-    requests.exceptions.ChunkedEncodingError: SumeChunkedEncodingError,
-    requests.exceptions.ContentDecodingError: SumeContentDecodingError,
+    give_up.__bases__[-1]: give_up  # each names requests' class last among its bases
+    for give_up in (SumeConnectionError, SumeConnectTimeout, SumeProxyError, SumeSSLError, SumeTimeout,
+                    SumeReadTimeout, SumeChunkedEncodingError, SumeContentDecodingError)
 }
 
 

@@ -9,18 +9,18 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
 import requests
 from urllib3.util.timeout import Timeout
 
 from . import _sleeping
-from ._config import check_rng, check_seconds
-from ._envelope import RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
+from ._config import as_seconds, check_rng, check_seconds
+from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
-from ._record import Outcome, sume_record
-from ._util import RandomSource, uniform
+from ._record import Outcome, status_label, sume_record
+from ._util import RandomSource, plural, uniform
 
 logger = logging.getLogger("sume_urllib3")
 
@@ -73,14 +73,14 @@ class Job:
     request_id: Optional[str] = None
 
     @classmethod
-    def from_response(cls, response: requests.Response) -> Job:
-        """The job a response names (a submit answer, a poll outcome's error body); nothing is sent.
+    def from_response(cls, response: requests.Response, job_id: Optional[str] = None) -> Job:
+        """The job a response describes (a submit answer, a status, a poll outcome's error body),
+        with id ``job_id`` or the one its body names; nothing is sent.
 
-        Raises ``ConfigurationError`` when the body names no job.
+        Raises ``ConfigurationError`` when no ``job_id`` is given and the body names no job.
         """
-        job_id = job_id_of(response)
         doc = _json(response)
-        return cls(job_id, _status_in(doc), _data_of(doc), _request_id(response, doc))
+        return cls(job_id or job_id_of(response), _status_in(doc), _data_of(doc), _request_id(response, doc))
 
     @property
     def done(self) -> bool:
@@ -211,8 +211,8 @@ class Jobs:
         job_id = self._job_id(job)
         response = self._send("GET", job_id, "result", None)
         if not _ok(response):
-            if response.status_code == 409 and _error_code(response) == "job_not_completed":
-                seen = _not_completed(job_id, response)
+            seen = _not_completed(job_id, response)
+            if seen is not None:
                 if seen.failed:
                     own = self._read(job_id)  # the job's own status names its error code
                     raise _failed(own if own is not None and own.failed else seen)
@@ -228,8 +228,7 @@ class Jobs:
                 f"job {job_id}: the result response is not a JSON object{_rid(response)}",
                 Job(job_id, request_id=_request_id(response, None)),
             )
-        data = doc.get("data")
-        return data if isinstance(data, dict) else doc
+        return _data_of(doc)
 
     def cancel(self, job: JobRef) -> Job:
         """Ask the server to cancel the job (``POST /jobs/{id}/cancel``); returns what it answered.
@@ -245,8 +244,7 @@ class Jobs:
             if response.status_code == 409 or _error_code(response) in CANCEL_REFUSALS:
                 return self._not_canceled(job_id, response)
             raise _error_for(response)
-        doc = _json(response)
-        return Job(job_id, _status_in(doc), _data_of(doc), _request_id(response, doc))
+        return Job.from_response(response, job_id)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -414,7 +412,7 @@ class Jobs:
         rid = f" (request id {request_id})" if request_id else _rid_of(last)
         return JobTimeout(
             f"job {last.id} is still {_say(last.status)} after {self._now() - waiting.start:.1f}s and "
-            f"{polls} poll{'' if polls == 1 else 's'} ({waiting.timeout:g}s timeout): {why}; it may "
+            f"{plural(polls, 'poll', 'polls')} ({waiting.timeout:g}s timeout): {why}; it may "
             f"still finish, so wait again later with its id{rid}",
             last,
         )
@@ -423,34 +421,18 @@ class Jobs:
         """Tell the observers and the log how the wait ended."""
         event = waiting.event(kind, self._now())
         _tell(self.session, event)
-        job, polls = event.job, event.polls
-        code = job.error_code
+        job, code = event.job, event.job.error_code
+        fields = {"event": "job", "job_id": job.id, "job_status": _clean_status(job.status), "outcome": kind,
+                  "polls": event.polls, "elapsed": event.elapsed, "code": code, "request_id": job.request_id}
         logger.info(
-            "job %s %s after %d poll%s in %.1fs: status %s%s",
-            job.id,
-            kind.replace("_", " "),
-            polls,
-            "" if polls == 1 else "s",
-            event.elapsed,
-            _say(job.status),
+            "job %s %s after %s in %.1fs: status %s%s", job.id, kind.replace("_", " "),
+            plural(event.polls, "poll", "polls"), event.elapsed, _say(job.status),
             f", error code {code}" if kind == "failed" and code else "",
-            extra={
-                "sume_event": "job",
-                "sume_job_id": job.id,
-                "sume_job_status": _clean_status(job.status),
-                "sume_outcome": kind,
-                "sume_polls": polls,
-                "sume_elapsed": event.elapsed,
-                "sume_code": code,
-                "sume_request_id": job.request_id,
-            },
+            extra={f"sume_{name}": value for name, value in fields.items()},
         )
 
 
 _CANCELED = frozenset({"canceled", "cancelled"})
-
-_warned: Set[int] = set()  # observers already warned about (by id)
-
 
 @dataclass
 class _Waiting:
@@ -466,22 +448,12 @@ class _Waiting:
 
 
 def _tell(session: Any, event: JobEvent) -> None:
-    """Give ``event`` to the session's observers with ``on_job``; one that raises is warned about once."""
-    for observer in getattr(session, "observers", ()):
-        hook = getattr(observer, "on_job", None)
-        if hook is None:
-            continue
-        try:
-            hook(event)
-        except Exception:
-            if id(observer) not in _warned:
-                _warned.add(id(observer))
-                logger.warning(
-                    "observer %s raised in on_job; the wait goes on, and further errors "
-                    "from this observer are ignored silently",
-                    type(observer).__name__,
-                    exc_info=True,
-                )
+    """Give ``event`` to the session's observers: ``Observers.on_job`` tells each one with the hook
+    (one that raises is logged once, and the wait goes on). Called through the session, because
+    observe imports ``JobEvent`` from here."""
+    tell = getattr(getattr(session, "observers", None), "on_job", None)
+    if tell is not None:
+        tell(event)
 
 
 def _as_job(job: JobRef, job_id: str) -> Job:
@@ -548,21 +520,19 @@ def check_job_id(job_id: Any) -> str:
 def _seen(job_id: str, response: requests.Response) -> Optional[Job]:
     """The job a status response describes, or None when it says nothing readable."""
     if _ok(response):
-        doc = _json(response)
-        status = _status_in(doc)
-        if status is None:
-            return None
-        return Job(job_id, status, _data_of(doc), _request_id(response, doc))
-    if response.status_code == 409 and _error_code(response) == "job_not_completed":
-        return _not_completed(job_id, response)
-    return None
+        seen = Job.from_response(response, job_id)
+        return seen if seen.status is not None else None
+    return _not_completed(job_id, response)
 
 
-def _not_completed(job_id: str, response: requests.Response) -> Job:
-    """The job a 409 ``job_not_completed`` describes: ``error.details`` is the job's object.
+def _not_completed(job_id: str, response: requests.Response) -> Optional[Job]:
+    """The job a 409 ``job_not_completed`` describes (``error.details`` is the job's object), or
+    None for any other answer.
 
     The 409's own code (``job_not_completed``) is about the request, never the job's error code.
     """
+    if response.status_code != 409 or _error_code(response) != "job_not_completed":
+        return None
     doc = _json(response)
     details = _dig(doc, ("error", "details"))
     data = details if isinstance(details, dict) else {}
@@ -632,7 +602,7 @@ def _error_code(response: requests.Response) -> Optional[str]:
 def _request_id(response: requests.Response, doc: Any) -> Optional[str]:
     value = _dig(doc, ("request_id",)) if doc is not None else None
     if not isinstance(value, str):
-        value = response.headers.get("x-sume-request-id") or response.headers.get("x-request-id")
+        value = next(filter(None, map(response.headers.get, REQUEST_ID_HEADERS)), None)
     if isinstance(value, str) and _SAFE_TOKEN.match(value):
         return value
     return None
@@ -659,7 +629,7 @@ def _failed(job: Job) -> JobFailed:
 
 def _hint(response: requests.Response) -> Optional[float]:
     """The server's poll spacing: Retry-After, else recommended_poll_interval_seconds."""
-    seconds = parse_retry_after(response.headers.get("Retry-After"))
+    seconds = parse_retry_after(response.headers.get("Retry-After"), date=response.headers.get("Date"))
     if seconds is not None:
         return seconds
     doc = _json(response)
@@ -673,8 +643,7 @@ def _hint(response: requests.Response) -> Optional[float]:
 def _label(response: requests.Response) -> str:
     """ "HTTP 409 job_not_cancelable": the status and the error code, when it is a plain token."""
     code = _error_code(response)
-    safe = f" {code}" if code and _SAFE_TOKEN.match(code) else ""
-    return f"HTTP {response.status_code}{safe}"
+    return "HTTP " + status_label(response.status_code, code if code and _SAFE_TOKEN.match(code) else None)
 
 
 def _answer(response: requests.Response) -> str:
@@ -774,20 +743,19 @@ class PollSchedule:
         self, now: float, hint: Optional[float], jitter: Callable[[], float]
     ) -> Tuple[Optional[float], str]:
         """Seconds from ``now`` to the next poll, or None and why no poll fits before the deadline."""
-        if hint is not None:
-            pause = max(hint, self.interval)  # the server knows best, but never a tight loop
-            if not self.fits(now, pause):
-                return None, f"the server asked to wait {pause:.1f}s more, past the deadline"
-        else:
-            pause = self.delay * jitter()
-            self.delay = min(self.delay * GROWTH, self.max_interval)
-            last = self.latest - now  # the longest pause after which a poll still comes back in time
-            # Two polls closer than this would be a tight loop at the end of a short wait.
-            gap = min(self.interval, self.margin)
-            if pause > last - gap - self.margin / 2:  # no other poll could follow this one
-                if last < gap:
-                    return None, "no time is left for another poll"
-                pause = last  # the last poll: as late as it can go
+        if hint is not None:  # the server knows best, but never a tight loop
+            if self.hold(now, hint):
+                return self.pause, ""
+            return None, f"the server asked to wait {max(hint, self.interval):.1f}s more, past the deadline"
+        pause = self.delay * jitter()
+        self.delay = min(self.delay * GROWTH, self.max_interval)
+        last = self.latest - now  # the longest pause after which a poll still comes back in time
+        # Two polls closer than this would be a tight loop at the end of a short wait.
+        gap = min(self.interval, self.margin)
+        if pause > last - gap - self.margin / 2:  # no other poll could follow this one
+            if last < gap:
+                return None, "no time is left for another poll"
+            pause = last  # the last poll: as late as it can go
         self.decided, self.pause = now, pause
         return pause, ""
 
@@ -819,21 +787,14 @@ def _limits(base: Any) -> Tuple[Optional[float], Optional[float]]:
     """The (connect, read) limits of a session timeout in any form requests takes; None: no limit."""
     if isinstance(base, Timeout):
         # Its parts as given: ``read_timeout`` answers only once a connection has started.
-        total = _number(base.total)
-        connect, read = _number(base._connect), _number(base._read)
+        total = as_seconds(base.total, None)
+        connect, read = as_seconds(base._connect, None), as_seconds(base._read, None)
         if total is None:
             return connect, read
         return _least(connect, total), _least(read, total)
     if isinstance(base, tuple):
-        return _number(base[0]), _number(base[1])
-    return _number(base), _number(base)
-
-
-def _number(value: Any) -> Optional[float]:
-    """Seconds, or None for no limit (None, or urllib3's "socket default" marker)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
+        return as_seconds(base[0], None), as_seconds(base[1], None)
+    return as_seconds(base, None), as_seconds(base, None)
 
 
 def _least(limit: Optional[float], cap: float) -> float:

@@ -32,6 +32,8 @@ class Verdict(StrEnum):
 class Rule:
     """One row of the table: status and code (or ``ANY``) map to a verdict and a wait.
 
+    A code of "any" (how the table prints ``ANY``) is ``ANY``.
+
     ``wait`` is None for "Retry-After, else backoff", a number of seconds for a fixed
     wait (a larger Retry-After still wins), or ``IN_USE_WAIT`` for the policy's
     ``in_use_wait``.
@@ -51,6 +53,10 @@ class Rule:
             )
         if self.code is not None and not isinstance(self.code, str):
             raise ConfigurationError(f"rules: code must be a str or ANY, got {self.code!r}")
+        if self.code is not None and self.code.lower() == "any":
+            # "any" is how ``python -m sume_urllib3 table`` prints ANY, so settings copied from
+            # it (Django's RULES) mean ANY too; no server's error code is "any".
+            object.__setattr__(self, "code", ANY)
         try:
             object.__setattr__(self, "verdict", Verdict(self.verdict))
         except ValueError:
@@ -66,7 +72,7 @@ class Rule:
 
     def matches(self, status: int, code: Optional[str]) -> bool:
         """True when this row applies to the status and code."""
-        return self.status == status and (self.code is None or self.code == code)
+        return _first((self,), status, code) is self
 
 
 DEFAULT_RULES: Tuple[Rule, ...] = (
@@ -169,10 +175,7 @@ class Policy:
 
     def match(self, status: int, code: Optional[str]) -> Optional[Rule]:
         """The first rule matching status and code, or None."""
-        for rule in self.rules:
-            if rule.status == status and (rule.code is None or rule.code == code):
-                return rule
-        return None
+        return _first(self.rules, status, code)
 
     def backoff(self, attempt: int, rng: RandomSource = None) -> float:
         """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""
@@ -202,7 +205,7 @@ class Policy:
         label = status_label(status, code)
         if status < 400:
             return Decision(Verdict.NO_RETRY, reason=f"{label} is not an error")
-        rule = self.match(status, code)
+        rule = _first(self.rules, status, code)
         verdict = rule.verdict if rule else Verdict.NO_RETRY
         if self.trust_body and hints is not None:
             if hints.next_action and "poll" in hints.next_action.lower():
@@ -292,12 +295,20 @@ class Policy:
 
 
 _ROW_REASONS = {
-    Verdict.RETRY: "{label}: retryable",
     Verdict.FIX: "{label}: the caller must fix the request; not retried",
     Verdict.NO_RETRY: "{label}: not a retryable error",
     Verdict.STOP: "{label}: stop",
     Verdict.POLL: "{label}: poll, do not resubmit",
 }
+
+
+def _first(rules: Sequence[Rule], status: int, code: Optional[str]) -> Optional[Rule]:
+    """The first of ``rules`` for this status and code (one with code ANY fits every code): what
+    ``Rule.matches`` and ``Policy.match`` answer, and what ``decide`` asks without the hop."""
+    for rule in rules:
+        if rule.status == status and (rule.code is None or rule.code == code):
+            return rule
+    return None
 
 
 def _check_rules(rules: Any) -> Tuple[Rule, ...]:

@@ -232,7 +232,7 @@ class SumeRetry(Retry):
 
     def get_retry_after(self, response: Any) -> Optional[float]:
         """Retry-After in seconds, or None; never raises on garbage (urllib3 does)."""
-        return parse_retry_after(_retry_after(response))
+        return _asked_wait(response)
 
     def sleep_for_retry(self, response: Any = None) -> bool:
         """Honour Retry-After on the redirect path, never past the deadline, never raising."""
@@ -444,7 +444,7 @@ class SumeRetry(Retry):
             )
         # Measured after the peek: reading a slow body is part of the elapsed time.
         now = context.now()
-        retry_after = _retry_after(raw) if self.respect_retry_after_header else None
+        retry_after = _asked_wait(raw) if self.respect_retry_after_header else None
         decision = policy.decide(
             status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
         )
@@ -770,9 +770,8 @@ def tunnel_status(error: BaseException) -> Optional[int]:
 _TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: ([1-5][0-9][0-9])\b")
 
 
-def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:
+def _retry_in(policy: Policy, asked: Optional[float], retries: int, rng: RandomSource) -> float:
     """Seconds until trying again could succeed: the server's Retry-After, else the next backoff."""
-    asked = parse_retry_after(retry_after)
     return asked if asked is not None else policy.backoff(retries, rng)
 
 
@@ -806,3 +805,11 @@ def _retry_after(raw: Any) -> Optional[str]:
     headers = getattr(raw, "headers", None)
     value = headers.get("Retry-After") if headers is not None else None
     return value if isinstance(value, str) else None
+
+
+def _asked_wait(raw: Any) -> Optional[float]:
+    """The wait a response's Retry-After asks for, measured from its own Date when it has one."""
+    value = _retry_after(raw)
+    if value is None:
+        return None
+    return parse_retry_after(value, date=(getattr(raw, "headers", None) or {}).get("Date"))

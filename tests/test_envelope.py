@@ -6,9 +6,10 @@ import calendar
 import email.utils
 import gzip
 import json
+import time
 import tracemalloc
 import zlib
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import pytest
 from hypothesis import given, settings
@@ -16,14 +17,20 @@ from hypothesis import strategies as st
 from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
-from sume_urllib3 import _envelope
+from sume_urllib3 import SumeSession, _envelope
 from sume_urllib3._envelope import (
     RETRY_AFTER_CEILING,
     ErrorEnvelope,
     decode_prefix,
     parse_envelope,
     parse_retry_after,
+    server_time,
 )
+from sume_urllib3.testing import FakeSume, Reply
+
+from .conftest import VirtualTime
+
+MakeSession = Callable[..., SumeSession]
 
 EMPTY = ErrorEnvelope()
 JSON = {"Content-Type": "application/json"}
@@ -408,6 +415,13 @@ def test_each_stacked_coding_is_bounded_by_the_limit() -> None:
     """A bomb under a second coding still yields at most ``limit`` bytes."""
     bomb = gzip.compress(gzip.compress(bytes(20_000_000)))
     assert len(decode_prefix(bomb, "gzip, gzip", 4096) or b"") == 4096
+
+
+@pytest.mark.parametrize("coding", [",", " , identity,", "identity, identity"])
+def test_a_list_of_no_codings_is_bounded_by_the_limit(coding: str) -> None:
+    """Commas and identity alone undo nothing, and the body is still cut at ``limit`` (the fuzz
+    test found ``","`` returning it whole)."""
+    assert b"\x00" == decode_prefix(b"\x00\x00", coding, 1)
 
 
 def brotli_compress(data: bytes) -> bytes:
@@ -817,6 +831,63 @@ def test_numbers_are_seconds(value: Any, expected: Optional[float]) -> None:
 def test_non_ascii_digits_are_garbage(value: str) -> None:
     """delay-seconds is 1*DIGIT (ASCII): Arabic-Indic, fullwidth or Bengali digits are garbage (None)."""
     assert parse_retry_after(value, clock) is None
+
+
+def http_date(stamp: float) -> str:
+    """``stamp`` as an IMF-fixdate, as a server's Date and Retry-After headers carry it."""
+    return email.utils.formatdate(stamp, usegmt=True)
+
+
+@pytest.mark.parametrize("skew", [-300, 0, 300])
+def test_an_http_date_is_measured_from_the_response_date(skew: float) -> None:
+    """RFC 9110 §10.2.3: the wait is the Retry-After date less the response's Date, whatever the
+    local clock says (here ``skew`` seconds off the server's); without a readable Date, the
+    local clock as before."""
+    server_now = NOW + skew
+    asked = http_date(server_now + 2)
+    assert 2.0 == parse_retry_after(asked, clock, date=http_date(server_now))
+    assert 2.0 == parse_retry_after(asked.encode(), clock, date=http_date(server_now).encode())
+    for unreadable in (None, "", "yesterday", "x" * 300):
+        assert max(skew + 2.0, 0.0) == parse_retry_after(asked, clock, date=unreadable)
+    assert 0.0 == parse_retry_after(http_date(server_now - 5), clock, date=http_date(server_now))
+    assert 7.0 == parse_retry_after("7", clock, date=http_date(server_now))  # deltas need no clock
+
+
+def test_server_time_is_the_date_header_else_the_wall_clock() -> None:
+    """The helper every absolute server time is read against (an epoch reset too)."""
+    assert NOW + 60 == server_time(http_date(NOW + 60), clock)
+    assert NOW + 60 == server_time("Wed, 21 Oct 2015 07:29:00 GMT")
+    assert NOW == server_time(None, clock)
+    assert NOW == server_time("not a date", clock)
+
+
+@pytest.mark.parametrize("skew", [-300, 300], ids=["client behind", "client ahead"])
+def test_a_retry_waits_what_the_server_asked_whatever_the_local_clock(
+    fake: FakeSume, make_session: MakeSession, vtime: VirtualTime, skew: int
+) -> None:
+    """A 503 asking, by HTTP-date, for 2 s of the server's time is retried after 2 s with the
+    local clock 300 s behind (it gave up at once, "retry in 302s") or ahead (it retried at once)."""
+    server_now = int(time.time()) + skew
+    dates = {"Date": http_date(server_now), "Retry-After": http_date(server_now + 2)}
+    fake.script("POST", "/v1/avatars", Reply.error(503, "service_unavailable", headers=dates), Reply(201))
+
+    response = make_session().post("avatars", json={"name": "Ada"})
+
+    assert (201, 2) == (response.status_code, response.sume.attempts)  # type: ignore[attr-defined]
+    assert [2.0] == vtime.sleeps
+
+
+def test_a_job_poll_is_spaced_by_the_server_clock(
+    fake: FakeSume, make_session: MakeSession, vtime: VirtualTime
+) -> None:
+    """A status poll's Retry-After HTTP-date is read against its Date: 5 s, not 305 s, with the
+    local clock 300 s behind the server's."""
+    server_now = int(time.time()) + 300
+    dates = {"Date": http_date(server_now), "Retry-After": http_date(server_now + 5)}
+    fake.job("job_1", [Reply(200, json={"data": {"status": "processing"}}, headers=dates), "completed"])
+
+    assert make_session().jobs.wait("job_1").done
+    assert [5.0] == vtime.sleeps
 
 
 def test_delta_never_consults_the_clock() -> None:

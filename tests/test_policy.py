@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sume_urllib3 import SumeSession
+from sume_urllib3._cli import render_table
 from sume_urllib3._envelope import RETRY_AFTER_CEILING, ErrorEnvelope
 from sume_urllib3._policy import (
     ANY,
@@ -25,6 +27,7 @@ from sume_urllib3._policy import (
 )
 from sume_urllib3._record import Outcome
 from sume_urllib3.exceptions import ConfigurationError
+from sume_urllib3.testing import FakeSume, Reply, no_sleep
 
 #: 2015-10-21 07:28:00 UTC, the wall clock for every HTTP-date test.
 NOW = float(calendar.timegm((2015, 10, 21, 7, 28, 0, 0, 0, 0)))
@@ -644,6 +647,29 @@ def test_rule_normalises_verdict_and_wait() -> None:
 def test_rule_matches_status_and_code(rule: Rule, status: int, code: Optional[str], expected: bool) -> None:
     """A row matches its status and its code; ANY matches any code or none."""
     assert expected == rule.matches(status, code)
+
+
+def test_the_code_any_as_the_table_prints_it_means_any() -> None:
+    """``RULES: [(429, "any", "retry")]``, spelt as ``python -m sume_urllib3 table`` prints ANY,
+    is ANY (it matched only the literal code "any"), and the table prints it back the same."""
+    policy = Policy(rules=[(429, "any", "retry"), (503, "ANY", "retry")])
+
+    assert (ANY, ANY) == (policy.rules[0].code, policy.rules[1].code)
+    assert Verdict.RETRY is policy.decide(429, "rate_limit_exceeded").verdict
+    assert Verdict.RETRY is policy.decide(503, None).verdict
+    assert Rule(429, "any", Verdict.RETRY) == Rule(429, ANY, Verdict.RETRY)
+    assert "429     any   retry" in render_table(policy)
+
+
+def test_a_rule_with_the_code_any_retries_on_a_real_server(fake: FakeSume) -> None:
+    """On loopback: a 429 rate_limit_exceeded under ``(429, "any", "retry")`` is retried."""
+    fake.script("POST", "/v1/avatars", Reply.error(429, "rate_limit_exceeded", retry_after=0), Reply(201))
+    policy = Policy(rules=[(429, "any", "retry")])
+
+    with no_sleep(), SumeSession("sk_test_any", base_url=fake.url + "/v1", policy=policy) as session:
+        response = session.post("avatars", json={"name": "Ada"})
+
+    assert (201, 2) == (response.status_code, response.sume.attempts)  # type: ignore[attr-defined]
 
 
 # --- Policy validation --------------------------------------------------------------------

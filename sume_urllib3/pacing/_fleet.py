@@ -146,7 +146,7 @@ def read_response(
         return Lesson(0, -1, -1, -1, -1)
     retry_after = 0
     if status == 429 or status == 503:
-        seconds = parse_retry_after(headers.get("Retry-After"), wall)
+        seconds = parse_retry_after(headers.get("Retry-After"), wall, date=headers.get("Date"))
         if seconds is not None and seconds > 0:
             retry_after = round(min(seconds, MAX_COOLDOWN) * _core.SECOND)
     # Most responses carry no rate-limit field: their names are looked at, nothing is parsed.
