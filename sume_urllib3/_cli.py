@@ -9,8 +9,7 @@ import sys
 from typing import Callable, NoReturn, Optional, Sequence, TextIO, Tuple
 
 from ._envelope import ErrorEnvelope, parse_retry_after
-from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict
-from ._util import seconds
+from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict, seconds
 from ._version import __version__
 
 PROG = "python -m sume_urllib3"

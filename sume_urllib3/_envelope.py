@@ -19,7 +19,22 @@ try:
 except ImportError:  # urllib3 1.26 exports it from its _collections module only
     from urllib3._collections import HTTPHeaderDict
 
-from ._util import printable
+#: Longest server-supplied text a record, log line or message carries.
+MAX_FIELD = 200
+
+
+def printable(value: Any, max_len: int = MAX_FIELD) -> Optional[str]:
+    """``value`` as printable text, bounded, or None: no forged log lines, no floods."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > max_len:
+        text = text[:max_len] + "…"
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
 
 #: Response headers that may carry the request id, in order of preference.
 REQUEST_ID_HEADERS = ("x-sume-request-id", "x-request-id")

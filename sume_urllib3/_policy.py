@@ -10,12 +10,17 @@ from ._config import check_int, check_seconds
 from ._envelope import ErrorEnvelope, parse_retry_after
 from ._errors import ConfigurationError
 from ._record import status_label
-from ._util import RandomSource, StrEnum, plural, seconds, uniform
+from ._util import RandomSource, StrEnum, plural, uniform
 
 #: A rule's ``code`` that matches any error code (or none).
 ANY = None
 #: A rule's ``wait`` that means "the policy's ``in_use_wait``".
 IN_USE_WAIT = "in_use_wait"
+
+
+def seconds(value: float, unit: str = "s") -> str:
+    """Seconds as people read them in reasons: "1.5s", or "1e+09s" when absurdly large."""
+    return f"{value:.1f}{unit}" if value < 1e6 else f"{value:.3g}{unit}"
 
 
 class Verdict(StrEnum):

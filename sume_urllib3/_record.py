@@ -6,8 +6,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ._redact import key_prefix, redact_url
+from ._redact import redact_url
 from ._util import StrEnum, plural
+
+
+def key_prefix(key: Optional[str]) -> Optional[str]:
+    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
+    if not key:
+        return None
+    return key[:8] + "…" if len(key) > 8 else key
 
 
 class Outcome(StrEnum):

@@ -72,13 +72,6 @@ def redact_url(url: Optional[str]) -> Optional[str]:
     return urlunsplit((parts.scheme, netloc, parts.path, REDACTED if parts.query else "", ""))
 
 
-def key_prefix(key: Optional[str]) -> Optional[str]:
-    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
-    if not key:
-        return None
-    return key[:8] + "…" if len(key) > 8 else key
-
-
 def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
     """``text`` with every known secret and every URL-shaped word's secrets replaced."""
     for secret in secrets:

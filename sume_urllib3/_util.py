@@ -12,29 +12,9 @@ from urllib.parse import urlsplit
 
 #: Values that come from the server (codes, request ids) are cut to this length so a
 #: hostile or broken response cannot flood a log line or an exception message.
-MAX_FIELD = 200
-
-
-def seconds(value: float, unit: str = "s") -> str:
-    """Seconds as people read them in reasons: "1.5s", or "1e+09s" when absurdly large."""
-    return f"{value:.1f}{unit}" if value < 1e6 else f"{value:.3g}{unit}"
-
-
 def plural(count: int, one: str, many: str) -> str:
     """ "1 retry" or "3 retries": the count and the word that fits it."""
     return f"{count} {one if count == 1 else many}"
-
-
-def printable(value: Any, max_len: int = MAX_FIELD) -> Optional[str]:
-    """``value`` as printable text, bounded, or None: no forged log lines, no floods."""
-    if value is None:
-        return None
-    text = value if isinstance(value, str) else str(value)
-    if len(text) > max_len:
-        text = text[:max_len] + "…"
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 def is_visible_ascii(text: str) -> bool:

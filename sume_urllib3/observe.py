@@ -33,11 +33,12 @@ from typing import (
 from urllib.parse import urlsplit
 
 from . import _fork
+from ._envelope import printable
 from ._errors import ConfigurationError
 from ._jobs import JobEvent
-from ._record import Outcome, SumeRecord
-from ._redact import key_prefix, redact_urllib3_logs
-from ._util import plural, printable
+from ._record import Outcome, SumeRecord, key_prefix
+from ._redact import redact_urllib3_logs
+from ._util import plural
 
 __all__ = [
     "JOB_EVENT_KINDS",

@@ -6,10 +6,10 @@ from typing import Optional, Tuple
 
 import pytest
 
-from sume_urllib3._policy import Verdict
+from sume_urllib3._envelope import MAX_FIELD, printable
+from sume_urllib3._policy import Verdict, seconds
 from sume_urllib3._record import Outcome
 from sume_urllib3._util import (
-    MAX_FIELD,
     StrEnum,
     is_loopback,
     is_visible_ascii,
@@ -17,8 +17,6 @@ from sume_urllib3._util import (
     origin,
     plain_http_refusal,
     plural,
-    printable,
-    seconds,
 )
 
 # --- seconds and plural ----------------------------------------------------------------------
