@@ -38,9 +38,8 @@ if TYPE_CHECKING:
     _Auth = Union[Tuple[str, str], Callable[[requests.PreparedRequest], requests.PreparedRequest], None]
 
     class _Sent(TypedDict, total=False):
-        """requests' keyword arguments, typed as requests types them (its inline types and
-        types-requests alike, ``timeout`` also urllib3's ``Timeout``); bodies and queries as Any."""
-
+        # requests' keyword arguments typed as requests types them (its inline types and types-requests
+        # alike; ``timeout`` also urllib3's ``Timeout``), bodies and queries as Any.
         headers: Optional[Mapping[str, Union[str, bytes, None]]]
         cookies: Union[CookieJar, Mapping[str, str], None]
         files: Any
@@ -86,7 +85,6 @@ __all__ = [  # names the Django integration builds on
 
 DEFAULT_BASE_URL = "https://api.sume.com/v1"
 AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
-_SCHEMES = ("https://", "http://")
 
 
 #: The ``retry_budget=`` default: a new RetryBudget per session.
@@ -179,9 +177,8 @@ class SumeSession(requests.Session):
         self._base_refusal = plain_http_refusal(self.base_url)
         self.auth_header = check_auth_header(auth_header)
         self._auth_name = AUTH_HEADERS[self.auth_header]
-        self._auth_value = self._api_key
-        if self._api_key is not None and self.auth_header == "bearer":
-            self._auth_value = "Bearer " + self._api_key
+        self._bearer = None if self._api_key is None else "Bearer " + self._api_key
+        self._auth_value = self._bearer if self.auth_header == "bearer" else self._api_key
         self._default_budget = retry_budget is DEFAULT_BUDGET
         if self._default_budget:
             retry_budget = RetryBudget()
@@ -264,7 +261,7 @@ class SumeSession(requests.Session):
 
     def url_for(self, url: str) -> str:
         """Resolve ``url`` against the base URL unless it is absolute."""
-        absolute = url.startswith(_SCHEMES) or ("://" in url and _has_scheme(url))  # not "/a?next=https://"
+        absolute = "://" in url and _has_scheme(url)  # "/jobs?next=https://..." stays relative
         return url if absolute else self._prefix + url.lstrip("/")
 
     def request(
@@ -307,9 +304,7 @@ class SumeSession(requests.Session):
             # Told once: an extra SumeAdapter mounted here adds its own observers.
             observers = adapter.retry.observers
             if context.adapter not in (None, adapter):
-                mine = set(map(id, observers))
-                extra = [o for o in context.adapter.observers if id(o) not in mine]
-                observers = Observers((*observers, *extra))
+                observers = Observers({id(o): o for o in (*observers, *context.adapter.observers)}.values())
             if context.stream is not None:
                 # The request's record: requests may have raised after the body's hop (see above).
                 context.stream.report_with(lambda body: observers.outcome(context.record or body))
@@ -418,10 +413,7 @@ class SumeSession(requests.Session):
         """
         headers.pop("x-api-key", None)
         auth = headers.get("Authorization")
-        if auth is not None and (
-            (self._api_key is not None and auth == "Bearer " + self._api_key)
-            or auth == self.headers.get("Authorization")
-        ):
+        if auth is not None and auth in (self._bearer, self.headers.get("Authorization")):
             del headers["Authorization"]
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
@@ -433,10 +425,8 @@ class SumeSession(requests.Session):
         previous = response.request.url if response.request is not None else None
         super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call,unused-ignore]
         if previous is not None:
-            strip(
-                prepared_request.headers,
-                left_behind(previous, prepared_request.url or "", prepared_request.method),
-            )
+            new = prepared_request
+            strip(new.headers, left_behind(previous, new.url or "", new.method))
 
     def mount(self, prefix: Union[str, bytes], adapter: BaseAdapter) -> None:
         """Mount ``adapter`` for URLs starting with ``prefix``, as requests does.
@@ -535,15 +525,10 @@ def _has_scheme(url: str) -> bool:
 def check_auth_header(mode: Any) -> str:
     """The auth mode, lower-cased: "x-api-key" or "bearer"."""
     if not isinstance(mode, str) or mode.lower() not in AUTH_HEADERS:
-        raise ConfigurationError(
-            f"auth_header must be 'x-api-key' or 'bearer', got {describe_unechoed(mode)}"
-        )
+        # Named, not echoed: "Bearer sk_live_..." pasted here is the key.
+        got = f"a str of {len(mode)} characters" if isinstance(mode, str) else type(mode).__name__
+        raise ConfigurationError(f"auth_header must be 'x-api-key' or 'bearer', got {got}")
     return mode.lower()
-
-
-def describe_unechoed(value: Any) -> str:
-    """Name a bad value without echoing it: "Bearer sk_live_..." pasted here is the key."""
-    return f"a str of {len(value)} characters" if isinstance(value, str) else type(value).__name__
 
 
 def check_api_key(key: Any) -> Optional[str]:
