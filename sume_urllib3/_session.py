@@ -435,7 +435,7 @@ class SumeSession(requests.Session):
         policy, timeout, fleet, observers, retry budget and ``raise_on_give_up``; only its
         pool arguments are its own. Any other adapter over the base URL, or below it, warns:
         the calls it serves lose the policy, the Idempotency-Key, ``response.sume`` and the
-        metrics.
+        metrics (the session's timeout they keep).
         """
         own = getattr(self, "adapter", None)  # None while requests mounts its defaults
         if own is not None and isinstance(adapter, SumeAdapter) and adapter is not own:
