@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import traceback
 import warnings
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Mapping, Optional, Tuple, Union, cast
 from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, BaseAdapter
+from requests.hooks import dispatch_hook
 from requests.utils import default_user_agent, select_proxy
 
 from ._adapter import DEFAULT_FLEET, Default, SumeAdapter
@@ -20,33 +22,69 @@ from ._policy import Policy
 from ._redact import redact_error, secrets_of
 from ._redirects import left_behind, strip
 from ._request import RequestContext, current
-from ._util import (
-    RandomSource,
-    is_loopback,
-    is_visible_ascii,
-    origin,
-    plain_http_refusal,
-)
+from ._util import RandomSource, is_loopback, is_visible_ascii, origin, plain_http_refusal
 from ._version import __version__
 from .observe import LoggingObserver, Observers, SumeMetrics, SumeObserver, in_own_context
 from .pacing._fleet import Fleet, LocalFleet, RetryBudget
 from .pacing._signals import key_ids, origin_name, sent_key
 
+if TYPE_CHECKING:
+    from http.cookiejar import CookieJar
+    from typing import TypedDict
+
+    from typing_extensions import Unpack  # mypy's own: never imported at run time
+
+    _Url = Union[str, bytes]
+    _Auth = Union[Tuple[str, str], Callable[[requests.PreparedRequest], requests.PreparedRequest], None]
+
+    class _Sent(TypedDict, total=False):
+        # requests' keyword arguments typed as requests types them (its inline types and types-requests
+        # alike; ``timeout`` also urllib3's ``Timeout``), bodies and queries as Any.
+        headers: Optional[Mapping[str, Union[str, bytes, None]]]
+        cookies: Union[CookieJar, Mapping[str, str], None]
+        files: Any
+        auth: _Auth
+        timeout: TimeoutSpec
+        allow_redirects: bool
+        proxies: Optional[Mapping[str, str]]
+        hooks: Optional[Mapping[str, Union[Iterable[Callable[..., Any]], Callable[..., Any]]]]
+        stream: Optional[bool]
+        verify: Union[bool, str, None]
+        cert: Union[str, Tuple[str, str], None]
+
+    class _Payload(_Sent, total=False):  # request()'s, beside its own policy=
+        params: Any
+        data: Any
+        json: Any
+
+    class _Verb(_Sent, total=False):  # the verbs' own, beside their positional arguments
+        policy: Optional[Policy]
+
+    class _GetOptions(_Verb, total=False):
+        data: Any
+        json: Any
+
+    class _PostOptions(_Verb, total=False):
+        params: Any
+
+    class _PutOptions(_PostOptions, total=False):
+        json: Any
+
+    class _Options(_Payload, _Verb, total=False):  # options(), head(), delete()
+        pass
+
+
 __all__ = [  # names the Django integration builds on
-    "AUTH_HEADERS",
     "DEFAULT_BASE_URL",
     "SumeSession",
     "check_api_key",
     "check_auth_header",
     "check_base_url",
     "check_timeout",
-    "describe_unechoed",
-    "is_loopback",
 ]
 
 DEFAULT_BASE_URL = "https://api.sume.com/v1"
 AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
-_SCHEMES = ("https://", "http://")
 
 
 #: The ``retry_budget=`` default: a new RetryBudget per session.
@@ -139,13 +177,8 @@ class SumeSession(requests.Session):
         self._base_refusal = plain_http_refusal(self.base_url)
         self.auth_header = check_auth_header(auth_header)
         self._auth_name = AUTH_HEADERS[self.auth_header]
-        self._auth_value = (
-            None
-            if self._api_key is None
-            else "Bearer " + self._api_key
-            if self.auth_header == "bearer"
-            else self._api_key
-        )
+        self._bearer = None if self._api_key is None else "Bearer " + self._api_key
+        self._auth_value = self._bearer if self.auth_header == "bearer" else self._api_key
         self._default_budget = retry_budget is DEFAULT_BUDGET
         if self._default_budget:
             retry_budget = RetryBudget()
@@ -162,7 +195,12 @@ class SumeSession(requests.Session):
             raise ConfigurationError(f"metrics must be a SumeMetrics, got {type(metrics).__name__}")
         self.metrics = metrics if metrics is not None else SumeMetrics()
         self.user_observers = Observers(observers)
-        self._injected = {"sleep": sleep, "clock": clock, "rng": rng}
+        self._injected: Dict[str, Any] = {"sleep": sleep, "clock": clock, "rng": rng}
+        self._pool: Dict[str, Any] = {
+            "pool_connections": pool_connections,
+            "pool_maxsize": pool_maxsize,
+            "pool_block": pool_block,
+        }
         self.adapter = SumeAdapter(
             policy,  # validated by SumeRetry, with the same message
             raise_on_give_up=raise_on_give_up,
@@ -170,18 +208,9 @@ class SumeSession(requests.Session):
             retry_budget=retry_budget,
             timeout=check_timeout(timeout),
             fleet=fleet,
-            sleep=sleep,
-            clock=clock,
-            rng=rng,
-            pool_connections=pool_connections,
-            pool_maxsize=pool_maxsize,
-            pool_block=pool_block,
+            **self._injected,
+            **self._pool,
         )
-        self._pool = {
-            "pool_connections": pool_connections,
-            "pool_maxsize": pool_maxsize,
-            "pool_block": pool_block,
-        }
         self.mount("https://", self.adapter)
         self.mount("http://", self.adapter)
         self.headers["User-Agent"] = f"sume-urllib3/{__version__} {default_user_agent()}"
@@ -232,122 +261,67 @@ class SumeSession(requests.Session):
 
     def url_for(self, url: str) -> str:
         """Resolve ``url`` against the base URL unless it is absolute."""
-        if url.startswith(_SCHEMES) or (
-            "://" in url and _has_scheme(url)
-        ):  # "/jobs?next=https://..." stays relative
-            return url
-        return self._prefix + url.lstrip("/")
+        absolute = "://" in url and _has_scheme(url)  # "/jobs?next=https://..." stays relative
+        return url if absolute else self._prefix + url.lstrip("/")
 
     def request(
-        self,
-        method: Union[str, bytes],
-        url: Union[str, bytes],
-        *args: Any,
-        policy: Optional[Policy] = None,
-        **kwargs: Any,
+        self, method: _Url, url: _Url, *args: Any, policy: Optional[Policy] = None, **kwargs: Unpack[_Payload]
     ) -> requests.Response:
-        """Send one logical request: the deadline and the outcome span its redirects.
-
-        ``policy`` replaces the session's policy for this call alone.
+        """Send one logical request, with requests' arguments: the deadline and the outcome span
+        its redirects. ``policy`` replaces the session's policy for this call alone.
         """
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
+        sent = cast("Dict[str, Any]", kwargs)  # handed on as given: requests checks them
         for adapter in self.adapters.values():
             if isinstance(adapter, SumeAdapter) and adapter.retry.observers.starts:
                 # Told to an observer's on_start (by the SumeAdapter serving it): its own context.
-                return in_own_context(self._request, _text(method), _text(url), args, policy, kwargs)
-        return self._request(_text(method), _text(url), args, policy, kwargs)
+                return in_own_context(self._request, method, url, args, policy, sent)
+        return self._request(method, url, args, policy, sent)
 
     def _request(
-        self, method: str, url: str, args: Tuple[Any, ...], policy: Optional[Policy], kwargs: Dict[str, Any]
+        self, method: _Url, url: _Url, args: Tuple[Any, ...], policy: Optional[Policy], kwargs: Dict[str, Any]
     ) -> requests.Response:
         adapter = self.adapter
         now = adapter.retry.timer()
         context = RequestContext(now(), now=now, policy=policy, owned=True, fleet=adapter.fleet)
         token = current.set(context)
         try:
-            return super().request(method, url, *args, **kwargs)
+            return super().request(method, url, *args, **kwargs)  # type: ignore[arg-type,unused-ignore]
         except Exception as exc:
             # Raised before the adapter could redact it (requests' InvalidHeader, InvalidURL
             # and the like echo what they refused): the secrets this call carried come out.
-            redact_error(exc, secrets_of(url, kwargs.get("headers"), self.headers, self._api_key))
-            if context.record is not None and getattr(exc, "sume", None) is None:
-                # Raised by requests after a hop ended (too many redirects, a bad Location):
-                # the request did not end as that hop's record says.
+            redact_error(exc, secrets_of(_text(url), kwargs.get("headers"), self.headers, self._api_key))
+            if context.record is not None and getattr(exc, "sume", None) is None and not _from_a_hook(exc):
+                # Raised by requests after a hop ended (too many redirects, a bad Location): the
+                # request did not end as that hop's record says. A response hook's exception
+                # (raise_for_status) is the caller's own reading of the response recorded.
                 context.finish(None, None, context.now(), error=type(exc).__name__)
                 setattr(exc, "sume", context.record)
             raise
         finally:
             current.reset(token)
+            # Told once: an extra SumeAdapter mounted here adds its own observers.
+            observers = adapter.retry.observers
+            if context.adapter not in (None, adapter):
+                observers = Observers({id(o): o for o in (*observers, *context.adapter.observers)}.values())
             if context.stream is not None:
-                context.stream.report_with(lambda _: self._report(context))
+                # The request's record: requests may have raised after the body's hop (see above).
+                context.stream.report_with(lambda body: observers.outcome(context.record or body))
             elif context.record is not None:
-                self._report(context)
+                observers.outcome(context.record)
 
-    # The verbs, typed to take ``policy=`` and every timeout form (requests' own stubs do not).
+    if TYPE_CHECKING:  # requests' own verbs run; these add policy= to requests' types
 
-    def get(
-        self, url: Union[str, bytes], params: Any = None, *, policy: Optional[Policy] = None, **kwargs: Any
-    ) -> requests.Response:
-        """GET ``url`` (relative to the base URL unless absolute)."""
-        kwargs.setdefault("allow_redirects", True)
-        return self.request("GET", url, params=params, policy=policy, **kwargs)
-
-    def options(
-        self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
-    ) -> requests.Response:
-        """OPTIONS ``url``."""
-        kwargs.setdefault("allow_redirects", True)
-        return self.request("OPTIONS", url, policy=policy, **kwargs)
-
-    def head(
-        self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
-    ) -> requests.Response:
-        """HEAD ``url`` (redirects not followed, as in requests)."""
-        kwargs.setdefault("allow_redirects", False)
-        return self.request("HEAD", url, policy=policy, **kwargs)
-
-    def post(
-        self,
-        url: Union[str, bytes],
-        data: Any = None,
-        json: Any = None,
-        *,
-        policy: Optional[Policy] = None,
-        **kwargs: Any,
-    ) -> requests.Response:
-        """POST ``url``: one Idempotency-Key for every attempt, so it may be retried."""
-        return self.request("POST", url, data=data, json=json, policy=policy, **kwargs)
-
-    def put(
-        self, url: Union[str, bytes], data: Any = None, *, policy: Optional[Policy] = None, **kwargs: Any
-    ) -> requests.Response:
-        """PUT ``url``."""
-        return self.request("PUT", url, data=data, policy=policy, **kwargs)
-
-    def patch(
-        self, url: Union[str, bytes], data: Any = None, *, policy: Optional[Policy] = None, **kwargs: Any
-    ) -> requests.Response:
-        """PATCH ``url``: one Idempotency-Key for every attempt, as for POST."""
-        return self.request("PATCH", url, data=data, policy=policy, **kwargs)
-
-    def delete(
-        self, url: Union[str, bytes], *, policy: Optional[Policy] = None, **kwargs: Any
-    ) -> requests.Response:
-        """DELETE ``url``."""
-        return self.request("DELETE", url, policy=policy, **kwargs)
-
-    def _report(self, context: RequestContext) -> None:
-        """Tell the observers once; an extra SumeAdapter mounted here adds its own."""
-        assert context.record is not None
-        own = self.adapter
-        own.retry.observers.outcome(context.record)  # self.observers, one property hop fewer
-        adapter = context.adapter
-        if adapter is not None and adapter is not own:
-            mine = set(map(id, self.observers))
-            for observer in adapter.observers:
-                if id(observer) not in mine:
-                    Observers((observer,)).outcome(context.record)
+        def get(self, url: _Url, params: Any = None, **kwargs: Unpack[_GetOptions]) -> requests.Response: ...
+        def options(self, url: _Url, **kwargs: Unpack[_Options]) -> requests.Response: ...
+        def head(self, url: _Url, **kwargs: Unpack[_Options]) -> requests.Response: ...
+        def post(
+            self, url: _Url, data: Any = None, json: Any = None, **kwargs: Unpack[_PostOptions]
+        ) -> requests.Response: ...
+        def put(self, url: _Url, data: Any = None, **kwargs: Unpack[_PutOptions]) -> requests.Response: ...
+        def patch(self, url: _Url, data: Any = None, **kwargs: Unpack[_PutOptions]) -> requests.Response: ...
+        def delete(self, url: _Url, **kwargs: Unpack[_Options]) -> requests.Response: ...
 
     def prepare_request(self, request: requests.Request) -> requests.PreparedRequest:
         """Resolve the URL against the base, prepare as requests does, then add the key.
@@ -358,7 +332,9 @@ class SumeSession(requests.Session):
             request.url = request.url.decode("utf-8")
         if isinstance(request.url, str):
             request.url = self.url_for(request.url)
-        ours = self._is_ours(request.url if isinstance(request.url, str) else "")
+        url = request.url if isinstance(request.url, str) else ""
+        # On the base URL's origin: the only one the key goes to.
+        ours = url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
         if ours and self._api_key is not None and request.auth is None and self.auth is None:
             request.auth = _NO_AUTH  # the key is ours to send: no ~/.netrc credentials here
         context = current.get()
@@ -410,9 +386,12 @@ class SumeSession(requests.Session):
 
         Plain http is refused off loopback (``prepare_request``); a proxy for ``http://`` reads
         the request in clear, key included, wherever it runs: one off loopback is refused too.
+        Whatever adapter sends, a call without a timeout has the session's.
         """
-        proxies = kwargs.get("proxies")  # merged from the environment: {} without any
         url = request.url or ""
+        if kwargs.get("timeout") is None and not isinstance(self.get_adapter(url), SumeAdapter):
+            kwargs["timeout"] = self.timeout  # a SumeAdapter applies it (or its own) itself
+        proxies = kwargs.get("proxies")  # merged from the environment: {} without any
         if (
             proxies
             and url.startswith("http:")
@@ -426,10 +405,6 @@ class SumeSession(requests.Session):
                 )
         return super().send(request, **kwargs)
 
-    def _is_ours(self, url: str) -> bool:
-        """True when ``url`` is on the base URL's origin (the only one the key goes to)."""
-        return url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
-
     def _strip_key(self, headers: Any) -> None:
         """Remove the API key from a request to another origin (a presigned upload, say).
 
@@ -438,10 +413,7 @@ class SumeSession(requests.Session):
         """
         headers.pop("x-api-key", None)
         auth = headers.get("Authorization")
-        if auth is not None and (
-            (self._api_key is not None and auth == "Bearer " + self._api_key)
-            or auth == self.headers.get("Authorization")
-        ):
+        if auth is not None and auth in (self._bearer, self.headers.get("Authorization")):
             del headers["Authorization"]
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
@@ -453,10 +425,8 @@ class SumeSession(requests.Session):
         previous = response.request.url if response.request is not None else None
         super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call,unused-ignore]
         if previous is not None:
-            strip(
-                prepared_request.headers,
-                left_behind(previous, prepared_request.url or "", prepared_request.method),
-            )
+            new = prepared_request
+            strip(new.headers, left_behind(previous, new.url or "", new.method))
 
     def mount(self, prefix: Union[str, bytes], adapter: BaseAdapter) -> None:
         """Mount ``adapter`` for URLs starting with ``prefix``, as requests does.
@@ -465,7 +435,7 @@ class SumeSession(requests.Session):
         policy, timeout, fleet, observers, retry budget and ``raise_on_give_up``; only its
         pool arguments are its own. Any other adapter over the base URL, or below it, warns:
         the calls it serves lose the policy, the Idempotency-Key, ``response.sume`` and the
-        metrics.
+        metrics (the session's timeout they keep).
         """
         own = getattr(self, "adapter", None)  # None while requests mounts its defaults
         if own is not None and isinstance(adapter, SumeAdapter) and adapter is not own:
@@ -489,11 +459,8 @@ class SumeSession(requests.Session):
 
     def close(self) -> None:
         """Close every mounted adapter once (the default one is mounted twice)."""
-        seen = set()
-        for adapter in self.adapters.values():
-            if id(adapter) not in seen:
-                seen.add(id(adapter))
-                adapter.close()
+        for adapter in {id(adapter): adapter for adapter in self.adapters.values()}.values():
+            adapter.close()
 
     def __getstate__(self) -> Dict[str, Any]:
         state = {attr: getattr(self, attr, None) for attr in self.__attrs__ if attr != "adapters"}
@@ -519,7 +486,9 @@ class SumeSession(requests.Session):
     def __setstate__(self, state: Dict[str, Any]) -> None:
         config = state.pop("_sume_config")
         mounts = state.pop("_sume_mounts", [])
-        self.__init__(**config)  # type: ignore[misc]
+        # The session is rebuilt from what SumeSession was given, whatever a subclass's own
+        # __init__ takes; a subclass keeps its own attributes by naming them in __attrs__.
+        SumeSession.__init__(self, **config)
         for attr, value in state.items():
             setattr(self, attr, value)
         for prefix, adapter in mounts:  # as requests.Session keeps its mounts
@@ -531,6 +500,11 @@ _LOGGING = LoggingObserver()
 
 def _text(value: Union[str, bytes]) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _from_a_hook(exc: BaseException) -> bool:
+    """Whether a response hook raised ``exc`` (requests' ``dispatch_hook`` is in its traceback)."""
+    return any(frame.f_code is dispatch_hook.__code__ for frame, _ in traceback.walk_tb(exc.__traceback__))
 
 
 def _proxy_host(proxy: Optional[str]) -> Optional[str]:
@@ -551,15 +525,10 @@ def _has_scheme(url: str) -> bool:
 def check_auth_header(mode: Any) -> str:
     """The auth mode, lower-cased: "x-api-key" or "bearer"."""
     if not isinstance(mode, str) or mode.lower() not in AUTH_HEADERS:
-        raise ConfigurationError(
-            f"auth_header must be 'x-api-key' or 'bearer', got {describe_unechoed(mode)}"
-        )
+        # Named, not echoed: "Bearer sk_live_..." pasted here is the key.
+        got = f"a str of {len(mode)} characters" if isinstance(mode, str) else type(mode).__name__
+        raise ConfigurationError(f"auth_header must be 'x-api-key' or 'bearer', got {got}")
     return mode.lower()
-
-
-def describe_unechoed(value: Any) -> str:
-    """Name a bad value without echoing it: "Bearer sk_live_..." pasted here is the key."""
-    return f"a str of {len(value)} characters" if isinstance(value, str) else type(value).__name__
 
 
 def check_api_key(key: Any) -> Optional[str]:

@@ -8,6 +8,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
 import pytest
@@ -863,8 +864,7 @@ def test_a_per_call_policy_gives_that_call_a_shorter_deadline(raw_server: Any) -
     session = raw_session(api, sleep=vt.sleep, clock=vt.clock)
 
     with pytest.raises(SumeRetryError) as caught:
-        # The issue's own spelling; mypy needs typed get/post overrides to accept policy= there.
-        session.post("/jobs", json={}, policy=session.policy.replace(max_elapsed=2.5))  # type: ignore[call-arg]
+        session.post("/jobs", json={}, policy=session.policy.replace(max_elapsed=2.5))
 
     assert 3 == caught.value.record.attempts
     assert 3 == len(api.requests)
@@ -1078,3 +1078,137 @@ def test_a_session_that_does_not_trust_the_environment_reads_none(monkeypatch: p
     session = SumeSession(KEY, base_url="https://api.sume.test/v1")
     session.trust_env = False
     assert session.merge_environment_settings(URLS[0], {}, None, None, None)["proxies"] == {}
+
+
+# -- legacy requests code: hooks, subclasses, copies, other adapters, typed verbs -------------
+
+
+def _missing_or_echo(seen: Seen, n: int) -> Iterable[Step]:
+    yield reply(404, b"{}") if seen.path.endswith("/missing") else reply(200, seen.path.encode())
+
+
+def test_a_response_hook_that_raises_leaves_the_record_as_it_happened(
+    raw_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """requests' ``raise_for_status`` hook on a 404: the record, metrics and log say fix 404;
+    the hook's HTTPError reaches the caller as it would through requests."""
+    caplog.set_level(logging.DEBUG, logger="sume_urllib3")
+    recorder = RecordingObserver()
+    session = raw_session(raw_server(_missing_or_echo), observers=[recorder])
+    hooks = {"response": lambda r, *a, **k: r.raise_for_status()}
+
+    with pytest.raises(requests.HTTPError) as caught:
+        session.get("/missing", hooks=hooks)
+    assert b"/v1/ok" == session.get("/ok", hooks=hooks).content
+
+    assert 404 == caught.value.response.status_code
+    missing = recorder.outcomes[0]
+    assert (Outcome.FIX, 404) == (missing.outcome, missing.status)
+    assert {"fix": 1, "ok": 1} == {k: n for k, n in session.metrics.snapshot()["outcomes"].items() if n}
+    assert "not retried, the caller must fix it: GET /v1/missing: 404" in caplog.text
+    assert "no_retry" not in caplog.text
+
+
+class _RequestsSignature(SumeSession):
+    """Legacy code's override of request(), with requests' own signature and no **kwargs."""
+
+    def request(  # type: ignore[override]
+        self,
+        method: Any,
+        url: Any,
+        params: Any = None,
+        data: Any = None,
+        headers: Any = None,
+        cookies: Any = None,
+        files: Any = None,
+        auth: Any = None,
+        timeout: Any = None,
+        allow_redirects: bool = True,
+        proxies: Any = None,
+        hooks: Any = None,
+        stream: Any = None,
+        verify: Any = None,
+        cert: Any = None,
+        json: Any = None,
+    ) -> requests.Response:
+        headers = dict(headers or {}, **{"X-Legacy": "1"})
+        return super().request(
+            method, url, params, data, headers, cookies, files, auth, timeout,
+            allow_redirects, proxies, hooks, stream, verify, cert, json,
+        )  # fmt: skip
+
+
+def test_a_subclass_overriding_request_with_requests_signature_keeps_every_verb(raw_server: Any) -> None:
+    api = raw_server()
+    session = _RequestsSignature(KEY, base_url=api.url + "/v1", policy=QUICK, fleet=None)
+
+    for verb in ("get", "options", "head", "post", "put", "patch", "delete"):
+        assert 200 == getattr(session, verb)("/jobs").status_code, verb
+
+    assert 7 * ["1"] == [seen.headers.get("x-legacy") for seen in api.requests]
+
+
+class _Tenant(SumeSession):
+    """A subclass with an __init__ of its own, as legacy code writes them."""
+
+    def __init__(self, tenant: str, base_url: str) -> None:
+        super().__init__(KEY, base_url=base_url, policy=QUICK, fleet=None)
+        self.headers["X-Tenant"] = tenant
+
+
+@pytest.mark.parametrize(
+    "clone",
+    [lambda s: pickle.loads(pickle.dumps(s)), copy.copy, copy.deepcopy],
+    ids=["pickle", "copy", "deepcopy"],
+)
+def test_a_subclass_with_its_own_init_copies_and_pickles(
+    raw_server: Any, clone: Callable[[Any], Any]
+) -> None:
+    api = raw_server()
+
+    copied = clone(_Tenant("acme", api.url + "/v1"))
+
+    assert type(copied) is _Tenant
+    assert b"/v1/jobs" == copied.get("/jobs").content
+    assert ("acme", KEY) == (api.requests[0].headers["x-tenant"], api.requests[0].headers["x-api-key"])
+
+
+def _stall(seen: Seen, n: int) -> Iterable[Step]:
+    yield 6.0
+    yield reply(200, b"late")
+
+
+def test_a_plain_adapter_mounted_to_size_the_pool_keeps_the_session_timeout(raw_server: Any) -> None:
+    """HTTPAdapter(pool_maxsize=32) over the API: a call without timeout= still gives up on the
+    session's 1 s read timeout, not after the server's 6 s stall."""
+    session = raw_session(raw_server(_stall), timeout=(1, 1))
+    with pytest.warns(UserWarning, match="not a SumeAdapter"):
+        session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=32))
+
+    started = time.monotonic()
+    with pytest.raises(requests.ReadTimeout):
+        session.get("/jobs")
+    assert time.monotonic() - started < 3
+
+
+_MISTYPED = """
+from sume_urllib3 import SumeSession
+session = SumeSession()
+session.get("/jobs", header={"a": "b"})
+session.post("/jobs", jsn={})
+session.get("/jobs", timeout="5")
+session.get("/jobs", headers={"a": "b"}, timeout=(5, None), policy=session.policy)
+session.post("/jobs", {"a": 1}, json={}, params={"q": 1}, policy=None)
+"""
+
+
+@pytest.mark.slow
+def test_mypy_reports_misspelt_and_mistyped_arguments_of_the_verbs(tmp_path: Any) -> None:
+    """mypy --strict finds the three misuses that requests' own types find, and no other error."""
+    api = pytest.importorskip("mypy.api")
+    (tmp_path / "misuse.py").write_text(_MISTYPED)
+
+    out, _, _ = api.run(["--strict", "--no-error-summary", str(tmp_path / "misuse.py")])
+
+    errors = [line.split(": error: ")[0] for line in out.splitlines() if ": error: " in line]
+    assert ["4", "5", "6"] == [where.rsplit(":", 1)[-1] for where in errors if "misuse.py" in where], out

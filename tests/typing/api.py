@@ -72,6 +72,19 @@ def session_use() -> None:
     print(response.status_code, counts)
 
 
+def verbs_use(session: SumeSession) -> None:
+    """requests' arguments, typed as requests types them, and policy= on every verb."""
+    brief = session.policy.replace(max_elapsed=10)
+    session.get("/jobs", {"page": 2}, headers={"X-Tenant": "acme"}, timeout=urllib3.Timeout(read=5))
+    session.post("/avatars", None, {"name": "Ada"}, params={"dry": "1"}, timeout=(5, None), policy=brief)
+    session.put("/avatars/1", b"x", json=None, stream=True, policy=None)
+    session.patch("/avatars/1", data={"a": "b"}, cookies={"c": "d"}, allow_redirects=False)
+    session.delete("/avatars/1", auth=("user", "secret"), policy=brief)
+    session.head("/jobs", verify="/etc/ssl/ca.pem", proxies={"https": "http://127.0.0.1:3128"})
+    session.options("/jobs", hooks={"response": lambda r, *a, **k: None}, cert=("c.pem", "k.pem"))
+    session.request("GET", "/jobs", {"page": 2}, json=[1], files={"f": b"x"}, policy=brief)
+
+
 def transport_use() -> None:
     http = urllib3.PoolManager(retries=SumeRetry(Policy(max_retries=2), total=5))
     plain = requests.Session()
