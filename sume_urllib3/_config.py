@@ -20,6 +20,7 @@ from urllib3.exceptions import LocationParseError
 from urllib3.util import parse_url
 
 from ._errors import ConfigurationError
+from ._util import is_visible_ascii
 
 #: The longest duration any setting may be, in seconds: what ``time.sleep``, socket
 #: timeouts and lock waits all accept (``threading.TIMEOUT_MAX``, about 49 days on Windows),
@@ -184,3 +185,45 @@ def check_clock(clock: Any, name: str) -> None:
         ) from None
     if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
         raise ConfigurationError(f"{name} must return a finite number of seconds, got {type(now).__name__}")
+
+
+#: The auth modes a session accepts, and the header each one sends.
+AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
+
+
+def check_auth_header(mode: Any) -> str:
+    """The auth mode, lower-cased: "x-api-key" or "bearer"."""
+    if not isinstance(mode, str) or mode.lower() not in AUTH_HEADERS:
+        # Named, not echoed: "Bearer sk_live_..." pasted here is the key.
+        got = f"a str of {len(mode)} characters" if isinstance(mode, str) else type(mode).__name__
+        raise ConfigurationError(f"auth_header must be 'x-api-key' or 'bearer', got {got}")
+    return mode.lower()
+
+
+def check_api_key(key: Any) -> Optional[str]:
+    """The API key, or None; refuses anything that cannot be a header value."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise ConfigurationError(f"api_key must be a str, got {type(key).__name__}")
+    if not key or not is_visible_ascii(key):
+        # The message must not echo the key: it is a secret even when malformed.
+        raise ConfigurationError("api_key must be non-empty visible ASCII (no spaces or newlines)")
+    return key
+
+
+def check_base_url(url: Any) -> str:
+    """An http(s) base URL with a host and nothing secret in it, without the trailing slash."""
+    if not isinstance(url, str):
+        raise ConfigurationError(f"base_url must be a str, got {type(url).__name__}")
+    check_url(url, "base_url")  # a bad port or host would fail every request (InvalidURL)
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        # The URL may carry credentials: name only the parts that are wrong.
+        raise ConfigurationError(
+            f"base_url must be an http(s) URL with a host, got scheme {parts.scheme!r}"
+            f" and host {parts.hostname!r}"
+        )
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ConfigurationError("base_url must not carry credentials, a query or a fragment")
+    return url.rstrip("/")

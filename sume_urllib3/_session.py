@@ -14,7 +14,7 @@ from requests.hooks import dispatch_hook
 from requests.utils import default_user_agent, select_proxy
 
 from ._adapter import DEFAULT_FLEET, Default, SumeAdapter
-from ._config import check_url, setting
+from ._config import AUTH_HEADERS, check_api_key, check_auth_header, check_base_url, setting
 from ._deadline import TimeoutSpec, check_timeout
 from ._errors import ConfigurationError
 from ._jobs import Jobs
@@ -22,7 +22,7 @@ from ._policy import Policy
 from ._redact import redact_error, secrets_of
 from ._redirects import left_behind, strip
 from ._request import RequestContext, current
-from ._util import RandomSource, is_loopback, is_visible_ascii, origin, plain_http_refusal
+from ._util import RandomSource, is_loopback, origin, plain_http_refusal
 from ._version import __version__
 from .observe import LoggingObserver, Observers, SumeMetrics, SumeObserver, in_own_context
 from .pacing._fleet import Fleet, LocalFleet, RetryBudget
@@ -74,17 +74,9 @@ if TYPE_CHECKING:
         pass
 
 
-__all__ = [  # names the Django integration builds on
-    "DEFAULT_BASE_URL",
-    "SumeSession",
-    "check_api_key",
-    "check_auth_header",
-    "check_base_url",
-    "check_timeout",
-]
+__all__ = ["DEFAULT_BASE_URL", "SumeSession"]
 
 DEFAULT_BASE_URL = "https://api.sume.com/v1"
-AUTH_HEADERS = {"x-api-key": "x-api-key", "bearer": "Authorization"}
 
 
 #: The ``retry_budget=`` default: a new RetryBudget per session.
@@ -520,41 +512,3 @@ def _proxy_host(proxy: Optional[str]) -> Optional[str]:
 def _has_scheme(url: str) -> bool:
     head, sep, _ = url.partition("://")
     return bool(sep) and head[:1].isalpha() and all(ch.isalnum() or ch in "+.-" for ch in head)
-
-
-def check_auth_header(mode: Any) -> str:
-    """The auth mode, lower-cased: "x-api-key" or "bearer"."""
-    if not isinstance(mode, str) or mode.lower() not in AUTH_HEADERS:
-        # Named, not echoed: "Bearer sk_live_..." pasted here is the key.
-        got = f"a str of {len(mode)} characters" if isinstance(mode, str) else type(mode).__name__
-        raise ConfigurationError(f"auth_header must be 'x-api-key' or 'bearer', got {got}")
-    return mode.lower()
-
-
-def check_api_key(key: Any) -> Optional[str]:
-    """The API key, or None; refuses anything that cannot be a header value."""
-    if key is None:
-        return None
-    if not isinstance(key, str):
-        raise ConfigurationError(f"api_key must be a str, got {type(key).__name__}")
-    if not key or not is_visible_ascii(key):
-        # The message must not echo the key: it is a secret even when malformed.
-        raise ConfigurationError("api_key must be non-empty visible ASCII (no spaces or newlines)")
-    return key
-
-
-def check_base_url(url: Any) -> str:
-    """An http(s) base URL with a host and nothing secret in it, without the trailing slash."""
-    if not isinstance(url, str):
-        raise ConfigurationError(f"base_url must be a str, got {type(url).__name__}")
-    check_url(url, "base_url")  # a bad port or host would fail every request (InvalidURL)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        # The URL may carry credentials: name only the parts that are wrong.
-        raise ConfigurationError(
-            f"base_url must be an http(s) URL with a host, got scheme {parts.scheme!r}"
-            f" and host {parts.hostname!r}"
-        )
-    if parts.query or parts.fragment or parts.username or parts.password:
-        raise ConfigurationError("base_url must not carry credentials, a query or a fragment")
-    return url.rstrip("/")

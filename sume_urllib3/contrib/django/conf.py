@@ -19,8 +19,9 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from ... import Policy, SumeSession
-from ..._config import check_flag
-from ..._session import DEFAULT_BASE_URL, check_api_key, check_auth_header, check_base_url, check_timeout
+from ..._config import check_api_key, check_auth_header, check_base_url, check_flag
+from ..._deadline import check_timeout
+from ..._session import DEFAULT_BASE_URL
 from ..._util import is_loopback
 from ...exceptions import ConfigurationError
 from . import fleet, observers
