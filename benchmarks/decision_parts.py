@@ -88,7 +88,8 @@ def measure(part: str, decisions: int, runs: int) -> Dict[str, float]:
     import retry_bench
     from urllib3.util.retry import Retry
 
-    from sume_urllib3 import RetryBudget, SumeRetry
+    from sume_urllib3 import SumeRetry
+    from sume_urllib3.pacing import RetryBudget
 
     session = retry_bench.sume_session("http://127.0.0.1:9", retry_budget=RetryBudget(min_per_second=1e6))
     adapter: Any = session.get_adapter("http://127.0.0.1:9")

@@ -41,7 +41,7 @@ sys.path.insert(0, HERE)
 
 import _results  # noqa: E402
 
-from sume_urllib3 import HostFleet, RetryBudget  # noqa: E402
+from sume_urllib3.pacing import HostFleet, RetryBudget  # noqa: E402
 from sume_urllib3.pacing import _core as _pacing  # noqa: E402
 from sume_urllib3.pacing._fleet import fleet_key  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402

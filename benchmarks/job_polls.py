@@ -24,8 +24,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _results
 
-from sume_urllib3 import RetryEvent, SumeRecord, SumeSession
+from sume_urllib3 import SumeRecord, SumeSession
 from sume_urllib3._jobs import GROWTH, JITTER, JobEvent, Jobs
+from sume_urllib3.observe import RetryEvent
 from sume_urllib3.testing import FakeSume
 
 LENGTHS = (("30 s", 30.0), ("10 min", 600.0), ("30 min", 1800.0))

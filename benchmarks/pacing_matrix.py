@@ -58,8 +58,9 @@ sys.path.insert(0, HERE)
 import _quota_servers as qs  # noqa: E402
 import _results  # noqa: E402
 
-from sume_urllib3 import LocalFleet, Policy, SumeSession, sume_record  # noqa: E402
+from sume_urllib3 import Policy, SumeSession, sume_record  # noqa: E402
 from sume_urllib3.contrib.redis import RedisFleet  # noqa: E402
+from sume_urllib3.pacing import LocalFleet  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
 API_KEY = "sk_bench_matrix_0123456789"

@@ -408,7 +408,7 @@ def _host_fleet() -> Any:
     """A HostFleet on a file of its own (issue 36: one process with it within these targets)."""
     import tempfile
 
-    from sume_urllib3 import HostFleet
+    from sume_urllib3.pacing import HostFleet
 
     return HostFleet(os.path.join(tempfile.mkdtemp(prefix="sume-bench-"), "fleet.sqlite3"))
 
@@ -556,7 +556,8 @@ class DecisionRuns(NamedTuple):
 
 def measure_decisions(server_url: str, decisions: int, runs: int) -> List[DecisionRuns]:
     """µs per ``increment`` for stock Retry and the two SumeRetry set-ups, per response source."""
-    from sume_urllib3 import RetryBudget, SumeRetry
+    from sume_urllib3 import SumeRetry
+    from sume_urllib3.pacing import RetryBudget
 
     stock = Retry(total=6, backoff_factor=0.5, status_forcelist=sorted(RETRY_STATUSES))
     alone = SumeRetry(sleep=lambda s: None)
@@ -625,7 +626,7 @@ def measure_one_retry(server_url: str, rounds: int, runs: int) -> List[Row]:
     sleeps: stock's backoff_factor is 0, SumeSession's sleep is a no-op, and its budget
     never runs dry, so both make exactly one retry per request.
     """
-    from sume_urllib3 import RetryBudget
+    from sume_urllib3.pacing import RetryBudget
 
     stock = Retry(total=6, backoff_factor=0, status_forcelist=sorted(RETRY_STATUSES))
     stock_session = plain_session(HTTPAdapter(max_retries=stock))

@@ -198,7 +198,7 @@ def _leaks(values: List[str]) -> int:
 
 
 def metrics_part(keys: int, origins: int) -> Dict[str, Any]:
-    from sume_urllib3 import SumeMetrics
+    from sume_urllib3.observe import SumeMetrics
 
     metrics = SumeMetrics()
     kept, seconds = _drive(metrics, keys, origins)

@@ -13,7 +13,8 @@ from typing import Iterator, List, Mapping, Optional, Tuple
 import pytest
 import requests
 
-from sume_urllib3 import LocalFleet, Policy, SumeAdapter, SumeRetryError, SumeSession
+from sume_urllib3 import Policy, SumeAdapter, SumeRetryError, SumeSession
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.pacing import _signals as keyid_module
 from sume_urllib3.pacing._fleet import Grant, fleet_key
 from sume_urllib3.pacing._signals import origin_name

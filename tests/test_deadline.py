@@ -24,9 +24,9 @@ import requests
 import urllib3
 from urllib3.util.timeout import Timeout
 
-from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeReadTimeout, SumeRetry, SumeSession, sume_record
+from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeRetry, SumeSession, sume_record
 from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
-from sume_urllib3.exceptions import ConfigurationError
+from sume_urllib3.exceptions import ConfigurationError, SumeReadTimeout
 from sume_urllib3.testing import FakeSume, no_sleep
 
 from .conftest import VirtualTime

@@ -23,6 +23,9 @@ README = ROOT / "README.md"
 PUBLIC_MODULES: Dict[str, str] = {
     "sume_urllib3": "sume_urllib3/__init__.py",
     "sume_urllib3.exceptions": "sume_urllib3/exceptions.py",
+    "sume_urllib3.observe": "sume_urllib3/observe.py",
+    "sume_urllib3.pacing": "sume_urllib3/pacing/__init__.py",
+    "sume_urllib3.pacing.store": "sume_urllib3/pacing/store.py",
     "sume_urllib3.testing": "sume_urllib3/testing/__init__.py",
     "sume_urllib3.contrib.celery": "sume_urllib3/contrib/celery.py",
     "sume_urllib3.contrib.django": "sume_urllib3/contrib/django/__init__.py",

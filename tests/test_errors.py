@@ -14,27 +14,29 @@ from urllib3.exceptions import ReadTimeoutError
 
 from sume_urllib3 import (
     ConfigurationError,
-    Grant,
     Outcome,
     Policy,
-    SumeChunkedEncodingError,
-    SumeConnectionError,
-    SumeConnectTimeout,
-    SumeContentDecodingError,
     SumeError,
-    SumeProxyError,
-    SumeReadTimeout,
     SumeRecord,
     SumeRetryError,
     SumeSession,
-    SumeSSLError,
-    SumeTimeout,
     idempotency_key_for,
     sume_record,
 )
 from sume_urllib3._errors import raisable
 from sume_urllib3._idempotency import validate_idempotency_key
 from sume_urllib3._record import record_from_summary, summary
+from sume_urllib3.exceptions import (
+    SumeChunkedEncodingError,
+    SumeConnectionError,
+    SumeConnectTimeout,
+    SumeContentDecodingError,
+    SumeProxyError,
+    SumeReadTimeout,
+    SumeSSLError,
+    SumeTimeout,
+)
+from sume_urllib3.pacing import Grant
 from sume_urllib3.testing import FakeSume, Reply
 
 from .conftest import VirtualTime

@@ -20,18 +20,8 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from sume_urllib3 import (
-    Outcome,
-    Policy,
-    SumeChunkedEncodingError,
-    SumeConnectionError,
-    SumeReadTimeout,
-    SumeRecord,
-    SumeRetry,
-    SumeRetryError,
-    SumeSession,
-    sume_record,
-)
+from sume_urllib3 import Outcome, Policy, SumeRecord, SumeRetry, SumeRetryError, SumeSession, sume_record
+from sume_urllib3.exceptions import SumeChunkedEncodingError, SumeConnectionError, SumeReadTimeout
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from sume_urllib3 import ConfigurationError, RetryBudget, SumeAdapter
+from sume_urllib3 import ConfigurationError, SumeAdapter
+from sume_urllib3.pacing import RetryBudget
 from sume_urllib3.pacing import _core as _pacing
 from sume_urllib3.pacing._fleet import (
     GRANT_NOW,

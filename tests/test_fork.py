@@ -14,10 +14,8 @@ from typing import Any, Callable, Dict, List
 
 import pytest
 
-from sume_urllib3 import (
-    RetryBudget,
-    _fork,
-)
+from sume_urllib3 import _fork
+from sume_urllib3.pacing import RetryBudget
 from sume_urllib3.testing import FakeSume
 
 from .conftest import in_a_child_forked_from_c, in_a_forked_child

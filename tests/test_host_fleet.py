@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from sume_urllib3 import ConfigurationError, HostFleet, RetryBudget
+from sume_urllib3 import ConfigurationError
+from sume_urllib3.pacing import HostFleet, RetryBudget
 from sume_urllib3.pacing import _core as pacing
 from sume_urllib3.pacing._fleet import Grant, fleet_key
 from sume_urllib3.pacing.host import QUEUE_TIMEOUT, decode_state, default_app, default_path, encode_state

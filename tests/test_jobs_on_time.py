@@ -16,18 +16,10 @@ import pytest
 import requests
 from urllib3.util.timeout import Timeout
 
-from sume_urllib3 import (
-    Grant,
-    Job,
-    JobError,
-    JobFailed,
-    JobNotCompleted,
-    JobTimeout,
-    Policy,
-    SumeRetryError,
-    SumeSession,
-)
+from sume_urllib3 import Job, JobFailed, JobTimeout, Policy, SumeRetryError, SumeSession
 from sume_urllib3._jobs import LAST_POLL_MARGIN
+from sume_urllib3.exceptions import JobError, JobNotCompleted
+from sume_urllib3.pacing import Grant
 from sume_urllib3.testing import FakeSume, Reply
 
 from .conftest import API_KEY, VirtualTime

@@ -10,10 +10,11 @@ import pytest
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
-from sume_urllib3 import Job, JobEvent, JobFailed, JobTimeout, LocalFleet, Policy, SumeRetryError  # noqa: E402
+from sume_urllib3 import Job, JobFailed, JobTimeout, Policy, SumeRetryError  # noqa: E402
 from sume_urllib3._record import Outcome, SumeRecord  # noqa: E402
 from sume_urllib3.contrib.prometheus import JOB_EVENTS, PrometheusObserver  # noqa: E402
-from sume_urllib3.observe import RetryEvent  # noqa: E402
+from sume_urllib3.observe import JobEvent, RetryEvent  # noqa: E402
+from sume_urllib3.pacing import LocalFleet  # noqa: E402
 from sume_urllib3.testing import FakeSume  # noqa: E402
 
 from .conftest import VirtualTime  # noqa: E402

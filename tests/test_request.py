@@ -12,10 +12,10 @@ import pytest
 from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
-from sume_urllib3 import LocalFleet, RetryBudget
 from sume_urllib3._policy import Decision, Policy, Verdict
 from sume_urllib3._record import Outcome, SumeRecord
 from sume_urllib3._request import Attempt, RequestContext, RetryTurn
+from sume_urllib3.pacing import LocalFleet, RetryBudget
 
 from .conftest import VirtualTime
 

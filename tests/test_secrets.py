@@ -30,18 +30,14 @@ from sume_urllib3 import (
     ConfigurationError,
     JobFailed,
     Policy,
-    RequestStart,
-    RetryEvent,
-    SumeChunkedEncodingError,
-    SumeConnectionError,
-    SumeObserver,
-    SumeReadTimeout,
     SumeRecord,
     SumeRetry,
     SumeRetryError,
     SumeSession,
 )
 from sume_urllib3.contrib.prometheus import PrometheusObserver
+from sume_urllib3.exceptions import SumeChunkedEncodingError, SumeConnectionError, SumeReadTimeout
+from sume_urllib3.observe import RequestStart, RetryEvent, SumeObserver
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 MakeSession = Callable[..., SumeSession]

@@ -17,10 +17,8 @@ import urllib3
 
 from sume_urllib3 import (
     ConfigurationError,
-    LocalFleet,
     Outcome,
     Policy,
-    RetryBudget,
     SumeAdapter,
     SumeRecord,
     SumeRetry,
@@ -28,6 +26,7 @@ from sume_urllib3 import (
     SumeSession,
     sume_record,
 )
+from sume_urllib3.pacing import LocalFleet, RetryBudget
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import API_KEY, VirtualTime

@@ -20,18 +20,10 @@ import pytest
 import requests
 from urllib3.util.timeout import Timeout
 
-from sume_urllib3 import (
-    ConfigurationError,
-    LocalFleet,
-    Policy,
-    RetryBudget,
-    SumeAdapter,
-    SumeMetrics,
-    SumeRetry,
-    SumeSession,
-    sume_record,
-)
+from sume_urllib3 import ConfigurationError, Policy, SumeAdapter, SumeRetry, SumeSession, sume_record
 from sume_urllib3._config import MAX_SECONDS
+from sume_urllib3.observe import SumeMetrics
+from sume_urllib3.pacing import LocalFleet, RetryBudget
 from sume_urllib3.testing import FakeSume, Reply
 
 SECRET = "sk_live_SETTINGSsecret0123456789"

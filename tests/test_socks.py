@@ -15,8 +15,9 @@ from typing import Any, Callable, Iterator
 import pytest
 import requests
 
-from sume_urllib3 import Policy, SumeAdapter, SumeReadTimeout, SumeSession
+from sume_urllib3 import Policy, SumeAdapter, SumeSession
 from sume_urllib3._deadline import _Watched
+from sume_urllib3.exceptions import SumeReadTimeout
 
 from .raw_server import KEY, QUICK, Loopback, Seen, Socks5Relay, Step, reply, trickled_body
 

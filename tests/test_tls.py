@@ -20,7 +20,8 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 
-from sume_urllib3 import Policy, SumeAdapter, SumeReadTimeout, SumeRetry, SumeSession
+from sume_urllib3 import Policy, SumeAdapter, SumeRetry, SumeSession
+from sume_urllib3.exceptions import SumeReadTimeout
 
 from .raw_server import CLOSE, QUICK, Loopback, Seen, reply, trickled_body
 

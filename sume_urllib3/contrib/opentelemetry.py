@@ -71,8 +71,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         "pip install 'sume-urllib3[opentelemetry]'"
     ) from exc
 
-from .. import Outcome, RequestStart, RetryEvent, SumeRecord, __version__
-from ..observe import JOB_EVENT_KINDS, retry_reason
+from .. import Outcome, SumeRecord, __version__
+from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, retry_reason
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"

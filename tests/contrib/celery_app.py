@@ -25,7 +25,8 @@ from typing import Any, Dict
 
 from celery import Celery
 
-from sume_urllib3 import HostFleet, SumeSession
+from sume_urllib3 import SumeSession
+from sume_urllib3.pacing import HostFleet
 
 GUIDE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guide" / "background.md"
 #: The guide example's line that runs a task in its own process: the worker stops before it.

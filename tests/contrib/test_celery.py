@@ -29,7 +29,8 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 
-from sume_urllib3 import SumeConnectionError, SumeRetryError
+from sume_urllib3 import SumeRetryError
+from sume_urllib3.exceptions import SumeConnectionError
 
 from ..redis_server import RedisServer
 from .submit_server import SubmitServer

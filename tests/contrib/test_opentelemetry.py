@@ -24,17 +24,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from sume_urllib3 import (
-    JobFailed,
-    LocalFleet,
-    Outcome,
-    Policy,
-    RetryEvent,
-    SumeRecord,
-    SumeRetryError,
-    SumeSession,
-)
+from sume_urllib3 import JobFailed, Outcome, Policy, SumeRecord, SumeRetryError, SumeSession
 from sume_urllib3.contrib.opentelemetry import OpenTelemetryObserver, url_attributes
+from sume_urllib3.observe import RetryEvent
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.testing import FakeSume, Reply, no_sleep
 
 from ..conftest import VirtualTime

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import pytest
 
-from sume_urllib3 import HostFleet, LocalFleet, RetryBudget
+from sume_urllib3.pacing import HostFleet, LocalFleet, RetryBudget
 from sume_urllib3.pacing._fleet import Fleet, Grant
 
 from ..redis_server import RedisServer

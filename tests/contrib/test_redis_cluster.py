@@ -180,7 +180,7 @@ def test_a_pace_learned_from_headers_by_one_fleet_paces_the_other(
 
 def test_the_retry_budget_is_shared_across_fleets(client: ClusterClient, cluster: RedisCluster) -> None:
     """retry="error" spends one fleet-wide budget per key (kept in the key's slot too)."""
-    from sume_urllib3 import RetryBudget
+    from sume_urllib3.pacing import RetryBudget
 
     clock = VirtualTime()
     budget = RetryBudget(ratio=0.5, window=10.0, min_per_second=0.05)

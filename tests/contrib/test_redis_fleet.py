@@ -19,8 +19,9 @@ if os.environ.get("SUME_REQUIRE_REDIS") != "1":  # CI requires redis-py: an Impo
 
 import redis
 
-from sume_urllib3 import ConfigurationError, RetryBudget
+from sume_urllib3 import ConfigurationError
 from sume_urllib3.contrib.redis import RedisFleet
+from sume_urllib3.pacing import RetryBudget
 from sume_urllib3.pacing._core import Turn
 from sume_urllib3.pacing._fleet import GRANT_NOW, Grant, fleet_key
 from sume_urllib3.pacing._signals import origin_name
@@ -158,7 +159,7 @@ def test_the_retry_budget_is_shared_and_throttle_waits_do_not_spend_it(server: R
     """retry="error" spends the fleet-wide budget; retry="throttle" never does. Spent, it waits
     for its floor to refill (each waiting retry counted, so the next waits longer), and is
     refused only when that wait passes the deadline."""
-    from sume_urllib3 import RetryBudget
+    from sume_urllib3.pacing import RetryBudget
 
     clock = VirtualTime()
     budget = RetryBudget(ratio=0.5, window=10.0, min_per_second=0.3)  # floor: 3 retries per window
@@ -184,7 +185,7 @@ def test_the_retry_budget_is_shared_and_throttle_waits_do_not_spend_it(server: R
 
 def test_a_retry_budget_whose_floor_never_refills_refuses_at_once(server: RedisServer) -> None:
     """A floor under one retry per window never lets a waiting retry through: refused now."""
-    from sume_urllib3 import RetryBudget
+    from sume_urllib3.pacing import RetryBudget
 
     clock = VirtualTime()
     budget = RetryBudget(ratio=0.5, window=10.0, min_per_second=0.05)  # floor: half a retry

@@ -24,9 +24,9 @@ if os.environ.get("SUME_REQUIRE_REDIS") != "1":  # CI requires redis-py: an Impo
 
 import redis
 
-from sume_urllib3 import LocalFleet
 from sume_urllib3.contrib.redis import RedisFleet, _redis_fleet, _scripts
 from sume_urllib3.contrib.redis._scripts import keys
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.pacing._core import SECOND, Turn
 from sume_urllib3.pacing._fleet import Grant, Lesson, fleet_key
 

@@ -8,7 +8,8 @@ from typing import Dict, List
 
 import pytest
 
-from sume_urllib3 import LocalFleet, Policy, SumeRetryError, SumeSession
+from sume_urllib3 import Policy, SumeRetryError, SumeSession
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.testing import FakeSume, Reply, SleepRecorder
 
 KEY = "sk_test_nosleep_fleets_0123456789"

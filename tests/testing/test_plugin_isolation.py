@@ -18,7 +18,8 @@ from typing import Dict, Iterator
 
 import pytest
 
-from sume_urllib3 import LocalFleet, Policy, SumeRetryError, SumeSession
+from sume_urllib3 import Policy, SumeRetryError, SumeSession
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.testing import FakeSume, Reply, reset_fleets
 
 from .test_user_suite import OPT_IN, run_pytest

@@ -7,7 +7,8 @@ from typing import Dict, Iterator, List
 import pytest
 import requests
 
-from sume_urllib3 import LocalFleet, SumeSession
+from sume_urllib3 import SumeSession
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.testing._quota import Quota
 from sume_urllib3.testing._server import FakeSume, Reply
 

@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 
 import pytest
 
-from sume_urllib3 import LocalFleet, Policy, SumeRetryError, SumeSession
+from sume_urllib3 import Policy, SumeRetryError, SumeSession
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.testing import SleepRecorder
 
 TEST_KEY = "sk_test_0123456789abcdef0123456789"

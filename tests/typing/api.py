@@ -14,17 +14,16 @@ from sume_urllib3 import (
     Decision,
     Outcome,
     Policy,
-    RetryBudget,
-    RetryEvent,
     Rule,
     SumeAdapter,
-    SumeMetrics,
     SumeRecord,
     SumeRetry,
     SumeRetryError,
     SumeSession,
     Verdict,
 )
+from sume_urllib3.observe import RetryEvent, SumeMetrics
+from sume_urllib3.pacing import RetryBudget
 from sume_urllib3.testing import FakeSume, Reply, SleepRecorder, no_sleep
 
 

@@ -11,9 +11,10 @@ pytest.importorskip("django")
 
 from django.core import checks
 
-from sume_urllib3 import ConfigurationError, HostFleet, LocalFleet
+from sume_urllib3 import ConfigurationError
 from sume_urllib3.contrib.django import conf, get_session, sessions
 from sume_urllib3.contrib.django.fleet import build_fleet, fleet_arguments
+from sume_urllib3.pacing import HostFleet, LocalFleet
 from sume_urllib3.pacing.host import default_path
 from sume_urllib3.testing import FakeSume, no_sleep
 

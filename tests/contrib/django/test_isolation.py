@@ -16,8 +16,9 @@ pytest.importorskip("django")
 
 from django.test import override_settings
 
-from sume_urllib3 import LocalFleet, SumeRetryError
+from sume_urllib3 import SumeRetryError
 from sume_urllib3.contrib.django import get_session
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.testing import FakeSume, Reply, SleepRecorder
 
 from .settings import API_KEY
