@@ -37,7 +37,7 @@ from typing import (
 )
 
 from .. import _fork, _sleeping
-from .._config import check_clock, check_int, check_rng
+from .._config import as_seconds, check_clock, check_int, check_rng, check_seconds
 from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
@@ -64,10 +64,8 @@ MAX_KEYS = 10_000
 IDLE = 300.0
 PACE_KEPT = 12
 #: RedisFleet's ``prefix``: Redis key text without braces (the cluster hash tag is the fleet's).
-#: Here rather than in contrib.redis, as REDIS_TIMEOUT, so Django's check reads them without redis.
+#: Here rather than in contrib.redis, as check_timeout, so Django's check reads it without redis.
 REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-#: RedisFleet's ``timeout`` (seconds): below a millisecond no Redis answers in time.
-REDIS_TIMEOUT = (0.001, 60.0)
 
 _MAX_IDLE = 86_400.0
 _MAX_MAX_KEYS = 10_000_000
@@ -118,7 +116,7 @@ class Grant:
     token: object = None
 
 
-#: The success-path answer, shared so granting costs no allocation.
+#: The answer when nothing holds an attempt.
 GRANT_NOW = Grant()
 
 
@@ -208,6 +206,8 @@ class StoreFleet:
     _shared: ClassVar[bool] = True
     #: Where the pace is shared when the store works ("fleet-wide", "host-wide"), for log lines.
     _scope: ClassVar[str] = ""
+    #: The constructor's arguments a pickled copy is built with (each store sets its own).
+    _settings: Dict[str, Any]
 
     def __init__(
         self,
@@ -240,8 +240,8 @@ class StoreFleet:
         self._random: Callable[[], float] = (
             random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
         )
-        self._backoff = check_seconds_between(backoff, "backoff", 0.001, _MAX_BACKOFF)
-        most = check_seconds_between(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF)
+        self._backoff = check_seconds(backoff, "backoff", low=0.001, high=_MAX_BACKOFF)
+        most = check_seconds(max_backoff, "max_backoff", low=0.001, high=_MAX_BACKOFF)
         self._max_backoff = max(self._backoff, most)
         self._config = _core.Config(
             interval=0 if self._rate is None else max(1, round(_core.SECOND / self._rate)),
@@ -251,6 +251,7 @@ class StoreFleet:
         )
         StoreFleet._after_fork(self)
         _fork.track(self)
+        _FLEETS.add(self)
 
     def _after_fork(self) -> None:
         """What belongs to this process, made afresh (again in a forked child): lock, counters, outage."""
@@ -286,6 +287,24 @@ class StoreFleet:
         """What holds a refused turn, in words."""
         return source
 
+    def _now(self) -> int:
+        """The fleet's clock in the core's microseconds."""
+        return round(self._clock() * _core.SECOND)
+
+    def reset(self) -> None:
+        """Forget this process's outage (a store of its own also forgets every key: a test's end)."""
+        with self._lock:
+            self._down_until, self._delay, self._outage, self._local_fleet = 0.0, self._backoff, False, None
+
+    def __reduce__(self) -> Any:
+        """The configuration, never the state: a shared store's retry budget goes as its settings
+        (the store keeps its counts)."""
+        settings = dict(self._settings)
+        budget = settings.get("retry_budget")
+        if self._shared and budget is not None:
+            settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
+        return (_rebuild, (type(self), settings))
+
     # -- the Fleet protocol -------------------------------------------------------------------
 
     def acquire(
@@ -295,7 +314,7 @@ class StoreFleet:
         try:
             _fork.check()  # before any lock or outage: a parent's belong to the parent
             kid = _safe_key_id(key_id) if self._shared else key_id
-            floor, left = _seconds(not_before), _seconds(time_left, math.inf)
+            floor, left = as_seconds(not_before), as_seconds(time_left, math.inf)
             if self._down_until and self._clock() < self._down_until:
                 return self._fallback(kid, time_left, retry, not_before)
             kind = _core.RETRY_KINDS.get(retry, _core.ERROR)
@@ -354,7 +373,7 @@ class StoreFleet:
         if started:
             self._count("cooldowns")
             log.info(
-                "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests%s",
+                "cooldown for key_id %s: %s with Retry-After %.1fs; holding its requests%s",
                 kid, status, lesson.retry_after / _core.SECOND, f" {self._scope}" if self._scope else "",
             )
 
@@ -412,19 +431,20 @@ class StoreFleet:
     def _failed(self, exc: BaseException) -> None:
         """The store failed: count it, back off (spread), and say so once per outage."""
         if not self._shared:  # a bug: pacing must never cost a request
-            log.debug("sume_urllib3: fleet call failed; sending unpaced", exc_info=exc)
+            log.debug("fleet call failed; sending unpaced", exc_info=exc)
             return
         with self._lock:
             self._errors += 1
+            now = self._clock()
+            if now < self._down_until:
+                return  # another call of this outage, begun before it: the backoff doubles per try
             delay = self._delay * (0.5 + self._random())  # processes do not retry the store in step
-            self._down_until = self._clock() + delay
+            self._down_until = now + delay
             self._delay = min(self._delay * 2, self._max_backoff)
             first, self._outage = not self._outage, True
         if first:
-            log.warning(
-                "sume_urllib3: %s unavailable (%s); pacing locally, trying it again in %.1fs",
-                self._store_name(), describe(exc), delay,
-            )
+            log.warning("%s unavailable (%s); pacing locally, trying it again in %.1fs",
+                        self._store_name(), describe(exc), delay)
 
     def _recovered(self) -> None:
         """The store answered: the outage is over, and its local fleet forgotten."""
@@ -433,7 +453,7 @@ class StoreFleet:
             self._delay = self._backoff
             self._local_fleet = None
         if was_out:
-            log.info("sume_urllib3: %s available again; pacing %s", self._store_name(), self._scope)
+            log.info("%s available again; pacing %s", self._store_name(), self._scope)
 
 
 class _Key:
@@ -505,9 +525,10 @@ class LocalFleet(StoreFleet):
         idle: float = IDLE,
         retry_budget: Optional[RetryBudget] = None,
     ) -> None:
-        self._rate_config = rate
+        self._settings = dict(rate=rate, burst=burst, initial_window=initial_window, max_keys=max_keys,
+                              idle=idle, retry_budget=retry_budget)
         self._max_keys = check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
-        self._idle = check_seconds_between(idle, "idle", 1.0, _MAX_IDLE)
+        self._idle = check_seconds(idle, "idle", low=1.0, high=_MAX_IDLE)
         self._idle_us = round(self._idle * _core.SECOND)
         self._entries = itertools.count(1)
         super().__init__(
@@ -515,7 +536,6 @@ class LocalFleet(StoreFleet):
             rng=rng,
         )
         self.reset()
-        _FLEETS.add(self)
 
     def _after_fork(self) -> None:
         super()._after_fork()
@@ -568,12 +588,11 @@ class LocalFleet(StoreFleet):
     def __reduce__(self) -> Any:
         if self is LocalFleet._default.get("fleet"):
             return (LocalFleet.default, ())
-        burst = self._burst if self._rate else None
-        config = (self._rate_config, burst, self._window, self._max_keys, self._idle, self._retry_budget)
-        return (_rebuild, (type(self), *config))
+        return super().__reduce__()
 
     def reset(self) -> None:
         """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
+        super().reset()
         self._keys: Dict[str, _Key] = {}
         # Never waited on: a thread that finds another sweeping goes on with its request.
         self._sweep_lock = threading.Lock()
@@ -587,7 +606,7 @@ class LocalFleet(StoreFleet):
         if key is None:
             return self._rate
         with key.lock:
-            interval, _ = _core.pace(key.state, self._config, round(self._clock() * _core.SECOND))
+            interval, _ = _core.pace(key.state, self._config, self._now())
         return _core.SECOND / interval if interval else None
 
     # -- the store: one lock per key ----------------------------------------------------------
@@ -615,7 +634,7 @@ class LocalFleet(StoreFleet):
             with key.lock:
                 if key.gone:
                     continue  # a sweep evicted it between the look-up and the lock: a new entry
-                now = round(self._clock() * _core.SECOND)
+                now = self._now()
                 turn = _core.acquire(
                     key.state, self._config, now, retry=retry, not_before=not_before, time_left=time_left,
                     rand=rand, entry=str(next(self._entries)),
@@ -630,7 +649,7 @@ class LocalFleet(StoreFleet):
         if key is None:
             return False  # a grant from before a reset or a fork: nothing of ours to account
         with key.lock:
-            now = round(self._clock() * _core.SECOND)
+            now = self._now()
             started = _core.release(key.state, self._config, now, turn=turn, status=status, lesson=lesson)
             key.open = _core.is_open(key.state, self._config, now)
         return started
@@ -642,7 +661,7 @@ class LocalFleet(StoreFleet):
             return "pace: cooldown (the server's Retry-After)"
         if source != "pace" or key is None:
             return "pace"
-        st, now = key.state, round(self._clock() * _core.SECOND)
+        st, now = key.state, self._now()
         if st.budget_left <= 0 and st.budget_until > now:
             return "pace: the server's quota is spent until its Reset"
         interval, _ = _core.pace(st, self._config, now)
@@ -660,7 +679,7 @@ class LocalFleet(StoreFleet):
 
     def _entry(self, key_id: str) -> _Key:
         """The key's entry, made if new (evicting for room when that passes max_keys)."""
-        now = round(self._clock() * _core.SECOND)
+        now = self._now()
         new = _Key(now)  # seen now: no sweep takes it before its acquire does
         # setdefault is atomic: two threads creating one key both get the same state.
         key = self._keys.setdefault(key_id, new)
@@ -676,11 +695,11 @@ class LocalFleet(StoreFleet):
         key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
         try:
             _fork.check()
-            now = round(self._clock() * _core.SECOND)
+            now = self._now()
             if now >= self._sweep_at:
                 self._sweep(now)
         except Exception:  # pacing must never cost a request
-            log.debug("sume_urllib3: fleet sweep failed", exc_info=True)
+            log.debug("fleet sweep failed", exc_info=True)
 
     def _sweep(self, now: int, spare: Optional[str] = None) -> None:
         """Evict idle entries, and when past max_keys, the least recently used (``spare`` aside).
@@ -733,7 +752,7 @@ class LocalFleet(StoreFleet):
                 if not self._warned_live:
                     self._warned_live = True
                     log.warning(
-                        "sume_urllib3: LocalFleet holds more than max_keys=%d keys with a cooldown, "
+                        "LocalFleet holds more than max_keys=%d keys with a cooldown, "
                         "a reserved turn or an attempt in flight; forgetting the least recently used "
                         "of them (raise max_keys)",
                         self._max_keys,
@@ -783,17 +802,25 @@ def _rank(st: _core.State, now: int) -> int:
     return _PACE if st.learned_interval or st.stated_interval else _PLAIN
 
 
-#: Every LocalFleet of this process (the testing kit's reset_fleets forgets what each knows).
-_FLEETS: weakref.WeakSet[LocalFleet] = weakref.WeakSet()
+#: Every fleet of this process (``reset_fleets`` forgets what each knows).
+_FLEETS: weakref.WeakSet[StoreFleet] = weakref.WeakSet()
 
 
-def _rebuild(
-    cls: type, rate: Rate, burst: Optional[int], window: int, max_keys: int = MAX_KEYS, idle: float = IDLE,
-    retry_budget: Optional[RetryBudget] = None,
-) -> LocalFleet:
-    fleet = cls(rate, burst, initial_window=window, max_keys=max_keys, idle=idle, retry_budget=retry_budget)
-    assert isinstance(fleet, LocalFleet)
-    return fleet
+def reset_fleets() -> None:
+    """Forget what every ``LocalFleet`` and ``HostFleet`` of this process knows (tests).
+
+    Each one's :meth:`~StoreFleet.reset`: a LocalFleet (the process-wide default among them)
+    forgets every key; a HostFleet deletes every key's row of its file, for every process
+    sharing it, and forgets the keys it saw open; each forgets an outage of its store. A
+    ``RedisFleet`` is left alone (its state is shared with other hosts): give a test's fleet a
+    ``prefix`` of its own.
+    """
+    for fleet in list(_FLEETS):
+        fleet.reset()
+
+
+def _rebuild(cls: Type[StoreFleet], settings: Dict[str, Any]) -> StoreFleet:
+    return cls(**settings)
 
 
 class RetryBudget:
@@ -820,13 +847,11 @@ class RetryBudget:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._ratio = _check_number(ratio, "ratio", high=1000.0)
-        # A day at most: a budget counts recent traffic, and RedisFleet hands the window to Lua
-        # in microseconds, exact as a double only up to about 285 years (absurd far sooner).
-        self._window = _check_number(window, "window", positive=True, high=86_400.0)
-        if self._window < 1e-3:  # counts decay per window, in whole microseconds
-            raise ConfigurationError(f"window must be at least 0.001 seconds, got {window!r}")
-        self._min_per_second = _check_number(min_per_second, "min_per_second", high=1e6)
+        self._ratio = check_seconds(ratio, "ratio", high=1000.0, unit="")
+        # From a millisecond (counts decay per window, in whole microseconds) to a day: a budget
+        # counts recent traffic.
+        self._window = check_seconds(window, "window", low=1e-3, high=86_400.0)
+        self._min_per_second = check_seconds(min_per_second, "min_per_second", high=1e6, unit="")
         check_clock(clock, "clock")
         self._clock = clock
         window_us = round(self._window * _core.SECOND)
@@ -912,28 +937,16 @@ class RetryBudget:
     def __reduce__(self) -> Any:
         if self is RetryBudget._shared.get("budget"):
             return (RetryBudget.shared, ())  # still the one process-wide budget
-        return (_blank_budget, (type(self),), self.__getstate__())
-
-    def __getstate__(self) -> Dict[str, Any]:
         with self._lock:  # a consistent picture, with counts of its own
-            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
-            state["_counts"] = _core.RetryCounts(**vars(self._counts))
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        _fork.track(self)
+            counts = _core.RetryCounts(**vars(self._counts))
+        state = {"_clock": self._clock, "_counts": counts}
+        return (type(self), (self._ratio, self._window, self._min_per_second), state)
 
     def __repr__(self) -> str:
         return (
             f"RetryBudget(ratio={self._ratio:g}, window={self._window:g}, "
             f"min_per_second={self._min_per_second:g}, balance={self.balance:.1f})"
         )
-
-
-def _blank_budget(cls: Type[RetryBudget]) -> RetryBudget:
-    return cls.__new__(cls)
 
 
 # -- settings every fleet checks alike -----------------------------------------------------------
@@ -991,13 +1004,9 @@ def check_burst(value: Any, name: str = "burst") -> int:
     return check_int(value, name, 1, _MAX_BURST)
 
 
-def check_seconds_between(value: Any, name: str, low: float, high: float) -> float:
-    """``value`` as seconds when a finite number within [low, high]; else ConfigurationError naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not (math.isfinite(value) and low <= value <= high):
-        raise ConfigurationError(f"{name} must be between {low:g} and {high:g} seconds, got {value!r}")
-    return float(value)
+def check_timeout(value: Any, name: str = "timeout") -> float:
+    """A shared store's ``timeout``: from a millisecond (no store answers sooner) to a minute."""
+    return check_seconds(value, name, low=0.001, high=60.0)
 
 
 def check_prefix(value: Any, name: str = "prefix") -> str:
@@ -1008,21 +1017,6 @@ def check_prefix(value: Any, name: str = "prefix") -> str:
             f"{name} must be 1-64 characters of letters, digits and _.:- (no braces), got {shown}"
         )
     return value
-
-
-def _check_number(value: Any, name: str, *, high: float, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or not (value > 0 if positive else value >= 0) or value > high:
-        raise ConfigurationError(f"{name} must be finite and between 0 and {high:g}, got {value!r}")
-    return float(value)
-
-
-def _seconds(value: Any, default: float = 0.0) -> float:
-    """A caller's seconds as a number >= 0 (``default`` for what is not a number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return default
-    return max(float(value), 0.0)
 
 
 def _safe_key_id(key_id: str) -> str:

@@ -34,9 +34,10 @@ import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from .. import _sleeping
+from .._config import check_seconds
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_seconds_between
+from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_timeout
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -63,9 +64,9 @@ _CLIENT_WINDOW = 60 * _pacing.SECOND  # a process that used the file within this
 _FIRST_PAUSE, _MAX_PAUSE = 2e-5, 5e-4
 _MAX_OPEN = 10_000  # keys a process remembers as open at most (past it, it starts the list afresh)
 _CLIENT_EVERY = _pacing.SECOND  # how often a process stamps itself as a client of the file
-# A state written on a clock this far ahead of ours came from another clock (a reboot restarts
-# the monotonic clock; a file in the temp dir may outlive it): it is started afresh.
-_FUTURE = 60 * _pacing.SECOND
+# How often (real seconds) a process looks whether its file was deleted or replaced (at logout,
+# $XDG_RUNTIME_DIR goes with it): then it opens the file at its path again.
+_CHECK_EVERY = 1.0
 # When the file is full, the least recently used share of its keys that leaves it.
 _EVICT_SHARE = 4
 # The core's state, field by field: the file stores it as a JSON list in this order, and the
@@ -139,14 +140,19 @@ def default_path(app: Optional[str] = None) -> str:
     ``$XDG_RUNTIME_DIR/sume_urllib3/<app>.fleet`` when that directory is set (it is the user's
     own, mode 0700, and emptied at logout and reboot), else
     ``<temp dir>/sume_urllib3-<uid>/<app>.fleet``; the fleet creates the directory with mode
-    0700 and refuses one that another user owns or others may write to.
+    0700 and refuses one that another user owns or others may write to. With no writable temp
+    dir (a read-only root), ``/tmp``: the fleet fails open there, as for any unwritable file.
     """
     name = default_app() if app is None else _check_app(app)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
         directory = os.path.join(runtime, "sume_urllib3")
     else:
-        directory = os.path.join(tempfile.gettempdir(), f"sume_urllib3-{_user()}")
+        try:
+            temp = tempfile.gettempdir()
+        except FileNotFoundError:  # "no usable temporary directory"
+            temp = os.path.join(os.sep, "tmp")
+        directory = os.path.join(temp, f"sume_urllib3-{_user()}")
     return os.path.join(directory, f"{name}.fleet")
 
 
@@ -248,10 +254,12 @@ class HostFleet(StoreFleet):
             raise ConfigurationError(f"path must be a file path or None, got {type(path).__name__}")
         if app is not None and path is not None:
             raise ConfigurationError("give path or app, not both (app names the default path)")
-        self._given_path = path is not None
+        self._given_path, self._app = path is not None, app
         self._path = os.path.abspath(os.fspath(path)) if path is not None else default_path(app)
-        self._timeout = check_seconds_between(timeout, "timeout", 0.001, 60.0)
-        self._ttl_us = round(check_seconds_between(ttl, "ttl", 1.0, _MAX_TTL) * _pacing.SECOND)
+        # A pickled copy uses the file itself: elsewhere, another working directory names another.
+        self._settings.update(path=self._path, app=None)
+        self._timeout = check_timeout(timeout)
+        self._ttl_us = round(check_seconds(ttl, "ttl", low=1.0, high=_MAX_TTL) * _pacing.SECOND)
         if type(max_size) is not int or not _MIN_SIZE <= max_size <= _MAX_SIZE:
             raise ConfigurationError(f"max_size must be bytes from {_MIN_SIZE} to 2**40, got {max_size!r}")
         self._max_size = max_size
@@ -266,6 +274,8 @@ class HostFleet(StoreFleet):
         self._db_lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
         self._db: Optional[sqlite3.Connection] = None
         self._opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
+        self._identity: Optional[Tuple[int, int]] = None  # the file's device and inode when opened
+        self._check_at = 0.0  # time.monotonic() from which the next use looks at the file again
         self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._entries = itertools.count(1)
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
@@ -335,10 +345,13 @@ class HostFleet(StoreFleet):
             return 0
 
     def reset(self) -> None:
-        """Forget every key's cooldown, pace and turns, for every process using the file (tests)."""
+        """Forget every key's cooldown, pace and turns, for every process using the file, and this
+        process's outage (tests: ``sume_urllib3.pacing.reset_fleets()`` resets every fleet)."""
+        super().reset()
         try:
             with self._locked() as db:
                 db.execute("DELETE FROM keys")
+                self._open.clear()
         except Exception as exc:
             self._failed(exc)
 
@@ -346,27 +359,16 @@ class HostFleet(StoreFleet):
         rate = "learned" if self._rate is None else f"{self._rate:g}/s burst {self._burst}"
         return f"HostFleet({self._path!r}, pace={rate})"
 
-    def __reduce__(self) -> Any:
-        # The file itself, not how it was named: a process with another working directory
-        # would compute another default path.
-        settings = {**self._settings, "path": self._path, "app": None}
-        budget = self._retry_budget
-        if budget is not None:  # its settings, not its counts: the fleet's budget lives in the file
-            settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
-        return (_rebuild, (settings,))
-
     def _store_name(self) -> str:
         return f"host fleet file {self._path}"
 
     def _failed(self, exc: BaseException) -> None:
         super()._failed(exc)
+        self._check_at = 0.0  # a deleted file may be why: the next use looks
         if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
             self._shed()  # a full file makes room: its least recently used keys go
 
     # -- the file ---------------------------------------------------------------------------
-
-    def _now(self) -> int:
-        return round(self._clock() * _pacing.SECOND)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[sqlite3.Connection]:
@@ -394,10 +396,15 @@ class HostFleet(StoreFleet):
         every other.
         """
         db = self._db
+        if db is not None and time.monotonic() >= self._check_at:
+            self._check_at = time.monotonic() + _CHECK_EVERY
+            if _identity(self._path) != self._identity:
+                self._reopen(db)
+                db = None
         if db is None:
             opening = self._opening
             if opening is None:
-                opening = self._opening = _connect(self._path, self._given_path)
+                opening, self._identity = _connect(self._path, self._given_path)
             try:
                 _set_up(opening, self._max_size)
             except BaseException as exc:
@@ -408,6 +415,18 @@ class HostFleet(StoreFleet):
             db = self._db = opening
             self._opening = None
         return db
+
+    def _reopen(self, old: sqlite3.Connection) -> None:
+        """The file was deleted or replaced: say so, count it, and let the next use open the path."""
+        with self._lock:
+            self._errors += 1
+        self._db = None
+        self._open.clear()
+        if not self._given_path:  # its directory may be gone with $XDG_RUNTIME_DIR: look again
+            self._path = self._settings["path"] = default_path(self._app)
+        log.warning("host fleet file deleted or replaced; opening %s again", self._path)
+        with contextlib.suppress(sqlite3.Error):
+            old.close()  # ours; SQLite neither checkpoints nor deletes the WAL of a moved file
 
     def _transact(
         self, kid: str, step: Callable[[_pacing.State, int], Any], *, acquiring: bool
@@ -420,10 +439,9 @@ class HostFleet(StoreFleet):
                 with _writing(db):
                     # The clock is read under the lock: every process's writes see time move forward.
                     now = self._now()
-                    row = db.execute("SELECT state, seen FROM keys WHERE kid = ?", (key,)).fetchone()
-                    # A row written on a clock far ahead of ours (before a reboot), or damaged: afresh.
-                    st = decode_state(row[0]) if row is not None and row[1] <= now + _FUTURE else None
-                    st = st or _pacing.State()
+                    row = db.execute("SELECT state FROM keys WHERE kid = ?", (key,)).fetchone()
+                    # A damaged row starts afresh (as _core does a state from a clock ahead).
+                    st = (decode_state(row[0]) if row is not None else None) or _pacing.State()
                     result = step(st, now)
                     db.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?)", (key, encode_state(st), now))
                     if acquiring:
@@ -487,11 +505,21 @@ class HostFleet(StoreFleet):
                 )
                 db.execute("DELETE FROM clients WHERE seen < ?", (self._now() - _CLIENT_WINDOW,))
         except Exception:
-            log.debug("sume_urllib3: shedding keys from a full host fleet file failed", exc_info=True)
+            log.debug("shedding keys from a full host fleet file failed", exc_info=True)
 
 
-def _connect(path: str, given: bool) -> sqlite3.Connection:
-    """A connection to the file, made here (mode 0600) if new; set up by :func:`_set_up`."""
+def _identity(path: str) -> Optional[Tuple[int, int]]:
+    """The device and inode of the file at ``path`` (None: there is none)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _connect(path: str, given: bool) -> Tuple[sqlite3.Connection, Tuple[int, int]]:
+    """A connection to the file, made here (mode 0600) if new, and the file's identity; set up by
+    :func:`_set_up`."""
     directory = os.path.dirname(path)
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     if given:
@@ -502,13 +530,24 @@ def _connect(path: str, given: bool) -> sqlite3.Connection:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     # Created here, not by SQLite, so it is 0600 whatever the umask; SQLite gives its -wal and
     # -shm files the mode of the database file.
-    os.close(os.open(path, flags, 0o600))
+    try:
+        fd = os.open(path, flags | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fd = os.open(path, flags, 0o600)
+    else:  # new: a -shm beside it is a deleted file's, still mapped by a process that used that one
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + "-shm")  # (SQLite removes the -wal of an empty file itself)
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
     # isolation_level None: the transactions are ours (BEGIN IMMEDIATE takes the write lock at
     # once, so two processes never both read a state and then race to write it).
     # timeout 0: no SQLite busy handler, ever. It waits for a lock by sleeping inside C, where
     # a gevent hub cannot switch, and it answers a change of journal mode that meets a lock with
     # SQLITE_BUSY at once anyway: the lock is polled (HostFleet._transact), the set-up included.
-    return sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    return db, (info.st_dev, info.st_ino)
 
 
 def _set_up(db: sqlite3.Connection, max_size: int) -> None:
@@ -588,10 +627,6 @@ def _writing(db: sqlite3.Connection) -> Iterator[None]:
             if db.in_transaction:
                 db.execute("ROLLBACK")
         raise
-
-
-def _rebuild(settings: Dict[str, Any]) -> HostFleet:
-    return HostFleet(**settings)
 
 
 # Connections a fork's child inherited: kept referenced so they are never closed there.

@@ -22,7 +22,7 @@ import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..._errors import ConfigurationError
-from ...pacing.store import REDIS_TIMEOUT, check_burst, check_prefix, check_seconds_between, parse_rate
+from ...pacing.store import check_burst, check_prefix, check_timeout, parse_rate
 
 #: The keys ``SUME["FLEET"]`` may have.
 FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "HOST", "RATE", "BURST", "PREFIX", "TIMEOUT")
@@ -156,4 +156,4 @@ def _check_burst(burst: Any) -> int:
 
 
 def _check_timeout(timeout: Any) -> float:
-    return check_seconds_between(timeout, "TIMEOUT", *REDIS_TIMEOUT)
+    return check_timeout(timeout, "TIMEOUT")

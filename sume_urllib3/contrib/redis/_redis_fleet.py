@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import re
 import threading
@@ -18,18 +19,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ... import _fork, _sleeping
-from ..._config import check_clock
+from ..._config import check_clock, check_seconds
 from ...exceptions import ConfigurationError
 from ...pacing import RetryBudget
 from ...pacing import _core as _pacing
-from ...pacing.store import (
-    REDIS_TIMEOUT,
-    RELEASE_LATER,
-    Lesson,
-    StoreFleet,
-    check_prefix,
-    check_seconds_between,
-)
+from ...pacing.store import RELEASE_LATER, Lesson, StoreFleet, check_prefix, check_timeout
 from . import _scripts
 from ._scripts import micros
 
@@ -113,19 +107,19 @@ class RedisFleet(StoreFleet):
         rng: Union[Any, Callable[[], float], None] = None,
         server_clock: Optional[Callable[[], float]] = None,
     ) -> None:
-        self._settings: Dict[str, Any] = {
-            "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
+        self._source = _client_source(url_or_client)
+        self._settings = {
+            "url_or_client": self._source, "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
             "initial_window": initial_window, "retry_budget": retry_budget, "ttl": ttl, "backoff": backoff,
             "max_backoff": max_backoff,
         }
         self._prefix = check_prefix(prefix)
-        self._timeout = check_seconds_between(timeout, "timeout", *REDIS_TIMEOUT)
+        self._timeout = check_timeout(timeout)
         # Scripts get it in whole milliseconds: under a second, a key could expire between calls.
-        self._ttl = check_seconds_between(ttl, "ttl", 1.0, _MAX_TTL)
+        self._ttl = check_seconds(ttl, "ttl", low=1.0, high=_MAX_TTL)
         if server_clock is not None:
             check_clock(server_clock, "server_clock")
         self._server_clock = server_clock
-        self._source = _client_source(url_or_client)
         super().__init__(
             rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock,
             wall=time.time, rng=rng, backoff=backoff, max_backoff=max_backoff,
@@ -261,13 +255,6 @@ class RedisFleet(StoreFleet):
         with self._late_lock:
             return min((lessons[0].due for lessons in self._late.values()), default=None)
 
-    def _flush_all(self) -> None:
-        """Tell Redis every lesson still held (at exit): one call per key, dropped once Redis fails."""
-        with self._late_lock:
-            kids = list(self._late)
-        for kid in kids:
-            self._flush(kid)
-
     # -- Redis ------------------------------------------------------------------------------
 
     def _clock_args(self) -> List[int]:
@@ -284,13 +271,6 @@ class RedisFleet(StoreFleet):
         args = [*self._clock_args(), *self._config_args(), int(self._ttl * 1000), *lessons]
         keys = list(_scripts.keys(self._prefix, kid)[:2])
         return _scripts.parse_release(self._release_script(keys=keys, args=_scripts.as_args(args)))
-
-    def __reduce__(self) -> Any:
-        settings = dict(self._settings)
-        budget = self._retry_budget
-        if budget is not None:  # its settings, not its counts: the fleet's budget lives in Redis
-            settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
-        return (_rebuild, (self._source, settings))
 
     def __repr__(self) -> str:
         pace = "learned" if self._rate is None else f"{self._rate:g}/s burst {self._burst}"
@@ -367,11 +347,9 @@ def _source_from_cluster(
     return _Source(None, RedisCluster(startup_nodes=nodes, **kwargs))
 
 
-def _rebuild(source: _Source, config: Dict[str, Any]) -> RedisFleet:
-    return RedisFleet(source.given if source.url is None else source.url, **config)
-
-
 def _client_source(url_or_client: Any) -> _Source:
+    if isinstance(url_or_client, _Source):  # a pickled fleet's
+        return url_or_client
     if isinstance(url_or_client, str):
         if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigurationError(
@@ -434,7 +412,7 @@ class _Flusher:
                 try:
                     fleet._flush_due(time.monotonic())
                 except Exception:  # a bug here must not end the thread every fleet relies on
-                    log.exception("sume_urllib3: telling Redis the lessons told late failed")
+                    log.exception("telling Redis the lessons told late failed")
             with cond:
                 due: Optional[float] = None
                 for fleet in list(self._fleets):
@@ -456,4 +434,4 @@ def _tell_at_exit() -> None:
     by ``timeout`` per key; once Redis fails the rest is dropped)."""
     _fork.check()  # a child forked without at-fork hooks holds its parent's lessons: they are not its own
     for fleet in list(_instances):
-        fleet._flush_all()
+        fleet._flush_due(math.inf)  # one call per key, dropped once Redis fails
