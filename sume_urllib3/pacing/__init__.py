@@ -7,7 +7,7 @@ same rules. ``sume_urllib3.pacing.store`` is the extension point for a store of 
 
 from __future__ import annotations
 
-from ._fleet import Fleet, Grant, LocalFleet, RetryBudget
+from ._fleet import Fleet, Grant, LocalFleet, RetryBudget, reset_fleets
 from .host import HostFleet
 
-__all__ = ["Fleet", "Grant", "HostFleet", "LocalFleet", "RetryBudget"]
+__all__ = ["Fleet", "Grant", "HostFleet", "LocalFleet", "RetryBudget", "reset_fleets"]
