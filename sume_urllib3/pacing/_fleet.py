@@ -1,14 +1,6 @@
-"""Pacing before every attempt: cooldowns, a learned or configured pace, and slow start, per API key.
-
-A fleet is asked before each attempt (``acquire``) and told what came back (``release``).
-:class:`StoreFleet` is what every fleet shares, written once: the arguments of a turn, the
-grant, what a response teaches (:func:`read_response`), failing open, a fork's reset and the
-counters. A store only runs the rules of :mod:`._core` on its state in one transaction:
-``LocalFleet`` (here) in this process's memory, ``HostFleet`` in a file every process of a
-host shares, ``sume_urllib3.contrib.redis.RedisFleet`` in Redis. The same module holds the
-settings every fleet checks alike (the rate, the burst) and :class:`RetryBudget`, the
-process-local form of the retry budget the fleets apply per key.
-"""
+"""Pacing before every attempt, per API key: :class:`StoreFleet` (what every fleet shares),
+``LocalFleet`` (this process's memory), :class:`RetryBudget`, and the settings every fleet
+checks alike (the rate, the burst)."""
 
 from __future__ import annotations
 
@@ -86,7 +78,6 @@ _STATS = ("held", "refused", "again", "cooldowns", "throttled", "waited_pace", "
 # window; a pace (stated or learned); something still running (a cooldown, a turn reserved
 # ahead, a quota reading before its Reset, an attempt in flight).
 _PLAIN, _PACE, _RUNNING = 0, 1, 2
-_RANK_SHIFT = 62  # a sweep sorts by rank, then last use, as one int (µs clocks stay far below 2**62)
 #: What telling a store about one response needs (``release_need``): nothing; a place in this
 #: process's next call for the key (a little late); a call of its own at once.
 RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
@@ -198,8 +189,9 @@ class StoreFleet:
     once by a local :class:`LocalFleet` (``Grant.fallback``; a configured rate shared among the
     processes seen lately), one WARNING is logged per outage and one INFO at its end,
     :attr:`fallbacks` and :attr:`errors` count, and the store is tried again only after a
-    backoff (``backoff`` seconds, doubling up to ``max_backoff``, spread so processes do not
-    retry it in step). A store in memory fails only by a bug: the attempt goes unpaced.
+    backoff (``backoff`` seconds, doubling per failed try up to ``max_backoff``, spread so
+    processes do not retry it in step; calls that fail within one backoff do not double it). A
+    store in memory fails only by a bug: the attempt goes unpaced.
     """
 
     #: The store is shared by other processes: key ids are hashes, and an outage paces locally.
@@ -475,6 +467,10 @@ class _Key:
         self.seen = now
 
 
+# What a sweep leaves: ((rank, last use), key_id, entry), sorted in the order it evicts.
+_Kept = Tuple[Tuple[int, int], str, _Key]
+
+
 class LocalFleet(StoreFleet):
     """Paces the requests of one process per key, shared by every thread and session.
 
@@ -712,8 +708,7 @@ class LocalFleet(StoreFleet):
         try:
             self._sweep_at = now + self._idle_us // 4
             keys = self._keys
-            before = len(keys)
-            kept: List[Tuple[int, str, _Key]] = []  # (rank, then last use; key_id; entry) of those left
+            kept: List[_Kept] = []
             plain_after, pace_after = now - self._idle_us, now - self._idle_us * PACE_KEPT
             # Over a copy made in one C call: iterating the dict itself, another thread may add
             # a key halfway ("dictionary changed size during iteration").
@@ -728,16 +723,14 @@ class LocalFleet(StoreFleet):
                     or key_id == spare
                     or not self._evict(key_id, key)
                 ):
-                    kept.append(((rank << _RANK_SHIFT) + since, key_id, key))
+                    kept.append(((rank, since), key_id, key))
             room = max(1, int(self._max_keys * _ROOM))
             if len(keys) > self._max_keys and len(kept) > room:
                 self._make_room(kept, len(kept) - room, spare)
-            if before >= 1024 and len(keys) < before // 4:
-                self._compact()
         finally:
             lock.release()
 
-    def _make_room(self, kept: List[Tuple[int, str, _Key]], excess: int, spare: Optional[str]) -> None:
+    def _make_room(self, kept: List[_Kept], excess: int, spare: Optional[str]) -> None:
         """Evict ``excess`` entries, least recently used first; one still running only past max_keys."""
         kept.sort(key=lambda entry: entry[0])  # by rank, then last use
         over = len(kept) - self._max_keys  # entries still running go only to bring it back to the cap
@@ -746,7 +739,7 @@ class LocalFleet(StoreFleet):
                 break
             if key_id == spare:
                 continue
-            if order >> _RANK_SHIFT == _RUNNING:
+            if order[0] == _RUNNING:
                 if over <= 0:
                     break
                 if not self._warned_live:
@@ -773,19 +766,6 @@ class LocalFleet(StoreFleet):
             return True
         finally:
             key.lock.release()
-
-    def _compact(self) -> None:
-        """A dict keeps the table of its largest size: copy it once most of its entries are gone.
-
-        An entry another thread inserts into the old dict meanwhile is carried over; one
-        inserted after that pass (a thread that read the attribute just before the swap) is a
-        new entry again at its next acquire.
-        """
-        old = self._keys
-        self._keys = new = dict(old)
-        for key_id, key in old.copy().items():  # a copy in one C call, as in _sweep
-            if not key.gone:
-                new.setdefault(key_id, key)
 
 
 def _rank(st: _core.State, now: int) -> int:
@@ -856,8 +836,6 @@ class RetryBudget:
         self._clock = clock
         window_us = round(self._window * _core.SECOND)
         self._allowance = _core.RetryAllowance(self._ratio, window_us, self._min_per_second)
-        # record_request's step (µs): a 1024th of the window, 10 ms by default.
-        self._step = self._allowance.window // 1024
         self._after_fork()
         _fork.track(self)
 
@@ -905,16 +883,9 @@ class RetryBudget:
 
     def record_request(self) -> None:
         """Count one logical request (not its retries): it earns ``ratio`` of a retry."""
-        now = self._clock()
         with self._lock:
-            counts = self._counts
-            now_us = round(now * _core.SECOND) if math.isfinite(now) else counts.counted_at
-            if not 0 <= now_us - counts.counted_at < self._step:
-                # Within a step of the counts' time a request is counted as of that time, without
-                # decaying them first: it weighs at most e**(-1/1024) less than it should, a budget
-                # a hair stricter.
-                _core.retry_wait(counts, self._allowance, now_us, _core.FIRST)
-            counts.recent_firsts += 1
+            _core.retry_wait(self._counts, self._allowance, self._now(), _core.FIRST)  # decays to now
+            self._counts.recent_firsts += 1
 
     def reserve(self, time_left: float = math.inf) -> Optional[float]:
         """Spend one unit for a retry: the seconds it waits for the unit to be free (0: now), or
@@ -1011,11 +982,15 @@ def check_timeout(value: Any, name: str = "timeout") -> float:
 
 def check_prefix(value: Any, name: str = "prefix") -> str:
     """A RedisFleet key prefix (see REDIS_PREFIX)."""
-    if not isinstance(value, str) or not REDIS_PREFIX.match(value):
+    return check_name(value, name, REDIS_PREFIX, "_.:- (no braces)")
+
+
+def check_name(value: Any, name: str, pattern: re.Pattern[str], marks: str) -> str:
+    """``value`` when ``pattern`` (1-64 letters, digits and ``marks``) matches all of it."""
+    if not isinstance(value, str) or not pattern.match(value):
         shown = repr(value[:70]) if isinstance(value, str) else type(value).__name__
-        raise ConfigurationError(
-            f"{name} must be 1-64 characters of letters, digits and _.:- (no braces), got {shown}"
-        )
+        raise ConfigurationError(f"{name} must be 1-64 characters of letters, digits and {marks}, got "
+                                 f"{shown}")
     return value
 
 

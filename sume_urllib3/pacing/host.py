@@ -1,11 +1,7 @@
 """HostFleet: one pace, one cooldown and one retry budget per API key for every process on a host.
 
-The rules are :mod:`sume_urllib3.pacing._core`'s, run in each process on state kept in a local SQLite
-file (WAL mode) under its write lock: ``BEGIN IMMEDIATE``, read the key's state, run the core,
-write it back, ``COMMIT``. Nothing to run beside the application: the first process to use the
-file creates it.
-
-Why SQLite rather than a memory-mapped file under ``fcntl`` locks:
+Each transaction: ``BEGIN IMMEDIATE``, read the key's state, run the core, write it back,
+``COMMIT``. Why SQLite rather than a memory-mapped file under ``fcntl`` locks:
 a transaction is atomic when a process is SIGKILLed halfway through a write (a torn record in
 a mapped file would need checksums and a recovery of its own), a key's state may grow (every
 attempt in flight under a quota reading holds an entry), a corrupt file is detected rather than
@@ -37,7 +33,7 @@ from .. import _sleeping
 from .._config import check_seconds
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_timeout
+from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_name, check_timeout
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -157,10 +153,7 @@ def default_path(app: Optional[str] = None) -> str:
 
 
 def _check_app(app: Any) -> str:
-    if not isinstance(app, str) or not APP.match(app):
-        shown = repr(app[:70]) if isinstance(app, str) else type(app).__name__
-        raise ConfigurationError(f"app must be 1-64 characters of letters, digits and _.-, got {shown}")
-    return app
+    return check_name(app, "app", APP, "_.-")
 
 
 def _private_directory(directory: str) -> None:
@@ -188,12 +181,10 @@ class HostFleet(StoreFleet):
     """A Fleet whose state lives in a local file, so every process on one host paces together.
 
     For deployments that run several processes on one host with one API key and no Redis:
-    gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s
-    (:mod:`sume_urllib3.pacing._core`), run on state kept in an SQLite file in WAL mode under its
-    write lock; a conformance table in the tests runs LocalFleet, RedisFleet and HostFleet on
-    the same scenarios. An acquire is one short transaction; a release is a second one only
-    when the answer teaches something (a 429, a Retry-After, rate-limit headers, or while the
-    pace is being learned), as with RedisFleet.
+    gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s, run
+    on state kept in an SQLite file in WAL mode (the first process to use it creates it). An
+    acquire is one short transaction; a release a second one only when the answer teaches
+    something (:func:`~sume_urllib3.pacing.store.release_need`).
 
     ``path`` (None: :func:`default_path` of ``app``) is per user and per app by default: a
     directory of the user's own (mode 0700), the file mode 0600, and the app's name from the
@@ -205,24 +196,21 @@ class HostFleet(StoreFleet):
     transaction first looks at the pid). A process that dies with attempts in
     flight holds nobody past rule 6: an in-flight entry lasts only as long as its attempt may.
 
-    Fails open as every shared :class:`StoreFleet` does (``backoff``, ``max_backoff``): when the
-    file is locked past ``timeout`` seconds, full, unwritable or corrupt, the attempt is paced
-    by a local :class:`LocalFleet`, a configured rate split among the processes the file last saw.
+    Fails open as every shared :class:`StoreFleet` does when the file is locked past ``timeout``
+    seconds, full, unwritable (no writable temp dir either) or corrupt. A file deleted or replaced
+    (``$XDG_RUNTIME_DIR`` removed at logout) is noticed within a second of use: one WARNING,
+    counted in ``errors``, and the file at the path (the default path looked up again) is used.
 
     Bounded: a key unused for ``ttl`` seconds leaves the file (swept at most every
     ``ttl / 4`` by an acquire); the file never grows past ``max_size`` bytes (default
     :data:`MAX_SIZE`; its write-ahead log is cut back to :data:`WAL_LIMIT` after each
     checkpoint). A full file fails open and sheds its least recently used quarter of keys.
 
-    ``rate``, ``burst`` and ``initial_window`` as for :class:`LocalFleet`; ``retry_budget`` (a
-    :class:`RetryBudget`'s ratio, window and floor; None, the default, as LocalFleet's: none)
-    applies a budget per key host-wide, as RedisFleet does fleet-wide. A key with nothing to pace
-    (no budget, no pace, no cooldown, its slow-start window wide open) costs one look at the
-    file's change counter per acquire (``PRAGMA data_version``), no transaction, until any
-    process writes to the file. ``clock`` (monotonic seconds, one clock for the
-    whole host; by default the shared clock ``no_sleep()`` drives), ``wall`` (Unix time, for
-    ``X-RateLimit-Reset`` timestamps) and ``rng`` are injectable. Pickling keeps the
-    configuration only.
+    ``rate``, ``burst``, ``initial_window``, ``clock`` (one clock for the whole host), ``wall`` and
+    ``rng`` as for :class:`LocalFleet`; ``retry_budget`` (a :class:`RetryBudget`'s ratio, window
+    and floor) applies a budget per key host-wide. A key with nothing to pace costs one look at
+    the file's change counter per acquire (``PRAGMA data_version``), no transaction, until any
+    process writes to the file. Pickling keeps the configuration only.
     """
 
     _scope = "host-wide"

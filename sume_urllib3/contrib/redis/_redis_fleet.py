@@ -155,7 +155,7 @@ class RedisFleet(StoreFleet):
         entry = uuid.uuid4().hex[:16]
         budget = self._retry_budget
         args = [
-            *self._clock_args(), *self._config_args(), retry, not_before, time_left, rand, entry,
+            *self._common_args(), retry, not_before, time_left, rand, entry,
             int(self._ttl * 1000), *((-1, 0, 0) if budget is None else astuple(budget.allowance)),
             self._client_id, micros(_CLIENT_WINDOW), *self._carried(kid),
         ]
@@ -257,20 +257,17 @@ class RedisFleet(StoreFleet):
 
     # -- Redis ------------------------------------------------------------------------------
 
-    def _clock_args(self) -> List[int]:
-        """now (0: Redis TIME) and the skew no_sleep() adds, in microseconds."""
+    def _common_args(self) -> List[int]:
+        """ARGV 1-5 of both scripts: now (0: Redis TIME) and the skew no_sleep() adds, in
+        microseconds; the configured interval (0: learned), burst and first window."""
         now = 0 if self._server_clock is None else micros(self._server_clock())
-        return [now, micros(_sleeping.virtual_offset())]
-
-    def _config_args(self) -> List[int]:
-        """ARGV 3-5 of both scripts: the configured interval (0: learned), burst and first window."""
-        return [self._config.interval, self._burst, self._window]
+        return [now, micros(_sleeping.virtual_offset()), self._config.interval, self._burst, self._window]
 
     def _run_release(self, kid: str, lessons: List[Any]) -> bool:
         """release.lua on ``lessons`` (script arguments, oldest first): did one start a cooldown?"""
-        args = [*self._clock_args(), *self._config_args(), int(self._ttl * 1000), *lessons]
+        args = [*self._common_args(), int(self._ttl * 1000), *lessons]
         keys = list(_scripts.keys(self._prefix, kid)[:2])
-        return _scripts.parse_release(self._release_script(keys=keys, args=_scripts.as_args(args)))
+        return int(self._release_script(keys=keys, args=_scripts.as_args(args))) == 1
 
     def __repr__(self) -> str:
         pace = "learned" if self._rate is None else f"{self._rate:g}/s burst {self._burst}"
