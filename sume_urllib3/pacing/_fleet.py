@@ -84,6 +84,9 @@ RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
           "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
+# Only the words take a plural "s": "ms" is not "m" (minutes) plus a plural, it is milliseconds,
+# which no quota is counted in.
+_UNITS.update({name + "s": seconds for name, seconds in _UNITS.items() if len(name) > 1})
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*/\s*([a-z]+)\s*$")
 _UNIT_NAMES = "s, sec, second, m, min, minute, h, hr, hour, d or day (the words also plural)"
 
@@ -935,7 +938,7 @@ def parse_rate(rate: Rate) -> Optional[float]:
         match = _RATE.match(rate.lower())
         if match is None:
             raise ConfigurationError(f"rate must be like '10/min', '20/s' or '100/h', got {rate[:40]!r}")
-        unit = _unit(match.group(2))
+        unit = _UNITS.get(match.group(2))
         if unit is None:
             raise ConfigurationError(
                 f"rate must be a number per one of {_UNIT_NAMES}; {match.group(2)[:20]!r} is not a unit "
@@ -949,16 +952,6 @@ def parse_rate(rate: Rate) -> Optional[float]:
     if not _MIN_RATE <= value <= _MAX_RATE:
         raise ConfigurationError(f"rate must be between 1/day and {_MAX_RATE:g}/s, got {rate!r}")
     return value
-
-
-def _unit(name: str) -> Optional[float]:
-    """Seconds in a rate's unit, or None. Only the words take a plural "s": "ms" is not
-    "m" (minutes) plus a plural, it is milliseconds, which no quota is counted in."""
-    if name in _UNITS:
-        return _UNITS[name]
-    if len(name) > 2 and name.endswith("s") and len(name[:-1]) > 1:
-        return _UNITS.get(name[:-1])
-    return None
 
 
 def describe_rate(rate: float) -> str:
