@@ -973,6 +973,11 @@ def check_timeout(value: Any, name: str = "timeout") -> float:
     return check_seconds(value, name, low=0.001, high=60.0)
 
 
+def check_ttl(value: Any, name: str = "ttl") -> float:
+    """A shared store's ``ttl`` for an idle key's state: from a second to 10**9 seconds."""
+    return check_seconds(value, name, low=1.0, high=1e9)
+
+
 def check_prefix(value: Any, name: str = "prefix") -> str:
     """A RedisFleet key prefix (see REDIS_PREFIX)."""
     return check_name(value, name, REDIS_PREFIX, "_.:- (no braces)")

@@ -30,10 +30,10 @@ import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from .. import _sleeping
-from .._config import check_seconds
+from .._config import check_int
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_name, check_timeout
+from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -54,7 +54,6 @@ APP = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 _MIN_SIZE = 64 * 1024
 _MAX_SIZE = 1 << 40
-_MAX_TTL = 1e9
 _CLIENT_WINDOW = 60 * _pacing.SECOND  # a process that used the file within this long still shares it
 # Polling the file's lock: the first pause and the longest (seconds).
 _FIRST_PAUSE, _MAX_PAUSE = 2e-5, 5e-4
@@ -247,10 +246,8 @@ class HostFleet(StoreFleet):
         # A pickled copy uses the file itself: elsewhere, another working directory names another.
         self._settings.update(path=self._path, app=None)
         self._timeout = check_timeout(timeout)
-        self._ttl_us = round(check_seconds(ttl, "ttl", low=1.0, high=_MAX_TTL) * _pacing.SECOND)
-        if type(max_size) is not int or not _MIN_SIZE <= max_size <= _MAX_SIZE:
-            raise ConfigurationError(f"max_size must be bytes from {_MIN_SIZE} to 2**40, got {max_size!r}")
-        self._max_size = max_size
+        self._ttl_us = round(check_ttl(ttl) * _pacing.SECOND)
+        self._max_size = check_int(max_size, "max_size", _MIN_SIZE, _MAX_SIZE)  # bytes
         super().__init__(
             rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock, wall=wall,
             rng=rng, backoff=backoff, max_backoff=max_backoff,

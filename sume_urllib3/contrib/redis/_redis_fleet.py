@@ -19,11 +19,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ... import _fork, _sleeping
-from ..._config import check_clock, check_seconds
+from ..._config import check_clock
 from ...exceptions import ConfigurationError
 from ...pacing import RetryBudget
 from ...pacing import _core as _pacing
-from ...pacing.store import RELEASE_LATER, Lesson, StoreFleet, check_prefix, check_timeout
+from ...pacing.store import RELEASE_LATER, Lesson, StoreFleet, check_prefix, check_timeout, check_ttl
 from . import _scripts
 from ._scripts import micros
 
@@ -32,7 +32,6 @@ log = logging.getLogger("sume_urllib3")
 _DEFAULT_BUDGET = RetryBudget()
 _PLAIN = (str, bytes, int, float, bool)
 _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
-_MAX_TTL = 1e9
 # Seconds a lesson told late waits for a call to carry it: a tenth of the second a 429's
 # measurement spans at least.
 _LATE = 0.1
@@ -116,7 +115,7 @@ class RedisFleet(StoreFleet):
         self._prefix = check_prefix(prefix)
         self._timeout = check_timeout(timeout)
         # Scripts get it in whole milliseconds: under a second, a key could expire between calls.
-        self._ttl = check_seconds(ttl, "ttl", low=1.0, high=_MAX_TTL)
+        self._ttl = check_ttl(ttl)
         if server_clock is not None:
             check_clock(server_clock, "server_clock")
         self._server_clock = server_clock
