@@ -47,12 +47,9 @@ MAX_COOLDOWN = _core.MAX_COOLDOWN_US / _core.SECOND
 #: Keys (origin and API key pairs) a LocalFleet holds state for at most, by default (about
 #: 1 KB each): past it, the least recently used idle entry goes first.
 MAX_KEYS = 10_000
-#: Seconds an entry may stay unused before a LocalFleet forgets it, by default, when it holds
-#: nothing that still runs (a cooldown, a turn reserved ahead, an attempt in flight, a quota
-#: reading before its Reset) and no pace; one holding a pace (stated by the server or learned
-#: from its 429s) is kept PACE_KEPT times as long (an hour, as RedisFleet's ttl keeps it): a
-#: quota outlasts minutes of quiet, a slow-start window does not (TCP restarts its own after
-#: an idle spell too).
+#: Seconds unused before a LocalFleet forgets an entry holding nothing still running, by default;
+#: one holding a pace is kept PACE_KEPT times as long (an hour, as RedisFleet's ttl keeps it): a
+#: quota outlasts minutes of quiet, a slow-start window does not (TCP restarts its own too).
 IDLE = 300.0
 PACE_KEPT = 12
 #: RedisFleet's ``prefix``: Redis key text without braces (the cluster hash tag is the fleet's).
