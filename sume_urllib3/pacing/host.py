@@ -12,7 +12,6 @@ size bound is one pragma (``max_page_count``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -67,25 +66,15 @@ _EVICT_SHARE = 4
 # The core's state, field by field: the file stores it as a JSON list in this order, and the
 # layout's hash prefixes every key, so two versions of the state never read each other's rows
 # (during a rolling upgrade each keeps keys of its own, as RedisFleet's "v2" does).
-_FIELDS = tuple(dataclasses.fields(_pacing.State))
-_NAMES = tuple(f.name for f in _FIELDS)
+_DEFAULTS = vars(_pacing.State())  # the fields in declaration order, and their defaults
+_NAMES = tuple(_DEFAULTS)
 _LAYOUT = hashlib.sha256(",".join(_NAMES).encode()).hexdigest()[:8]
+# The types each field's value may have in the file (a float field may read back as an int).
+_TYPES = tuple((float, int) if isinstance(v, float) else (type(v),) for v in _DEFAULTS.values())
 
 
 class _Busy(Exception):
     """Another thread of this process held the fleet's lock past the timeout."""
-
-
-def _default_of(f: dataclasses.Field[Any]) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
-
-
-# The types each field's value may have in the file (a float field may read back as an int).
-_TYPES = tuple(
-    (float, int) if isinstance(_default_of(f), float) else (type(_default_of(f)),) for f in _FIELDS
-)
 
 
 def encode_state(st: _pacing.State) -> str:
@@ -390,6 +379,7 @@ class HostFleet(StoreFleet):
             opening = self._opening
             if opening is None:
                 opening, self._identity = _connect(self._path, self._given_path)
+                self._opening = opening
             try:
                 _set_up(opening, self._max_size)
             except BaseException as exc:
