@@ -230,7 +230,8 @@ class HostFleet(StoreFleet):
             raise ConfigurationError(f"path must be a file path or None, got {type(path).__name__}")
         if app is not None and path is not None:
             raise ConfigurationError("give path or app, not both (app names the default path)")
-        self._given_path, self._app = path is not None, app
+        # The app's name stays this one's when the default path is looked up again (cwd may move).
+        self._given_path, self._app = path is not None, default_app() if app is None else app
         self._path = os.path.abspath(os.fspath(path)) if path is not None else default_path(app)
         # A pickled copy uses the file itself: elsewhere, another working directory names another.
         self._settings.update(path=self._path, app=None)
