@@ -140,6 +140,22 @@ def test_one_info_line_when_a_cooldown_starts_naming_the_hash(caplog: pytest.Log
     assert caplog.records[0].levelno == logging.INFO
 
 
+def test_log_lines_name_the_key_id_without_repeating_the_logger(caplog: pytest.LogCaptureFixture) -> None:
+    """The logger's name says sume_urllib3 already; "key_id" is the API key's hash (an idempotency
+    key is called so elsewhere), for a local fleet's cooldown and a shared store's outage alike."""
+    from sume_urllib3.pacing import HostFleet
+
+    fleet, _ = make()
+    broken = HostFleet("/proc/no-such-dir/app.fleet")
+    with caplog.at_level(logging.INFO, logger="sume_urllib3"):
+        fleet.release(KEY, first(fleet), 429, {"Retry-After": "5"})
+        broken.acquire(KEY, time_left=60.0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith(f"cooldown for key_id {KEY}: 429 with Retry-After 5.0s")
+    assert lines[1].startswith("host fleet file /proc/no-such-dir/app.fleet unavailable")
+    assert not [line for line in lines if line.startswith("sume_urllib3")]
+
+
 def test_503_without_retry_after_starts_no_cooldown() -> None:
     """Only a server-stated wait holds the key; a bare 503 is the retry policy's business."""
     fleet, _ = make()

@@ -8,6 +8,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
 import sqlite3
 import stat
@@ -504,3 +505,164 @@ def test_an_open_key_costs_no_transaction_until_another_process_writes(path: str
     held = fleet.acquire(KEY, time_left=60.0)
     assert held.source == "cooldown"
     assert held.wait > 29.0
+
+
+# -- issue 48: the file under faults, and test isolation ----------------------------------------
+
+_PEER = """
+import sys
+from sume_urllib3.pacing import HostFleet
+fleet = HostFleet(app="deploy", rate="1/s")
+grant = fleet.acquire(sys.argv[1], time_left=60.0)
+fleet.release(sys.argv[1], grant, 429, {"Retry-After": "30"})
+print(fleet.path, fleet.errors)
+"""
+
+
+def _peer(env: Dict[str, str], kid: str) -> List[str]:
+    """A new process of the deployment: a 429 with Retry-After 30 for ``kid``, through the default file."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", _PEER, kid]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_a_deleted_runtime_dir_is_noticed_and_the_file_made_where_new_processes_look(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """$XDG_RUNTIME_DIR removed (at logout): a running process says so once, counts it, and opens the
+    file where a process started now looks; a cooldown one of them starts holds the other."""
+    import shutil
+
+    run, temp = tmp_path / "run", tmp_path / "tmp"
+    run.mkdir()
+    temp.mkdir()
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(run), "TMPDIR": str(temp)}
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    fleet = HostFleet(app="deploy", rate="1/s")
+    assert fleet.acquire(KEY, time_left=60.0).fallback is False
+    assert fleet.path.startswith(str(run))
+    shutil.rmtree(run)
+    caplog.set_level(logging.WARNING, logger="sume_urllib3")
+
+    peer_path, peer_errors = _peer(env, KEY)
+    deadline = time.monotonic() + 10.0
+    grant = fleet.acquire(KEY, time_left=60.0)
+    while grant.refused is None and time.monotonic() < deadline:  # noticed within a second or so
+        time.sleep(0.2)
+        grant = fleet.acquire(KEY, time_left=5.0)
+    assert (fleet.path, peer_errors) == (peer_path, "0")
+    assert peer_path.startswith(str(temp))
+    assert grant.refused is not None
+    assert grant.wait > 25.0
+    assert fleet.errors == 1
+    said = f"host fleet file deleted or replaced; opening {peer_path} again"
+    assert [r.getMessage() for r in caplog.records].count(said) == 1
+
+
+def test_a_deleted_file_is_made_again_and_shared_without_disk_errors(path: str) -> None:
+    """Only the file deleted (its -wal and -shm left): a process started now uses a new file at once
+    (no 'disk I/O error'), and the running one joins it at its next use within a second."""
+    import subprocess
+    import sys
+
+    fleet = HostFleet(path, rate="1/s")
+    assert fleet.acquire(KEY, time_left=60.0).fallback is False
+    os.remove(path)
+    code = (
+        "import sys; from sume_urllib3.pacing import HostFleet; f = HostFleet(sys.argv[1], rate='1/s'); "
+        "g = f.acquire(sys.argv[2], time_left=60.0); f.release(sys.argv[2], g, 429, {'Retry-After': '30'}); "
+        "print(f.errors, g.fallback)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, path, KEY], capture_output=True, text=True, timeout=60)
+    assert (done.stdout.split(), done.stderr) == (["0", "False"], "")
+    time.sleep(1.1)
+    grant = fleet.acquire(KEY, time_left=5.0)
+    assert grant.refused is not None
+    assert grant.wait > 25.0
+    assert (fleet.errors, grant.fallback) == (1, False)
+
+
+_READ_ONLY = """
+import logging, os, sys
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+for tmp in ("/tmp", "/var/tmp", "/usr/tmp"):  # tempfile's candidates, and the working directory
+    if os.path.isdir(tmp):
+        assert os.system(f"mount -t tmpfs -o ro tmpfs {tmp}") == 0
+os.chdir("/tmp")
+from sume_urllib3.pacing import HostFleet
+fleet = HostFleet(app="deploy", rate="1/s")
+grants = [fleet.acquire("k" + "0" * 16, time_left=60.0) for _ in range(2)]
+print([g.fallback for g in grants], fleet.errors, [round(g.wait, 1) for g in grants])
+"""
+
+
+@pytest.mark.skipif(os.name != "posix" or not shutil.which("unshare") or os.geteuid(), reason="root")
+def test_no_writable_temp_dir_fails_open_instead_of_raising() -> None:
+    """A read-only root (every temp dir candidate and the working directory read-only, in a mount
+    namespace of its own): HostFleet() builds, and paces locally with a WARNING and a counted error."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "TEMP", "TMP", "XDG_RUNTIME_DIR")}
+    command = ["unshare", "-m", "--propagation", "private", sys.executable, "-c", _READ_ONLY]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    if "unshare failed" in done.stderr or "Operation not permitted" in done.stderr:
+        pytest.skip("no mount namespaces here")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("]")[0] == "[True, True"
+    assert "unavailable" in done.stderr
+    assert "Read-only file system" in done.stderr
+    assert done.stdout.split("] ")[1].split()[0] == "1"
+
+
+def test_threads_failing_in_one_outage_double_the_backoff_once(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Eight threads meet a file another process holds for 0.5 s: one outage, one backoff (the one
+    the WARNING names), and the fleet is back on the file after it, not after eight doublings."""
+    import subprocess
+    import sys
+
+    fleet = HostFleet(path, timeout=0.05, rng=lambda: 0.3, clock=time.monotonic)
+    assert fleet.acquire(KEY, time_left=60.0).fallback is False  # the file is set up
+    hold = "import sqlite3, sys, time; db = sqlite3.connect(sys.argv[1], isolation_level=None); " \
+        "db.execute('BEGIN IMMEDIATE'); print('held', flush=True); time.sleep(0.5); db.execute('COMMIT')"
+    holder = subprocess.Popen([sys.executable, "-c", hold, path], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        caplog.set_level(logging.WARNING, logger="sume_urllib3")
+        threads = [threading.Thread(target=lambda: fleet.acquire(KEY, time_left=60.0)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        holder.wait(10)
+    warned = time.monotonic()
+    while fleet.acquire(KEY, time_left=60.0).fallback and time.monotonic() - warned < 5.0:
+        time.sleep(0.02)
+    assert time.monotonic() - warned < 0.8 + 0.5
+    assert fleet.healthy
+    assert fleet.errors >= 2
+    (message,) = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert message.endswith("trying it again in 0.8s")
+
+
+def test_reset_fleets_forgets_a_host_fleets_cooldown(path: str) -> None:
+    """A 429 in one test must not refuse the next test's request: reset_fleets() (the testing kit's
+    hook) clears the file's keys for every process, and what this process saw open."""
+    from sume_urllib3.pacing import reset_fleets
+
+    fleet, other = HostFleet(path), HostFleet(path)
+    fleet.release(KEY, fleet.acquire(KEY, time_left=60.0), 429, {"Retry-After": "30"})
+    assert other.acquire(KEY, time_left=5.0).refused is not None
+    reset_fleets()
+    assert other.acquire(KEY, time_left=5.0).refused is None
+    assert fleet.entries == 1

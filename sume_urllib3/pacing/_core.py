@@ -42,6 +42,8 @@ FIRST_PAUSE_US = 50_000
 MIN_PAUSE_US = MILLISECOND
 #: A learned interval is at least 1 µs and at most a day.
 MIN_INTERVAL_US, MAX_INTERVAL_US = 1, 86_400 * SECOND
+#: A state last seen this far ahead of the store's clock came from another clock: started afresh.
+FUTURE_US = 60 * SECOND
 #: ratio * count is a float product: without this slack 0.57 * 100 = 56.99999... refuses the 57th.
 EPSILON = 1e-9
 
@@ -187,7 +189,10 @@ def pace(st: State, cfg: Config, now: int) -> Tuple[int, int]:
 
 
 def _purge(st: State, cfg: Config, now: int) -> None:
-    """Forget the in-flight entries whose lease ended (rule 6), and start the slow-start window."""
+    """Forget a state from a clock ahead (a Redis failover, an NTP step, a reboot: FUTURE_US), the
+    in-flight entries whose lease ended (rule 6); start the slow-start window."""
+    if st.last_seen > now + FUTURE_US:
+        vars(st).update(vars(State()))
     if st.flight:
         for entry in [e for e, end in st.flight.items() if end <= now]:
             del st.flight[entry]
@@ -207,12 +212,12 @@ def acquire(
     """Reserve a turn for one attempt (``time_left`` -1: no deadline). Only SEND reserves anything
     (a turn, an in-flight entry, a unit of budget); the other answers touch no more than the idle
     clock and the retry budget's decay."""
+    _purge(st, cfg, now)
     if cfg.retries is not None:
         due = retry_wait(st, cfg.retries, now, retry)
         if due < 0 or (time_left >= 0 and due > time_left):
             return Turn(NO_BUDGET, max(due, 0), NONE)  # the budget refills after the deadline (or never)
         not_before = max(not_before, due)
-    _purge(st, cfg, now)
     if not st.flight and now - st.last_seen >= IDLE_US:
         st.successes = 0  # a new busy spell: what the server admits is measured from here
     st.last_seen = now

@@ -1,14 +1,6 @@
-"""Pacing before every attempt: cooldowns, a learned or configured pace, and slow start, per API key.
-
-A fleet is asked before each attempt (``acquire``) and told what came back (``release``).
-:class:`StoreFleet` is what every fleet shares, written once: the arguments of a turn, the
-grant, what a response teaches (:func:`read_response`), failing open, a fork's reset and the
-counters. A store only runs the rules of :mod:`._core` on its state in one transaction:
-``LocalFleet`` (here) in this process's memory, ``HostFleet`` in a file every process of a
-host shares, ``sume_urllib3.contrib.redis.RedisFleet`` in Redis. The same module holds the
-settings every fleet checks alike (the rate, the burst) and :class:`RetryBudget`, the
-process-local form of the retry budget the fleets apply per key.
-"""
+"""Pacing before every attempt, per API key: :class:`StoreFleet` (what every fleet shares),
+``LocalFleet`` (this process's memory), :class:`RetryBudget`, and the settings every fleet
+checks alike (the rate, the burst)."""
 
 from __future__ import annotations
 
@@ -37,7 +29,7 @@ from typing import (
 )
 
 from .. import _fork, _sleeping
-from .._config import check_clock, check_int, check_rng
+from .._config import as_seconds, check_clock, check_int, check_rng, check_seconds
 from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
@@ -55,19 +47,14 @@ MAX_COOLDOWN = _core.MAX_COOLDOWN_US / _core.SECOND
 #: Keys (origin and API key pairs) a LocalFleet holds state for at most, by default (about
 #: 1 KB each): past it, the least recently used idle entry goes first.
 MAX_KEYS = 10_000
-#: Seconds an entry may stay unused before a LocalFleet forgets it, by default, when it holds
-#: nothing that still runs (a cooldown, a turn reserved ahead, an attempt in flight, a quota
-#: reading before its Reset) and no pace; one holding a pace (stated by the server or learned
-#: from its 429s) is kept PACE_KEPT times as long (an hour, as RedisFleet's ttl keeps it): a
-#: quota outlasts minutes of quiet, a slow-start window does not (TCP restarts its own after
-#: an idle spell too).
+#: Seconds unused before a LocalFleet forgets an entry holding nothing still running, by default;
+#: one holding a pace is kept PACE_KEPT times as long (an hour, as RedisFleet's ttl keeps it): a
+#: quota outlasts minutes of quiet, a slow-start window does not (TCP restarts its own too).
 IDLE = 300.0
 PACE_KEPT = 12
 #: RedisFleet's ``prefix``: Redis key text without braces (the cluster hash tag is the fleet's).
-#: Here rather than in contrib.redis, as REDIS_TIMEOUT, so Django's check reads them without redis.
+#: Here rather than in contrib.redis, as check_timeout, so Django's check reads it without redis.
 REDIS_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-#: RedisFleet's ``timeout`` (seconds): below a millisecond no Redis answers in time.
-REDIS_TIMEOUT = (0.001, 60.0)
 
 _MAX_IDLE = 86_400.0
 _MAX_MAX_KEYS = 10_000_000
@@ -88,13 +75,15 @@ _STATS = ("held", "refused", "again", "cooldowns", "throttled", "waited_pace", "
 # window; a pace (stated or learned); something still running (a cooldown, a turn reserved
 # ahead, a quota reading before its Reset, an attempt in flight).
 _PLAIN, _PACE, _RUNNING = 0, 1, 2
-_RANK_SHIFT = 62  # a sweep sorts by rank, then last use, as one int (µs clocks stay far below 2**62)
 #: What telling a store about one response needs (``release_need``): nothing; a place in this
 #: process's next call for the key (a little late); a call of its own at once.
 RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
           "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
+# Only the words take a plural "s": "ms" is not "m" (minutes) plus a plural, it is milliseconds,
+# which no quota is counted in.
+_UNITS.update({name + "s": seconds for name, seconds in _UNITS.items() if len(name) > 1})
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*/\s*([a-z]+)\s*$")
 _UNIT_NAMES = "s, sec, second, m, min, minute, h, hr, hour, d or day (the words also plural)"
 
@@ -118,7 +107,7 @@ class Grant:
     token: object = None
 
 
-#: The success-path answer, shared so granting costs no allocation.
+#: The answer when nothing holds an attempt.
 GRANT_NOW = Grant()
 
 
@@ -200,14 +189,17 @@ class StoreFleet:
     once by a local :class:`LocalFleet` (``Grant.fallback``; a configured rate shared among the
     processes seen lately), one WARNING is logged per outage and one INFO at its end,
     :attr:`fallbacks` and :attr:`errors` count, and the store is tried again only after a
-    backoff (``backoff`` seconds, doubling up to ``max_backoff``, spread so processes do not
-    retry it in step). A store in memory fails only by a bug: the attempt goes unpaced.
+    backoff (``backoff`` seconds, doubling per failed try up to ``max_backoff``, spread so
+    processes do not retry it in step; calls that fail within one backoff do not double it). A
+    store in memory fails only by a bug: the attempt goes unpaced.
     """
 
     #: The store is shared by other processes: key ids are hashes, and an outage paces locally.
     _shared: ClassVar[bool] = True
     #: Where the pace is shared when the store works ("fleet-wide", "host-wide"), for log lines.
     _scope: ClassVar[str] = ""
+    #: The constructor's arguments a pickled copy is built with (each store sets its own).
+    _settings: Dict[str, Any]
 
     def __init__(
         self,
@@ -240,8 +232,8 @@ class StoreFleet:
         self._random: Callable[[], float] = (
             random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
         )
-        self._backoff = check_seconds_between(backoff, "backoff", 0.001, _MAX_BACKOFF)
-        most = check_seconds_between(max_backoff, "max_backoff", 0.001, _MAX_BACKOFF)
+        self._backoff = check_seconds(backoff, "backoff", low=0.001, high=_MAX_BACKOFF)
+        most = check_seconds(max_backoff, "max_backoff", low=0.001, high=_MAX_BACKOFF)
         self._max_backoff = max(self._backoff, most)
         self._config = _core.Config(
             interval=0 if self._rate is None else max(1, round(_core.SECOND / self._rate)),
@@ -251,6 +243,7 @@ class StoreFleet:
         )
         StoreFleet._after_fork(self)
         _fork.track(self)
+        _FLEETS.add(self)
 
     def _after_fork(self) -> None:
         """What belongs to this process, made afresh (again in a forked child): lock, counters, outage."""
@@ -286,6 +279,24 @@ class StoreFleet:
         """What holds a refused turn, in words."""
         return source
 
+    def _now(self) -> int:
+        """The fleet's clock in the core's microseconds."""
+        return round(self._clock() * _core.SECOND)
+
+    def reset(self) -> None:
+        """Forget this process's outage (a store of its own also forgets every key: a test's end)."""
+        with self._lock:
+            self._down_until, self._delay, self._outage, self._local_fleet = 0.0, self._backoff, False, None
+
+    def __reduce__(self) -> Any:
+        """The configuration, never the state: a shared store's retry budget goes as its settings
+        (the store keeps its counts)."""
+        settings = dict(self._settings)
+        budget = settings.get("retry_budget")
+        if self._shared and budget is not None:
+            settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
+        return (_rebuild, (type(self), settings))
+
     # -- the Fleet protocol -------------------------------------------------------------------
 
     def acquire(
@@ -295,7 +306,7 @@ class StoreFleet:
         try:
             _fork.check()  # before any lock or outage: a parent's belong to the parent
             kid = _safe_key_id(key_id) if self._shared else key_id
-            floor, left = _seconds(not_before), _seconds(time_left, math.inf)
+            floor, left = as_seconds(not_before), as_seconds(time_left, math.inf)
             if self._down_until and self._clock() < self._down_until:
                 return self._fallback(kid, time_left, retry, not_before)
             kind = _core.RETRY_KINDS.get(retry, _core.ERROR)
@@ -354,7 +365,7 @@ class StoreFleet:
         if started:
             self._count("cooldowns")
             log.info(
-                "sume_urllib3: cooldown for key %s: %s with Retry-After %.1fs; holding its requests%s",
+                "cooldown for key_id %s: %s with Retry-After %.1fs; holding its requests%s",
                 kid, status, lesson.retry_after / _core.SECOND, f" {self._scope}" if self._scope else "",
             )
 
@@ -412,19 +423,20 @@ class StoreFleet:
     def _failed(self, exc: BaseException) -> None:
         """The store failed: count it, back off (spread), and say so once per outage."""
         if not self._shared:  # a bug: pacing must never cost a request
-            log.debug("sume_urllib3: fleet call failed; sending unpaced", exc_info=exc)
+            log.debug("fleet call failed; sending unpaced", exc_info=exc)
             return
         with self._lock:
             self._errors += 1
+            now = self._clock()
+            if now < self._down_until:
+                return  # another call of this outage, begun before it: the backoff doubles per try
             delay = self._delay * (0.5 + self._random())  # processes do not retry the store in step
-            self._down_until = self._clock() + delay
+            self._down_until = now + delay
             self._delay = min(self._delay * 2, self._max_backoff)
             first, self._outage = not self._outage, True
         if first:
-            log.warning(
-                "sume_urllib3: %s unavailable (%s); pacing locally, trying it again in %.1fs",
-                self._store_name(), describe(exc), delay,
-            )
+            log.warning("%s unavailable (%s); pacing locally, trying it again in %.1fs",
+                        self._store_name(), describe(exc), delay)
 
     def _recovered(self) -> None:
         """The store answered: the outage is over, and its local fleet forgotten."""
@@ -433,7 +445,7 @@ class StoreFleet:
             self._delay = self._backoff
             self._local_fleet = None
         if was_out:
-            log.info("sume_urllib3: %s available again; pacing %s", self._store_name(), self._scope)
+            log.info("%s available again; pacing %s", self._store_name(), self._scope)
 
 
 class _Key:
@@ -453,6 +465,10 @@ class _Key:
         self.open = self.gone = False
         self.ticks = _SWEEP_EVERY
         self.seen = now
+
+
+# What a sweep leaves: ((rank, last use), key_id, entry), sorted in the order it evicts.
+_Kept = Tuple[Tuple[int, int], str, _Key]
 
 
 class LocalFleet(StoreFleet):
@@ -505,9 +521,10 @@ class LocalFleet(StoreFleet):
         idle: float = IDLE,
         retry_budget: Optional[RetryBudget] = None,
     ) -> None:
-        self._rate_config = rate
+        self._settings = dict(rate=rate, burst=burst, initial_window=initial_window, max_keys=max_keys,
+                              idle=idle, retry_budget=retry_budget)
         self._max_keys = check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
-        self._idle = check_seconds_between(idle, "idle", 1.0, _MAX_IDLE)
+        self._idle = check_seconds(idle, "idle", low=1.0, high=_MAX_IDLE)
         self._idle_us = round(self._idle * _core.SECOND)
         self._entries = itertools.count(1)
         super().__init__(
@@ -515,7 +532,6 @@ class LocalFleet(StoreFleet):
             rng=rng,
         )
         self.reset()
-        _FLEETS.add(self)
 
     def _after_fork(self) -> None:
         super()._after_fork()
@@ -568,12 +584,11 @@ class LocalFleet(StoreFleet):
     def __reduce__(self) -> Any:
         if self is LocalFleet._default.get("fleet"):
             return (LocalFleet.default, ())
-        burst = self._burst if self._rate else None
-        config = (self._rate_config, burst, self._window, self._max_keys, self._idle, self._retry_budget)
-        return (_rebuild, (type(self), *config))
+        return super().__reduce__()
 
     def reset(self) -> None:
         """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
+        super().reset()
         self._keys: Dict[str, _Key] = {}
         # Never waited on: a thread that finds another sweeping goes on with its request.
         self._sweep_lock = threading.Lock()
@@ -587,7 +602,7 @@ class LocalFleet(StoreFleet):
         if key is None:
             return self._rate
         with key.lock:
-            interval, _ = _core.pace(key.state, self._config, round(self._clock() * _core.SECOND))
+            interval, _ = _core.pace(key.state, self._config, self._now())
         return _core.SECOND / interval if interval else None
 
     # -- the store: one lock per key ----------------------------------------------------------
@@ -615,7 +630,7 @@ class LocalFleet(StoreFleet):
             with key.lock:
                 if key.gone:
                     continue  # a sweep evicted it between the look-up and the lock: a new entry
-                now = round(self._clock() * _core.SECOND)
+                now = self._now()
                 turn = _core.acquire(
                     key.state, self._config, now, retry=retry, not_before=not_before, time_left=time_left,
                     rand=rand, entry=str(next(self._entries)),
@@ -630,7 +645,7 @@ class LocalFleet(StoreFleet):
         if key is None:
             return False  # a grant from before a reset or a fork: nothing of ours to account
         with key.lock:
-            now = round(self._clock() * _core.SECOND)
+            now = self._now()
             started = _core.release(key.state, self._config, now, turn=turn, status=status, lesson=lesson)
             key.open = _core.is_open(key.state, self._config, now)
         return started
@@ -642,7 +657,7 @@ class LocalFleet(StoreFleet):
             return "pace: cooldown (the server's Retry-After)"
         if source != "pace" or key is None:
             return "pace"
-        st, now = key.state, round(self._clock() * _core.SECOND)
+        st, now = key.state, self._now()
         if st.budget_left <= 0 and st.budget_until > now:
             return "pace: the server's quota is spent until its Reset"
         interval, _ = _core.pace(st, self._config, now)
@@ -660,7 +675,7 @@ class LocalFleet(StoreFleet):
 
     def _entry(self, key_id: str) -> _Key:
         """The key's entry, made if new (evicting for room when that passes max_keys)."""
-        now = round(self._clock() * _core.SECOND)
+        now = self._now()
         new = _Key(now)  # seen now: no sweep takes it before its acquire does
         # setdefault is atomic: two threads creating one key both get the same state.
         key = self._keys.setdefault(key_id, new)
@@ -676,11 +691,11 @@ class LocalFleet(StoreFleet):
         key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
         try:
             _fork.check()
-            now = round(self._clock() * _core.SECOND)
+            now = self._now()
             if now >= self._sweep_at:
                 self._sweep(now)
         except Exception:  # pacing must never cost a request
-            log.debug("sume_urllib3: fleet sweep failed", exc_info=True)
+            log.debug("fleet sweep failed", exc_info=True)
 
     def _sweep(self, now: int, spare: Optional[str] = None) -> None:
         """Evict idle entries, and when past max_keys, the least recently used (``spare`` aside).
@@ -693,8 +708,7 @@ class LocalFleet(StoreFleet):
         try:
             self._sweep_at = now + self._idle_us // 4
             keys = self._keys
-            before = len(keys)
-            kept: List[Tuple[int, str, _Key]] = []  # (rank, then last use; key_id; entry) of those left
+            kept: List[_Kept] = []
             plain_after, pace_after = now - self._idle_us, now - self._idle_us * PACE_KEPT
             # Over a copy made in one C call: iterating the dict itself, another thread may add
             # a key halfway ("dictionary changed size during iteration").
@@ -709,16 +723,14 @@ class LocalFleet(StoreFleet):
                     or key_id == spare
                     or not self._evict(key_id, key)
                 ):
-                    kept.append(((rank << _RANK_SHIFT) + since, key_id, key))
+                    kept.append(((rank, since), key_id, key))
             room = max(1, int(self._max_keys * _ROOM))
             if len(keys) > self._max_keys and len(kept) > room:
                 self._make_room(kept, len(kept) - room, spare)
-            if before >= 1024 and len(keys) < before // 4:
-                self._compact()
         finally:
             lock.release()
 
-    def _make_room(self, kept: List[Tuple[int, str, _Key]], excess: int, spare: Optional[str]) -> None:
+    def _make_room(self, kept: List[_Kept], excess: int, spare: Optional[str]) -> None:
         """Evict ``excess`` entries, least recently used first; one still running only past max_keys."""
         kept.sort(key=lambda entry: entry[0])  # by rank, then last use
         over = len(kept) - self._max_keys  # entries still running go only to bring it back to the cap
@@ -727,13 +739,13 @@ class LocalFleet(StoreFleet):
                 break
             if key_id == spare:
                 continue
-            if order >> _RANK_SHIFT == _RUNNING:
+            if order[0] == _RUNNING:
                 if over <= 0:
                     break
                 if not self._warned_live:
                     self._warned_live = True
                     log.warning(
-                        "sume_urllib3: LocalFleet holds more than max_keys=%d keys with a cooldown, "
+                        "LocalFleet holds more than max_keys=%d keys with a cooldown, "
                         "a reserved turn or an attempt in flight; forgetting the least recently used "
                         "of them (raise max_keys)",
                         self._max_keys,
@@ -755,19 +767,6 @@ class LocalFleet(StoreFleet):
         finally:
             key.lock.release()
 
-    def _compact(self) -> None:
-        """A dict keeps the table of its largest size: copy it once most of its entries are gone.
-
-        An entry another thread inserts into the old dict meanwhile is carried over; one
-        inserted after that pass (a thread that read the attribute just before the swap) is a
-        new entry again at its next acquire.
-        """
-        old = self._keys
-        self._keys = new = dict(old)
-        for key_id, key in old.copy().items():  # a copy in one C call, as in _sweep
-            if not key.gone:
-                new.setdefault(key_id, key)
-
 
 def _rank(st: _core.State, now: int) -> int:
     """How much an entry holds (the order a sweep for room evicts in)."""
@@ -783,17 +782,25 @@ def _rank(st: _core.State, now: int) -> int:
     return _PACE if st.learned_interval or st.stated_interval else _PLAIN
 
 
-#: Every LocalFleet of this process (the testing kit's reset_fleets forgets what each knows).
-_FLEETS: weakref.WeakSet[LocalFleet] = weakref.WeakSet()
+#: Every fleet of this process (``reset_fleets`` forgets what each knows).
+_FLEETS: weakref.WeakSet[StoreFleet] = weakref.WeakSet()
 
 
-def _rebuild(
-    cls: type, rate: Rate, burst: Optional[int], window: int, max_keys: int = MAX_KEYS, idle: float = IDLE,
-    retry_budget: Optional[RetryBudget] = None,
-) -> LocalFleet:
-    fleet = cls(rate, burst, initial_window=window, max_keys=max_keys, idle=idle, retry_budget=retry_budget)
-    assert isinstance(fleet, LocalFleet)
-    return fleet
+def reset_fleets() -> None:
+    """Forget what every ``LocalFleet`` and ``HostFleet`` of this process knows (tests).
+
+    Each one's :meth:`~StoreFleet.reset`: a LocalFleet (the process-wide default among them)
+    forgets every key; a HostFleet deletes every key's row of its file, for every process
+    sharing it, and forgets the keys it saw open; each forgets an outage of its store. A
+    ``RedisFleet`` is left alone (its state is shared with other hosts): give a test's fleet a
+    ``prefix`` of its own.
+    """
+    for fleet in list(_FLEETS):
+        fleet.reset()
+
+
+def _rebuild(cls: Type[StoreFleet], settings: Dict[str, Any]) -> StoreFleet:
+    return cls(**settings)
 
 
 class RetryBudget:
@@ -820,19 +827,15 @@ class RetryBudget:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._ratio = _check_number(ratio, "ratio", high=1000.0)
-        # A day at most: a budget counts recent traffic, and RedisFleet hands the window to Lua
-        # in microseconds, exact as a double only up to about 285 years (absurd far sooner).
-        self._window = _check_number(window, "window", positive=True, high=86_400.0)
-        if self._window < 1e-3:  # counts decay per window, in whole microseconds
-            raise ConfigurationError(f"window must be at least 0.001 seconds, got {window!r}")
-        self._min_per_second = _check_number(min_per_second, "min_per_second", high=1e6)
+        self._ratio = check_seconds(ratio, "ratio", high=1000.0, unit="")
+        # From a millisecond (counts decay per window, in whole microseconds) to a day: a budget
+        # counts recent traffic.
+        self._window = check_seconds(window, "window", low=1e-3, high=86_400.0)
+        self._min_per_second = check_seconds(min_per_second, "min_per_second", high=1e6, unit="")
         check_clock(clock, "clock")
         self._clock = clock
         window_us = round(self._window * _core.SECOND)
         self._allowance = _core.RetryAllowance(self._ratio, window_us, self._min_per_second)
-        # record_request's step (µs): a 1024th of the window, 10 ms by default.
-        self._step = self._allowance.window // 1024
         self._after_fork()
         _fork.track(self)
 
@@ -880,16 +883,9 @@ class RetryBudget:
 
     def record_request(self) -> None:
         """Count one logical request (not its retries): it earns ``ratio`` of a retry."""
-        now = self._clock()
         with self._lock:
-            counts = self._counts
-            now_us = round(now * _core.SECOND) if math.isfinite(now) else counts.counted_at
-            if not 0 <= now_us - counts.counted_at < self._step:
-                # Within a step of the counts' time a request is counted as of that time, without
-                # decaying them first: it weighs at most e**(-1/1024) less than it should, a budget
-                # a hair stricter.
-                _core.retry_wait(counts, self._allowance, now_us, _core.FIRST)
-            counts.recent_firsts += 1
+            _core.retry_wait(self._counts, self._allowance, self._now(), _core.FIRST)  # decays to now
+            self._counts.recent_firsts += 1
 
     def reserve(self, time_left: float = math.inf) -> Optional[float]:
         """Spend one unit for a retry: the seconds it waits for the unit to be free (0: now), or
@@ -912,28 +908,16 @@ class RetryBudget:
     def __reduce__(self) -> Any:
         if self is RetryBudget._shared.get("budget"):
             return (RetryBudget.shared, ())  # still the one process-wide budget
-        return (_blank_budget, (type(self),), self.__getstate__())
-
-    def __getstate__(self) -> Dict[str, Any]:
         with self._lock:  # a consistent picture, with counts of its own
-            state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
-            state["_counts"] = _core.RetryCounts(**vars(self._counts))
-        return state
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        _fork.track(self)
+            counts = _core.RetryCounts(**vars(self._counts))
+        state = {"_clock": self._clock, "_counts": counts}
+        return (type(self), (self._ratio, self._window, self._min_per_second), state)
 
     def __repr__(self) -> str:
         return (
             f"RetryBudget(ratio={self._ratio:g}, window={self._window:g}, "
             f"min_per_second={self._min_per_second:g}, balance={self.balance:.1f})"
         )
-
-
-def _blank_budget(cls: Type[RetryBudget]) -> RetryBudget:
-    return cls.__new__(cls)
 
 
 # -- settings every fleet checks alike -----------------------------------------------------------
@@ -951,7 +935,7 @@ def parse_rate(rate: Rate) -> Optional[float]:
         match = _RATE.match(rate.lower())
         if match is None:
             raise ConfigurationError(f"rate must be like '10/min', '20/s' or '100/h', got {rate[:40]!r}")
-        unit = _unit(match.group(2))
+        unit = _UNITS.get(match.group(2))
         if unit is None:
             raise ConfigurationError(
                 f"rate must be a number per one of {_UNIT_NAMES}; {match.group(2)[:20]!r} is not a unit "
@@ -965,16 +949,6 @@ def parse_rate(rate: Rate) -> Optional[float]:
     if not _MIN_RATE <= value <= _MAX_RATE:
         raise ConfigurationError(f"rate must be between 1/day and {_MAX_RATE:g}/s, got {rate!r}")
     return value
-
-
-def _unit(name: str) -> Optional[float]:
-    """Seconds in a rate's unit, or None. Only the words take a plural "s": "ms" is not
-    "m" (minutes) plus a plural, it is milliseconds, which no quota is counted in."""
-    if name in _UNITS:
-        return _UNITS[name]
-    if len(name) > 2 and name.endswith("s") and len(name[:-1]) > 1:
-        return _UNITS.get(name[:-1])
-    return None
 
 
 def describe_rate(rate: float) -> str:
@@ -991,38 +965,28 @@ def check_burst(value: Any, name: str = "burst") -> int:
     return check_int(value, name, 1, _MAX_BURST)
 
 
-def check_seconds_between(value: Any, name: str, low: float, high: float) -> float:
-    """``value`` as seconds when a finite number within [low, high]; else ConfigurationError naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not (math.isfinite(value) and low <= value <= high):
-        raise ConfigurationError(f"{name} must be between {low:g} and {high:g} seconds, got {value!r}")
-    return float(value)
+def check_timeout(value: Any, name: str = "timeout") -> float:
+    """A shared store's ``timeout``: from a millisecond (no store answers sooner) to a minute."""
+    return check_seconds(value, name, low=0.001, high=60.0)
+
+
+def check_ttl(value: Any, name: str = "ttl") -> float:
+    """A shared store's ``ttl`` for an idle key's state: from a second to 10**9 seconds."""
+    return check_seconds(value, name, low=1.0, high=1e9)
 
 
 def check_prefix(value: Any, name: str = "prefix") -> str:
     """A RedisFleet key prefix (see REDIS_PREFIX)."""
-    if not isinstance(value, str) or not REDIS_PREFIX.match(value):
+    return check_name(value, name, REDIS_PREFIX, "_.:- (no braces)")
+
+
+def check_name(value: Any, name: str, pattern: re.Pattern[str], marks: str) -> str:
+    """``value`` when ``pattern`` (1-64 letters, digits and ``marks``) matches all of it."""
+    if not isinstance(value, str) or not pattern.match(value):
         shown = repr(value[:70]) if isinstance(value, str) else type(value).__name__
-        raise ConfigurationError(
-            f"{name} must be 1-64 characters of letters, digits and _.:- (no braces), got {shown}"
-        )
+        raise ConfigurationError(f"{name} must be 1-64 characters of letters, digits and {marks}, got "
+                                 f"{shown}")
     return value
-
-
-def _check_number(value: Any, name: str, *, high: float, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or not (value > 0 if positive else value >= 0) or value > high:
-        raise ConfigurationError(f"{name} must be finite and between 0 and {high:g}, got {value!r}")
-    return float(value)
-
-
-def _seconds(value: Any, default: float = 0.0) -> float:
-    """A caller's seconds as a number >= 0 (``default`` for what is not a number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return default
-    return max(float(value), 0.0)
 
 
 def _safe_key_id(key_id: str) -> str:

@@ -1,11 +1,7 @@
 """HostFleet: one pace, one cooldown and one retry budget per API key for every process on a host.
 
-The rules are :mod:`sume_urllib3.pacing._core`'s, run in each process on state kept in a local SQLite
-file (WAL mode) under its write lock: ``BEGIN IMMEDIATE``, read the key's state, run the core,
-write it back, ``COMMIT``. Nothing to run beside the application: the first process to use the
-file creates it.
-
-Why SQLite rather than a memory-mapped file under ``fcntl`` locks:
+Each transaction: ``BEGIN IMMEDIATE``, read the key's state, run the core, write it back,
+``COMMIT``. Why SQLite rather than a memory-mapped file under ``fcntl`` locks:
 a transaction is atomic when a process is SIGKILLed halfway through a write (a torn record in
 a mapped file would need checksums and a recovery of its own), a key's state may grow (every
 attempt in flight under a quota reading holds an entry), a corrupt file is detected rather than
@@ -16,7 +12,6 @@ size bound is one pragma (``max_page_count``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -34,9 +29,10 @@ import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 from .. import _sleeping
+from .._config import check_int
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_seconds_between
+from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -57,39 +53,28 @@ APP = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 _MIN_SIZE = 64 * 1024
 _MAX_SIZE = 1 << 40
-_MAX_TTL = 1e9
 _CLIENT_WINDOW = 60 * _pacing.SECOND  # a process that used the file within this long still shares it
 # Polling the file's lock: the first pause and the longest (seconds).
 _FIRST_PAUSE, _MAX_PAUSE = 2e-5, 5e-4
 _MAX_OPEN = 10_000  # keys a process remembers as open at most (past it, it starts the list afresh)
 _CLIENT_EVERY = _pacing.SECOND  # how often a process stamps itself as a client of the file
-# A state written on a clock this far ahead of ours came from another clock (a reboot restarts
-# the monotonic clock; a file in the temp dir may outlive it): it is started afresh.
-_FUTURE = 60 * _pacing.SECOND
+# How often (real seconds) a process looks whether its file was deleted or replaced (at logout,
+# $XDG_RUNTIME_DIR goes with it): then it opens the file at its path again.
+_CHECK_EVERY = 1.0
 # When the file is full, the least recently used share of its keys that leaves it.
 _EVICT_SHARE = 4
 # The core's state, field by field: the file stores it as a JSON list in this order, and the
 # layout's hash prefixes every key, so two versions of the state never read each other's rows
 # (during a rolling upgrade each keeps keys of its own, as RedisFleet's "v2" does).
-_FIELDS = tuple(dataclasses.fields(_pacing.State))
-_NAMES = tuple(f.name for f in _FIELDS)
+_DEFAULTS = vars(_pacing.State())  # the fields in declaration order, and their defaults
+_NAMES = tuple(_DEFAULTS)
 _LAYOUT = hashlib.sha256(",".join(_NAMES).encode()).hexdigest()[:8]
+# The types each field's value may have in the file (a float field may read back as an int).
+_TYPES = tuple((float, int) if isinstance(v, float) else (type(v),) for v in _DEFAULTS.values())
 
 
 class _Busy(Exception):
     """Another thread of this process held the fleet's lock past the timeout."""
-
-
-def _default_of(f: dataclasses.Field[Any]) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
-
-
-# The types each field's value may have in the file (a float field may read back as an int).
-_TYPES = tuple(
-    (float, int) if isinstance(_default_of(f), float) else (type(_default_of(f)),) for f in _FIELDS
-)
 
 
 def encode_state(st: _pacing.State) -> str:
@@ -139,22 +124,24 @@ def default_path(app: Optional[str] = None) -> str:
     ``$XDG_RUNTIME_DIR/sume_urllib3/<app>.fleet`` when that directory is set (it is the user's
     own, mode 0700, and emptied at logout and reboot), else
     ``<temp dir>/sume_urllib3-<uid>/<app>.fleet``; the fleet creates the directory with mode
-    0700 and refuses one that another user owns or others may write to.
+    0700 and refuses one that another user owns or others may write to. With no writable temp
+    dir (a read-only root), ``/tmp``: the fleet fails open there, as for any unwritable file.
     """
     name = default_app() if app is None else _check_app(app)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
         directory = os.path.join(runtime, "sume_urllib3")
     else:
-        directory = os.path.join(tempfile.gettempdir(), f"sume_urllib3-{_user()}")
+        try:
+            temp = tempfile.gettempdir()
+        except FileNotFoundError:  # "no usable temporary directory"
+            temp = os.path.join(os.sep, "tmp")
+        directory = os.path.join(temp, f"sume_urllib3-{_user()}")
     return os.path.join(directory, f"{name}.fleet")
 
 
 def _check_app(app: Any) -> str:
-    if not isinstance(app, str) or not APP.match(app):
-        shown = repr(app[:70]) if isinstance(app, str) else type(app).__name__
-        raise ConfigurationError(f"app must be 1-64 characters of letters, digits and _.-, got {shown}")
-    return app
+    return check_name(app, "app", APP, "_.-")
 
 
 def _private_directory(directory: str) -> None:
@@ -182,12 +169,10 @@ class HostFleet(StoreFleet):
     """A Fleet whose state lives in a local file, so every process on one host paces together.
 
     For deployments that run several processes on one host with one API key and no Redis:
-    gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s
-    (:mod:`sume_urllib3.pacing._core`), run on state kept in an SQLite file in WAL mode under its
-    write lock; a conformance table in the tests runs LocalFleet, RedisFleet and HostFleet on
-    the same scenarios. An acquire is one short transaction; a release is a second one only
-    when the answer teaches something (a 429, a Retry-After, rate-limit headers, or while the
-    pace is being learned), as with RedisFleet.
+    gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s, run
+    on state kept in an SQLite file in WAL mode (the first process to use it creates it). An
+    acquire is one short transaction; a release a second one only when the answer teaches
+    something (:func:`~sume_urllib3.pacing.store.release_need`).
 
     ``path`` (None: :func:`default_path` of ``app``) is per user and per app by default: a
     directory of the user's own (mode 0700), the file mode 0600, and the app's name from the
@@ -199,24 +184,21 @@ class HostFleet(StoreFleet):
     transaction first looks at the pid). A process that dies with attempts in
     flight holds nobody past rule 6: an in-flight entry lasts only as long as its attempt may.
 
-    Fails open as every shared :class:`StoreFleet` does (``backoff``, ``max_backoff``): when the
-    file is locked past ``timeout`` seconds, full, unwritable or corrupt, the attempt is paced
-    by a local :class:`LocalFleet`, a configured rate split among the processes the file last saw.
+    Fails open as every shared :class:`StoreFleet` does when the file is locked past ``timeout``
+    seconds, full, unwritable (no writable temp dir either) or corrupt. A file deleted or replaced
+    (``$XDG_RUNTIME_DIR`` removed at logout) is noticed within a second of use: one WARNING,
+    counted in ``errors``, and the file at the path (the default path looked up again) is used.
 
     Bounded: a key unused for ``ttl`` seconds leaves the file (swept at most every
     ``ttl / 4`` by an acquire); the file never grows past ``max_size`` bytes (default
     :data:`MAX_SIZE`; its write-ahead log is cut back to :data:`WAL_LIMIT` after each
     checkpoint). A full file fails open and sheds its least recently used quarter of keys.
 
-    ``rate``, ``burst`` and ``initial_window`` as for :class:`LocalFleet`; ``retry_budget`` (a
-    :class:`RetryBudget`'s ratio, window and floor; None, the default, as LocalFleet's: none)
-    applies a budget per key host-wide, as RedisFleet does fleet-wide. A key with nothing to pace
-    (no budget, no pace, no cooldown, its slow-start window wide open) costs one look at the
-    file's change counter per acquire (``PRAGMA data_version``), no transaction, until any
-    process writes to the file. ``clock`` (monotonic seconds, one clock for the
-    whole host; by default the shared clock ``no_sleep()`` drives), ``wall`` (Unix time, for
-    ``X-RateLimit-Reset`` timestamps) and ``rng`` are injectable. Pickling keeps the
-    configuration only.
+    ``rate``, ``burst``, ``initial_window``, ``clock`` (one clock for the whole host), ``wall`` and
+    ``rng`` as for :class:`LocalFleet`; ``retry_budget`` (a :class:`RetryBudget`'s ratio, window
+    and floor) applies a budget per key host-wide. A key with nothing to pace costs one look at
+    the file's change counter per acquire (``PRAGMA data_version``), no transaction, until any
+    process writes to the file. Pickling keeps the configuration only.
     """
 
     _scope = "host-wide"
@@ -248,13 +230,14 @@ class HostFleet(StoreFleet):
             raise ConfigurationError(f"path must be a file path or None, got {type(path).__name__}")
         if app is not None and path is not None:
             raise ConfigurationError("give path or app, not both (app names the default path)")
-        self._given_path = path is not None
+        # The app's name stays this one's when the default path is looked up again (cwd may move).
+        self._given_path, self._app = path is not None, default_app() if app is None else app
         self._path = os.path.abspath(os.fspath(path)) if path is not None else default_path(app)
-        self._timeout = check_seconds_between(timeout, "timeout", 0.001, 60.0)
-        self._ttl_us = round(check_seconds_between(ttl, "ttl", 1.0, _MAX_TTL) * _pacing.SECOND)
-        if type(max_size) is not int or not _MIN_SIZE <= max_size <= _MAX_SIZE:
-            raise ConfigurationError(f"max_size must be bytes from {_MIN_SIZE} to 2**40, got {max_size!r}")
-        self._max_size = max_size
+        # A pickled copy uses the file itself: elsewhere, another working directory names another.
+        self._settings.update(path=self._path, app=None)
+        self._timeout = check_timeout(timeout)
+        self._ttl_us = round(check_ttl(ttl) * _pacing.SECOND)
+        self._max_size = check_int(max_size, "max_size", _MIN_SIZE, _MAX_SIZE)  # bytes
         super().__init__(
             rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock, wall=wall,
             rng=rng, backoff=backoff, max_backoff=max_backoff,
@@ -266,6 +249,8 @@ class HostFleet(StoreFleet):
         self._db_lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
         self._db: Optional[sqlite3.Connection] = None
         self._opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
+        self._identity: Optional[Tuple[int, int]] = None  # the file's device and inode when opened
+        self._check_at = 0.0  # time.monotonic() from which the next use looks at the file again
         self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._entries = itertools.count(1)
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
@@ -335,10 +320,13 @@ class HostFleet(StoreFleet):
             return 0
 
     def reset(self) -> None:
-        """Forget every key's cooldown, pace and turns, for every process using the file (tests)."""
+        """Forget every key's cooldown, pace and turns, for every process using the file, and this
+        process's outage (tests: ``sume_urllib3.pacing.reset_fleets()`` resets every fleet)."""
+        super().reset()
         try:
             with self._locked() as db:
                 db.execute("DELETE FROM keys")
+                self._open.clear()
         except Exception as exc:
             self._failed(exc)
 
@@ -346,27 +334,16 @@ class HostFleet(StoreFleet):
         rate = "learned" if self._rate is None else f"{self._rate:g}/s burst {self._burst}"
         return f"HostFleet({self._path!r}, pace={rate})"
 
-    def __reduce__(self) -> Any:
-        # The file itself, not how it was named: a process with another working directory
-        # would compute another default path.
-        settings = {**self._settings, "path": self._path, "app": None}
-        budget = self._retry_budget
-        if budget is not None:  # its settings, not its counts: the fleet's budget lives in the file
-            settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
-        return (_rebuild, (settings,))
-
     def _store_name(self) -> str:
         return f"host fleet file {self._path}"
 
     def _failed(self, exc: BaseException) -> None:
         super()._failed(exc)
+        self._check_at = 0.0  # a deleted file may be why: the next use looks
         if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
             self._shed()  # a full file makes room: its least recently used keys go
 
     # -- the file ---------------------------------------------------------------------------
-
-    def _now(self) -> int:
-        return round(self._clock() * _pacing.SECOND)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[sqlite3.Connection]:
@@ -394,10 +371,16 @@ class HostFleet(StoreFleet):
         every other.
         """
         db = self._db
+        if db is not None and time.monotonic() >= self._check_at:
+            self._check_at = time.monotonic() + _CHECK_EVERY
+            if _identity(self._path) != self._identity:
+                self._reopen(db)
+                db = None
         if db is None:
             opening = self._opening
             if opening is None:
-                opening = self._opening = _connect(self._path, self._given_path)
+                opening, self._identity = _connect(self._path, self._given_path)
+                self._opening = opening
             try:
                 _set_up(opening, self._max_size)
             except BaseException as exc:
@@ -408,6 +391,18 @@ class HostFleet(StoreFleet):
             db = self._db = opening
             self._opening = None
         return db
+
+    def _reopen(self, old: sqlite3.Connection) -> None:
+        """The file was deleted or replaced: say so, count it, and let the next use open the path."""
+        with self._lock:
+            self._errors += 1
+        self._db = None
+        self._open.clear()
+        if not self._given_path:  # its directory may be gone with $XDG_RUNTIME_DIR: look again
+            self._path = self._settings["path"] = default_path(self._app)
+        log.warning("host fleet file deleted or replaced; opening %s again", self._path)
+        with contextlib.suppress(sqlite3.Error):
+            old.close()  # ours; SQLite neither checkpoints nor deletes the WAL of a moved file
 
     def _transact(
         self, kid: str, step: Callable[[_pacing.State, int], Any], *, acquiring: bool
@@ -420,10 +415,9 @@ class HostFleet(StoreFleet):
                 with _writing(db):
                     # The clock is read under the lock: every process's writes see time move forward.
                     now = self._now()
-                    row = db.execute("SELECT state, seen FROM keys WHERE kid = ?", (key,)).fetchone()
-                    # A row written on a clock far ahead of ours (before a reboot), or damaged: afresh.
-                    st = decode_state(row[0]) if row is not None and row[1] <= now + _FUTURE else None
-                    st = st or _pacing.State()
+                    row = db.execute("SELECT state FROM keys WHERE kid = ?", (key,)).fetchone()
+                    # A damaged row starts afresh (as _core does a state from a clock ahead).
+                    st = (decode_state(row[0]) if row is not None else None) or _pacing.State()
                     result = step(st, now)
                     db.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?)", (key, encode_state(st), now))
                     if acquiring:
@@ -487,11 +481,21 @@ class HostFleet(StoreFleet):
                 )
                 db.execute("DELETE FROM clients WHERE seen < ?", (self._now() - _CLIENT_WINDOW,))
         except Exception:
-            log.debug("sume_urllib3: shedding keys from a full host fleet file failed", exc_info=True)
+            log.debug("shedding keys from a full host fleet file failed", exc_info=True)
 
 
-def _connect(path: str, given: bool) -> sqlite3.Connection:
-    """A connection to the file, made here (mode 0600) if new; set up by :func:`_set_up`."""
+def _identity(path: str) -> Optional[Tuple[int, int]]:
+    """The device and inode of the file at ``path`` (None: there is none)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _connect(path: str, given: bool) -> Tuple[sqlite3.Connection, Tuple[int, int]]:
+    """A connection to the file, made here (mode 0600) if new, and the file's identity; set up by
+    :func:`_set_up`."""
     directory = os.path.dirname(path)
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     if given:
@@ -502,13 +506,24 @@ def _connect(path: str, given: bool) -> sqlite3.Connection:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     # Created here, not by SQLite, so it is 0600 whatever the umask; SQLite gives its -wal and
     # -shm files the mode of the database file.
-    os.close(os.open(path, flags, 0o600))
+    try:
+        fd = os.open(path, flags | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fd = os.open(path, flags, 0o600)
+    else:  # new: a -shm beside it is a deleted file's, still mapped by a process that used that one
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path + "-shm")  # (SQLite removes the -wal of an empty file itself)
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
     # isolation_level None: the transactions are ours (BEGIN IMMEDIATE takes the write lock at
     # once, so two processes never both read a state and then race to write it).
     # timeout 0: no SQLite busy handler, ever. It waits for a lock by sleeping inside C, where
     # a gevent hub cannot switch, and it answers a change of journal mode that meets a lock with
     # SQLITE_BUSY at once anyway: the lock is polled (HostFleet._transact), the set-up included.
-    return sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    return db, (info.st_dev, info.st_ino)
 
 
 def _set_up(db: sqlite3.Connection, max_size: int) -> None:
@@ -588,10 +603,6 @@ def _writing(db: sqlite3.Connection) -> Iterator[None]:
             if db.in_transaction:
                 db.execute("ROLLBACK")
         raise
-
-
-def _rebuild(settings: Dict[str, Any]) -> HostFleet:
-    return HostFleet(**settings)
 
 
 # Connections a fork's child inherited: kept referenced so they are never closed there.

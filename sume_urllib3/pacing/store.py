@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from ._fleet import (
     REDIS_PREFIX,
-    REDIS_TIMEOUT,
     RELEASE_LATER,
     RELEASE_NEVER,
     RELEASE_NOW,
@@ -23,7 +22,8 @@ from ._fleet import (
     StoreFleet,
     check_burst,
     check_prefix,
-    check_seconds_between,
+    check_timeout,
+    check_ttl,
     fleet_key,
     parse_rate,
     read_response,
@@ -32,7 +32,6 @@ from ._fleet import (
 
 __all__ = [
     "REDIS_PREFIX",
-    "REDIS_TIMEOUT",
     "RELEASE_LATER",
     "RELEASE_NEVER",
     "RELEASE_NOW",
@@ -40,7 +39,8 @@ __all__ = [
     "StoreFleet",
     "check_burst",
     "check_prefix",
-    "check_seconds_between",
+    "check_timeout",
+    "check_ttl",
     "fleet_key",
     "parse_rate",
     "read_response",

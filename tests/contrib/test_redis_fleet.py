@@ -579,3 +579,47 @@ def test_a_redis_fleet_repr_never_shows_a_password_in_the_query() -> None:
     shown = repr(RedisFleet("redis://127.0.0.1:6399/0?password=s3cr3t-pw"))
 
     assert "s3cr3t" not in shown
+
+
+# -- issue 48: Redis's clock, and an outage met by many threads ---------------------------------
+
+
+def test_redis_clock_stepping_back_does_not_hold_the_key(server: RedisServer) -> None:
+    """A failover to a replica whose clock is 120 s slow (or an NTP step): the key's state is from a
+    clock ahead, and starts afresh (as HostFleet's does), rather than refusing every request for 120 s."""
+    now = [5000.0]
+    fleet = make(server, rate="10/s", server_clock=lambda: now[0])
+    assert fleet.acquire(KID, time_left=5.0).refused is None
+    now[0] -= 120.0
+    grants = [fleet.acquire(KID, time_left=5.0) for _ in range(10)]
+    assert [g.refused for g in grants] == [None] * 10
+    assert max(g.wait for g in grants) < 1.0
+    client = redis.Redis.from_url(server.url)
+    state = {k.decode(): v.decode() for k, v in client.hgetall(f"{{sume:v2:{KID}}}:s").items()}
+    assert int(state["last_seen"]) == 4880 * US  # the state is the new clock's
+
+
+def test_threads_failing_in_one_pause_double_the_backoff_once(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sixteen threads meet a Redis paused for 0.3 s (CLIENT PAUSE): one backoff, the one the WARNING
+    names, and the fleet is back on Redis after it, not after sixteen doublings."""
+    import time
+
+    fleet = make(server, rate="100/s", timeout=0.05, rng=lambda: 0.3)
+    assert fleet.acquire(KID, time_left=60.0).fallback is False
+    caplog.set_level(logging.WARNING, logger="sume_urllib3")
+    redis.Redis.from_url(server.url).execute_command("CLIENT", "PAUSE", 300, "ALL")
+    threads = [threading.Thread(target=lambda: fleet.acquire(KID, time_left=60.0)) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    warned = time.monotonic()
+    while fleet.acquire(KID, time_left=60.0).fallback and time.monotonic() - warned < 5.0:
+        time.sleep(0.02)
+    assert time.monotonic() - warned < 0.8 + 0.5
+    assert fleet.healthy
+    assert fleet.errors >= 2
+    (message,) = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+    assert message.endswith("trying it again in 0.8s")

@@ -116,7 +116,7 @@ def test_plain_successes_under_a_learned_pace_cost_one_evalsha_per_attempt(
     assert all(t.learning and not t.entry for t in turns)  # the case that cost two round trips
     assert 20 == evalshas(direct) - before
     assert [KID] == list(fleet._late)
-    fleet._flush_all()
+    fleet._flush_due(math.inf)
     assert 21 == evalshas(direct) - before
     assert 20 == state(direct)["successes"]  # the 429 started a new count: these twenty
     assert (0, 0) == (fleet.fallbacks, fleet.errors)
@@ -192,7 +192,7 @@ def test_lessons_told_late_leave_the_state_python_computes_releasing_each_at_onc
     fleet = make(server, clock, rng=lambda: 0.5, retry_budget=None)
     _events(fleet, clock)
     clock.advance(5.0)  # told long after: each lesson still lands at its own time
-    fleet._flush_all()
+    fleet._flush_due(math.inf)
 
     expected = {k: int(v) for k, v in dataclasses.asdict(core).items() if k != "flight"}
     assert expected == {k: v for k, v in state(direct).items() if k in expected}
@@ -231,7 +231,7 @@ def test_a_lesson_told_after_another_process_called_never_moves_the_idle_clock_b
     one, two = make(server, clock), make(server, clock)
     learn_a_pace(one, clock)
     attempt(one, clock)
-    one._flush_all()
+    one._flush_due(math.inf)
     assert 1 == state(direct)["successes"]
     grant = one.acquire(KID, time_left=math.inf)
     clock.advance(grant.wait + 0.02)
@@ -239,7 +239,7 @@ def test_a_lesson_told_after_another_process_called_never_moves_the_idle_clock_b
     clock.advance(0.5)
     two.acquire(KID, time_left=math.inf)
     clock.advance(0.1)
-    one._flush_all()
+    one._flush_due(math.inf)
     clock.advance(0.6)
     two.acquire(KID, time_left=math.inf)
     assert 2 == state(direct)["successes"]
@@ -253,11 +253,11 @@ def test_lessons_are_told_once_at_most_whatever_the_order_of_calls(server: Redis
     learn_a_pace(fleet, clock)
     base = state(direct)["successes"]
     attempt(fleet, clock)
-    fleet._flush_all()
-    fleet._flush_all()  # nothing left: no call
+    fleet._flush_due(math.inf)
+    fleet._flush_due(math.inf)  # nothing left: no call
     attempt(fleet, clock)
     attempt(fleet, clock)
-    fleet._flush_all()
+    fleet._flush_due(math.inf)
     assert base + 3 == state(direct)["successes"]
 
 
@@ -296,7 +296,7 @@ def test_threads_telling_lessons_late_lose_none_and_tell_none_twice(server: Redi
         t.start()
     for t in threads:
         t.join()
-    fleet._flush_all()
+    fleet._flush_due(math.inf)
     assert (200, 0, 0) == (state(direct)["successes"], fleet.errors, fleet.fallbacks)
 
 
@@ -353,7 +353,7 @@ def test_a_forked_child_never_tells_its_parents_lessons(
     assert 5 == len(fleet._late[KID])
     assert "False 0" == fork(_child_carries_nothing(fleet))
     assert base == state(direct)["successes"]
-    fleet._flush_all()
+    fleet._flush_due(math.inf)
     assert base + 5 == state(direct)["successes"]
 
 
@@ -366,7 +366,7 @@ def test_lessons_held_when_redis_dies_are_dropped_and_nothing_raises(server: Red
     learn_a_pace(fleet, clock)
     attempt(fleet, clock)
     server.kill()
-    fleet._flush_all()
+    fleet._flush_due(math.inf)
     assert ({}, 1, False) == (fleet._late, fleet.errors, fleet.healthy)
     grant = fleet.acquire(KID, time_left=math.inf)
     assert grant.fallback

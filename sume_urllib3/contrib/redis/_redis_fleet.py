@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import re
 import threading
@@ -22,14 +23,7 @@ from ..._config import check_clock
 from ...exceptions import ConfigurationError
 from ...pacing import RetryBudget
 from ...pacing import _core as _pacing
-from ...pacing.store import (
-    REDIS_TIMEOUT,
-    RELEASE_LATER,
-    Lesson,
-    StoreFleet,
-    check_prefix,
-    check_seconds_between,
-)
+from ...pacing.store import RELEASE_LATER, Lesson, StoreFleet, check_prefix, check_timeout, check_ttl
 from . import _scripts
 from ._scripts import micros
 
@@ -38,7 +32,6 @@ log = logging.getLogger("sume_urllib3")
 _DEFAULT_BUDGET = RetryBudget()
 _PLAIN = (str, bytes, int, float, bool)
 _CLIENT_WINDOW = 60.0  # a process that used a key within this many seconds still shares it
-_MAX_TTL = 1e9
 # Seconds a lesson told late waits for a call to carry it: a tenth of the second a 429's
 # measurement spans at least.
 _LATE = 0.1
@@ -113,19 +106,19 @@ class RedisFleet(StoreFleet):
         rng: Union[Any, Callable[[], float], None] = None,
         server_clock: Optional[Callable[[], float]] = None,
     ) -> None:
-        self._settings: Dict[str, Any] = {
-            "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
+        self._source = _client_source(url_or_client)
+        self._settings = {
+            "url_or_client": self._source, "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
             "initial_window": initial_window, "retry_budget": retry_budget, "ttl": ttl, "backoff": backoff,
             "max_backoff": max_backoff,
         }
         self._prefix = check_prefix(prefix)
-        self._timeout = check_seconds_between(timeout, "timeout", *REDIS_TIMEOUT)
+        self._timeout = check_timeout(timeout)
         # Scripts get it in whole milliseconds: under a second, a key could expire between calls.
-        self._ttl = check_seconds_between(ttl, "ttl", 1.0, _MAX_TTL)
+        self._ttl = check_ttl(ttl)
         if server_clock is not None:
             check_clock(server_clock, "server_clock")
         self._server_clock = server_clock
-        self._source = _client_source(url_or_client)
         super().__init__(
             rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock,
             wall=time.time, rng=rng, backoff=backoff, max_backoff=max_backoff,
@@ -161,7 +154,7 @@ class RedisFleet(StoreFleet):
         entry = uuid.uuid4().hex[:16]
         budget = self._retry_budget
         args = [
-            *self._clock_args(), *self._config_args(), retry, not_before, time_left, rand, entry,
+            *self._common_args(), retry, not_before, time_left, rand, entry,
             int(self._ttl * 1000), *((-1, 0, 0) if budget is None else astuple(budget.allowance)),
             self._client_id, micros(_CLIENT_WINDOW), *self._carried(kid),
         ]
@@ -261,36 +254,19 @@ class RedisFleet(StoreFleet):
         with self._late_lock:
             return min((lessons[0].due for lessons in self._late.values()), default=None)
 
-    def _flush_all(self) -> None:
-        """Tell Redis every lesson still held (at exit): one call per key, dropped once Redis fails."""
-        with self._late_lock:
-            kids = list(self._late)
-        for kid in kids:
-            self._flush(kid)
-
     # -- Redis ------------------------------------------------------------------------------
 
-    def _clock_args(self) -> List[int]:
-        """now (0: Redis TIME) and the skew no_sleep() adds, in microseconds."""
+    def _common_args(self) -> List[int]:
+        """ARGV 1-5 of both scripts: now (0: Redis TIME) and the skew no_sleep() adds, in
+        microseconds; the configured interval (0: learned), burst and first window."""
         now = 0 if self._server_clock is None else micros(self._server_clock())
-        return [now, micros(_sleeping.virtual_offset())]
-
-    def _config_args(self) -> List[int]:
-        """ARGV 3-5 of both scripts: the configured interval (0: learned), burst and first window."""
-        return [self._config.interval, self._burst, self._window]
+        return [now, micros(_sleeping.virtual_offset()), self._config.interval, self._burst, self._window]
 
     def _run_release(self, kid: str, lessons: List[Any]) -> bool:
         """release.lua on ``lessons`` (script arguments, oldest first): did one start a cooldown?"""
-        args = [*self._clock_args(), *self._config_args(), int(self._ttl * 1000), *lessons]
+        args = [*self._common_args(), int(self._ttl * 1000), *lessons]
         keys = list(_scripts.keys(self._prefix, kid)[:2])
-        return _scripts.parse_release(self._release_script(keys=keys, args=_scripts.as_args(args)))
-
-    def __reduce__(self) -> Any:
-        settings = dict(self._settings)
-        budget = self._retry_budget
-        if budget is not None:  # its settings, not its counts: the fleet's budget lives in Redis
-            settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
-        return (_rebuild, (self._source, settings))
+        return int(self._release_script(keys=keys, args=_scripts.as_args(args))) == 1
 
     def __repr__(self) -> str:
         pace = "learned" if self._rate is None else f"{self._rate:g}/s burst {self._burst}"
@@ -367,11 +343,9 @@ def _source_from_cluster(
     return _Source(None, RedisCluster(startup_nodes=nodes, **kwargs))
 
 
-def _rebuild(source: _Source, config: Dict[str, Any]) -> RedisFleet:
-    return RedisFleet(source.given if source.url is None else source.url, **config)
-
-
 def _client_source(url_or_client: Any) -> _Source:
+    if isinstance(url_or_client, _Source):  # a pickled fleet's
+        return url_or_client
     if isinstance(url_or_client, str):
         if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigurationError(
@@ -434,7 +408,7 @@ class _Flusher:
                 try:
                     fleet._flush_due(time.monotonic())
                 except Exception:  # a bug here must not end the thread every fleet relies on
-                    log.exception("sume_urllib3: telling Redis the lessons told late failed")
+                    log.exception("telling Redis the lessons told late failed")
             with cond:
                 due: Optional[float] = None
                 for fleet in list(self._fleets):
@@ -456,4 +430,4 @@ def _tell_at_exit() -> None:
     by ``timeout`` per key; once Redis fails the rest is dropped)."""
     _fork.check()  # a child forked without at-fork hooks holds its parent's lessons: they are not its own
     for fleet in list(_instances):
-        fleet._flush_all()
+        fleet._flush_due(math.inf)  # one call per key, dropped once Redis fails

@@ -61,9 +61,7 @@ def keys(prefix: str, key_id: str) -> Tuple[str, str, str]:
 
 def micros(seconds: float) -> int:
     """Seconds as integer microseconds; infinity and NaN as -1 ("none")."""
-    if math.isnan(seconds) or math.isinf(seconds):
-        return -1
-    return round(seconds * 1_000_000)
+    return round(seconds * _pacing.SECOND) if math.isfinite(seconds) else -1
 
 
 def parse_turn(reply: Sequence[Any], entry: str) -> Tuple[_pacing.Turn, int]:
@@ -76,11 +74,6 @@ def parse_turn(reply: Sequence[Any], entry: str) -> Tuple[_pacing.Turn, int]:
     return _pacing.Turn(code, max(0, wait), source, slot, seq, epoch, inflight, kept, learning > 0), clients
 
 
-def parse_release(reply: Any) -> bool:
-    """Decode the release script's reply: did a lesson start a cooldown?"""
-    return int(reply) == 1
-
-
 def lesson_args(ago: int, turn: _pacing.Turn, status: int, lesson: _pacing.Lesson) -> List[Any]:
     """One lesson as the scripts read it (learn.lua): learned ``ago`` µs before the call, about
     the attempt ``turn`` granted, which got ``status`` (0: no response) and ``lesson``."""
@@ -91,10 +84,4 @@ def lesson_args(ago: int, turn: _pacing.Turn, status: int, lesson: _pacing.Lesso
 
 def as_args(values: List[Any]) -> List[str]:
     """Script arguments as strings: numbers without exponents, so Lua reads them exactly."""
-    out: List[str] = []
-    for v in values:
-        if isinstance(v, float):
-            out.append(repr(int(v)) if v.is_integer() else repr(v))
-        else:
-            out.append(str(v))
-    return out
+    return [(repr(int(v)) if v.is_integer() else repr(v)) if isinstance(v, float) else str(v) for v in values]

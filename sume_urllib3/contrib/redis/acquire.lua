@@ -24,8 +24,7 @@ local function answer(code, wait, why)
 end
 
 local function pause()
-  local base = st.response_time
-  if base < 0 then base = FIRST_PAUSE_US end
+  local base = st.response_time >= 0 and st.response_time or FIRST_PAUSE_US
   return math.floor(math.min(math.max(base, MIN_PAUSE_US), SECOND) * (0.5 + rand))
 end
 
@@ -55,8 +54,7 @@ local function quota_hold(start)
   if exact > 0 then hold = math.min(hold, st.reading_at + exact * (1 - st.budget_left)) end
   if st.probe_at >= hold then
     local wait = math.max(start, hold) - now + pause()
-    if time_left < 0 or wait <= time_left then return nil, answer(AGAIN, wait, PACE) end
-    return nil, answer(REFUSED, wait, PACE)
+    return nil, answer((time_left < 0 or wait <= time_left) and AGAIN or REFUSED, wait, PACE)
   end
   if flight > 0 and st.probe_at <= st.reading_at and exact == 0 then
     local p = pause()
@@ -122,6 +120,5 @@ if track or budget then
   flight, held = flight + 1, 1
 end
 save(ttl_ms)
-local learning = 0
-if st.learned_interval > 0 then learning = 1 end
+local learning = st.learned_interval > 0 and 1 or 0
 return {SEND, wait, source, turn, st.seq, st.epoch, flight, held, clients, learning}

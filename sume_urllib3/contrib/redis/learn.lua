@@ -3,15 +3,13 @@
 -- acquire.lua first the lessons this process told late (pacing.store.release_need).
 
 local function clamp(x) return math.min(math.max(x, MIN_INTERVAL_US), MAX_INTERVAL_US) end
-local function plateau(refused)  -- _core._plateau
-  if refused > 0 then return refused + math.floor(refused / PLATEAU_SHARE) end
-  return 0
+local function plateau(refused)  -- _core._plateau (0 is true in Lua)
+  return refused > 0 and refused + math.floor(refused / PLATEAU_SHARE) or 0
 end
 local function creep(learned, refused)  -- _core._creep
   local top = plateau(refused)
   if learned <= top then return math.floor(learned / math.max(math.floor(PROBE_US / learned), 2)) end
-  local fast = math.floor(learned / math.max(math.floor(RECOVERY_US / learned), 2))
-  fast = math.max(math.floor(learned / CREEP_SHARE), fast)
+  local fast = math.max(math.floor(learned / CREEP_SHARE), math.floor(learned / math.max(math.floor(RECOVERY_US / learned), 2)))
   if top > 0 then return math.min(fast, learned - top) end
   return fast
 end
@@ -97,9 +95,7 @@ local function learn(at, entry, slot, seq, epoch, inflight, status, retry_after,
   if status == 429 then
     if epoch == st.epoch then throttled(at, inflight, retry_after, remaining) end
   elseif (status > 0 and status < 400) or (status == 0 and st.learned_interval > 0) then
-    if st.successes == 0 then
-      if slot > 0 and slot <= at then st.successes_since = slot else st.successes_since = at end
-    end
+    if st.successes == 0 then st.successes_since = (slot > 0 and slot <= at) and slot or at end
     st.successes = st.successes + 1
     if st.learned_interval > 0 then
       if st.measured_span > 0 and epoch == st.epoch - 1 and slot > 0 and slot <= st.measured_at then

@@ -17,8 +17,10 @@ local cfg, cfg_burst, cfg_window = arg(ARGV[3]), arg(ARGV[4]), arg(ARGV[5])
 
 local st = {}
 local raw = redis.call('HMGET', KEYS[1], unpack(FIELDS))
-for i, name in ipairs(FIELDS) do
-  if raw[i] == false then st[name] = DEFAULTS[name] else st[name] = tonumber(raw[i]) end
+for i, name in ipairs(FIELDS) do st[name] = tonumber(raw[i]) or DEFAULTS[name] end
+if st.last_seen > now + FUTURE_US then  -- _core._purge: a state from a clock ahead, afresh
+  for _, name in ipairs(FIELDS) do st[name] = DEFAULTS[name] end
+  redis.call('DEL', KEYS[2])
 end
 if st.slow_start_window < 0 then st.slow_start_window = cfg_window end
 
