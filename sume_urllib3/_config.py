@@ -13,7 +13,7 @@ import math
 import os
 import random
 import threading
-from typing import Any, Callable, Dict, Iterable, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterable, Optional, TypeVar, overload
 from urllib.parse import urlsplit
 
 from urllib3.exceptions import LocationParseError
@@ -57,6 +57,14 @@ def check_seconds(
         )
     span = f"above {low:g} and at most" if positive else f"between {low:g} and"
     raise ConfigurationError(f"{name} must be {span} {high:g}{' ' + unit if unit else ''}, got {value!r}")
+
+
+@overload
+def as_seconds(value: Any, default: float = ...) -> float: ...
+
+
+@overload
+def as_seconds(value: Any, default: Optional[float]) -> Optional[float]: ...
 
 
 def as_seconds(value: Any, default: Optional[float] = 0.0) -> Optional[float]:
