@@ -17,6 +17,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from urllib3 import Timeout
+from urllib3.exceptions import TimeoutStateError
 
 from ... import Policy, SumeSession
 from ..._config import check_flag
@@ -247,11 +249,8 @@ def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
 
 
 def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Problem]) -> None:
-    timeout = kwargs.get("timeout", _SESSION_DEFAULTS["timeout"].default)
-    if timeout is None:
-        return
-    read_timeout = float(timeout[-1] if isinstance(timeout, tuple) else timeout)
-    if policy.max_elapsed <= read_timeout:
+    read_timeout = _read_limit(kwargs.get("timeout", _SESSION_DEFAULTS["timeout"].default))
+    if read_timeout is not None and policy.max_elapsed <= read_timeout:
         source = setting_name("TIMEOUT") if "timeout" in kwargs else "the default TIMEOUT"
         problems.append(
             Problem(
@@ -263,6 +262,21 @@ def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Pr
                 f"timeout in {setting_name('TIMEOUT')}.",
             )
         )
+
+
+def _read_limit(timeout: Any) -> Optional[float]:
+    """The read timeout of one attempt in seconds, or None for "no limit", from any form
+    ``check_timeout`` accepts: seconds, a (connect, read) pair, a urllib3 ``Timeout``."""
+    reads = [timeout[-1] if isinstance(timeout, tuple) else timeout]
+    if isinstance(timeout, Timeout):
+        reads = [timeout.total]
+        try:
+            reads.append(timeout.read_timeout)
+        except TimeoutStateError:  # total= alone: read_timeout needs a started clock; total bounds it
+            pass
+    # None and Timeout.DEFAULT_TIMEOUT (the socket's default) mean no limit.
+    limits = [float(read) for read in reads if isinstance(read, (int, float))]
+    return min(limits) if limits else None
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
