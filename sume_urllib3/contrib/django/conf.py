@@ -8,6 +8,7 @@ helpers); this module only says which setting a failure belongs to.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -270,10 +271,8 @@ def _read_limit(timeout: Any) -> Optional[float]:
     reads = [timeout[-1] if isinstance(timeout, tuple) else timeout]
     if isinstance(timeout, Timeout):
         reads = [timeout.total]
-        try:
+        with contextlib.suppress(TimeoutStateError):  # total= alone: read_timeout needs a started clock
             reads.append(timeout.read_timeout)
-        except TimeoutStateError:  # total= alone: read_timeout needs a started clock; total bounds it
-            pass
     # None and Timeout.DEFAULT_TIMEOUT (the socket's default) mean no limit.
     limits = [float(read) for read in reads if isinstance(read, (int, float))]
     return min(limits) if limits else None

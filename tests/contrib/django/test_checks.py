@@ -13,7 +13,6 @@ from django.apps import apps
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-
 from urllib3 import Timeout
 
 from sume_urllib3.contrib.django import get_session
@@ -385,7 +384,9 @@ def test_manage_py_check_lists_every_problem(dj_settings: Any) -> None:
 @pytest.mark.parametrize(
     "timeout", [(5, None), [5, None], Timeout(connect=5, read=None), Timeout(total=30), Timeout(5, read=20)]
 )
-def test_every_documented_timeout_form_passes_check_and_builds_a_session(dj_settings: Any, timeout: Any) -> None:
+def test_every_documented_timeout_form_passes_check_and_builds_a_session(
+    dj_settings: Any, timeout: Any
+) -> None:
     """A read without limit and a urllib3 Timeout are what SumeSession(timeout=...) accepts:
     manage.py check and get_session() take them too (they crashed with a bare TypeError)."""
     dj_settings.SUME = {**GOOD, "TIMEOUT": timeout}
