@@ -113,21 +113,23 @@ def on_setting_changed(sender: Any = None, setting: str = "", **kwargs: Any) -> 
     Django sends the signal only from ``override_settings`` (and ``TestCase.settings``), on
     entering and on leaving: a test that sets ``SUME`` starts with nothing a previous test
     learned (no cooldown, no pace, a full retry budget), and leaves nothing behind. The
-    fleet of ``SUME["FLEET"]`` is built again; without ``FLEET``, the process-wide
-    ``LocalFleet.default()`` the sessions share forgets what it knew. A ``RedisFleet``'s
-    state lives in Redis, shared with other processes, and is not cleared.
+    fleet of ``SUME["FLEET"]`` forgets what it learned (a host fleet's file too) and is built
+    again; without ``FLEET``, the process-wide ``LocalFleet.default()`` the sessions share
+    forgets what it knew. A ``RedisFleet``'s state lives in Redis, shared with other
+    processes, and is not cleared.
     """
     if setting == conf.SUME_SETTING:
         reset()
-        fleet.forget()
-        LocalFleet.default().reset()
 
 
 def reset() -> None:
-    """Make every thread build a new session on its next ``get_session()`` call."""
+    """Make every thread build a new session on its next ``get_session()`` call, with a fleet
+    that knows nothing (``on_setting_changed``; ``testing.reset_fleets()`` calls it too)."""
     global _generation
     with _lock:
         _generation += 1
+    fleet.forget()
+    LocalFleet.default().reset()
 
 
 def _build(generation: int) -> SumeSession:
