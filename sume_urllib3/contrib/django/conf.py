@@ -326,9 +326,7 @@ class SessionField:
 #: The session keys of ``SUME``, in the order they are checked and reported.
 SESSION_FIELDS: Tuple[SessionField, ...] = (
     SessionField(
-        "API_KEY",
-        "api_key",
-        check_api_key,
+        "API_KEY", "api_key", check_api_key,
         f"Set {setting_name('API_KEY')} to the key string, or remove it and set the "
         f"{ENV_KEY} environment variable.",
         env=ENV_KEY,
@@ -336,55 +334,38 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         unset=(None, ""),
     ),
     SessionField(
-        "BASE_URL",
-        "base_url",
-        check_base_url,
-        _BASE_URL_HINT,
-        env=ENV_BASE_URL,
-        unset=(None,),
+        "BASE_URL", "base_url", check_base_url, _BASE_URL_HINT, env=ENV_BASE_URL, unset=(None,),
         then=_check_plain_http,
     ),
     SessionField(
-        "AUTH_HEADER",
-        "auth_header",
-        _check_auth_header,
+        "AUTH_HEADER", "auth_header", _check_auth_header,
         'Use "x-api-key" (the default: an x-api-key header) or "bearer" (an Authorization: Bearer header).',
-        code="E006",
-        joiner=" ",
+        code="E006", joiner=" ",
     ),
     SessionField(
-        "TIMEOUT",
-        "timeout",
-        _check_timeout,
+        "TIMEOUT", "timeout", _check_timeout,
         f"Use seconds > 0 or a (connect, read) pair such as "
         f"{_SESSION_DEFAULTS['timeout'].default!r}; None disables the timeout.",
     ),
     SessionField(
-        "RAISE_ON_GIVE_UP",
-        "raise_on_give_up",
+        "RAISE_ON_GIVE_UP", "raise_on_give_up",
         # Settings are plain Python, so a string such as "false" is a mistake, not a truthy value.
         lambda value: check_flag(value, "raise_on_give_up"),
         "Use True (raise SumeRetryError when the policy gives up) or False (return the last response).",
     ),
     SessionField(
-        "RETRY_BUDGET",
-        "retry_budget",
-        lambda value: check_flag(value, "retry_budget"),
+        "RETRY_BUDGET", "retry_budget", lambda value: check_flag(value, "retry_budget"),
         "Use True (a default retry budget shared by this process's threads) or False (no retry budget).",
     ),
     SessionField(
-        "OBSERVERS",
-        "observers",
-        observers.build_observers,
+        "OBSERVERS", "observers", observers.build_observers,
         'Use a list of dotted paths such as "sume_urllib3.contrib.prometheus.PrometheusObserver", '
         "classes (called with no arguments) or observer objects (with on_retry, on_outcome, on_start "
         "and/or on_job).",
         code="E007",
     ),
     SessionField(
-        "FLEET",
-        "fleet",
-        fleet.build_fleet,
+        "FLEET", "fleet", fleet.build_fleet,
         'Use {"RATE": "10/min"} (this process), {"HOST": True, "RATE": "10/min"} (every process on this '
         'host), {"REDIS_URL": "redis://...", "RATE": "10/min"} '
         f"(every process on that Redis; keys: {', '.join(fleet.FLEET_KEYS)}), or None for no pacing.",
