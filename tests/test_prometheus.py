@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
+import multiprocessing
+import pickle
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -10,7 +13,7 @@ import pytest
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
-from sume_urllib3 import Job, JobFailed, JobTimeout, Policy, SumeRetryError  # noqa: E402
+from sume_urllib3 import Job, JobFailed, JobTimeout, Policy, SumeRetryError, SumeSession  # noqa: E402
 from sume_urllib3._record import Outcome, SumeRecord  # noqa: E402
 from sume_urllib3.contrib.prometheus import JOB_EVENTS, PrometheusObserver  # noqa: E402
 from sume_urllib3.observe import JobEvent, RetryEvent  # noqa: E402
@@ -230,3 +233,41 @@ def test_job_polls_and_endings_are_counted_by_event(
     polls = 3 + 2 + len(stuck.history)
     assert {"poll": polls, "completed": 1.0, "failed": 1.0, "timed_out": 1.0, "error": 0.0} == counts
     assert None is registry.get_sample_value("sume_job_events_total", {"event": "paused"})
+
+
+def test_a_copy_counts_into_the_same_series() -> None:
+    """copy.deepcopy and pickle (of a session too) keep the observer: same namespace, same series."""
+    registry = prometheus_client.CollectorRegistry()
+    own = PrometheusObserver(registry=registry, namespace="copied")
+    copy.deepcopy(own).on_outcome(record(Outcome.OK, 1))
+    assert registry.get_sample_value("copied_requests_total", {"outcome": "ok"}) == 1.0
+
+    glob = PrometheusObserver(namespace="pickled")
+    for clone in (pickle.loads(pickle.dumps(glob)), copy.deepcopy(glob)):
+        assert (clone.registry, clone.namespace) == (prometheus_client.REGISTRY, "pickled")
+    session = pickle.loads(pickle.dumps(SumeSession("sk_test_x", observers=[glob])))
+    assert [PrometheusObserver] == [type(o) for o in session.user_observers]
+    with pytest.raises(TypeError, match="own registry cannot be pickled"):
+        pickle.dumps(own)
+
+
+def _count_in_a_spawned_worker(session: SumeSession, url: str, out: Any) -> None:
+    session.get(url)
+    out.put(prometheus_client.REGISTRY.get_sample_value("spawned_requests_total", {"outcome": "ok"}))
+
+
+@pytest.mark.slow
+def test_a_session_with_the_observer_reaches_a_spawned_worker() -> None:
+    """multiprocessing's spawn pickles the session: the worker counts its request in its own registry."""
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    with FakeSume() as fake:
+        fake.script("GET", "/v1/me", 200)
+        observer = PrometheusObserver(namespace="spawned")
+        session = SumeSession("sk_test_x", base_url=fake.url + "/v1", observers=[observer])
+        worker = context.Process(target=_count_in_a_spawned_worker, args=(session, "/me", out))
+        worker.start()
+        counted = out.get(timeout=60)
+        worker.join(timeout=30)
+    assert (0, 1.0) == (worker.exitcode, counted)
+    assert 1 == len(fake.requests)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, List, NamedTuple, Optional, Set
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -67,6 +67,20 @@ class PrometheusObserver:
         self.registry = REGISTRY if registry is None else registry
         self.namespace = namespace
         self._metrics = _get_collectors(self.registry, namespace)
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # A registry holds a lock: a pickled observer (a session sent to a spawn-started worker)
+        # counts into the global registry of the process that loads it, as the original did.
+        if self.registry is not REGISTRY:
+            raise TypeError(
+                "a PrometheusObserver on its own registry cannot be pickled; use the global "
+                "registry (no registry argument) in sessions that are pickled"
+            )
+        return (PrometheusObserver, (None, self.namespace))
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> PrometheusObserver:
+        # One process, so the same registry: the copy adds to the same series.
+        return PrometheusObserver(self.registry, self.namespace)
 
     def on_retry(self, event: RetryEvent) -> None:
         """Count one retry under its reason (error code, else status, else error class)."""

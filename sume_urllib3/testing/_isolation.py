@@ -4,23 +4,21 @@ from __future__ import annotations
 
 import sys
 
-# Private until pacing offers a public way to forget every LocalFleet (asked of its owner).
-from ..pacing._fleet import _FLEETS
+from .. import pacing
 
 
 def reset_fleets() -> None:
-    """Forget every ``LocalFleet``'s cooldowns, pace and turns, in this process.
+    """Forget every ``LocalFleet``'s and ``HostFleet``'s cooldowns, pace and turns, in this process.
 
-    The process-wide ``LocalFleet.default()`` and every ``LocalFleet`` built by the code
-    under test (a module-level ``LocalFleet(rate="10/min")``, the one ``SUME["FLEET"]``
-    builds) start again knowing nothing, and Django's ``get_session()`` builds new sessions
-    (a fresh retry budget) in every thread. The pytest plugin calls it around every test;
+    The process-wide ``LocalFleet.default()`` and every fleet built by the code under test (a
+    module-level ``LocalFleet(rate="10/min")`` or ``HostFleet()``, the one ``SUME["FLEET"]``
+    builds) start again knowing nothing (see ``sume_urllib3.pacing.reset_fleets``), and
+    Django's ``get_session()`` builds new sessions (a fresh retry budget) in every thread. The pytest plugin calls it around every test;
     call it in ``setUp`` under unittest or Django's test runner. A ``RedisFleet`` keeps its
     state in Redis, shared with other processes, and is left alone: give a test's
     ``RedisFleet`` a ``prefix`` of its own.
     """
-    for fleet in list(_FLEETS):  # the default one among them
-        fleet.reset()
+    pacing.reset_fleets()
     # Only when the code under test loaded the Django integration: never import Django here.
     django_sessions = sys.modules.get("sume_urllib3.contrib.django.sessions")
     if django_sessions is not None:

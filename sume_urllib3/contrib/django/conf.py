@@ -8,6 +8,7 @@ helpers); this module only says which setting a failure belongs to.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import inspect
@@ -17,6 +18,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from urllib3 import Timeout
+from urllib3.exceptions import TimeoutStateError
 
 from ... import Policy, SumeSession
 from ..._config import check_api_key, check_auth_header, check_base_url, check_flag
@@ -248,11 +251,8 @@ def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
 
 
 def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Problem]) -> None:
-    timeout = kwargs.get("timeout", _SESSION_DEFAULTS["timeout"].default)
-    if timeout is None:
-        return
-    read_timeout = float(timeout[-1] if isinstance(timeout, tuple) else timeout)
-    if policy.max_elapsed <= read_timeout:
+    read_timeout = _read_limit(kwargs.get("timeout", _SESSION_DEFAULTS["timeout"].default))
+    if read_timeout is not None and policy.max_elapsed <= read_timeout:
         source = setting_name("TIMEOUT") if "timeout" in kwargs else "the default TIMEOUT"
         problems.append(
             Problem(
@@ -264,6 +264,19 @@ def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Pr
                 f"timeout in {setting_name('TIMEOUT')}.",
             )
         )
+
+
+def _read_limit(timeout: Any) -> Optional[float]:
+    """The read timeout of one attempt in seconds, or None for "no limit", from any form
+    ``check_timeout`` accepts: seconds, a (connect, read) pair, a urllib3 ``Timeout``."""
+    reads = [timeout[-1] if isinstance(timeout, tuple) else timeout]
+    if isinstance(timeout, Timeout):
+        reads = [timeout.total]
+        with contextlib.suppress(TimeoutStateError):  # total= alone: read_timeout needs a started clock
+            reads.append(timeout.read_timeout)
+    # None and Timeout.DEFAULT_TIMEOUT (the socket's default) mean no limit.
+    limits = [float(read) for read in reads if isinstance(read, (int, float))]
+    return min(limits) if limits else None
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
@@ -314,9 +327,7 @@ class SessionField:
 #: The session keys of ``SUME``, in the order they are checked and reported.
 SESSION_FIELDS: Tuple[SessionField, ...] = (
     SessionField(
-        "API_KEY",
-        "api_key",
-        check_api_key,
+        "API_KEY", "api_key", check_api_key,
         f"Set {setting_name('API_KEY')} to the key string, or remove it and set the "
         f"{ENV_KEY} environment variable.",
         env=ENV_KEY,
@@ -324,55 +335,38 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         unset=(None, ""),
     ),
     SessionField(
-        "BASE_URL",
-        "base_url",
-        check_base_url,
-        _BASE_URL_HINT,
-        env=ENV_BASE_URL,
-        unset=(None,),
+        "BASE_URL", "base_url", check_base_url, _BASE_URL_HINT, env=ENV_BASE_URL, unset=(None,),
         then=_check_plain_http,
     ),
     SessionField(
-        "AUTH_HEADER",
-        "auth_header",
-        _check_auth_header,
+        "AUTH_HEADER", "auth_header", _check_auth_header,
         'Use "x-api-key" (the default: an x-api-key header) or "bearer" (an Authorization: Bearer header).',
-        code="E006",
-        joiner=" ",
+        code="E006", joiner=" ",
     ),
     SessionField(
-        "TIMEOUT",
-        "timeout",
-        _check_timeout,
+        "TIMEOUT", "timeout", _check_timeout,
         f"Use seconds > 0 or a (connect, read) pair such as "
         f"{_SESSION_DEFAULTS['timeout'].default!r}; None disables the timeout.",
     ),
     SessionField(
-        "RAISE_ON_GIVE_UP",
-        "raise_on_give_up",
+        "RAISE_ON_GIVE_UP", "raise_on_give_up",
         # Settings are plain Python, so a string such as "false" is a mistake, not a truthy value.
         lambda value: check_flag(value, "raise_on_give_up"),
         "Use True (raise SumeRetryError when the policy gives up) or False (return the last response).",
     ),
     SessionField(
-        "RETRY_BUDGET",
-        "retry_budget",
-        lambda value: check_flag(value, "retry_budget"),
+        "RETRY_BUDGET", "retry_budget", lambda value: check_flag(value, "retry_budget"),
         "Use True (a default retry budget shared by this process's threads) or False (no retry budget).",
     ),
     SessionField(
-        "OBSERVERS",
-        "observers",
-        observers.build_observers,
+        "OBSERVERS", "observers", observers.build_observers,
         'Use a list of dotted paths such as "sume_urllib3.contrib.prometheus.PrometheusObserver", '
         "classes (called with no arguments) or observer objects (with on_retry, on_outcome, on_start "
         "and/or on_job).",
         code="E007",
     ),
     SessionField(
-        "FLEET",
-        "fleet",
-        fleet.build_fleet,
+        "FLEET", "fleet", fleet.build_fleet,
         'Use {"RATE": "10/min"} (this process), {"HOST": True, "RATE": "10/min"} (every process on this '
         'host), {"REDIS_URL": "redis://...", "RATE": "10/min"} '
         f"(every process on that Redis; keys: {', '.join(fleet.FLEET_KEYS)}), or None for no pacing.",

@@ -13,12 +13,24 @@
 
 The fleet is built once per process (one Redis connection pool, one quota) and shared by every
 thread's session; a changed setting builds it again.
+
+While Django runs tests (its test runner or pytest-django, which set up Django's test
+environment, or pytest with ``sume_urllib3.testing.plugin``), ``"HOST": True`` is a file of the
+test run's own in a temporary directory: what tests teach it never reaches ``runserver`` or a
+deployment on the same host, nor the next test run.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import sys
+import tempfile
 import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
+
+from django.core import mail
 
 from ...exceptions import ConfigurationError
 from ...pacing import HostFleet, LocalFleet
@@ -29,6 +41,7 @@ _REDIS_ONLY = ("PREFIX", "TIMEOUT")  # TIMEOUT: a host fleet's too
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 _lock = threading.Lock()
+_test_run_dir: Optional[str] = None  # created on first use while tests run (see _host_path)
 # (the normalized setting, the fleet built from it): one slot, as for the observers.
 _built: Optional[Tuple[Tuple[Any, ...], Any]] = None
 
@@ -89,10 +102,13 @@ def build_fleet(value: Any) -> Any:
 
 
 def forget() -> None:
-    """Drop the built fleet: the next call builds it again (tests)."""
+    """Drop the built fleet, and what it learned if it is a local or a host fleet: the next call
+    builds it again (tests). A ``RedisFleet``'s state is shared with other hosts: left alone."""
     global _built
     with _lock:
-        _built = None
+        built, _built = _built, None
+    if built is not None and isinstance(built[1], (LocalFleet, HostFleet)):
+        built[1].reset()
 
 
 def _construct(arguments: Dict[str, Any]) -> Any:
@@ -101,13 +117,26 @@ def _construct(arguments: Dict[str, Any]) -> Any:
     cls = _redis_fleet() if url is not None else HostFleet if host is not None else LocalFleet
     try:
         if host is not None:
-            return cls(None if host is True else host, **arguments)
+            return cls(_host_path(host), **arguments)
         return cls(**arguments) if url is None else cls(url, **arguments)
     except (TypeError, ValueError) as exc:  # ConfigurationError is a ValueError
         # The fleet names its argument first ("burst must be ..."): name the setting's key too.
         text = str(exc)
         name = text.split(" ", 1)[0]
         raise ConfigurationError(f"{name.upper()}: {text}" if name in arguments else text) from exc
+
+
+def _host_path(host: Any) -> Optional[str]:
+    """The file of ``"HOST"``: the one given; for True the default (None), or a test run's own."""
+    global _test_run_dir
+    if host is not True:
+        return str(host)
+    if not (hasattr(mail, "outbox") or "sume_urllib3.testing.plugin" in sys.modules):
+        return None  # mail.outbox: Django's setup_test_environment(), which both test runners call
+    if _test_run_dir is None:  # build_fleet holds _lock
+        _test_run_dir = tempfile.mkdtemp(prefix="sume_urllib3-tests-")
+        atexit.register(shutil.rmtree, _test_run_dir, ignore_errors=True)
+    return os.path.join(_test_run_dir, "host.fleet")
 
 
 def _redis_fleet() -> Any:

@@ -1,9 +1,16 @@
 """``get_session()``: one configured SumeSession per thread, rebuilt when ``SUME`` changes.
 
-What the threads' sessions share, so that the process is one client: the retry budget (per
-setting generation), one ``SumeMetrics`` (for the life of the process: ``get_session().metrics``
-counts every thread's requests), the observers of ``SUME["OBSERVERS"]`` and the fleet of
-``SUME["FLEET"]`` (both built once per value of the setting).
+What the threads' sessions share, so that the process is one client: the connection pools and
+the retry budget (per setting generation), one ``SumeMetrics`` (for the life of the process:
+``get_session().metrics`` counts every thread's requests), the observers of ``SUME["OBSERVERS"]``
+and the fleet of ``SUME["FLEET"]`` (both built once per value of the setting).
+
+The pools are shared because a thread may live for one request only: under ASGI Django runs
+each sync view (and each ``sync_to_async(thread_sensitive=True)`` call) in a thread of the
+request's own, so a session with pools of its own would open a connection, and a TLS
+handshake, per request. The session stays per thread (requests does not document a Session's
+cookies and headers as safe to change from several threads); its connections are the
+generation's, in one urllib3 ``PoolManager``, which is thread-safe.
 
 A process made by ``os.fork`` (a preforking server's worker) starts afresh: zero counts, a
 full retry budget, and new sessions on the next ``get_session()`` in every thread.
@@ -13,22 +20,42 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
-from ... import SumeSession, _fork
+from ... import SumeAdapter, SumeSession, _fork
 from ...exceptions import ConfigurationError
 from ...observe import SumeMetrics
 from ...pacing import LocalFleet, RetryBudget
 from . import conf, fleet
 
-# requests.Session is not documented as thread-safe, so each thread gets its own. A
-# setting_changed receiver bumps the generation; a thread notices on its next call.
+# A setting_changed receiver bumps the generation; a thread notices on its next call.
 _local = threading.local()
 _lock = threading.Lock()
 _generation = 0
-# The retry budget is shared by every thread's session of one generation, so the whole
-# process (not each thread) is held to the budget's fraction of traffic.
-_budget: Optional[Tuple[int, RetryBudget]] = None
+
+class _Generation:
+    """What every thread's session of one setting generation shares.
+
+    The retry budget, so the whole process (not each thread) is held to the budget's fraction
+    of traffic; and the first session's adapter, whose pools (requests' ``poolmanager`` and
+    ``proxy_manager``) every later session of the generation sends through.
+    """
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.budget = RetryBudget()
+        self.pools: Optional[SumeAdapter] = None
+
+    def share_pools(self, session: SumeSession) -> None:
+        with _lock:
+            if self.pools is None:
+                self.pools = session.adapter
+                return
+        session.adapter.poolmanager = self.pools.poolmanager
+        session.adapter.proxy_manager = self.pools.proxy_manager
+
+
+_shared: Optional[_Generation] = None
 # Counters are cumulative for the whole process, like a Prometheus counter: a settings
 # change does not reset them. A child process made by fork starts from zero, or every
 # worker of a preloaded server would report the parent's requests again.
@@ -86,21 +113,23 @@ def on_setting_changed(sender: Any = None, setting: str = "", **kwargs: Any) -> 
     Django sends the signal only from ``override_settings`` (and ``TestCase.settings``), on
     entering and on leaving: a test that sets ``SUME`` starts with nothing a previous test
     learned (no cooldown, no pace, a full retry budget), and leaves nothing behind. The
-    fleet of ``SUME["FLEET"]`` is built again; without ``FLEET``, the process-wide
-    ``LocalFleet.default()`` the sessions share forgets what it knew. A ``RedisFleet``'s
-    state lives in Redis, shared with other processes, and is not cleared.
+    fleet of ``SUME["FLEET"]`` forgets what it learned (a host fleet's file too) and is built
+    again; without ``FLEET``, the process-wide ``LocalFleet.default()`` the sessions share
+    forgets what it knew. A ``RedisFleet``'s state lives in Redis, shared with other
+    processes, and is not cleared.
     """
     if setting == conf.SUME_SETTING:
         reset()
-        fleet.forget()
-        LocalFleet.default().reset()
 
 
 def reset() -> None:
-    """Make every thread build a new session on its next ``get_session()`` call."""
+    """Make every thread build a new session on its next ``get_session()`` call, with a fleet
+    that knows nothing (``on_setting_changed``; ``testing.reset_fleets()`` calls it too)."""
     global _generation
     with _lock:
         _generation += 1
+    fleet.forget()
+    LocalFleet.default().reset()
 
 
 def _build(generation: int) -> SumeSession:
@@ -108,11 +137,12 @@ def _build(generation: int) -> SumeSession:
     if resolved.errors:
         details = "; ".join(str(problem) for problem in resolved.errors)
         raise ConfigurationError(f"invalid settings.{conf.SUME_SETTING}: {details}")
-    budget = _shared_budget(generation) if resolved.retry_budget else None
+    shared = _generation_shared(generation)
+    budget = shared.budget if resolved.retry_budget else None
     try:
         # resolved.session_kwargs has fleet= only when SUME["FLEET"] is set: without it the
         # session keeps its default, the process-wide LocalFleet.
-        return SumeSession(
+        session = SumeSession(
             policy=resolved.policy, retry_budget=budget, metrics=_metrics, **resolved.session_kwargs
         )
     except ConfigurationError as exc:
@@ -120,14 +150,16 @@ def _build(generation: int) -> SumeSession:
         raise ConfigurationError(
             f"invalid settings.{conf.SUME_SETTING}: {conf.CHECK_TAG}.E004: {exc}"
         ) from exc
+    shared.share_pools(session)
+    return session
 
 
-def _shared_budget(generation: int) -> RetryBudget:
-    global _budget
+def _generation_shared(generation: int) -> _Generation:
+    global _shared
     with _lock:
-        if _budget is None or _budget[0] != generation:
-            _budget = (generation, RetryBudget())
-        return _budget[1]
+        if _shared is None or _shared.number != generation:
+            _shared = _Generation(generation)
+        return _shared
 
 
 def process_metrics() -> SumeMetrics:

@@ -13,7 +13,9 @@ from django.apps import apps
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from urllib3 import Timeout
 
+from sume_urllib3.contrib.django import get_session
 from sume_urllib3.contrib.django.checks import CHECK_IDS, check_settings
 
 from .settings import API_KEY
@@ -377,3 +379,24 @@ def test_manage_py_check_lists_every_problem(dj_settings: Any) -> None:
     for check_id in ("E002", "E003", "E004", "E005", "E006"):
         assert f"sume_urllib3.{check_id}" in text
     assert "HINT:" in text
+
+
+@pytest.mark.parametrize(
+    "timeout", [(5, None), [5, None], Timeout(connect=5, read=None), Timeout(total=30), Timeout(5, read=20)]
+)
+def test_every_documented_timeout_form_passes_check_and_builds_a_session(
+    dj_settings: Any, timeout: Any
+) -> None:
+    """A read without limit and a urllib3 Timeout are what SumeSession(timeout=...) accepts:
+    manage.py check and get_session() take them too (they crashed with a bare TypeError)."""
+    dj_settings.SUME = {**GOOD, "TIMEOUT": timeout}
+    call_command("check", fail_level="WARNING", stdout=io.StringIO(), stderr=io.StringIO())
+    expected = tuple(timeout) if isinstance(timeout, list) else timeout
+    assert expected == get_session().timeout
+
+
+@pytest.mark.parametrize("timeout", [Timeout(connect=5, read=60), Timeout(total=60), (5, 60)])
+def test_w002_reads_a_urllib3_timeout_as_it_reads_a_pair(dj_settings: Any, timeout: Any) -> None:
+    dj_settings.SUME = {**GOOD, "TIMEOUT": timeout, "MAX_ELAPSED": 30}
+    assert ["sume_urllib3.W002"] == ids()
+    assert "(60s, SUME" in issues()[0].msg

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Dict
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 django = pytest.importorskip("django")
 
 from sume_urllib3.contrib.django import conf  # noqa: E402
-from sume_urllib3.testing import FakeSume, no_sleep  # noqa: E402
+from sume_urllib3.testing import FakeSume, Reply, no_sleep  # noqa: E402
 from tests.test_docs_examples import DOCS, examples  # noqa: E402
 
 GUIDE = DOCS / "guide" / "django.md"
@@ -52,3 +53,18 @@ def test_the_guide_lists_every_check_id() -> None:
     guide = GUIDE.read_text(encoding="utf-8")
 
     assert sorted(CHECK_IDS) == sorted(set(re.findall(r"`(sume_urllib3\.[EW]\d{3})`", guide)))
+
+
+def test_the_async_guide_views_call_sume(fake: FakeSume, dj_settings: Any) -> None:
+    """docs/guide/async.md: its sync view, and its async view through sync_to_async, call Sume."""
+    fake.script("GET", "/v1/me", Reply(200, json={"user": "ada"}))
+    dj_settings.SUME = {"API_KEY": "sk_readme", "BASE_URL": fake.url + "/v1"}
+
+    for example in examples([DOCS / "guide" / "async.md"]):
+        namespace: Dict[str, Any] = {"__name__": "docs_async"}
+        exec(compile(example.source, example.name, "exec"), namespace)
+        answer = namespace["profile"](None)
+        if asyncio.iscoroutine(answer):
+            asyncio.run(answer)
+
+    assert 2 == len(fake.requests_for("GET", "/v1/me"))

@@ -8,6 +8,10 @@ block still holds the key.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from typing import Any, Dict, Iterator
 
 import pytest
@@ -18,8 +22,10 @@ from django.test import override_settings
 
 from sume_urllib3 import SumeRetryError
 from sume_urllib3.contrib.django import get_session
-from sume_urllib3.pacing import LocalFleet
-from sume_urllib3.testing import FakeSume, Reply, SleepRecorder
+from sume_urllib3.contrib.django.fleet import build_fleet
+from sume_urllib3.pacing import HostFleet, LocalFleet
+from sume_urllib3.pacing.host import default_path
+from sume_urllib3.testing import FakeSume, Reply, SleepRecorder, reset_fleets
 
 from .settings import API_KEY
 
@@ -95,3 +101,53 @@ def test_other_settings_leave_the_fleet_alone(api: FakeSume) -> None:
             with pytest.raises(SumeRetryError) as raised:
                 get_session().get("/me")
         assert raised.value.record.fleet_refused
+
+
+def test_a_host_fleet_from_settings_starts_clean_in_the_next_override(api: FakeSume) -> None:
+    """SUME["FLEET"] = {"HOST": True}: the file's cooldown does not outlive the block either."""
+    setting = sume(api, FLEET={"HOST": True})
+    with override_settings(SUME=setting):
+        assert isinstance(get_session().fleet, HostFleet)
+        throttle()
+        with pytest.raises(SumeRetryError) as raised:
+            get_session().get("/me")
+        assert raised.value.record.fleet_refused
+
+    with override_settings(SUME=setting):
+        response = get_session().get("/me")
+        assert (200, 0.0) == (response.status_code, response.sume.paced)
+
+
+def test_reset_fleets_forgets_the_host_fleet_of_the_settings(api: FakeSume) -> None:
+    """Django's runner calls reset_fleets() in setUp: it reaches the settings' host fleet too."""
+    with override_settings(SUME=sume(api, FLEET={"HOST": True})):
+        throttle()
+        reset_fleets()
+        assert 200 == get_session().get("/me").status_code
+
+
+def test_host_true_is_a_file_of_the_test_runs_own() -> None:
+    """While tests run, HOST True is a file in a temporary directory of this run, not the default
+    path that runserver or a deployment on this host uses; outside tests it is the default."""
+    path = build_fleet({"HOST": True}).path
+    assert path != default_path()
+    assert os.path.dirname(os.path.dirname(path)) == tempfile.gettempdir()
+
+    code = (
+        "import sys, django\n"
+        "from django.conf import settings\n"
+        "settings.configure(INSTALLED_APPS=['sume_urllib3.contrib.django'])\n"
+        "django.setup()\n"
+        "from sume_urllib3.contrib.django.fleet import _host_path\n"
+        "print(_host_path(True))\n"
+        "from django.test.utils import setup_test_environment\n"
+        "setup_test_environment()\n"  # what Django's test runner and pytest-django call
+        "print(_host_path(True))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert 0 == run.returncode, run.stderr
+    outside, inside = run.stdout.split()
+    assert "None" == outside  # HostFleet(None): the default path
+    assert os.path.basename(inside) == "host.fleet"
+    assert inside != default_path()

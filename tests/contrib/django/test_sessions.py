@@ -366,6 +366,17 @@ def test_nothing_outside_contrib_django_imports_django() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
 
 
+def test_without_django_the_import_names_the_extra() -> None:
+    """As the other contribs do: the error says which extra to install, in a process without Django."""
+    code = (
+        "import sys; sys.modules['django'] = None\n"
+        "try:\n    import sume_urllib3.contrib.django\n"
+        "except ImportError as exc:\n    print(exc)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert "pip install 'sume-urllib3[django]'" in out.stdout
+
+
 def test_a_changed_environment_rebuilds(dj_settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """SUME_API_BASE_URL changing (say, monkeypatch.setenv in a test) gives a new session."""
     dj_settings.SUME = {"API_KEY": "sk_env"}
