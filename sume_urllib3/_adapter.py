@@ -271,7 +271,11 @@ class SumeAdapter(HTTPAdapter):
         try:
             return self._send(context, request, sent)
         except BaseException as exc:
-            if context.record is None and context.adapter is self:
+            if not isinstance(exc, Exception):
+                # An interrupt (Ctrl-C, a SIGTERM handler's SystemExit) is the caller's, not the
+                # server's: the request ends without a record, and no outcome is told or counted.
+                context.record = context.stream = None
+            elif context.record is None and context.adapter is self:
                 # Something other than the transport broke: the record still ends the request.
                 context.finish(None, None, context.now(), error=type(exc).__name__)
             raise
@@ -296,6 +300,9 @@ class SumeAdapter(HTTPAdapter):
         retry = self.retry
         policy = context.policy or retry.policy
         deadline = context.deadline(policy)
+        if context.hops and context.now() >= deadline:  # requests read the redirect's body meanwhile
+            why = f"not sent: the deadline (max_elapsed={policy.max_elapsed:g}s) passed before this hop"
+            self._refuse(context, request, why, Verdict.STOP)
         if context.fleet is not None:
             self._take_turn(context, request, deadline)
         context.hops += 1
@@ -470,11 +477,17 @@ class SumeAdapter(HTTPAdapter):
                 self._broke(context, request, response, exc)
         return response
 
-    def _refuse(self, context: RequestContext, request: requests.PreparedRequest, reason: str) -> NoReturn:
+    def _refuse(
+        self,
+        context: RequestContext,
+        request: requests.PreparedRequest,
+        reason: str,
+        verdict: Verdict = Verdict.NO_RETRY,
+    ) -> NoReturn:
         """End the request unsent for ``reason``, with the response a hop got before, if any."""
         previous = context.answered() if context.answered is not None else None
         status = None if previous is None else previous.status_code
-        decision = Decision(Verdict.NO_RETRY, reason=reason)
+        decision = Decision(verdict, reason=reason)
         context.add(Attempt(status, None, None, None, decision, at=context.now()))
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)

@@ -256,6 +256,11 @@ class _Watched:
             _watchdog.lets_go(conn)
         super()._put_conn(conn)  # type: ignore[misc]
 
+    def __str__(self) -> str:
+        # urllib3 names a pool in its messages by str(pool): the class the caller knows, not ours.
+        named = next(cls for cls in type(self).__mro__ if not issubclass(cls, _Watched))
+        return f"{named.__name__}(host={self.host!r}, port={self.port!r})"  # type: ignore[attr-defined]
+
 
 class WatchedHTTPConnectionPool(_Watched, HTTPConnectionPool):
     """``HTTPConnectionPool`` whose connections a request's deadline can interrupt."""

@@ -306,14 +306,21 @@ class SumeRetry(Retry):
         counted_out = False
         if attempt.decision.verdict is Verdict.RETRY:
             new, attempt = self._count(context, attempt, method, url, raw, error, _pool, _stacktrace)
-            if new is not None:
-                new._sume_wait = context.next_wait  # what sleep and get_backoff_time answer
             counted_out = new is None and attempt.decision.reason.endswith(COUNTERS_OUT)
+        if new is not None:
+            let_go(raw)  # drained through urllib3, so its connection goes back to the pool
+            wait = context.next_wait or 0.0
+            if context.now() + wait > context.deadline(policy):
+                # Reading the rest of the old body took the time the wait had: no attempt
+                # starts once the deadline has passed.
+                context.end_turn(None, None)  # the turn taken for it goes unused
+                new, attempt = None, _stop(attempt, "the deadline passed while the rest of its body was read")
+            else:
+                new._sume_wait = wait  # what sleep and get_backoff_time answer
         context.add(attempt)
 
         decision = attempt.decision
         if new is not None:
-            let_go(raw)  # drained through urllib3, so its connection goes back to the pool
             if context.adapter is None:
                 new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
             self.announce_retry(context, policy, attempt, method, url)
