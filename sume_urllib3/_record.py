@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ._redact import key_prefix, redact_url
+from ._redact import redact_url
 from ._util import StrEnum, plural
 
 
@@ -19,6 +19,13 @@ class Outcome(StrEnum):
     FIX = "fix"
     NO_RETRY = "no_retry"
     POLL = "poll"
+
+
+def key_prefix(key: Optional[str]) -> Optional[str]:
+    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
+    if not key:
+        return None
+    return key[:8] + "…" if len(key) > 8 else key
 
 
 def status_label(status: Optional[int], code: Optional[str] = None) -> str:

@@ -34,7 +34,7 @@ from sume_urllib3 import (
     SumeSession,
     sume_record,
 )
-from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
+from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, check_timeout
 from sume_urllib3.exceptions import ConfigurationError
 from sume_urllib3.testing import FakeSume, no_sleep
 
@@ -143,7 +143,7 @@ def test_calls_that_finish_in_time_leave_nothing_armed(raw_server: Callable[[Any
             assert session.get("/a").content == b"ok"
         streamed = session.get("/a", stream=True)
         assert b"".join(streamed.iter_content(1)) == b"ok"
-    assert _deadline._watchdog._watches == {}
+    assert _deadline._watchdog.watches == {}
 
 
 def test_a_wait_for_a_free_connection_ends_at_the_deadline(raw_server: Callable[[Any], Loopback]) -> None:
@@ -378,30 +378,34 @@ def test_clone_counts_waits_recorded_under_no_sleep() -> None:
     assert attempt.connect_timeout == 4.0
 
 
-# --- capped ----------------------------------------------------------------------------------
+# --- on real time only ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("timeout", [(5, 60), 5, Timeout(connect=1, read=2), None], ids=repr)
-def test_capped_leaves_the_timeout_alone_with_an_injected_clock(timeout: Any) -> None:
-    """An injected clock measures time that did not pass: the socket timeouts stay as they are."""
-    assert capped(timeout, deadline=1010.0, clock=VirtualTime()) is timeout
+def _answers_after(seconds: float) -> Handler:
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        yield seconds
+        yield reply(200, b"{}")
+
+    return handler
 
 
-@pytest.mark.parametrize("timeout", [(5, 60), 5, None], ids=repr)
-def test_capped_leaves_the_timeout_alone_under_no_sleep(timeout: Any) -> None:
-    """Under no_sleep the waits are not slept, so the real clock's deadline is not applied: the
-    request's clock is then no_sleep's virtual time, which capped leaves alone."""
-    with no_sleep():
-        clock = SumeRetry().timer()
-        assert clock is not time.monotonic
-        assert capped(timeout, deadline=time.monotonic() + 1.0, clock=clock) is timeout
+@pytest.mark.parametrize("clock", ["injected", "no_sleep"])
+def test_a_tests_clock_leaves_the_socket_timeouts_alone(raw_server: Any, clock: str) -> None:
+    """An injected clock or no_sleep's time measures time that did not really pass: an answer that
+    takes 0.3 s of real time is not cut by max_elapsed=0.1 (on real time it would be)."""
+    api = raw_server(_answers_after(0.3))
+    policy = Policy(max_elapsed=0.1)
+    with no_sleep() if clock == "no_sleep" else contextlib.nullcontext():
+        session = raw_session(api, policy=policy, clock=VirtualTime() if clock == "injected" else None)
+        assert session.get("/slow").status_code == 200
+    with pytest.raises(SumeReadTimeout):
+        raw_session(api, policy=policy).get("/slow")
 
 
-def test_capped_with_the_real_clock_caps_every_attempt() -> None:
-    """With the real clock, the result is a DeadlineTimeout whose attempts end by the deadline."""
+def test_every_attempt_of_a_deadline_timeout_ends_by_the_deadline() -> None:
+    """A DeadlineTimeout keeps the timeouts given, and its attempts end by the deadline."""
     deadline = time.monotonic() + 2.0
-    result = capped((5, 60), deadline=deadline, clock=time.monotonic)
-    assert isinstance(result, DeadlineTimeout)
+    result = DeadlineTimeout((5, 60), deadline)
     assert (result._connect, result._read, result.total) == (5, 60, None)
     assert (result.deadline, result.clock) == (deadline, time.monotonic)
     attempt = result.clone()
@@ -410,19 +414,16 @@ def test_capped_with_the_real_clock_caps_every_attempt() -> None:
     assert attempt.connect_timeout == attempt.total
 
 
-def test_capped_with_the_real_clock_keeps_a_timeout_objects_total() -> None:
+def test_a_deadline_timeout_keeps_a_timeout_objects_total() -> None:
     """A urllib3 Timeout's own total still applies when it is shorter."""
-    result = capped(
-        Timeout(connect=1, read=2, total=0.5), deadline=time.monotonic() + 60.0, clock=time.monotonic
-    )
-    assert isinstance(result, DeadlineTimeout)
+    result = DeadlineTimeout(Timeout(connect=1, read=2, total=0.5), time.monotonic() + 60.0)
     assert result.clone().total == 0.5
 
 
-def test_capped_does_not_change_the_callers_timeout() -> None:
+def test_a_deadline_timeout_does_not_change_the_callers_timeout() -> None:
     """The caller's Timeout object is copied, never changed."""
     mine = Timeout(connect=1, read=2)
-    result = capped(mine, deadline=time.monotonic() + 60.0, clock=time.monotonic)
+    result = DeadlineTimeout(mine, time.monotonic() + 60.0)
     assert result is not mine
     assert type(mine) is Timeout
     assert not hasattr(mine, "deadline")
