@@ -376,8 +376,12 @@ class SumeAdapter(HTTPAdapter):
             try:
                 response = super().send(request, **sent)
             except requests.exceptions.RequestException as exc:
-                if broken is not None:  # the resend failed too: the caller hears of the body
-                    raise self._body_failed(context, request, broken) from redact(exc)
+                if broken is not None:
+                    # The resend of a body that broke failed too: the caller asked for one response
+                    # and hears of its body's error, as requests reports it (ChunkedEncodingError);
+                    # the resend's failure is the cause, its attempts are in the record.
+                    record = self._finish(context, request, None, None, error=type(broken).__name__)
+                    raise raisable(broken, record) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(timeout_for(context.watch, exc), self._finish(context, request, None, None))
             if _ENFORCE_LENGTH:
@@ -508,24 +512,13 @@ class SumeAdapter(HTTPAdapter):
         response.sume = record  # type: ignore[attr-defined]
         return record
 
-    def _body_failed(
-        self, context: RequestContext, request: requests.PreparedRequest, broken: Exception
-    ) -> Exception:
-        """A body broke mid-read and its resend failed at the transport: the body's error.
-
-        The caller asked for one response and its body broke, as requests would report it
-        (``ChunkedEncodingError``); the resend's own failure is its cause, and its attempts
-        are in the record.
-        """
-        return raisable(broken, self._finish(context, request, None, None, error=type(broken).__name__))
-
     def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
         seen = self.retry.decide_response(context, response.raw)
         if seen.decision.retry:
             decision = Decision(
                 Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
             )
-            seen = Attempt(seen.status, seen.code, seen.request_id, seen.next_action, decision, at=seen.at)
+            seen = seen._replace(decision=decision)
         context.add(seen)
 
     def _finish(

@@ -465,43 +465,33 @@ class SumeRetry(Retry):
         now = context.now()
         refused_with = tunnel_status(error)
         if refused_with is not None:
-            return self._decide_tunnel(context, policy, refused_with, error, now)
-        if self._is_connection_error(error):
-            kind = "connect"
-        elif self._is_read_error(error) or not _verification_failure(error):
-            # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
-            # request that may be sent twice, as after a read failure. A certificate that
-            # failed verification fails the same way again: not retried.
-            kind = "read"
+            # Through a plain-http origin a proxy's refusal arrives as a response, decided by the
+            # table; through a tunnel as this error. The same row decides both (a 407 is not
+            # retried, a proxy's 503 is), and nothing reached the API: any request may go again.
+            elapsed = now - context.start
+            decided = policy.decide(refused_with, None, None, context.retries, elapsed, rng=self.rng)
+            reason = f"the proxy refused the tunnel: {decided.reason}"
+            decision = Decision(decided.verdict, decided.wait, decided.source, reason)
         else:
-            kind = "other"
-        verb = method or context.method
-        refusal = self.refusal(context, verb)
-        if kind == "read" and not verb and not self._is_read_error(error):
-            refusal = None  # a direct increment(error=...) names no request to protect
-        decision = policy.decide_error(
-            kind, context.retries, now - context.start, replay_safe=refusal is None, rng=self.rng
-        )
-        if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
-            # Which rule keeps it from going again (no key, a body sent once), as for a response.
-            decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
-        retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
-        return Attempt(
-            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
-        )
-
-    def _decide_tunnel(
-        self, context: RequestContext, policy: Policy, status: int, error: Exception, now: float
-    ) -> Attempt:
-        """A proxy that refused the CONNECT tunnel with ``status``: decided by that status's row.
-
-        Through a plain-http origin the proxy's answer arrives as a response, decided by the table;
-        through a tunnel it arrives as an error. The same row decides both (a 407 is not retried, a
-        proxy's 503 is), and nothing reached the API: any request may go again.
-        """
-        decided = policy.decide(status, None, None, context.retries, now - context.start, rng=self.rng)
-        reason = f"the proxy refused the tunnel: {decided.reason}"
-        decision = Decision(decided.verdict, decided.wait, decided.source, reason)
+            if self._is_connection_error(error):
+                kind = "connect"
+            elif self._is_read_error(error) or not _verification_failure(error):
+                # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
+                # request that may be sent twice, as after a read failure. A certificate that
+                # failed verification fails the same way again: not retried.
+                kind = "read"
+            else:
+                kind = "other"
+            verb = method or context.method
+            refusal = self.refusal(context, verb)
+            if kind == "read" and not verb and not self._is_read_error(error):
+                refusal = None  # a direct increment(error=...) names no request to protect
+            decision = policy.decide_error(
+                kind, context.retries, now - context.start, replay_safe=refusal is None, rng=self.rng
+            )
+            if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
+                # Which rule keeps it from going again (no key, a body sent once), as for a response.
+                decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
         retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
         return Attempt(
             None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
@@ -606,16 +596,9 @@ _GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
 def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
     """``attempt`` stopped for ``why``; ``retry_in`` defaults to the wait the retry would have had."""
     decision = Decision(Verdict.STOP, reason=f"{attempt.label}: {why}")
-    return Attempt(
-        attempt.status,
-        attempt.code,
-        attempt.request_id,
-        attempt.next_action,
-        decision,
-        error=attempt.error,
-        at=attempt.at,
-        retry_in=attempt.decision.wait if retry_in is None else retry_in,
-    )
+    if retry_in is None:
+        retry_in = attempt.decision.wait
+    return attempt._replace(decision=decision, retry_in=retry_in)
 
 
 def _checked_policy(
