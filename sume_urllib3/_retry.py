@@ -283,7 +283,9 @@ class SumeRetry(Retry):
         fleet's turn (each can turn it into STOP; see :meth:`RequestContext.take_turn`), and
         still fit before the deadline once the rest of the old body is read.
         """
-        raw = response if isinstance(response, _URLLIB3_RESPONSE) else _raw_response(response)
+        raw = response
+        if not isinstance(raw, _URLLIB3_RESPONSE) and hasattr(raw, "status_code") and hasattr(raw, "raw"):
+            raw = raw.raw  # responses 0.21 hands increment a requests.Response; urllib3 its own
         if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
             return self._redirect(method, url, raw, _pool, _stacktrace)
         if error is None:
@@ -453,7 +455,10 @@ class SumeRetry(Retry):
                 reason = f"{status_label(status, envelope.code)}: {refusal}"
                 decision = Decision(Verdict.NO_RETRY, reason=reason)
         if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
-            retry_in = _retry_in(policy, retry_after, context.retries, self.rng)
+            # When trying again could succeed: the server's Retry-After, else the next backoff.
+            retry_in = parse_retry_after(retry_after)
+            if retry_in is None:
+                retry_in = policy.backoff(context.retries, self.rng)
         return Attempt(
             status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
         )
@@ -513,7 +518,9 @@ class SumeRetry(Retry):
         decision = policy.decide_error(
             "read", context.retries, now - context.start, replay_safe=replay_safe, rng=self.rng
         )
-        if decision.retry and not self.counters_allow(context.retries):
+        # urllib3's own counters (total, read) must leave room for one more retry, as in its loop.
+        counters = [c for c in (self.total, self.read) if c is False or type(c) is int]
+        if decision.retry and any(c is False or context.retries >= c for c in counters):
             decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
         if decision.retry and not rewind():
             decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
@@ -537,15 +544,6 @@ class SumeRetry(Retry):
             # A retry like any other: the observers (metrics, the log line) hear of it before its wait.
             self.announce_retry(context, policy, attempt, context.method, context.url)
         return decision.retry
-
-    def counters_allow(self, retries: int) -> bool:
-        """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
-        for counter in (self.total, self.read):
-            if counter is False or (
-                isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
-            ):
-                return False
-        return True
 
     def announce_retry(
         self,
@@ -717,13 +715,6 @@ _URLLIB3_RESPONSE: Any = getattr(urllib3.response, "BaseHTTPResponse", HTTPRespo
 _REDIRECTS = frozenset(HTTPResponse.REDIRECT_STATUSES)
 
 
-def _raw_response(response: Any) -> Any:
-    # responses 0.21 hands increment a requests.Response; urllib3 its own (see increment).
-    if response is not None and hasattr(response, "status_code") and hasattr(response, "raw"):
-        return response.raw
-    return response
-
-
 def _redirect_location(raw: Any) -> Any:
     getter = getattr(raw, "get_redirect_location", None)
     try:
@@ -747,12 +738,6 @@ def tunnel_status(error: BaseException) -> Optional[int]:
 
 
 _TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: ([1-5][0-9][0-9])\b")
-
-
-def _retry_in(policy: Policy, retry_after: Optional[str], retries: int, rng: RandomSource) -> float:
-    """Seconds until trying again could succeed: the server's Retry-After, else the next backoff."""
-    asked = parse_retry_after(retry_after)
-    return asked if asked is not None else policy.backoff(retries, rng)
 
 
 def _verification_failure(error: BaseException) -> bool:
