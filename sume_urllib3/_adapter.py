@@ -392,7 +392,7 @@ class SumeAdapter(HTTPAdapter):
                 context.end_turn(response.status_code, response.headers)
             watch = context.watch
             if watch is not None and watch.fired:
-                self._cut(context, request, response)
+                self._broke(context, request, response)
             status = response.status_code
             if sent["stream"] or status >= 400 or (status in REDIRECT_STATI and response.is_redirect):
                 return response  # a redirect's body is requests' to read (it forgives a bad one)
@@ -409,7 +409,7 @@ class SumeAdapter(HTTPAdapter):
                 self.retry.sleep()
                 continue
             if watch is not None and watch.fired:
-                self._cut(context, request, response)
+                self._broke(context, request, response)
             return response
 
     def _conclude(
@@ -477,23 +477,19 @@ class SumeAdapter(HTTPAdapter):
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)
 
-    def _cut(
-        self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
-    ) -> NoReturn:
-        """The deadline cut this response: headers or a body without a length end at the cut as
-        if complete, and must not pass for a success (the give-up is a ReadTimeout)."""
-        response.close()
-        self._broke(context, request, response, requests.exceptions.ConnectionError("cut at the deadline"))
-
     def _broke(
         self,
         context: RequestContext,
         request: requests.PreparedRequest,
         response: requests.Response,
-        error: Exception,
+        error: Optional[Exception] = None,
     ) -> NoReturn:
-        """The body broke mid-read and is not resent: the error (a ReadTimeout when the deadline
-        cut it) with the record."""
+        """The body broke mid-read (``error``) and is not resent, or the deadline cut the response
+        (None: headers or a body without a length end at the cut as if complete, and must not pass
+        for a success): raise the error (a ReadTimeout when the deadline cut it) with the record."""
+        if error is None:
+            response.close()
+            error = requests.exceptions.ConnectionError("cut at the deadline")
         cut = timeout_for(context.watch, error)
         throw(
             cut,
