@@ -16,11 +16,9 @@ from requests.models import REDIRECT_STATI
 from . import _deadline, _fork, _sleeping
 from ._body import BODY_ERRORS, DRAIN_LIMIT, hold_whole, watch_stream
 from ._config import check_flag, check_pool_arguments
-from ._deadline import TimeoutSpec, capped, check_timeout, timeout_for
+from ._deadline import DeadlineTimeout, TimeoutSpec, Watch, check_timeout, timeout_for
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
-from ._idempotency import (
-    IDEMPOTENCY_HEADER,
-)
+from ._idempotency import IDEMPOTENCY_HEADER
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord
 from ._redirects import (
@@ -32,11 +30,11 @@ from ._redirects import (
     strip,
     taken_before,
 )
-from ._request import Attempt, RequestContext, current, refused_retry_in
+from ._request import Attempt, RequestContext, current
 from ._retry import SumeRetry
 from ._util import RandomSource, leaves_origin
 from .observe import Observers, RequestStart, SumeObserver, in_own_context
-from .pacing._fleet import GRANT_NOW, Fleet, LocalFleet, RetryBudget
+from .pacing._fleet import Fleet, LocalFleet, RetryBudget
 from .pacing._signals import key_ids
 
 
@@ -100,6 +98,10 @@ class SumeAdapter(HTTPAdapter):
     """
 
     __attrs__ = [*HTTPAdapter.__attrs__, "raise_on_give_up", "observers", "timeout", "fleet"]  # noqa: RUF012
+
+    #: The retry template every request starts from (never changed by a request): ``max_retries``,
+    #: typed (see ``__setattr__``).
+    retry: SumeRetry
 
     def __init__(
         self,
@@ -166,12 +168,14 @@ class SumeAdapter(HTTPAdapter):
         # Libraries reconfigure mounted adapters in place (requests-futures' adapter_kwargs sets
         # max_retries to a urllib3 Retry): refused here, by name, rather than failing every
         # later request with an AttributeError deep in a retry.
-        if name == "max_retries" and not isinstance(value, SumeRetry):
-            raise ConfigurationError(
-                f"SumeAdapter.max_retries must be a SumeRetry, got {type(value).__name__}: cap "
-                "retries with Policy(max_retries=...) (and leave max_retries out of what a library "
-                "such as requests-futures sets on mounted adapters)"
-            )
+        if name == "max_retries":
+            if not isinstance(value, SumeRetry):
+                raise ConfigurationError(
+                    f"SumeAdapter.max_retries must be a SumeRetry, got {type(value).__name__}: cap "
+                    "retries with Policy(max_retries=...) (and leave max_retries out of what a "
+                    "library such as requests-futures sets on mounted adapters)"
+                )
+            super().__setattr__("retry", value)
         super().__setattr__(name, value)
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
@@ -206,11 +210,6 @@ class SumeAdapter(HTTPAdapter):
             self.raise_on_give_up = other.raise_on_give_up
 
     @property
-    def retry(self) -> SumeRetry:
-        """The retry template every request starts from (never changed by a request)."""
-        return self.max_retries  # type: ignore[return-value]  # always a SumeRetry, see __init__
-
-    @property
     def policy(self) -> Policy:
         """The policy the retry carries out."""
         return self.retry.policy
@@ -223,8 +222,8 @@ class SumeAdapter(HTTPAdapter):
     @observers.setter
     def observers(self, value: Iterable[SumeObserver]) -> None:
         # HTTPAdapter.__setstate__ sets every __attrs__ entry back; the retry owns them.
-        if isinstance(self.max_retries, SumeRetry) and tuple(value) != tuple(self.retry.observers):
-            self.max_retries.observers = Observers(value)
+        if tuple(value) != tuple(self.retry.observers):
+            self.retry.observers = Observers(value)
 
     @property
     def retry_budget(self) -> Optional[RetryBudget]:
@@ -259,19 +258,56 @@ class SumeAdapter(HTTPAdapter):
     def _serve(
         self, joined: Optional[RequestContext], request: requests.PreparedRequest, sent: Dict[str, Any]
     ) -> requests.Response:
-        """One call: a session's request (``joined``), else a logical request of its own."""
-        own = joined is None
-        if joined is None:
-            now = self.retry.timer()
+        """One hop of a session's request (``joined``), else of a logical request of its own: join
+        it (or leave behind what a redirect must not carry), take the fleet's turn, send it with
+        the deadline's timeouts (urllib3's loop driven by the retry), and record how it ended."""
+        retry = self.retry
+        context = joined
+        if context is None:
+            now = retry.timer()
             context = RequestContext(now(), now=now)
-        else:
-            context = joined
-        if own:
             token = current.set(context)
         try:
-            return self._send(context, request, sent)
+            self._hop(context, request)
+            policy = context.policy or retry.policy
+            if context.hops and context.now() >= context.deadline:  # requests read a redirect's body
+                why = f"not sent: the deadline (max_elapsed={policy.max_elapsed:g}s) passed before this hop"
+                self._refuse(context, request, why, Verdict.STOP)
+            if context.hops and context.fleet is not None and leaves_origin(context.url, request.url or ""):
+                context.leave_fleet()  # another host's answers must not pace this key
+            while context.fleet is not None:  # slow start may ask a first attempt to come back
+                key_id = context.key_id or key_ids.for_request(request.url or "", request.headers)
+                turn = context.take_turn(context.now(), key_id=key_id, rng=retry.rng)
+                if turn.refused is not None:  # the turn would cross the deadline: nothing is sent
+                    decision = Decision(Verdict.STOP, reason=f"not sent: {turn.refused}")
+                    at, retry_in = context.now(), turn.retry_in
+                    refused = Attempt(None, None, None, None, decision, at=at, retry_in=retry_in)
+                    context.add(refused)
+                    raise SumeRetryError(self._finish(context, request, None, None))
+                if turn.wait > 0 and turn.grant.source == "slow_start":
+                    # Waiting for responses in flight, which arrive in real time even when a
+                    # test's sleep and clock are virtual: this pause must really pass.
+                    time.sleep(turn.wait)
+                elif turn.wait > 0:
+                    _sleeping.wait(turn.wait, retry.sleep_function)
+                if not turn.grant.again:
+                    break
+            context.hops += 1
+            timeout = check_timeout(sent["timeout"]) if sent["timeout"] is not None else self.timeout
+            if context.now is time.monotonic:  # a test's clock measures time that did not pass
+                sent["timeout"] = DeadlineTimeout(timeout, context.deadline)
+                if context.watch is None:  # the read timeout restarts with every byte: this bounds a trickle
+                    context.watch = Watch(context.deadline, policy.max_elapsed)
+            else:
+                sent["timeout"] = timeout
+            response = self._transmit(context, request, policy, sent)
+            return self._conclude(context, request, response, sent["stream"])
         except BaseException as exc:
-            if context.record is None and context.adapter is self:
+            if not isinstance(exc, Exception):
+                # An interrupt (Ctrl-C, a SIGTERM handler's SystemExit) is the caller's, not the
+                # server's: the request ends without a record, and no outcome is told or counted.
+                context.record = context.stream = None
+            elif context.record is None and context.adapter is self:
                 # Something other than the transport broke: the record still ends the request.
                 context.finish(None, None, context.now(), error=type(exc).__name__)
             raise
@@ -279,33 +315,14 @@ class SumeAdapter(HTTPAdapter):
             if context.grant is not None:  # None after a response: end_turn released it there
                 context.end_turn(None, None)
             if context.watch is not None and context.stream is None:
-                _deadline.disarm(context.watch)  # a stream stays watched while the caller reads it
+                context.watch.end()  # a stream stays watched while the caller reads it
                 context.watch = None
-            if own:
+            if joined is None:
                 current.reset(token)
                 if context.stream is not None:
-                    context.stream.report_with(self.observers.outcome)
+                    context.stream.report_with(retry.observers.outcome)
                 elif context.record is not None:
-                    self.observers.outcome(context.record)
-
-    def _send(
-        self, context: RequestContext, request: requests.PreparedRequest, sent: Dict[str, Any]
-    ) -> requests.Response:
-        """One hop: join (or continue) the request, take the fleet's turn, transmit, conclude."""
-        self._hop(context, request)
-        retry = self.retry
-        policy = context.policy or retry.policy
-        deadline = context.deadline(policy)
-        if context.fleet is not None:
-            self._take_turn(context, request, deadline)
-        context.hops += 1
-        timeout = check_timeout(sent["timeout"]) if sent["timeout"] is not None else self.timeout
-        sent["timeout"] = capped(timeout, deadline, context.now)
-        if sent["timeout"] is not timeout and context.watch is None:  # capped: on real time
-            # The read timeout restarts with every byte: this bounds what a trickle can take.
-            context.watch = _deadline.arm(deadline - time.monotonic(), policy.max_elapsed)
-        response = self._transmit(context, request, policy, sent)
-        return self._conclude(context, request, response, sent["stream"], deadline)
+                    retry.observers.outcome(context.record)
 
     def _hop(self, context: RequestContext, request: requests.PreparedRequest) -> None:
         """The first hop joins the request (its key, its body; the budget counts it, ``on_start``
@@ -349,34 +366,6 @@ class SumeAdapter(HTTPAdapter):
         if why is not None:
             self._refuse(context, request, why)
 
-    def _take_turn(self, context: RequestContext, request: requests.PreparedRequest, deadline: float) -> None:
-        """Wait for the fleet's turn before sending; a turn past the deadline sends nothing."""
-        if context.hops and leaves_origin(context.url, request.url or ""):
-            context.leave_fleet()  # another host's answers must not pace this key
-            return
-        fleet, retry = context.fleet, self.retry
-        key_id = context.key_id or key_ids.for_request(request.url or "", request.headers)
-        while True:  # slow start may ask a first attempt to come back (grant.again)
-            grant = fleet.acquire(key_id, time_left=deadline - context.now())
-            if grant is GRANT_NOW:  # the usual answer: nothing known, nothing held
-                break
-            context.held(grant, grant.wait if grant.wait > 0 and not grant.refused else 0.0)
-            if grant.refused:
-                decision = Decision(Verdict.STOP, reason=f"not sent: {grant.refused}")
-                # Spread: every caller refused now heard the same next turn.
-                retry_in = refused_retry_in(grant.wait, retry.rng)
-                context.add(Attempt(None, None, None, None, decision, at=context.now(), retry_in=retry_in))
-                raise SumeRetryError(self._finish(context, request, None, None))
-            if grant.wait > 0 and grant.source == "slow_start":
-                # Waiting for responses in flight, which arrive in real time even when a
-                # test's sleep and clock are virtual: this pause must really pass.
-                time.sleep(grant.wait)
-            elif grant.wait > 0:
-                _sleeping.wait(grant.wait, retry.sleep_function)
-            if not grant.again:
-                break
-        context.granted(grant, key_id)
-
     def _transmit(
         self, context: RequestContext, request: requests.PreparedRequest, policy: Policy, sent: Dict[str, Any]
     ) -> requests.Response:
@@ -387,8 +376,12 @@ class SumeAdapter(HTTPAdapter):
             try:
                 response = super().send(request, **sent)
             except requests.exceptions.RequestException as exc:
-                if broken is not None:  # the resend failed too: the caller hears of the body
-                    raise self._body_failed(context, request, broken) from redact(exc)
+                if broken is not None:
+                    # The resend of a body that broke failed too: the caller asked for one response
+                    # and hears of its body's error, as requests reports it (ChunkedEncodingError);
+                    # the resend's failure is the cause, its attempts are in the record.
+                    record = self._finish(context, request, None, None, error=type(broken).__name__)
+                    raise raisable(broken, record) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(timeout_for(context.watch, exc), self._finish(context, request, None, None))
             if _ENFORCE_LENGTH:
@@ -399,7 +392,7 @@ class SumeAdapter(HTTPAdapter):
                 context.end_turn(response.status_code, response.headers)
             watch = context.watch
             if watch is not None and watch.fired:
-                self._cut(context, request, response)
+                self._broke(context, request, response)
             status = response.status_code
             if sent["stream"] or status >= 400 or (status in REDIRECT_STATI and response.is_redirect):
                 return response  # a redirect's body is requests' to read (it forgives a bad one)
@@ -416,7 +409,7 @@ class SumeAdapter(HTTPAdapter):
                 self.retry.sleep()
                 continue
             if watch is not None and watch.fired:
-                self._cut(context, request, response)
+                self._broke(context, request, response)
             return response
 
     def _conclude(
@@ -425,7 +418,6 @@ class SumeAdapter(HTTPAdapter):
         request: requests.PreparedRequest,
         response: requests.Response,
         stream: bool,
-        deadline: float,
     ) -> requests.Response:
         """Record how the hop ended (``response.sume``); raise the give-up unless told not to."""
         status = response.status_code
@@ -461,7 +453,7 @@ class SumeAdapter(HTTPAdapter):
                 # blocking pool would never see its connection again: one that ends within the
                 # drain's limit is read into memory now (the caller reads it as before), and its
                 # connection goes back. A longer one is the caller's to read or close.
-                hold_whole(response.raw, DRAIN_LIMIT, lambda: context.now() >= deadline)
+                hold_whole(response.raw, DRAIN_LIMIT, lambda: context.now() >= context.deadline)
             raise SumeRetryError(record, response)
         if not stream and status >= 400:
             try:
@@ -470,32 +462,34 @@ class SumeAdapter(HTTPAdapter):
                 self._broke(context, request, response, exc)
         return response
 
-    def _refuse(self, context: RequestContext, request: requests.PreparedRequest, reason: str) -> NoReturn:
+    def _refuse(
+        self,
+        context: RequestContext,
+        request: requests.PreparedRequest,
+        reason: str,
+        verdict: Verdict = Verdict.NO_RETRY,
+    ) -> NoReturn:
         """End the request unsent for ``reason``, with the response a hop got before, if any."""
         previous = context.answered() if context.answered is not None else None
         status = None if previous is None else previous.status_code
-        decision = Decision(Verdict.NO_RETRY, reason=reason)
+        decision = Decision(verdict, reason=reason)
         context.add(Attempt(status, None, None, None, decision, at=context.now()))
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)
-
-    def _cut(
-        self, context: RequestContext, request: requests.PreparedRequest, response: requests.Response
-    ) -> NoReturn:
-        """The deadline cut this response: headers or a body without a length end at the cut as
-        if complete, and must not pass for a success (the give-up is a ReadTimeout)."""
-        response.close()
-        self._broke(context, request, response, requests.exceptions.ConnectionError("cut at the deadline"))
 
     def _broke(
         self,
         context: RequestContext,
         request: requests.PreparedRequest,
         response: requests.Response,
-        error: Exception,
+        error: Optional[Exception] = None,
     ) -> NoReturn:
-        """The body broke mid-read and is not resent: the error (a ReadTimeout when the deadline
-        cut it) with the record."""
+        """The body broke mid-read (``error``) and is not resent, or the deadline cut the response
+        (None: headers or a body without a length end at the cut as if complete, and must not pass
+        for a success): raise the error (a ReadTimeout when the deadline cut it) with the record."""
+        if error is None:
+            response.close()
+            error = requests.exceptions.ConnectionError("cut at the deadline")
         cut = timeout_for(context.watch, error)
         throw(
             cut,
@@ -514,24 +508,13 @@ class SumeAdapter(HTTPAdapter):
         response.sume = record  # type: ignore[attr-defined]
         return record
 
-    def _body_failed(
-        self, context: RequestContext, request: requests.PreparedRequest, broken: Exception
-    ) -> Exception:
-        """A body broke mid-read and its resend failed at the transport: the body's error.
-
-        The caller asked for one response and its body broke, as requests would report it
-        (``ChunkedEncodingError``); the resend's own failure is its cause, and its attempts
-        are in the record.
-        """
-        return raisable(broken, self._finish(context, request, None, None, error=type(broken).__name__))
-
     def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
         seen = self.retry.decide_response(context, response.raw)
         if seen.decision.retry:
             decision = Decision(
                 Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
             )
-            seen = Attempt(seen.status, seen.code, seen.request_id, seen.next_action, decision, at=seen.at)
+            seen = seen._replace(decision=decision)
         context.add(seen)
 
     def _finish(

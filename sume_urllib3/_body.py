@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import requests
 from urllib3.util.response import is_fp_closed
 
-from ._deadline import Watch, disarm, timeout_for
+from ._deadline import Watch, timeout_for
 from ._envelope import ends_like_document, whole_document
 from ._errors import raisable
 from ._record import SumeRecord
@@ -405,7 +405,8 @@ class StreamWatch:
         if self._ended:
             return
         self._ended = True
-        disarm(self._deadline)
+        if self._deadline is not None:
+            self._deadline.end()
         if self._report is not None:
             if self._context is not None:
                 self._context.run(self._report, self.record)

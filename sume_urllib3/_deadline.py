@@ -8,12 +8,10 @@ request is reading is shut down, the blocked read returns at once, and the adapt
 the failure into ``SumeReadTimeout`` with the record.
 
 One daemon thread watches every request of the process; it looks ten times a second while
-requests come, and parks on an event after a second without any. Arming a request is a
-dictionary insert and nothing else while the thread is awake: waking a parked thread on
-every request (an event's lock, a thread switch) cost more than the rest of the watch. The
-pools SumeAdapter makes tell the watch which connection the request holds, and forget it
-the moment it goes back to the pool, so a watch never touches a connection another request
-is using.
+requests come, and parks on an event after a second without any (a watch made while it is
+awake only joins its table). The pools SumeAdapter makes tell the watch which connection the
+request holds, and forget it the moment it goes back to the pool, so a watch never touches a
+connection another request is using.
 
 Private parts of urllib3 used here (see ``_body`` for the versions checked):
 ``HTTPConnectionPool._get_conn``/``_put_conn`` (where a pool hands a connection out and takes it
@@ -22,7 +20,6 @@ back: no public hook) and ``Timeout._connect``/``_read`` (the values as given, u
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
 import threading
@@ -49,7 +46,11 @@ IDLE_TICKS = 10
 
 
 class Watch:
-    """One request's deadline on the real monotonic clock, and the connection it reads from."""
+    """One request's deadline on the real monotonic clock, and the connection it reads from.
+
+    Watched from when it is made until :meth:`end`: at ``deadline`` the socket it reads is cut
+    (``max_elapsed``, the deadline the caller set, is for the error's message).
+    """
 
     __slots__ = ("conn", "deadline", "fired", "max_elapsed")
 
@@ -58,70 +59,57 @@ class Watch:
         self.max_elapsed = max_elapsed
         self.conn: Any = None
         self.fired = False
+        _watchdog.watches[id(self)] = self
+        if _watchdog.parked:
+            _watchdog.unpark()
+
+    def end(self) -> None:
+        """The request is over (or handed its body to the caller, who reads it in its own time)."""
+        _watchdog.watches.pop(id(self), None)
+        self.conn = None
 
 
 class _Watchdog:
     def __init__(self) -> None:
-        self._watches: Dict[int, Watch] = {}
-        self._lock = threading.Lock()  # guards Watch.conn between the pools and the watcher
+        self.watches: Dict[int, Watch] = {}
+        self.lock = threading.Lock()  # guards Watch.conn between the pools and the watcher
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        # True while the thread waits on _wake (or before it starts): only then does arm wake it.
-        self._parked = True
+        # True while the thread waits on _wake (or before it starts): only then does a new watch wake it.
+        self.parked = True
 
     def _after_fork(self) -> None:
-        # The parent's thread did not cross the fork: the same object starts afresh, so the
-        # functions below (its bound methods) stay right.
+        # The parent's thread did not cross the fork: the same object starts afresh.
         self.__init__()  # type: ignore[misc]
 
-    def arm(self, seconds_left: float, max_elapsed: float) -> Watch:
-        watch = Watch(time.monotonic() + max(seconds_left, 0.0), max_elapsed)
-        self._watches[id(watch)] = watch
-        if self._parked:
-            self._unpark()
-        return watch
-
-    def _unpark(self) -> None:
-        self._parked = False
+    def unpark(self) -> None:
+        self.parked = False
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="sume-deadline", daemon=True)
             self._thread.start()
         else:
             self._wake.set()
 
-    def disarm(self, watch: Optional[Watch]) -> None:
-        if watch is not None:
-            self._watches.pop(id(watch), None)
-            watch.conn = None
-
-    def lets_go(self, conn: Any) -> None:
-        watch = getattr(conn, "_sume_watch", None)
-        if watch is not None:
-            with self._lock:  # a cut under way ends before the connection serves another request
-                if watch.conn is conn:
-                    watch.conn = None
-                conn._sume_watch = None
-
     def _run(self) -> None:
         idle = 0
         while True:
-            if not self._watches:
+            if not self.watches:
                 idle += 1
                 if idle > IDLE_TICKS:
-                    # Parked flag first, then the last look: an arm after that look sees
-                    # the flag and wakes the thread; one before it is seen here.
-                    self._parked = True
+                    # Parked flag first, then the last look: a watch made after that look sees
+                    # the flag and wakes the thread; one made before it is seen here.
+                    self.parked = True
                     self._wake.clear()
-                    if not self._watches:
+                    if not self.watches:
                         self._wake.wait()
-                    self._parked = False
+                    self.parked = False
                     idle = 0
                     continue
             else:
                 idle = 0
             time.sleep(TICK)
             now = time.monotonic()
-            for watch in list(self._watches.values()):
+            for watch in list(self.watches.values()):
                 if now >= watch.deadline:
                     try:
                         self._fire(watch)
@@ -129,8 +117,8 @@ class _Watchdog:
                         log.exception("sume_urllib3: cutting a request at its deadline failed")
 
     def _fire(self, watch: Watch) -> None:
-        self._watches.pop(id(watch), None)
-        with self._lock:
+        self.watches.pop(id(watch), None)
+        with self.lock:
             conn = watch.conn
             sock = _socket_of(getattr(conn, "sock", None) if conn is not None else None)
             if sock is None:
@@ -155,17 +143,7 @@ def _socket_of(sock: Any) -> Optional[socket.socket]:
 
 
 _watchdog = _Watchdog()
-
-
 _fork.track(_watchdog)
-
-#: ``arm(seconds_left, max_elapsed)``: watch the current request until :func:`disarm`; at
-#: ``seconds_left`` from now it is cut (``max_elapsed``, the deadline the caller set, is for the
-#: error's message). The watchdog's own method: one call per request, not two.
-arm = _watchdog.arm
-#: ``disarm(watch)``: the request is over (or handed its body to the caller, who reads it in
-#: its own time).
-disarm = _watchdog.disarm
 
 
 def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
@@ -219,7 +197,7 @@ class _Watched:
         if watch is not None:
             # No lock: the watcher reads watch.conn once, under the lock, and either value is
             # right (None: this tick cuts nothing; conn: the request's own socket). The order
-            # lets lets_go find the watch whenever the watcher can find the connection.
+            # lets _put_conn find the watch whenever the watcher can find the connection.
             conn._sume_watch = watch
             watch.conn = conn
         return conn
@@ -252,9 +230,18 @@ class _Watched:
         )
 
     def _put_conn(self, conn: Any) -> None:
-        if conn is not None:
-            _watchdog.lets_go(conn)
+        watch = getattr(conn, "_sume_watch", None)
+        if watch is not None:
+            with _watchdog.lock:  # a cut under way ends before the connection serves another request
+                if watch.conn is conn:
+                    watch.conn = None
+                conn._sume_watch = None
         super()._put_conn(conn)  # type: ignore[misc]
+
+    def __str__(self) -> str:
+        # urllib3 names a pool in its messages by str(pool): the class the caller knows, not ours.
+        named = next(cls for cls in type(self).__mro__ if not issubclass(cls, _Watched))
+        return f"{named.__name__}(host={self.host!r}, port={self.port!r})"  # type: ignore[attr-defined]
 
 
 class WatchedHTTPConnectionPool(_Watched, HTTPConnectionPool):
@@ -342,7 +329,9 @@ class DeadlineTimeout(Timeout):
 
     urllib3 calls ``clone()`` at the start of every attempt of one ``urlopen``, retries
     included, so the cap follows the clock: no attempt's connect or read may outlive the
-    logical request's ``max_elapsed``.
+    logical request's ``max_elapsed``. SumeAdapter makes one for a request on real time only:
+    an injected clock or ``testing.no_sleep``'s time measures time that did not really pass,
+    so socket timeouts are left as given there.
     """
 
     deadline: float
@@ -354,8 +343,12 @@ class DeadlineTimeout(Timeout):
         deadline: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        base = timeout if isinstance(timeout, Timeout) else _checked(timeout)
-        super().__init__(total=base.total, connect=base._connect, read=base._read)
+        if isinstance(timeout, Timeout):
+            connect, read, total = timeout._connect, timeout._read, timeout.total
+        else:
+            connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+            total = None
+        super().__init__(total=total, connect=connect, read=read)
         self.deadline = deadline
         self.clock = clock
 
@@ -364,17 +357,3 @@ class DeadlineTimeout(Timeout):
         left = max(self.deadline - self.clock(), MIN_ATTEMPT_TIMEOUT)
         total = min(self.total, left) if isinstance(self.total, (int, float)) else left
         return Timeout(connect=self._connect, read=self._read, total=total)
-
-
-def capped(timeout: TimeoutSpec, deadline: float, clock: Callable[[], float]) -> TimeoutSpec:
-    """``timeout`` capped by the deadline, when ``clock`` (a request's, see ``SumeRetry.timer``)
-    is real time: an injected clock or a test's no-sleep time measures time that did not
-    really pass, so socket timeouts are left as they are there."""
-    return DeadlineTimeout(timeout, deadline, clock) if clock is time.monotonic else timeout
-
-
-@functools.lru_cache(maxsize=64)
-def _checked(timeout: Union[float, Tuple[Optional[float], Optional[float]], None]) -> Timeout:
-    if isinstance(timeout, tuple):
-        return Timeout(connect=timeout[0], read=timeout[1])
-    return Timeout(connect=timeout, read=timeout)

@@ -1,11 +1,13 @@
-"""Which requests may be sent twice, and the Idempotency-Key that makes a POST one of them."""
+"""Which requests may be sent twice, and the Idempotency-Key that makes a POST one of them.
+
+A request's own key and whether its body can be sent again are decided as it starts
+(``RequestContext.join``); whether it may be resent, by ``SumeRetry.refusal``.
+"""
 
 from __future__ import annotations
 
-import io
-import os
 import uuid
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 from ._errors import ConfigurationError
 from ._util import is_visible_ascii
@@ -17,18 +19,6 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
 KEYED_METHODS = frozenset({"POST", "PATCH"})
 #: Methods whose requests carry a body (a 307/308 or a retry sends it again).
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-
-
-def new_key() -> str:
-    """A fresh key for one logical POST/PATCH: a random (version 4) UUID, as Stripe's clients send.
-
-    The same as ``str(uuid.uuid4())``, without building a ``UUID`` object on every POST.
-    """
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def validate_idempotency_key(key: Any) -> str:
@@ -45,51 +35,6 @@ def validate_idempotency_key(key: Any) -> str:
     if not is_visible_ascii(key):
         raise ConfigurationError("Idempotency-Key must be visible ASCII (no spaces or control characters)")
     return key
-
-
-def refusal_for(
-    method: Optional[str], key: Optional[str], replayable: bool = True, lone: bool = False
-) -> Optional[str]:
-    """Why a request may not be sent again (its method, its key, its body), or None when it may."""
-    verb = (method or "").upper()
-    if verb in SAFE_METHODS:
-        pass
-    elif verb in KEYED_METHODS:
-        if not key:
-            return f"{verb} without an Idempotency-Key is never resent"
-    else:
-        return f"{verb or 'unknown method'} is not replay-safe"
-    return body_refusal(verb, replayable, lone)
-
-
-def body_refusal(method: Optional[str], replayable: bool, lone: bool = False) -> Optional[str]:
-    """Why this request's body may not be sent again (a retry, a 307/308, a resend), or None.
-
-    Through ``SumeAdapter`` the body was seen before the first send (``replayable``). A
-    ``lone`` ``SumeRetry`` never sees it (urllib3 hands a Retry the method and URL only), so
-    it cannot tell bytes from a consumed generator: it does not resend a method with a body.
-    """
-    if lone and (method or "").upper() in BODY_METHODS:
-        return "a lone SumeRetry cannot see the request body, so it never sends it twice"
-    if not replayable:
-        return "the request body cannot be replayed (a generator or a stream without seek)"
-    return None
-
-
-def body_is_replayable(body: Any) -> bool:
-    """True when urllib3 can send this body again: bytes, text, or a seekable file."""
-    if body is None or isinstance(body, (bytes, bytearray, str)):
-        return True
-    if isinstance(body, io.IOBase) or hasattr(body, "read"):
-        try:
-            return (
-                bool(body.seekable())
-                if hasattr(body, "seekable")
-                else hasattr(body, "tell") and hasattr(body, "seek")
-            )
-        except Exception:
-            return False
-    return False  # generators and other iterables are consumed by the first attempt
 
 
 # Idempotency-Keys derived from an id that stays the same across a task queue's retries.

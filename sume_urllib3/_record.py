@@ -10,13 +10,6 @@ from ._redact import redact_url
 from ._util import StrEnum, plural
 
 
-def key_prefix(key: Optional[str]) -> Optional[str]:
-    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
-    if not key:
-        return None
-    return key[:8] + "…" if len(key) > 8 else key
-
-
 class Outcome(StrEnum):
     """How a whole logical request ended."""
 
@@ -26,6 +19,13 @@ class Outcome(StrEnum):
     FIX = "fix"
     NO_RETRY = "no_retry"
     POLL = "poll"
+
+
+def key_prefix(key: Optional[str]) -> Optional[str]:
+    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
+    if not key:
+        return None
+    return key[:8] + "…" if len(key) > 8 else key
 
 
 def status_label(status: Optional[int], code: Optional[str] = None) -> str:

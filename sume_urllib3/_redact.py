@@ -17,7 +17,7 @@ that carry text:
   its query string ("Retrying (...) after connection broken by ...: /upload?X-Amz-Signature=..."):
   :func:`redact_urllib3_logs` installs it, not the import (the first ``SumeRetry`` made does).
 
-:func:`key_prefix` is how much of an Idempotency-Key any text may show.
+``_record.key_prefix`` is how much of an Idempotency-Key any text may show.
 
 Redacting in place, rather than raising copies, is deliberate: the urllib3 error requests
 put in ``args[0]`` is also the ``__context__`` of requests' error, and a traceback printer,

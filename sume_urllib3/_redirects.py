@@ -16,8 +16,9 @@ from requests.models import REDIRECT_STATI
 from requests.structures import CaseInsensitiveDict
 from requests.utils import requote_uri
 
-from ._idempotency import IDEMPOTENCY_HEADER, KEYED_METHODS, body_refusal
+from ._idempotency import IDEMPOTENCY_HEADER, KEYED_METHODS
 from ._record import status_label
+from ._request import body_refusal
 from ._util import leaves_origin
 
 #: Auth headers that never leave the origin they were meant for (requests strips Authorization only).

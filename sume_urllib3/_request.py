@@ -6,12 +6,15 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 
 from __future__ import annotations
 
+import io
+import math
 import time
+import uuid
 from contextvars import ContextVar
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
-from ._idempotency import KEYED_METHODS, body_is_replayable, new_key, validate_idempotency_key
+from ._idempotency import BODY_METHODS, KEYED_METHODS, validate_idempotency_key
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
@@ -40,12 +43,13 @@ class Attempt(NamedTuple):
         return status_label(self.status, self.code)
 
 
-class RetryTurn(NamedTuple):
-    """The retry's turn: the wait before it, or why it may not go (and when it might)."""
+class Turn(NamedTuple):
+    """The next attempt's turn: the wait before it, or why it may not go (and when it might)."""
 
     wait: float
     refused: Optional[str] = None
     retry_in: Optional[float] = None
+    grant: Any = None  # the fleet's grant (its ``source`` and ``again``), when a fleet paces the request
 
 
 class RequestContext:
@@ -55,8 +59,11 @@ class RequestContext:
     class-level default, so a request sets only what its path needs.
     """
 
-    #: A per-call policy (``session.post(..., policy=...)``), else None for the retry's own.
+    #: The request's policy: a per-call one (``session.post(..., policy=...)``), else the
+    #: retry's own from the first hop on.
     policy: Optional[Policy] = None
+    #: Clock time after which no attempt may start: the start plus the policy's ``max_elapsed``.
+    deadline = math.inf
     #: True when a SumeSession made it: the session reports the outcome, not the adapter.
     owned = False
     #: The fleet's name for the API key (a hash, never the key).
@@ -98,7 +105,7 @@ class RequestContext:
         self.start = start
         self.now = now  # the request's clock, chosen as it starts (see SumeRetry.timer)
         if policy is not None:
-            self.policy = policy
+            self.policy, self.deadline = policy, start + policy.max_elapsed
         if owned:
             self.owned = owned
         if fleet is not None:
@@ -106,36 +113,44 @@ class RequestContext:
         if method:
             self.method = method
         if url:
-            self.url, self.shown_url = url, _shown(url)
-
-    def deadline(self, policy: Policy) -> float:
-        """Clock time after which no attempt may start."""
-        return self.start + policy.max_elapsed
+            self.url, self.shown_url = url, redact_url(url)
 
     def join(self, adapter: Any, method: str, url: str, key: Optional[str], body: Any) -> Optional[str]:
-        """The first hop: who serves it, what it asks for, whether its body can be sent again.
+        """The first hop: who serves it, under which policy, with which key, and whether its body
+        can be sent again (bytes, text or a seekable file can; a generator cannot).
 
         ``key`` is the request's own Idempotency-Key header (checked), else a POST or PATCH gets
-        a new one; returns the key to send (None: none).
+        a new one, a random (version 4) UUID as Stripe's clients send; returns the key to send.
         """
-        self.adapter, self.method, self.url, self.shown_url = adapter, method, url, _shown(url)
+        self.adapter, self.method, self.url = adapter, method, url
+        # Redacted only when there is something to take out: nearly every URL has none.
+        self.shown_url = redact_url(url) if ("?" in url or "@" in url or "#" in url) else url
+        if self.policy is None:
+            self.policy = adapter.retry.policy
+            self.deadline = self.start + self.policy.max_elapsed
         if not self.owned:
             self.fleet = adapter.fleet
         if key is not None:
             key = validate_idempotency_key(key)
         elif method in KEYED_METHODS:
-            key = new_key()
-        self.key, self.replayable = key, body_is_replayable(body)
-        if self.replayable and hasattr(body, "tell"):
-            try:
+            key = str(uuid.uuid4())
+        self.key = key
+        if body is None or isinstance(body, (bytes, bytearray, str)):
+            return key  # sent whole every time
+        if not (isinstance(body, io.IOBase) or hasattr(body, "read")):
+            self.replayable = False  # generators and other iterables are consumed by the first send
+            return key
+        try:
+            if hasattr(body, "seekable"):
+                replayable = bool(body.seekable())
+            else:
+                replayable = hasattr(body, "tell") and hasattr(body, "seek")
+            if replayable and hasattr(body, "tell"):
                 self.body_pos = body.tell()  # where a file body starts, to send it whole again
-            except Exception:
-                self.replayable = False
+        except Exception:
+            replayable = False
+        self.replayable = replayable
         return key
-
-    def pace_as(self, key_id: Optional[str]) -> None:
-        """The fleet's name for the key this request sends (a session decides it before the first hop)."""
-        self.key_id = key_id
 
     def add(self, attempt: Attempt) -> None:
         """Note one consulted attempt (a retry when its verdict is RETRY)."""
@@ -156,70 +171,57 @@ class RequestContext:
 
     # -- the fleet's turns -------------------------------------------------------------
 
-    def granted(self, grant: Any, key_id: Optional[str] = None) -> None:
-        """The fleet let the attempt go: its grant is released when the attempt ends."""
-        self.grant = grant
+    def take_turn(
+        self,
+        now: float,
+        wait: float = 0.0,
+        *,
+        key_id: Optional[str] = None,
+        retry: Optional[str] = None,
+        budget: Any = None,
+        rng: RandomSource = None,
+    ) -> Turn:
+        """The fleet's turn for the next attempt, at least ``wait`` (the policy's) from ``now``.
+
+        A retry (``retry`` "throttle" or "error") the server paced (a 429, or a Retry-After)
+        waits its turn without spending the retry ``budget``: the server, not an outage,
+        asked for it. Any other retry waits, when the budget is spent, until a unit of it is
+        free, and is refused only when that comes after the deadline. The fleet may make the
+        wait longer (the pace of every sender of this key) or refuse the turn when it would
+        cross the deadline; its grant is held until :meth:`end_turn`.
+        """
+        if budget is not None and retry == "error":
+            hold = budget.reserve(self.deadline - now)
+            if hold is None:
+                return Turn(wait, "retry budget exhausted")
+            wait = max(wait, hold)
         if key_id is not None:
             self.key_id = key_id
-
-    def held(self, grant: Any, beyond: float) -> None:
-        """Count what a grant says: a fallback, a refusal, ``beyond`` seconds held past the policy."""
+        if self.fleet is None:
+            return Turn(wait)
+        grant = self.fleet.acquire(
+            self.key_id or ANONYMOUS, time_left=self.deadline - now, retry=retry, not_before=wait
+        )
         if grant.fallback:
             self.fallbacks += 1
         if grant.refused:
             self.fleet_refused = True
-        self.paced += beyond
-
-    def leave_fleet(self) -> None:
-        """Another host's answers must not pace this key: no more turns for this request."""
-        self.fleet = None
-
-    def retry_turn(
-        self,
-        policy: Policy,
-        wait: float,
-        *,
-        throttled: bool,
-        budget: Any,
-        rng: RandomSource,
-        now: float,
-    ) -> RetryTurn:
-        """Spend the retry budget and take the fleet's turn for a retry the policy allowed.
-
-        A retry the server paced (a 429, or a Retry-After) waits its turn without spending the
-        budget: the server, not an outage, asked for it. Any other waits, when the budget is
-        spent, until a unit of it is free, and is refused only when that comes after the
-        deadline. The fleet may make the wait longer (the pace of every sender of this key) or
-        refuse the turn when it would cross the deadline.
-        """
-        if budget is not None and not throttled:
-            hold = budget.reserve(self.deadline(policy) - now)
-            if hold is None:
-                return RetryTurn(wait, "retry budget exhausted")
-            wait = max(wait, hold)
-        fleet = self.fleet
-        if fleet is None:
-            return RetryTurn(wait)
-        grant = fleet.acquire(
-            self.key_id or ANONYMOUS,
-            time_left=self.deadline(policy) - now,
-            retry="throttle" if throttled else "error",
-            not_before=wait,
-        )
-        if grant.refused:
-            self.held(grant, 0.0)
-            return RetryTurn(wait, grant.refused, refused_retry_in(max(grant.wait, wait), rng))
-        longer = grant.wait > wait + HELD
-        if longer or grant.fallback:
-            self.held(grant, grant.wait - wait if longer else 0.0)
+            return Turn(wait, grant.refused, refused_retry_in(max(grant.wait, wait), rng))
+        if grant.wait > wait + HELD:
+            self.paced += grant.wait - wait
+            wait = grant.wait
         self.grant = grant
-        return RetryTurn(grant.wait if longer else wait)
+        return Turn(wait, grant=grant)
 
     def end_turn(self, status: Optional[int], headers: Optional[Mapping[str, str]]) -> None:
         """Tell the fleet what the attempt in flight got (None: no response), once."""
         grant, self.grant = self.grant, None
         if grant is not None:
             self.fleet.release(self.key_id, grant, status, headers)
+
+    def leave_fleet(self) -> None:
+        """Another host's answers must not pace this key: no more turns for this request."""
+        self.fleet = None
 
     # -- the end -----------------------------------------------------------------------
 
@@ -239,57 +241,58 @@ class RequestContext:
         ``auth_conflict`` adds the "send only one auth header" hint to a 401; ``retry_in``
         is used when nothing the request met says when to try again.
         """
-        given_retry_in = retry_in
-        retries = self.retries
-        last = self.attempts[-1] if self.attempts else None
-        if last is not None and (last.decision.verdict is Verdict.RETRY or last.status != status):
-            last = None  # the final response was not consulted (e.g. a success)
+        retries, tail = self.retries, self.attempts[-1] if self.attempts else None
+        # The attempt that decided this status (None: the final response was not consulted).
+        last = tail if tail is not None and tail.decision.verdict is not Verdict.RETRY else None
+        if last is not None and last.status != status:
+            last = None
+        ok = error is None and status is not None and status < 400
         code = request_id = next_action = None
-        retry_in = None
-        if error is not None:
+        if last is not None and not ok:
+            code, request_id, next_action = last.code, last.request_id, last.next_action
+        elif headers is not None:
+            for name in REQUEST_ID_HEADERS:
+                request_id = short_text(headers.get(name))
+                if request_id:
+                    break
+        stopped = None  # the attempt whose retry_in stands
+        if ok:
+            outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
+            reason = "succeeded"
+            if retries:
+                reason = f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
+            retry_in = None
+        elif error is not None:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
             reason = (
                 f"{status_label(status)}: the body failed mid-read ({error})"
                 if status is not None
                 else f"no response: stopped by {error} before the request ended"
             )
-            if last is not None:
-                code, request_id, next_action = last.code, last.request_id, last.next_action
-            else:
-                request_id = _request_id(headers)
-            tail = self.attempts[-1] if self.attempts else None
-            if tail is not None and tail.decision.verdict is Verdict.STOP and tail.retry_in is not None:
-                # The body broke and the policy stopped (deadline, counters): a later try may do.
-                retry_in = max(tail.retry_in - (now - tail.at), 0.0)
-        elif status is not None and status < 400:
-            request_id = _request_id(headers)
-            outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
-            reason = (
-                f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
-                if retries
-                else "succeeded"
-            )
+            # The body broke and the policy had stopped (deadline, counters): a later try may do.
+            stopped = tail if tail is not None and tail.decision.verdict is Verdict.STOP else None
         elif last is not None:
-            code, request_id, next_action = last.code, last.request_id, last.next_action
             outcome = _outcome(last.decision.verdict, retries)
             reason = last.decision.reason
-            if outcome is Outcome.GAVE_UP and last.retry_in is not None:
-                retry_in = max(last.retry_in - (now - last.at), 0.0)
+            stopped = last if outcome is Outcome.GAVE_UP else None
         else:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
             reason = "transport error before any response" if status is None else status_label(status)
-            request_id = _request_id(headers)
-        if retry_in is None and outcome is not Outcome.OK and outcome is not Outcome.RETRIED_OK:
-            retry_in = given_retry_in
+        if stopped is not None and stopped.retry_in is not None:
+            retry_in = max(stopped.retry_in - (now - stopped.at), 0.0)
         if auth_conflict and status == 401:
             reason += "; the request carried both x-api-key and Authorization: send only one"
-        ids: Tuple[str, ...] = ()
-        if self.attempts:
-            ids = tuple(a.request_id for a in self.attempts if a.request_id)
-            if error is None:
-                error = next((a.error for a in reversed(self.attempts) if a.error), None)
+        ids: List[str] = []
+        waits: List[float] = []
+        met = None  # the last transport error an attempt met
+        for attempt in self.attempts:
+            if attempt.request_id:
+                ids.append(attempt.request_id)
+            if attempt.decision.verdict is Verdict.RETRY:
+                waits.append(attempt.decision.wait or 0.0)
+            met = attempt.error or met
         if request_id and (not ids or ids[-1] != request_id):
-            ids += (request_id,)
+            ids.append(request_id)
         self.record = SumeRecord(
             idempotency_key=self.key,
             attempts=retries + self.hops,
@@ -297,8 +300,8 @@ class RequestContext:
             status=status,
             code=code,
             request_id=request_id,
-            request_ids=ids,
-            waits=tuple(a.decision.wait or 0.0 for a in self.attempts if a.decision.verdict is Verdict.RETRY),
+            request_ids=tuple(ids),
+            waits=tuple(waits),
             elapsed=max(now - self.start, 0.0),
             reason=reason,
             next_action=next_action,
@@ -308,9 +311,24 @@ class RequestContext:
             fleet_fallbacks=self.fallbacks,
             fleet_refused=self.fleet_refused,
             retry_in=retry_in,
-            error=error,
+            error=met if error is None else error,
         )
         return self.record
+
+
+def body_refusal(method: Optional[str], replayable: bool, lone: bool = False) -> Optional[str]:
+    """Why this request's body may not be sent again (a retry, a 307/308, a resend), or None.
+
+    Through ``SumeAdapter`` the body was seen before the first send (``replayable``, see
+    :meth:`RequestContext.join`). A ``lone`` ``SumeRetry`` never sees it (urllib3 hands a
+    Retry the method and URL only), so it cannot tell bytes from a consumed generator: it
+    does not resend a method with a body.
+    """
+    if lone and (method or "").upper() in BODY_METHODS:
+        return "a lone SumeRetry cannot see the request body, so it never sends it twice"
+    if not replayable:
+        return "the request body cannot be replayed (a generator or a stream without seek)"
+    return None
 
 
 def refused_retry_in(wait: float, rng: RandomSource) -> float:
@@ -324,11 +342,6 @@ def refused_retry_in(wait: float, rng: RandomSource) -> float:
     return wait * uniform(rng, 1.0, 2.0)
 
 
-def _shown(url: str) -> str:
-    # Redacted only when there is something to take out: nearly every URL has none.
-    return redact_url(url) if ("?" in url or "@" in url or "#" in url) else url
-
-
 def _outcome(verdict: Verdict, retries: int) -> Outcome:
     if verdict is Verdict.FIX:
         return Outcome.FIX
@@ -337,16 +350,6 @@ def _outcome(verdict: Verdict, retries: int) -> Outcome:
     if verdict is Verdict.NO_RETRY and retries == 0:
         return Outcome.NO_RETRY
     return Outcome.GAVE_UP
-
-
-def _request_id(headers: Optional[Mapping[str, str]]) -> Optional[str]:
-    if headers is None:
-        return None
-    for name in REQUEST_ID_HEADERS:
-        value = short_text(headers.get(name))
-        if value:
-            return value
-    return None
 
 
 #: The context of the logical request this thread is sending, if any.

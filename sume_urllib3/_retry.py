@@ -9,7 +9,7 @@ import math
 import re
 import ssl
 import time
-from typing import Any, Callable, Collection, Dict, Iterable, Optional
+from typing import Any, Callable, Collection, Dict, Iterable, NoReturn, Optional
 
 import urllib3.response
 from urllib3.exceptions import MaxRetryError, ResponseError
@@ -21,14 +21,14 @@ from ._body import let_go, peek_body
 from ._config import check_retry_arguments, check_rng
 from ._envelope import ErrorEnvelope, parse_envelope, parse_retry_after
 from ._errors import ConfigurationError
-from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS, refusal_for
+from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
-from ._record import status_label
+from ._record import key_prefix, status_label
 from ._redact import redact_url, redact_urllib3_logs
 from ._redirects import AUTH_HEADER_NAMES, redirect_refusal, redirect_wait
-from ._request import HELD, Attempt, RequestContext, current
+from ._request import HELD, Attempt, RequestContext, body_refusal, current
 from ._util import RandomSource, cause_chain
-from .observe import Observers, RetryEvent, key_prefix
+from .observe import Observers, RetryEvent
 from .pacing._fleet import RetryBudget
 
 log = logging.getLogger("sume_urllib3")
@@ -239,7 +239,7 @@ class SumeRetry(Retry):
         asked = self.get_retry_after(response) if self.respect_retry_after_header else None
         context = self._joined()
         # Outside a request (a caller's own sleep(response)) nothing bounds it, as in urllib3.
-        left = context.deadline(context.policy or self.policy) - context.now() if context else math.inf
+        left = context.deadline - context.now() if context else math.inf
         seconds = redirect_wait(asked, left)
         if seconds:
             _sleeping.wait(seconds, self.sleep_function)
@@ -260,13 +260,11 @@ class SumeRetry(Retry):
             _sleeping.wait(wait, self.sleep_function)
             return
         context.next_wait = None
-        # The decision refused waits that cross the deadline; this only trims what
-        # reading the rest of the old body took meanwhile.
-        wait = min(wait, max(context.deadline(context.policy or self.policy) - context.now(), 0.0))
-        if context.now is not time.monotonic:
-            _sleeping.wait(wait, self.sleep_function)  # a test's time: no_sleep records the wait
-        elif wait > 0:
-            self.sleep_function(wait)
+        # The decision refused waits that cross the deadline (increment checks again once the
+        # old body is read): this only keeps a late wait from going past it.
+        wait = min(wait, max(context.deadline - context.now(), 0.0))
+        if wait > 0 or context.now is not time.monotonic:
+            _sleeping.wait(wait, self.sleep_function)  # a test's time: no_sleep records even 0 s
 
     # -- the decision ----------------------------------------------------------------
 
@@ -279,8 +277,15 @@ class SumeRetry(Retry):
         _pool: Any = None,
         _stacktrace: Any = None,
     ) -> SumeRetry:
-        """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``."""
-        raw = response if isinstance(response, _URLLIB3_RESPONSE) else _raw_response(response)
+        """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``.
+
+        A retry the policy allows must also pass urllib3's counters, the retry budget and the
+        fleet's turn (each can turn it into STOP; see :meth:`RequestContext.take_turn`), and
+        still fit before the deadline once the rest of the old body is read.
+        """
+        raw = response
+        if not isinstance(raw, _URLLIB3_RESPONSE) and hasattr(raw, "status_code") and hasattr(raw, "raw"):
+            raw = raw.raw  # responses 0.21 hands increment a requests.Response; urllib3 its own
         if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
             return self._redirect(method, url, raw, _pool, _stacktrace)
         if error is None:
@@ -303,21 +308,47 @@ class SumeRetry(Retry):
                 decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
                 attempt = Attempt(status_of(raw), None, None, None, decision, at=context.now())
         new: Optional[SumeRetry] = None
-        counted_out = False
         if attempt.decision.verdict is Verdict.RETRY:
-            new, attempt = self._count(context, attempt, method, url, raw, error, _pool, _stacktrace)
-            if new is not None:
-                new._sume_wait = context.next_wait  # what sleep and get_backoff_time answer
-            counted_out = new is None and attempt.decision.reason.endswith(COUNTERS_OUT)
-        context.add(attempt)
-
-        decision = attempt.decision
+            try:
+                new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)  # urllib3 counts
+            except MaxRetryError:
+                attempt = _stop(attempt, COUNTERS_OUT)
+        wait = attempt.decision.wait or 0.0
         if new is not None:
-            let_go(raw)  # drained through urllib3, so its connection goes back to the pool
-            if context.adapter is None:
-                new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
-            self.announce_retry(context, policy, attempt, method, url)
-            return new
+            throttled = attempt.status == 429 or attempt.decision.source == "retry_after"
+            kind = "throttle" if throttled else "error"
+            turn = context.take_turn(attempt.at, wait, retry=kind, budget=self.retry_budget, rng=self.rng)
+            wait = turn.wait
+            if turn.refused is not None:
+                new, attempt = None, _stop(attempt, turn.refused, turn.retry_in)
+            else:
+                let_go(raw)  # drained through urllib3, so its connection goes back to the pool
+            if new is not None and context.now() + wait > context.deadline:
+                # Reading the rest of the old body took the time the wait had: no attempt
+                # starts once the deadline has passed.
+                context.end_turn(None, None)  # the turn taken for it goes unused
+                new, attempt = None, _stop(attempt, "the deadline passed while the rest of its body was read")
+        context.add(attempt)
+        if new is None:
+            self._give_up(context, attempt, url, raw, error, _pool, _stacktrace)
+        context.next_wait = new._sume_wait = wait  # what sleep and get_backoff_time answer
+        if context.adapter is None:
+            new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
+        self.announce_retry(context, policy, attempt, method, url)
+        return new
+
+    def _give_up(
+        self,
+        context: RequestContext,
+        attempt: Attempt,
+        url: Optional[str],
+        raw: Any,
+        error: Optional[Exception],
+        _pool: Any,
+        _stacktrace: Any,
+    ) -> NoReturn:
+        """No retry: raise what tells urllib3 to hand the response back, or to raise."""
+        decision = attempt.decision
         if error is None:
             # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
             # as urllib3's Retry does; a refusal of the first response is the answer itself,
@@ -329,6 +360,7 @@ class SumeRetry(Retry):
                 and not (forced and status in forced)
                 and bool(_retry_after(raw))
             )
+            counted_out = decision.reason.endswith(COUNTERS_OUT)
             given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
             context.refuse(self, raise_now=given_up and not paced)
             # The URL's query (a presigned signature) stays out of the message (see _redact).
@@ -362,56 +394,25 @@ class SumeRetry(Retry):
             new._sume_request = context  # the hop after the redirect continues this request
         return new
 
-    def _count(
-        self,
-        context: RequestContext,
-        attempt: Attempt,
-        method: Optional[str],
-        url: Optional[str],
-        raw: Any,
-        error: Optional[Exception],
-        _pool: Any,
-        _stacktrace: Any,
-    ) -> Any:
-        """Let urllib3's counters, the fleet's pace and the retry budget confirm a retry.
-
-        Any of them can turn it into STOP. A retry the server paced (a 429, or a 503 with
-        Retry-After) waits its turn without spending the budget; others spend it here, at
-        the moment the retry is committed to, before the fleet's turn (a turn the fleet then
-        refuses keeps its unit spent: the budget errs strict).
-        """
-        try:
-            new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)
-        except MaxRetryError:
-            new = None
-        if new is None:
-            return None, _stop(attempt, COUNTERS_OUT)
-        decision = attempt.decision
-        turn = context.retry_turn(
-            context.policy or self.policy,
-            decision.wait or 0.0,
-            throttled=attempt.status == 429 or decision.source == "retry_after",
-            budget=self.retry_budget,
-            rng=self.rng,
-            now=attempt.at,
-        )
-        if turn.refused is not None:
-            return None, _stop(attempt, turn.refused, turn.retry_in)
-        context.next_wait = turn.wait
-        return new, attempt
-
     def _lone_request(self, method: Optional[str], url: Optional[str]) -> RequestContext:
         """A lone retry's request (a PoolManager, a plain HTTPAdapter), at its first failure:
         the deadline counts from now."""
         now = self.timer()
-        context = RequestContext(now(), now=now, method=(method or "").upper(), url=url or "")
+        method = (method or "").upper()
+        context = RequestContext(now(), now=now, policy=self.policy, method=method, url=url or "")
         context.hops = 1
         return context
 
     def refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
-        """Why this request may not be sent again (key, body, ``allowed_methods``), or None."""
+        """Why this request may not be sent again (its method, its key, its body, ``allowed_methods``),
+        or None when it may."""
         verb = (method or context.method or "").upper()
-        refusal = refusal_for(verb, context.key, context.replayable, lone=context.adapter is None)
+        if verb in KEYED_METHODS:
+            if not context.key:
+                return f"{verb} without an Idempotency-Key is never resent"
+        elif verb not in SAFE_METHODS:
+            return f"{verb or 'unknown method'} is not replay-safe"
+        refusal = body_refusal(verb, context.replayable, lone=context.adapter is None)
         allowed = self.allowed_methods
         if refusal is None and allowed is not Retry.DEFAULT_ALLOWED_METHODS and verb not in (allowed or ()):
             return f"{verb} is not in allowed_methods"  # narrowed (SumeRetry made it a frozenset)
@@ -436,8 +437,7 @@ class SumeRetry(Retry):
         status = status_of(raw) or 0
         envelope = _NO_HINTS
         if status >= 400:
-            deadline = context.deadline(policy)
-            prefix, decoded = peek_body(raw, policy.peek_limit, lambda: context.now() >= deadline)
+            prefix, decoded = peek_body(raw, policy.peek_limit, lambda: context.now() >= context.deadline)
             headers = getattr(raw, "headers", None)
             envelope = parse_envelope(
                 headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False
@@ -455,7 +455,8 @@ class SumeRetry(Retry):
                 reason = f"{status_label(status, envelope.code)}: {refusal}"
                 decision = Decision(Verdict.NO_RETRY, reason=reason)
         if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
-            retry_in = _retry_in(policy, retry_after, context.retries, self.rng)
+            # When trying again could succeed: the server's Retry-After, else the next backoff.
+            retry_in = retry_after if retry_after is not None else policy.backoff(context.retries, self.rng)
         return Attempt(
             status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
         )
@@ -467,43 +468,33 @@ class SumeRetry(Retry):
         now = context.now()
         refused_with = tunnel_status(error)
         if refused_with is not None:
-            return self._decide_tunnel(context, policy, refused_with, error, now)
-        if self._is_connection_error(error):
-            kind = "connect"
-        elif self._is_read_error(error) or not _verification_failure(error):
-            # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
-            # request that may be sent twice, as after a read failure. A certificate that
-            # failed verification fails the same way again: not retried.
-            kind = "read"
+            # Through a plain-http origin a proxy's refusal arrives as a response, decided by the
+            # table; through a tunnel as this error. The same row decides both (a 407 is not
+            # retried, a proxy's 503 is), and nothing reached the API: any request may go again.
+            elapsed = now - context.start
+            decided = policy.decide(refused_with, None, None, context.retries, elapsed, rng=self.rng)
+            reason = f"the proxy refused the tunnel: {decided.reason}"
+            decision = Decision(decided.verdict, decided.wait, decided.source, reason)
         else:
-            kind = "other"
-        verb = method or context.method
-        refusal = self.refusal(context, verb)
-        if kind == "read" and not verb and not self._is_read_error(error):
-            refusal = None  # a direct increment(error=...) names no request to protect
-        decision = policy.decide_error(
-            kind, context.retries, now - context.start, replay_safe=refusal is None, rng=self.rng
-        )
-        if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
-            # Which rule keeps it from going again (no key, a body sent once), as for a response.
-            decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
-        retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
-        return Attempt(
-            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
-        )
-
-    def _decide_tunnel(
-        self, context: RequestContext, policy: Policy, status: int, error: Exception, now: float
-    ) -> Attempt:
-        """A proxy that refused the CONNECT tunnel with ``status``: decided by that status's row.
-
-        Through a plain-http origin the proxy's answer arrives as a response, decided by the table;
-        through a tunnel it arrives as an error. The same row decides both (a 407 is not retried, a
-        proxy's 503 is), and nothing reached the API: any request may go again.
-        """
-        decided = policy.decide(status, None, None, context.retries, now - context.start, rng=self.rng)
-        reason = f"the proxy refused the tunnel: {decided.reason}"
-        decision = Decision(decided.verdict, decided.wait, decided.source, reason)
+            if self._is_connection_error(error):
+                kind = "connect"
+            elif self._is_read_error(error) or not _verification_failure(error):
+                # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
+                # request that may be sent twice, as after a read failure. A certificate that
+                # failed verification fails the same way again: not retried.
+                kind = "read"
+            else:
+                kind = "other"
+            verb = method or context.method
+            refusal = self.refusal(context, verb)
+            if kind == "read" and not verb and not self._is_read_error(error):
+                refusal = None  # a direct increment(error=...) names no request to protect
+            decision = policy.decide_error(
+                kind, context.retries, now - context.start, replay_safe=refusal is None, rng=self.rng
+            )
+            if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
+                # Which rule keeps it from going again (no key, a body sent once), as for a response.
+                decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
         retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
         return Attempt(
             None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
@@ -525,16 +516,16 @@ class SumeRetry(Retry):
         decision = policy.decide_error(
             "read", context.retries, now - context.start, replay_safe=replay_safe, rng=self.rng
         )
-        if decision.retry and not self.counters_allow(context.retries):
+        # urllib3's own counters (total, read) must leave room for one more retry, as in its loop.
+        counters = [c for c in (self.total, self.read) if c is False or type(c) is int]
+        if decision.retry and any(c is False or context.retries >= c for c in counters):
             decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
         if decision.retry and not rewind():
             decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
         wait = decision.wait or 0.0
         retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
         if decision.retry:  # a resend waits its turn and spends the budget like any retry
-            turn = context.retry_turn(
-                policy, wait, throttled=False, budget=self.retry_budget, rng=self.rng, now=now
-            )
+            turn = context.take_turn(now, wait, retry="error", budget=self.retry_budget, rng=self.rng)
             wait, retry_in = turn.wait, turn.retry_in
             if turn.refused is not None:
                 decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
@@ -551,15 +542,6 @@ class SumeRetry(Retry):
             # A retry like any other: the observers (metrics, the log line) hear of it before its wait.
             self.announce_retry(context, policy, attempt, context.method, context.url)
         return decision.retry
-
-    def counters_allow(self, retries: int) -> bool:
-        """Whether urllib3's own counters (``total``, ``read``) leave room for one more retry."""
-        for counter in (self.total, self.read):
-            if counter is False or (
-                isinstance(counter, int) and not isinstance(counter, bool) and retries >= counter
-            ):
-                return False
-        return True
 
     def announce_retry(
         self,
@@ -597,7 +579,7 @@ class SumeRetry(Retry):
         """The clock a request reads, chosen once as it starts: real time, or a test's time (an
         injected clock, or the virtual time of ``testing.no_sleep``, which socket timeouts and
         the deadline's watch do not follow)."""
-        if self.clock is time.monotonic and _sleeping.active_recorder() is None:
+        if self.clock is time.monotonic and _sleeping._virtual is None:  # the one test switch, read
             return time.monotonic
         return functools.partial(_sleeping.now, self.clock)
 
@@ -610,16 +592,9 @@ _GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
 def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
     """``attempt`` stopped for ``why``; ``retry_in`` defaults to the wait the retry would have had."""
     decision = Decision(Verdict.STOP, reason=f"{attempt.label}: {why}")
-    return Attempt(
-        attempt.status,
-        attempt.code,
-        attempt.request_id,
-        attempt.next_action,
-        decision,
-        error=attempt.error,
-        at=attempt.at,
-        retry_in=attempt.decision.wait if retry_in is None else retry_in,
-    )
+    if retry_in is None:
+        retry_in = attempt.decision.wait
+    return attempt._replace(decision=decision, retry_in=retry_in)
 
 
 def _checked_policy(
@@ -738,13 +713,6 @@ _URLLIB3_RESPONSE: Any = getattr(urllib3.response, "BaseHTTPResponse", HTTPRespo
 _REDIRECTS = frozenset(HTTPResponse.REDIRECT_STATUSES)
 
 
-def _raw_response(response: Any) -> Any:
-    # responses 0.21 hands increment a requests.Response; urllib3 its own (see increment).
-    if response is not None and hasattr(response, "status_code") and hasattr(response, "raw"):
-        return response.raw
-    return response
-
-
 def _redirect_location(raw: Any) -> Any:
     getter = getattr(raw, "get_redirect_location", None)
     try:
@@ -768,11 +736,6 @@ def tunnel_status(error: BaseException) -> Optional[int]:
 
 
 _TUNNEL_REFUSED = re.compile(r"Tunnel connection failed: ([1-5][0-9][0-9])\b")
-
-
-def _retry_in(policy: Policy, asked: Optional[float], retries: int, rng: RandomSource) -> float:
-    """Seconds until trying again could succeed: the server's Retry-After, else the next backoff."""
-    return asked if asked is not None else policy.backoff(retries, rng)
 
 
 def _verification_failure(error: BaseException) -> bool:

@@ -366,7 +366,7 @@ class SumeSession(requests.Session):
         if ours and context is not None:
             # Paced under the key this request actually sends (the session's, or one the
             # call or session.headers set: a tenant's) at this origin.
-            context.pace_as(
+            context.key_id = (
                 self._key_id
                 if self._auth_value is not None and not (has_key or has_auth)
                 else key_ids(self._origin_name, sent_key(headers))

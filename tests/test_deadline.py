@@ -24,8 +24,8 @@ import requests
 import urllib3
 from urllib3.util.timeout import Timeout
 
-from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeRetry, SumeSession, sume_record
-from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, capped, check_timeout
+from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeRetry, SumeRetryError, SumeSession, sume_record
+from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, check_timeout
 from sume_urllib3.exceptions import ConfigurationError, SumeReadTimeout
 from sume_urllib3.testing import FakeSume, no_sleep
 
@@ -134,7 +134,7 @@ def test_calls_that_finish_in_time_leave_nothing_armed(raw_server: Callable[[Any
             assert session.get("/a").content == b"ok"
         streamed = session.get("/a", stream=True)
         assert b"".join(streamed.iter_content(1)) == b"ok"
-    assert _deadline._watchdog._watches == {}
+    assert _deadline._watchdog.watches == {}
 
 
 def test_a_wait_for_a_free_connection_ends_at_the_deadline(raw_server: Callable[[Any], Loopback]) -> None:
@@ -369,30 +369,34 @@ def test_clone_counts_waits_recorded_under_no_sleep() -> None:
     assert attempt.connect_timeout == 4.0
 
 
-# --- capped ----------------------------------------------------------------------------------
+# --- on real time only ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("timeout", [(5, 60), 5, Timeout(connect=1, read=2), None], ids=repr)
-def test_capped_leaves_the_timeout_alone_with_an_injected_clock(timeout: Any) -> None:
-    """An injected clock measures time that did not pass: the socket timeouts stay as they are."""
-    assert capped(timeout, deadline=1010.0, clock=VirtualTime()) is timeout
+def _answers_after(seconds: float) -> Handler:
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        yield seconds
+        yield reply(200, b"{}")
+
+    return handler
 
 
-@pytest.mark.parametrize("timeout", [(5, 60), 5, None], ids=repr)
-def test_capped_leaves_the_timeout_alone_under_no_sleep(timeout: Any) -> None:
-    """Under no_sleep the waits are not slept, so the real clock's deadline is not applied: the
-    request's clock is then no_sleep's virtual time, which capped leaves alone."""
-    with no_sleep():
-        clock = SumeRetry().timer()
-        assert clock is not time.monotonic
-        assert capped(timeout, deadline=time.monotonic() + 1.0, clock=clock) is timeout
+@pytest.mark.parametrize("clock", ["injected", "no_sleep"])
+def test_a_tests_clock_leaves_the_socket_timeouts_alone(raw_server: Any, clock: str) -> None:
+    """An injected clock or no_sleep's time measures time that did not really pass: an answer that
+    takes 0.3 s of real time is not cut by max_elapsed=0.1 (on real time it would be)."""
+    api = raw_server(_answers_after(0.3))
+    policy = Policy(max_elapsed=0.1)
+    with no_sleep() if clock == "no_sleep" else contextlib.nullcontext():
+        session = raw_session(api, policy=policy, clock=VirtualTime() if clock == "injected" else None)
+        assert session.get("/slow").status_code == 200
+    with pytest.raises(SumeReadTimeout):
+        raw_session(api, policy=policy).get("/slow")
 
 
-def test_capped_with_the_real_clock_caps_every_attempt() -> None:
-    """With the real clock, the result is a DeadlineTimeout whose attempts end by the deadline."""
+def test_every_attempt_of_a_deadline_timeout_ends_by_the_deadline() -> None:
+    """A DeadlineTimeout keeps the timeouts given, and its attempts end by the deadline."""
     deadline = time.monotonic() + 2.0
-    result = capped((5, 60), deadline=deadline, clock=time.monotonic)
-    assert isinstance(result, DeadlineTimeout)
+    result = DeadlineTimeout((5, 60), deadline)
     assert (result._connect, result._read, result.total) == (5, 60, None)
     assert (result.deadline, result.clock) == (deadline, time.monotonic)
     attempt = result.clone()
@@ -401,19 +405,16 @@ def test_capped_with_the_real_clock_caps_every_attempt() -> None:
     assert attempt.connect_timeout == attempt.total
 
 
-def test_capped_with_the_real_clock_keeps_a_timeout_objects_total() -> None:
+def test_a_deadline_timeout_keeps_a_timeout_objects_total() -> None:
     """A urllib3 Timeout's own total still applies when it is shorter."""
-    result = capped(
-        Timeout(connect=1, read=2, total=0.5), deadline=time.monotonic() + 60.0, clock=time.monotonic
-    )
-    assert isinstance(result, DeadlineTimeout)
+    result = DeadlineTimeout(Timeout(connect=1, read=2, total=0.5), time.monotonic() + 60.0)
     assert result.clone().total == 0.5
 
 
-def test_capped_does_not_change_the_callers_timeout() -> None:
+def test_a_deadline_timeout_does_not_change_the_callers_timeout() -> None:
     """The caller's Timeout object is copied, never changed."""
     mine = Timeout(connect=1, read=2)
-    result = capped(mine, deadline=time.monotonic() + 60.0, clock=time.monotonic)
+    result = DeadlineTimeout(mine, time.monotonic() + 60.0)
     assert result is not mine
     assert type(mine) is Timeout
     assert not hasattr(mine, "deadline")
@@ -443,6 +444,75 @@ def test_a_503_whose_body_trickles_sends_no_retry_after_the_deadline(raw_server:
     late = [seen for seen in api.requests if seen.at > started + 1.0]
     assert [] == late
     assert took <= 1.5
+
+
+ENVELOPE_503 = b'{"error": {"type": "server_error", "code": "overloaded", "message": "busy"}}'
+
+
+def _envelope_then_trickle(retry_after: str) -> Handler:
+    """A chunked 503 whose envelope comes at once, then a space every 0.1 s for 2 s."""
+
+    def handler(seen: Seen, n: int) -> Iterable[Step]:
+        if n:
+            yield reply(200, b"{}")
+            return
+        extra = f"Retry-After: {retry_after}\r\n" if retry_after else ""
+        yield f"HTTP/1.1 503 X\r\nTransfer-Encoding: chunked\r\n{extra}\r\n".encode()
+        yield b"%x\r\n%s\r\n" % (len(ENVELOPE_503), ENVELOPE_503)
+        for _ in range(20):
+            yield 0.1
+            yield b"1\r\n \r\n"
+        yield b"0\r\n\r\n"
+
+    return handler
+
+
+@pytest.mark.parametrize("retry_after", ["", "0"], ids=["backoff", "retry-after-0"])
+def test_a_retry_decided_in_time_is_not_sent_once_the_old_body_outlasts_the_deadline(
+    raw_server: Any, retry_after: str
+) -> None:
+    """The envelope says "retry" at once, then the rest of the 503's body trickles until the
+    deadline cuts it at 1 s: the retry the decision allowed does not start after 1 s."""
+    api = raw_server(_envelope_then_trickle(retry_after))
+    session = raw_session(api, policy=Policy(max_elapsed=1.0, backoff_base=0.3, jitter=(1.0, 1.0)))
+
+    started = time.monotonic()
+    with pytest.raises(requests.RequestException) as caught:
+        session.get("/slow")
+    took = time.monotonic() - started
+
+    assert [round(seen.at - started, 2) for seen in api.requests if seen.at > started + 1.0] == []
+    assert len(api.requests) == 1
+    assert took <= 1.5
+    record = sume_record(caught.value)
+    assert record is not None
+    assert (record.attempts, record.status) == (1, 503)
+    assert record.outcome in (Outcome.GAVE_UP, Outcome.NO_RETRY)
+    assert "deadline" in str(caught.value)
+
+
+def _redirect_whose_body_trickles(seen: Seen, n: int) -> Iterable[Step]:
+    if "/start" not in seen.path:
+        yield reply(200, b"landed")
+        return
+    yield b"HTTP/1.1 302 Found\r\nLocation: /v1/next\r\nContent-Length: 12\r\n\r\n"
+    for _ in range(12):
+        yield 0.1
+        yield b"x"
+
+
+def test_a_redirect_is_not_followed_once_the_deadline_has_passed(raw_server: Any) -> None:
+    """requests reads a 302's body before it follows it: one that outlasts the deadline leaves
+    the next hop unsent, as a retry would be."""
+    api = raw_server(_redirect_whose_body_trickles)
+    session = raw_session(api, policy=Policy(max_elapsed=1.0))
+    with pytest.raises(SumeRetryError) as caught:
+        session.get("/start")
+    assert api.paths() == ["/v1/start"]
+    record = sume_record(caught.value)
+    assert record is not None
+    assert (record.attempts, record.outcome) == (1, Outcome.GAVE_UP)
+    assert "deadline" in record.reason
 
 
 def _slow_retry(seen: Seen, n: int) -> Iterable[Step]:
@@ -563,3 +633,23 @@ def test_an_explicit_timeout_none_per_call_means_the_session_default(raw_server:
     with pytest.raises(requests.Timeout):
         session.get("/slow", timeout=None)
     assert time.monotonic() - started < 1.5
+
+
+def test_messages_name_the_pool_as_urllib3_does(raw_server: Any) -> None:
+    """urllib3 names a pool in its messages by ``str(pool)``: the watched pools read as its own."""
+    port = raw_server().port
+    adapter = SumeSession(KEY, fleet=None).get_adapter("http://127.0.0.1")
+    pool = adapter.poolmanager.connection_from_url(f"http://127.0.0.1:{port}")
+    assert str(pool) == f"HTTPConnectionPool(host='127.0.0.1', port={port})"
+    https = adapter.poolmanager.connection_from_url(f"https://127.0.0.1:{port}")
+    assert str(https) == f"HTTPSConnectionPool(host='127.0.0.1', port={port})"
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = unused.getsockname()[1]
+    base_url = f"http://127.0.0.1:{closed}/v1"
+    session = SumeSession(KEY, base_url=base_url, policy=Policy(max_retries=0), fleet=None)
+    with pytest.raises(requests.ConnectionError) as caught:
+        session.get("/x")
+    assert "Watched" not in str(caught.value)
+    assert f"HTTPConnectionPool(host='127.0.0.1', port={closed})" in str(caught.value)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import random
+import signal
+import threading
 import time
 import tracemalloc
 import zlib
@@ -22,6 +25,7 @@ from requests.adapters import HTTPAdapter
 
 from sume_urllib3 import Outcome, Policy, SumeRecord, SumeRetry, SumeRetryError, SumeSession, sume_record
 from sume_urllib3.exceptions import SumeChunkedEncodingError, SumeConnectionError, SumeReadTimeout
+from sume_urllib3.observe import SumeMetrics
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
 from .conftest import VirtualTime
@@ -956,3 +960,52 @@ def test_a_give_up_503_whose_body_stalls_raises_the_retry_error(raw_server: Any)
 
     assert Outcome.GAVE_UP is caught.value.record.outcome
     assert time.monotonic() - started < 2.0
+
+
+# --- an interrupt is the caller's, not the server's -------------------------------------------
+
+
+def _busy_then_trickled_ok(seen: Seen, n: int) -> Iterable[Step]:
+    """/wait: a 503 asking for 2 s, then 200; /body: a 200 whose 40 bytes take 4 s."""
+    if seen.path.endswith("/wait"):
+        yield reply(503, UNAVAILABLE_BODY, {"Retry-After": "2"}) if n == 0 else reply(200, OK_BODY)
+        return
+    yield b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n"
+    for _ in range(40):
+        yield 0.1
+        yield b"x"
+
+
+def _sigterm_exits(signum: int, frame: Any) -> None:
+    raise SystemExit(143)  # what a worker's SIGTERM handler does
+
+
+@pytest.mark.parametrize(
+    ("signum", "raised", "path"),
+    [
+        (signal.SIGINT, KeyboardInterrupt, "/wait"),
+        (signal.SIGTERM, SystemExit, "/wait"),
+        (signal.SIGINT, KeyboardInterrupt, "/body"),
+    ],
+    ids=["ctrl-c-in-retry-after", "sigterm-in-retry-after", "ctrl-c-mid-body-of-a-200"],
+)
+def test_an_interrupt_propagates_as_itself_and_is_counted_as_no_give_up(
+    raw_server: Any, signum: int, raised: Type[BaseException], path: str
+) -> None:
+    """A real signal to this process during a Retry-After wait or mid-body: the interrupt is
+    raised as itself, and no outcome is recorded or counted (the server failed at nothing)."""
+    api = raw_server(_busy_then_trickled_ok)
+    recorder, metrics = RecordingObserver(), SumeMetrics()
+    session = raw_session(api, policy=QUICK.replace(max_elapsed=10.0), observers=[recorder, metrics])
+    previous = signal.signal(signal.SIGTERM, _sigterm_exits)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signum))
+    try:
+        timer.start()
+        with pytest.raises(raised):
+            session.post(path, json={"a": 1})
+    finally:
+        timer.join()
+        signal.signal(signal.SIGTERM, previous)
+    assert len(api.requests) == 1  # the server saw one request
+    assert recorder.outcomes == []
+    assert sum(metrics.snapshot()["outcomes"].values()) == 0

@@ -1,20 +1,27 @@
-"""RequestContext.finish: the one place attempts become a SumeRecord, tested as a pure function."""
+"""RequestContext: finish (the one place attempts become a SumeRecord, tested as a pure function),
+the fleet's turns, and join (the key, and whether the body can be sent again)."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
+import os
 import pickle
 import random
-from typing import Any, Dict, List, Optional
+import uuid
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
+from sume_urllib3 import SumeAdapter
+from sume_urllib3._idempotency import validate_idempotency_key
 from sume_urllib3._policy import Decision, Policy, Verdict
 from sume_urllib3._record import Outcome, SumeRecord
-from sume_urllib3._request import Attempt, RequestContext, RetryTurn
+from sume_urllib3._request import Attempt, RequestContext, Turn
 from sume_urllib3.pacing import LocalFleet, RetryBudget
 
 from .conftest import VirtualTime
@@ -526,8 +533,13 @@ def test_a_record_does_not_change_when_the_context_goes_on() -> None:
 
 
 def test_deadline_is_start_plus_max_elapsed() -> None:
-    """No attempt may start after start + the policy's max_elapsed."""
-    assert RequestContext(START).deadline(Policy(max_elapsed=30.0)) == START + 30.0
+    """No attempt may start after start + the policy's max_elapsed: the call's own, else the one
+    of the adapter the first hop joins."""
+    assert RequestContext(START, policy=Policy(max_elapsed=30.0)).deadline == START + 30.0
+    adapter = SumeAdapter(Policy(max_elapsed=20.0), fleet=None)
+    joined = RequestContext(START)
+    joined.join(adapter, "GET", "https://api.sume.com/v1/models", None, None)
+    assert (joined.policy, joined.deadline) == (adapter.policy, START + 20.0)
 
 
 def test_attempt_label() -> None:
@@ -565,24 +577,24 @@ def test_a_throttled_retry_waits_without_spending_the_budget() -> None:
     """A retry the server paced never spends the budget; an error retry spends one unit of it."""
     vt = VirtualTime()
     budget = RetryBudget(ratio=0.0, min_per_second=0.1, window=10.0, clock=vt.clock)  # one unit
-    context = RequestContext(vt.now)
-    common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
-    assert context.retry_turn(Policy(), 1.0, throttled=True, **common) == RetryTurn(1.0)
-    assert context.retry_turn(Policy(), 1.0, throttled=False, **common) == RetryTurn(1.0)
+    context = RequestContext(vt.now, policy=Policy())
+    common: Any = {"budget": budget, "rng": random.Random(1)}
+    assert context.take_turn(vt.now, 1.0, retry="throttle", **common) == Turn(1.0)
+    assert context.take_turn(vt.now, 1.0, retry="error", **common) == Turn(1.0)
 
 
 def test_a_spent_budget_delays_an_error_retry_and_refuses_it_only_past_the_deadline() -> None:
     """A spent budget holds an error retry until a unit is free, as fleets do; refused past the deadline."""
     vt = VirtualTime()
     budget = RetryBudget(ratio=0.0, min_per_second=2.0, window=1.0, clock=vt.clock)  # two units
-    context = RequestContext(vt.now)
-    common: Any = {"budget": budget, "rng": random.Random(1), "now": vt.now}
-    assert context.retry_turn(Policy(), 0.1, throttled=False, **common) == RetryTurn(0.1)
-    assert context.retry_turn(Policy(), 0.1, throttled=False, **common) == RetryTurn(0.1)
-    delayed = context.retry_turn(Policy(), 0.1, throttled=False, **common)
+    context = RequestContext(vt.now, policy=Policy())
+    common: Any = {"retry": "error", "budget": budget, "rng": random.Random(1)}
+    assert context.take_turn(vt.now, 0.1, **common) == Turn(0.1)
+    assert context.take_turn(vt.now, 0.1, **common) == Turn(0.1)
+    delayed = context.take_turn(vt.now, 0.1, **common)
     assert delayed.refused is None
     assert delayed.wait == pytest.approx(math.log(2), abs=1e-3)  # two spent decay to one free by e a window
-    late = context.retry_turn(Policy(max_elapsed=0.01), 0.0, throttled=False, **common)
+    late = RequestContext(vt.now, policy=Policy(max_elapsed=0.01)).take_turn(vt.now, 0.0, **common)
     assert late.refused == "retry budget exhausted"
 
 
@@ -590,12 +602,10 @@ def test_the_fleets_turn_lengthens_the_wait_and_is_told_the_answer_once() -> Non
     """Under a cooldown the wait becomes the fleet's; end_turn releases the grant exactly once."""
     vt = VirtualTime()
     fleet = LocalFleet(clock=vt.clock, rng=random.Random(3))
-    context = RequestContext(vt.now)
-    context = RequestContext(vt.now, fleet=fleet)
-    context.pace_as("k1")
+    context = RequestContext(vt.now, policy=Policy(), fleet=fleet)
     first = fleet.acquire("k1", time_left=60.0)
     fleet.release("k1", first, 429, {"Retry-After": "5"})
-    turn = context.retry_turn(Policy(), 1.0, throttled=True, budget=None, rng=random.Random(1), now=vt.now)
+    turn = context.take_turn(vt.now, 1.0, key_id="k1", retry="throttle", rng=random.Random(1))
     assert turn.refused is None
     assert turn.wait >= 5.0
     assert context.paced > 0
@@ -613,15 +623,169 @@ def test_a_turn_past_the_deadline_is_refused_with_a_spread_retry_in() -> None:
     """A cooldown longer than the time left refuses the retry and says when to come back, spread."""
     vt = VirtualTime()
     fleet = LocalFleet(clock=vt.clock, rng=random.Random(3))
-    context = RequestContext(vt.now)
-    context = RequestContext(vt.now, fleet=fleet)
-    context.pace_as("k1")
+    context = RequestContext(vt.now, policy=Policy(max_elapsed=5), fleet=fleet)
     first = fleet.acquire("k1", time_left=60.0)
     fleet.release("k1", first, 429, {"Retry-After": "30"})
-    turn = context.retry_turn(
-        Policy(max_elapsed=5), 1.0, throttled=True, budget=None, rng=random.Random(1), now=vt.now
-    )
+    turn = context.take_turn(vt.now, 1.0, key_id="k1", retry="throttle", rng=random.Random(1))
     assert turn.refused is not None
     assert context.fleet_refused
     assert turn.retry_in is not None
     assert 29.0 <= turn.retry_in <= 60.0
+
+
+# --- join: whether the body can be sent again, and the key -----------------------------------
+
+
+def body_is_replayable(body: Any) -> bool:
+    """Whether the first hop found ``body`` one that can be sent again."""
+    context = RequestContext(START)
+    context.join(SumeAdapter(fleet=None), "PUT", "https://api.sume.com/v1/files", None, body)
+    return context.replayable
+
+
+class Unseekable(io.RawIOBase):
+    """A readable stream that says it cannot seek, as a socket or pipe does."""
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+
+class BrokenSeekable:
+    """A file-like object whose seekable() raises."""
+
+    def read(self, size: int = -1) -> bytes:
+        return b""
+
+    def seekable(self) -> bool:
+        raise OSError("seekable() failed")
+
+
+class TellAndSeek:
+    """A file-like object with read, tell and seek but no seekable()."""
+
+    def read(self, size: int = -1) -> bytes:
+        return b""
+
+    def tell(self) -> int:
+        return 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return 0
+
+
+class ReadOnly:
+    """A file-like object with only read()."""
+
+    def read(self, size: int = -1) -> bytes:
+        return b""
+
+
+def chunks() -> Iterator[bytes]:
+    """A generator body: consumed by the first attempt."""
+    yield b"a"
+    yield b"b"
+
+
+@pytest.mark.parametrize(
+    "body", [None, b"", b"payload", bytearray(b"payload"), "text", '{"json": true}', io.BytesIO(b"x")]
+)
+def test_in_memory_bodies_are_replayable(body: Any) -> None:
+    """No body, bytes, text and an in-memory file can be sent again."""
+    assert body_is_replayable(body) is True
+
+
+def test_a_real_file_is_replayable(tmp_path: Path) -> None:
+    """A file opened from disk is seekable, so it can be sent again."""
+    path = tmp_path / "upload.bin"
+    path.write_bytes(b"data")
+    with path.open("rb") as f:
+        assert body_is_replayable(f) is True
+
+
+def test_a_pipe_is_not_replayable() -> None:
+    """A real pipe cannot seek, so it is never resent."""
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(read_fd, "rb") as reader, os.fdopen(write_fd, "wb"):
+        assert body_is_replayable(reader) is False
+
+
+def test_an_unseekable_stream_is_not_replayable() -> None:
+    """A stream that says it cannot seek is never resent."""
+    assert body_is_replayable(Unseekable()) is False
+
+
+def test_a_file_whose_seekable_raises_is_not_replayable() -> None:
+    """seekable() raising counts as "cannot seek"."""
+    assert body_is_replayable(BrokenSeekable()) is False
+
+
+def test_a_closed_file_is_not_replayable() -> None:
+    """A closed file (seekable() raises ValueError) is never resent."""
+    closed = io.BytesIO(b"x")
+    closed.close()
+    assert body_is_replayable(closed) is False
+
+
+def test_tell_and_seek_without_seekable_is_replayable() -> None:
+    """A file-like object with tell() and seek() but no seekable() can be rewound."""
+    assert body_is_replayable(TellAndSeek()) is True
+
+
+def test_read_only_object_is_not_replayable() -> None:
+    """A file-like object that can only be read is never resent."""
+    assert body_is_replayable(ReadOnly()) is False
+
+
+@pytest.mark.parametrize("body", [chunks(), iter([b"a", b"b"]), (c for c in [b"a"])])
+def test_iterators_are_not_replayable(body: Any) -> None:
+    """Generators and iterators are consumed by the first attempt, so they are never resent."""
+    assert body_is_replayable(body) is False
+
+
+# --- join: a new key for a POST or PATCH without one -----------------------------------------
+
+
+def new_key(method: str = "POST") -> Optional[str]:
+    """The key the first hop of a request without one decides."""
+    url = "https://api.sume.com/v1/jobs"
+    return RequestContext(START).join(SumeAdapter(fleet=None), method, url, None, b"{}")
+
+
+def test_new_key_is_a_version_4_rfc_4122_uuid() -> None:
+    """A new key is the canonical string of a random (version 4, RFC 4122 variant) UUID."""
+    for _ in range(200):
+        key = new_key()
+        assert key is not None
+        parsed = uuid.UUID(key)
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+        assert str(parsed) == key
+        assert validate_idempotency_key(key) == key
+
+
+def test_new_keys_are_distinct() -> None:
+    """1000 new keys are 1000 different keys."""
+    assert len({new_key() for _ in range(1000)}) == 1000
+
+
+
+
+def test_only_post_and_patch_get_a_key_and_a_given_one_is_kept() -> None:
+    """GET, PUT and DELETE go without a key; a key the request carries is checked and kept."""
+    assert new_key("PATCH") is not None
+    assert [new_key(method) for method in ("GET", "PUT", "DELETE")] == [None, None, None]
+    context = RequestContext(START)
+    assert context.join(SumeAdapter(fleet=None), "POST", "https://x/y", b"order-42", None) == "order-42"
+    assert context.key == "order-42"
+
+
+def test_a_file_body_is_sent_again_from_where_it_started() -> None:
+    """join notes where a file body starts, so a resend sends it whole again."""
+    body = io.BytesIO(b"headerpayload")
+    body.seek(6)
+    context = RequestContext(START)
+    context.join(SumeAdapter(fleet=None), "PUT", "https://x/y", None, body)
+    assert (context.replayable, context.body_pos) == (True, 6)

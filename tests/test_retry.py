@@ -6,12 +6,13 @@ import copy
 import gzip
 import inspect
 import io
+import itertools
 import json
 import pickle
 import random
 import socket
 import threading
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import pytest
 import requests
@@ -26,6 +27,8 @@ from sume_urllib3 import (
     SumeRetry,
     SumeSession,
 )
+from sume_urllib3._idempotency import KEYED_METHODS, SAFE_METHODS
+from sume_urllib3._request import RequestContext, body_refusal
 from sume_urllib3._retry import tunnel_status
 from sume_urllib3.testing import FakeSume, RecordingObserver, Reply
 
@@ -669,3 +672,65 @@ def test_a_resend_after_a_body_broke_is_a_retry_the_observers_hear_of(fake: Any)
         (1, None, "ChunkedEncodingError")
     ]
     assert sum(session.metrics.snapshot()["retries"].values()) == 1
+
+
+# --- refusal: may this request be sent again -------------------------------------------------
+
+OTHER_METHODS = ("CONNECT", "PROPFIND", "FOO", "")
+METHODS = (*sorted(SAFE_METHODS), *sorted(KEYED_METHODS), *OTHER_METHODS, None, "get", "post", "Patch")
+KEYS = (None, "", "order-42")
+BODY_REFUSAL = "the request body cannot be replayed (a generator or a stream without seek)"
+
+
+def refusal_for(
+    method: Optional[str], key: Optional[str], replayable: bool = True, lone: bool = False
+) -> Optional[str]:
+    """SumeRetry.refusal for a request with ``key`` and a body that is ``replayable`` or not."""
+    context = RequestContext(0.0)
+    context.key, context.replayable = key, replayable
+    context.adapter = None if lone else SumeAdapter(fleet=None)
+    return SumeRetry().refusal(context, method)
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "replayable"), list(itertools.product(METHODS, KEYS, (True, False)))
+)
+def test_refusal_for_every_method_key_and_body(
+    method: Optional[str], key: Optional[str], replayable: bool
+) -> None:
+    """Safe methods may be resent, POST/PATCH only with a key, others never; an unreplayable body never."""
+    refusal = refusal_for(method, key, replayable)
+    verb = (method or "").upper()
+    if verb in KEYED_METHODS and not key:
+        assert refusal == f"{verb} without an Idempotency-Key is never resent"
+    elif verb not in SAFE_METHODS and verb not in KEYED_METHODS:
+        assert refusal == f"{verb or 'unknown method'} is not replay-safe"
+    elif not replayable:
+        assert refusal == BODY_REFUSAL
+    else:
+        assert refusal is None
+
+
+def test_refusal_for_examples() -> None:
+    """The rules spelled out on the usual requests."""
+    assert refusal_for("GET", None) is None
+    assert refusal_for("post", "k") is None
+    assert refusal_for("POST", None) == "POST without an Idempotency-Key is never resent"
+    assert refusal_for("PUT", None, replayable=False) == BODY_REFUSAL
+    assert refusal_for("CONNECT", "k") == "CONNECT is not replay-safe"
+    assert refusal_for(None, None) == "unknown method is not replay-safe"
+
+
+def test_a_lone_retry_never_resends_a_body_it_cannot_see() -> None:
+    """Without an adapter the body is unseen: PUT, POST and PATCH are refused, GET and DELETE are not."""
+    for method in ("PUT", "POST", "PATCH"):
+        assert "cannot see the request body" in (refusal_for(method, "k", lone=True) or "")
+        assert "cannot see the request body" in (body_refusal(method, True, lone=True) or "")
+    for method in ("GET", "DELETE", "HEAD"):
+        assert refusal_for(method, None, lone=True) is None
+
+
+def test_through_an_adapter_only_an_unreplayable_body_is_refused() -> None:
+    """With an adapter, the body seen before the first send decides."""
+    assert body_refusal("PUT", True) is None
+    assert "cannot be replayed" in (body_refusal("PUT", False) or "")
