@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Tuple
+import email.utils
+import time
+from typing import Any, Callable, Dict, Iterator, Tuple
 
 import pytest
 from requests.structures import CaseInsensitiveDict
 from urllib3._collections import HTTPHeaderDict
 
+from sume_urllib3 import SumeSession
+from sume_urllib3.pacing import LocalFleet
 from sume_urllib3.pacing._signals import Reading, parse_ratelimit
+from sume_urllib3.testing import FakeSume, Reply
+
+from .conftest import VirtualTime
 
 WALL = 1_700_000_000.0
 
@@ -45,6 +52,52 @@ def test_reset_in_unix_milliseconds_and_in_the_past() -> None:
     past = {"X-RateLimit-Reset": str(int(WALL) - 100)}
     assert parse_ratelimit(ms, wall) == Reading(None, None, 5.0, None)
     assert parse_ratelimit(past, wall) == Reading(None, None, 0.0, None)
+
+
+def http_date(stamp: float) -> str:
+    """``stamp`` as an IMF-fixdate, as a server's Date header carries it."""
+    return email.utils.formatdate(stamp, usegmt=True)
+
+
+@pytest.mark.parametrize("skew", [-300, 300], ids=["client behind", "client ahead"])
+def test_an_epoch_reset_is_measured_from_the_response_date(skew: float) -> None:
+    """An epoch reset is the server's clock: the wait is the reset less the response's Date, with
+    the local clock ``skew`` seconds off (302 s or 0 s before); without a readable Date, the local
+    clock as before. Every form of reset that is a Unix time is read so."""
+    server_now = WALL - skew  # the local clock (WALL) is ``skew`` off the server's
+    date = http_date(server_now)
+    seconds = {"Date": date, "X-RateLimit-Reset": str(int(server_now) + 2)}
+    millis = {"date": date, "X-Rate-Limit-Reset": str(int(server_now * 1000) + 2000)}
+    combined = {"Date": date, "RateLimit": f"limit=10, remaining=0, reset={int(server_now) + 2}"}
+    undated = {"Date": "yesterday", "X-RateLimit-Reset": str(int(server_now) + 2)}
+    for headers in (seconds, millis, combined, HTTPHeaderDict(seconds), CaseInsensitiveDict(seconds)):
+        assert 2.0 == parse_ratelimit(headers, wall).reset  # type: ignore[union-attr]
+    assert max(2.0 - skew, 0.0) == parse_ratelimit(undated, wall).reset  # type: ignore[union-attr]
+    assert 30.0 == parse_ratelimit({"Date": date, "X-RateLimit-Reset": "30"}, wall).reset  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("skew", [-300, 300], ids=["client behind", "client ahead"])
+def test_a_session_waits_for_an_epoch_reset_by_the_server_clock(
+    fake: FakeSume, make_session: Callable[..., SumeSession], vtime: VirtualTime, skew: int
+) -> None:
+    """A quota spent until the server's Date plus 2 s holds the next request 2 s, with the local
+    wall clock 300 s behind (it was refused unsent, "next turn in 301.4s") or ahead (it went at once)."""
+    server_now = int(time.time())
+    spent = {
+        "Date": http_date(server_now),
+        "X-RateLimit-Limit": "10",
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": str(server_now + 2),
+    }
+    fake.script("GET", "/v1/runs", Reply(200, json={}, headers=spent), Reply(200, json={}))
+    fleet = LocalFleet(clock=vtime.clock, wall=lambda: time.time() + skew)
+    session = make_session(fleet=fleet)
+
+    session.get("runs")
+    second = session.get("runs")
+
+    assert (200, 2) == (second.status_code, len(fake.requests))
+    assert second.sume.paced == pytest.approx(2.0, abs=0.01)  # type: ignore[attr-defined]
 
 
 def test_draft_07_combined_header_and_policy() -> None:

@@ -9,6 +9,7 @@ import re
 import time
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
 
+from .._envelope import server_time
 from .._util import header_value, origin
 
 # A delta this large (about 31 years) is no delta: it is a Unix time, as GitHub sends.
@@ -37,16 +38,19 @@ def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Opti
     """The quota a response's headers describe, or None when they say nothing (or garbage).
 
     Understands ``RateLimit-Limit/-Remaining/-Reset`` (with ``10, 10;w=1`` limits),
-    ``X-RateLimit-*`` and ``X-Rate-Limit-*`` (a Reset that is a Unix time, in seconds or
-    milliseconds, is turned into a delta with ``wall``), the IETF draft's
+    ``X-RateLimit-*`` and ``X-Rate-Limit-*``, the IETF draft's
     ``RateLimit: limit=10, remaining=9, reset=5`` and ``RateLimit-Policy: 10;w=60``, and
     the later ``RateLimit: "default";r=9;t=5`` / ``RateLimit-Policy: "default";q=10;w=60``.
+
+    A reset that is a Unix time (seconds or milliseconds, as GitHub sends) is the server's
+    clock: it becomes a delta from the response's ``Date`` when it has a readable one, else
+    from ``wall`` (see :func:`server_time`), so a client whose clock is off waits what was asked.
     """
     try:
         found = _collect(headers)
         if not found:
             return None
-        return _read(found, wall)
+        return _read(found, lambda: server_time(header_value(headers, "date"), wall))
     except Exception:  # a malformed header must never break a request
         return None
 
@@ -71,11 +75,13 @@ def _collect(headers: Any) -> Dict[str, str]:
     return found
 
 
-def _read(found: Dict[str, str], wall: Callable[[], float]) -> Optional[Reading]:
+def _read(found: Dict[str, str], now: Callable[[], float]) -> Optional[Reading]:
+    """The reading of the RateLimit fields ``found``; ``now`` is the server's clock (epoch resets)."""
     limit = remaining = reset = window = None
     combined = found.get("ratelimit")
     if combined is not None:
         limit, remaining, reset = _combined(combined)
+        reset = _delta(reset, now)
     policy = found.get("ratelimit-policy")
     if policy is not None:
         quota, window = _policy(policy)
@@ -88,7 +94,7 @@ def _read(found: Dict[str, str], wall: Callable[[], float]) -> Optional[Reading]
         if remaining is None:
             remaining = _number(found.get(prefix + "remaining"))
         if reset is None:
-            reset = _reset(found.get(prefix + "reset"), wall)
+            reset = _delta(_number(found.get(prefix + "reset")), now)
     if limit is None and remaining is None and reset is None and window is None:
         return None
     if limit is not None and remaining is not None:
@@ -141,16 +147,16 @@ def _limit(value: Optional[str]) -> Tuple[Optional[float], Optional[float]]:
     return limit, None
 
 
-def _reset(value: Optional[str], wall: Callable[[], float]) -> Optional[float]:
-    seconds = _number(value)
+def _delta(seconds: Optional[float], now: Callable[[], float]) -> Optional[float]:
+    """A reset in seconds from now: a Unix time (seconds or milliseconds) less the server's ``now``."""
     if seconds is None:
         return None
     if seconds >= _EPOCH:
         stamp = seconds / 1000.0 if seconds >= _EPOCH_MS else seconds
-        now = wall()
-        if not math.isfinite(now):
+        clock = now()  # asked only for a Unix time: most resets are deltas
+        if not math.isfinite(clock):
             return None
-        return max(stamp - now, 0.0)
+        return max(stamp - clock, 0.0)
     return seconds
 
 
