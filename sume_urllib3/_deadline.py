@@ -114,7 +114,7 @@ class _Watchdog:
                     try:
                         self._fire(watch)
                     except Exception:  # the thread must outlive any one request's cut
-                        log.exception("sume_urllib3: cutting a request at its deadline failed")
+                        log.exception("cutting a request at its deadline failed")
 
     def _fire(self, watch: Watch) -> None:
         self.watches.pop(id(watch), None)

@@ -304,7 +304,7 @@ class SumeRetry(Retry):
             try:
                 attempt = self.decide_response(context, raw, method, policy)
             except Exception:  # a bug here must not leak the connection or the response
-                log.exception("sume_urllib3: failed to decide on a response; not retrying")
+                log.exception("failed to decide on a response; not retrying")
                 decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
                 attempt = Attempt(status_of(raw), None, None, None, decision, at=context.now())
         new: Optional[SumeRetry] = None
@@ -573,7 +573,7 @@ class SumeRetry(Retry):
                     error=attempt.error,
                 )
             )
-        log.debug("sume_urllib3: %s", decision.reason)
+        log.debug("%s", decision.reason)
 
     def timer(self) -> Callable[[], float]:
         """The clock a request reads, chosen once as it starts: real time, or a test's time (an

@@ -855,3 +855,32 @@ def test_a_status_give_up_is_a_warning_on_the_real_logger(fake: FakeSume, sume_l
     assert "idempotency key 3f2a9c1e…)" in gave_up[0]
     assert not any("sume_urllib3: sume_urllib3" in line or ", key " in line for line in sume_lines)
 
+
+
+def test_no_message_repeats_the_logger_name(
+    fake: FakeSume, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every record the package logs, DEBUG included, through a retried request, a shared fleet
+    falling back to local pacing and a failure to decide on a response, says its message without
+    the logger's name: the handler's format names it once ("sume_urllib3: sume_urllib3: ...")."""
+    from sume_urllib3._retry import SumeRetry
+    from sume_urllib3.pacing import HostFleet
+
+    fake.script("POST", "/v1/avatars", 503, 201, 503)
+    fleet = HostFleet("/proc/no-such-dir/app.fleet")
+    session = SumeSession(KEY, base_url=fake.url + "/v1", fleet=fleet, policy=Policy(backoff_base=0.0))
+    with session, caplog.at_level(logging.DEBUG, logger="sume_urllib3"):
+        assert 2 == session.post("/avatars", json={"a": 1}).sume.attempts  # type: ignore[attr-defined]
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(SumeRetry, "decide_response", broken)
+        session.post("/avatars", json={"a": 1})
+
+    ours = [r for r in caplog.records if r.name.startswith("sume_urllib3")]
+    messages = [r.getMessage() for r in ours]
+    assert any("unavailable" in m for m in messages), messages  # the fleet's fallback
+    assert any("retry in" in m for m in messages), messages  # the retry's decision (DEBUG)
+    assert any("failed to decide" in m for m in messages), messages
+    assert [] == [m for m in messages if m.startswith("sume_urllib3")]
