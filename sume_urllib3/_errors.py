@@ -8,7 +8,6 @@ catches what it caught before.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, Dict, Mapping, NoReturn, Optional, Tuple, Type, Union
 
 import requests
@@ -200,6 +199,8 @@ def _picklable(values: Tuple[object, ...]) -> Tuple[object, ...]:
     backend replaces what it cannot encode): a give-up always pickles with its record. One
     that pickles but comes back saying something else (older urllib3's pool errors come back
     as "None: None") is replaced by its repr too, so the message survives."""
+    import pickle  # only when a give-up is pickled
+
     out = []
     for value in values:
         try:

@@ -6,8 +6,7 @@ A request's own key and whether its body can be sent again are decided as it sta
 
 from __future__ import annotations
 
-import uuid
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from ._errors import ConfigurationError
 from ._util import is_visible_ascii
@@ -40,9 +39,12 @@ def validate_idempotency_key(key: Any) -> str:
 # Idempotency-Keys derived from an id that stays the same across a task queue's retries.
 
 #: Fixed forever: every key already derived depends on it.
-_NAMESPACE = uuid.UUID("6f1d3c2a-5b7e-5c1f-9a0d-2e4b8c6d1f30")
+_NAMESPACE = "6f1d3c2a-5b7e-5c1f-9a0d-2e4b8c6d1f30"
 
-StableId = Union[str, int, uuid.UUID]
+if TYPE_CHECKING:  # uuid (and the platform module it loads) is imported when a key is first derived
+    import uuid
+
+    StableId = Union[str, int, uuid.UUID]
 
 
 def idempotency_key_for(stable_id: StableId, *scope: StableId) -> str:
@@ -61,13 +63,17 @@ def idempotency_key_for(stable_id: StableId, *scope: StableId) -> str:
     characters), the same on every machine and Python version, and it reveals neither
     the id nor the scope.
     """
+    import uuid
+
     parts = [_part(stable_id, "stable_id")]
     parts.extend(_part(item, "scope") for item in scope)
     # Each part prefixed by its length, so ("a", "b:c") and ("a:b", "c") never meet.
-    return str(uuid.uuid5(_NAMESPACE, "".join(f"{len(part)}:{part}" for part in parts)))
+    return str(uuid.uuid5(uuid.UUID(_NAMESPACE), "".join(f"{len(part)}:{part}" for part in parts)))
 
 
 def _part(value: object, name: str) -> str:
+    import uuid
+
     if isinstance(value, bool) or not isinstance(value, (str, int, uuid.UUID)):
         hint = " (outside a worker, Celery's self.request.id is None)" if value is None else ""
         raise ConfigurationError(

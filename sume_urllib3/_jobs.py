@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import math
 import re
@@ -677,6 +676,8 @@ def _round_trip(seconds: float, response: requests.Response) -> float:
 def _takes_policy(session: Any) -> bool:
     """True when ``session.request`` accepts a per-call ``policy=``."""
     try:
+        import inspect  # only for a session that is not a SumeSession
+
         return "policy" in inspect.signature(session.request).parameters
     except (TypeError, ValueError, AttributeError):
         return False

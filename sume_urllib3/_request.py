@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import math
 import time
-import uuid
 from contextvars import ContextVar
 from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence
 
@@ -133,6 +132,8 @@ class RequestContext:
         if key is not None:
             key = validate_idempotency_key(key)
         elif method in KEYED_METHODS:
+            import uuid  # loaded by the first request that needs a key
+
             key = str(uuid.uuid4())
         self.key = key
         if body is None or isinstance(body, (bytes, bytearray, str)):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import math
 import re
 import ssl
 import time
-from typing import Any, Callable, Collection, Dict, Iterable, NoReturn, Optional
+from typing import Any, Callable, Collection, Dict, Iterable, NoReturn, Optional, Tuple
 
 import urllib3.response
 from urllib3.exceptions import MaxRetryError, ResponseError
@@ -34,7 +33,6 @@ from .pacing._fleet import RetryBudget
 log = logging.getLogger("sume_urllib3")
 
 # Retry arguments that only some urllib3 versions accept; kept as attributes elsewhere.
-_BASE_PARAMS = frozenset(inspect.signature(Retry.__init__).parameters)
 _PORTABLE_EXTRAS = ("backoff_max", "backoff_jitter", "retry_after_max")
 # urllib3 arguments the Policy replaces: name -> (urllib3's default, the Policy field to use).
 _REPLACED = {
@@ -154,7 +152,7 @@ class SumeRetry(Retry):
         kw.setdefault("retry_budget", self.retry_budget)
         kw.setdefault("observers", self.observers)
         for name in _PORTABLE_EXTRAS:
-            if name not in _BASE_PARAMS and hasattr(self, name):
+            if name not in _retry_parameters() and hasattr(self, name):
                 kw.setdefault(name, getattr(self, name))
         new = super().new(**kw)
         assert isinstance(new, SumeRetry)
@@ -682,7 +680,14 @@ def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
 
 
 #: urllib3's positional arguments, in its order (``Retry(3)`` is ``total=3``).
-_POSITIONAL = tuple(name for name in inspect.signature(Retry.__init__).parameters if name != "self")
+
+
+@functools.lru_cache(maxsize=None)
+def _retry_parameters() -> Tuple[str, ...]:
+    """urllib3's own ``Retry`` arguments, in order (inspect is imported when first needed)."""
+    import inspect
+
+    return tuple(name for name in inspect.signature(Retry.__init__).parameters if name != "self")
 
 
 def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> Optional[Policy]:
@@ -698,9 +703,10 @@ def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> 
     elif args and args[0] is not None and not isinstance(args[0], int):
         # Neither a Policy nor urllib3's total (an int, False or None).
         raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
-    if len(args) > len(_POSITIONAL):
-        raise ConfigurationError(f"SumeRetry takes at most {len(_POSITIONAL)} urllib3 arguments by position")
-    for name, value in zip(_POSITIONAL, args):
+    positional = _retry_parameters()
+    if len(args) > len(positional):
+        raise ConfigurationError(f"SumeRetry takes at most {len(positional)} urllib3 arguments by position")
+    for name, value in zip(positional, args):
         if name in kwargs:
             raise ConfigurationError(f"SumeRetry got {name} by position and by name")
         kwargs[name] = value

@@ -19,14 +19,16 @@ import logging
 import os
 import random
 import re
-import sqlite3
 import stat
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
+
+if TYPE_CHECKING:  # at run time sqlite3 is imported by the functions that use it, when first used
+    import sqlite3
 
 from .. import _sleeping
 from .._config import check_int
@@ -338,6 +340,7 @@ class HostFleet(StoreFleet):
         return f"host fleet file {self._path}"
 
     def _failed(self, exc: BaseException) -> None:
+        import sqlite3
         super()._failed(exc)
         self._check_at = 0.0  # a deleted file may be why: the next use looks
         if isinstance(exc, sqlite3.OperationalError) and "full" in str(exc):
@@ -370,6 +373,7 @@ class HostFleet(StoreFleet):
         (made at the fork, before gevent patched), and a greenlet sleeping under it would stop
         every other.
         """
+        import sqlite3
         db = self._db
         if db is not None and time.monotonic() >= self._check_at:
             self._check_at = time.monotonic() + _CHECK_EVERY
@@ -394,6 +398,7 @@ class HostFleet(StoreFleet):
 
     def _reopen(self, old: sqlite3.Connection) -> None:
         """The file was deleted or replaced: say so, count it, and let the next use open the path."""
+        import sqlite3
         with self._lock:
             self._errors += 1
         self._db = None
@@ -433,6 +438,7 @@ class HostFleet(StoreFleet):
     def _saw(self, db: sqlite3.Connection, kid: str, st: _pacing.State, now: int) -> None:
         """Remember a key left open (and the file's data_version then): the next acquire may skip
         the transaction while no process writes to the file."""
+        import sqlite3
         self._open.pop(kid, None)
         if _pacing.is_open(st, self._config, now):
             if len(self._open) >= _MAX_OPEN:
@@ -496,6 +502,7 @@ def _identity(path: str) -> Optional[Tuple[int, int]]:
 def _connect(path: str, given: bool) -> Tuple[sqlite3.Connection, Tuple[int, int]]:
     """A connection to the file, made here (mode 0600) if new, and the file's identity; set up by
     :func:`_set_up`."""
+    import sqlite3
     directory = os.path.dirname(path)
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
     if given:
@@ -529,6 +536,7 @@ def _connect(path: str, given: bool) -> Tuple[sqlite3.Connection, Tuple[int, int
 def _set_up(db: sqlite3.Connection, max_size: int) -> None:
     """WAL, the size bound and the tables, on a connection of its own (repeatable: every step
     leaves the file as it found it or set up, so a try that met the lock is simply made again)."""
+    import sqlite3
     mode = db.execute("PRAGMA journal_mode=WAL").fetchone()
     if mode is None or str(mode[0]).lower() != "wal":
         raise sqlite3.OperationalError(f"cannot use WAL mode here (got {mode!r})")
@@ -565,6 +573,7 @@ def _while_busy(attempt: Callable[[], _T], timeout: float) -> _T:
     then ``database is locked`` is raised (and the caller fails open). The lock is polled with
     short pauses (_FIRST_PAUSE doubling to _MAX_PAUSE), not left to SQLite's busy handler, whose
     sleeps of whole milliseconds would hold every process sharing the file."""
+    import sqlite3
     deadline = 0.0
     pause = _FIRST_PAUSE
     while True:
@@ -594,6 +603,7 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
 def _writing(db: sqlite3.Connection) -> Iterator[None]:
     """One transaction that takes the file's write lock at once (BEGIN IMMEDIATE: two processes
     never both read a state and then race to write it), rolled back on any error."""
+    import sqlite3
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
