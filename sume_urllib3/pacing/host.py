@@ -21,10 +21,8 @@ import random
 import re
 import stat
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar, Union
 
 if TYPE_CHECKING:  # at run time sqlite3 is imported by the functions that use it, when first used
@@ -135,6 +133,8 @@ def default_path(app: Optional[str] = None) -> str:
         directory = os.path.join(runtime, "sume_urllib3")
     else:
         try:
+            import tempfile
+
             temp = tempfile.gettempdir()
         except FileNotFoundError:  # "no usable temporary directory"
             temp = os.path.join(os.sep, "tmp")
@@ -253,6 +253,8 @@ class HostFleet(StoreFleet):
         self._opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
         self._identity: Optional[Tuple[int, int]] = None  # the file's device and inode when opened
         self._check_at = 0.0  # time.monotonic() from which the next use looks at the file again
+        import uuid
+
         self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._entries = itertools.count(1)
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
