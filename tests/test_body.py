@@ -225,6 +225,7 @@ def _ends_late(seen: Any, n: int) -> Any:
     yield CLOSE
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("way", ["session", "mounted", "pool_manager"])
 def test_an_error_body_of_unknown_length_is_handed_over_once_its_json_is_whole(
     raw_server: Any, way: str

@@ -78,6 +78,7 @@ def _ends_as_a_deadline_give_up(call: Callable[[], Any]) -> None:
     assert "deadline" in str(error)
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("kind", sorted(HANDLERS))
 def test_a_trickling_server_is_cut_at_the_deadline_through_a_session(
     trickling: Callable[[str], Loopback], kind: str
@@ -88,6 +89,7 @@ def test_a_trickling_server_is_cut_at_the_deadline_through_a_session(
         _ends_as_a_deadline_give_up(lambda: session.get("/slow"))
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_stream_read_through_iter_content_is_cut_at_the_deadline(
     trickling: Callable[[str], Loopback],
 ) -> None:
@@ -98,6 +100,7 @@ def test_a_stream_read_through_iter_content_is_cut_at_the_deadline(
         _ends_as_a_deadline_give_up(lambda: b"".join(response.iter_content(1)))
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_mounted_adapter_cuts_a_trickle_at_the_deadline(trickling: Callable[[str], Loopback]) -> None:
     """A SumeAdapter on a plain requests.Session holds the same deadline."""
     server = trickling("sized")
@@ -106,6 +109,7 @@ def test_a_mounted_adapter_cuts_a_trickle_at_the_deadline(trickling: Callable[[s
         _ends_as_a_deadline_give_up(lambda: session.get(server.url + "/slow"))
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_fast_answer_after_a_slow_one_reuses_nothing_the_deadline_cut(
     raw_server: Callable[[Any], Loopback],
 ) -> None:
@@ -137,6 +141,7 @@ def test_calls_that_finish_in_time_leave_nothing_armed(raw_server: Callable[[Any
     assert _deadline._watchdog.watches == {}
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_wait_for_a_free_connection_ends_at_the_deadline(raw_server: Callable[[Any], Loopback]) -> None:
     """A blocking pool whose one connection a held stream keeps: the next call waits for it no
     longer than its deadline (requests gives the wait no bound of its own), and ends as the
@@ -171,6 +176,7 @@ def stalled_body(seen: Seen, n: int) -> Iterator[Step]:
     yield 30.0
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("run", range(2))
 def test_a_stall_with_a_read_timeout_past_the_deadline_ends_as_the_deadline(
     raw_server: Callable[[Any], Loopback], run: int
@@ -431,6 +437,7 @@ def _trickling_503(seen: Seen, n: int) -> Iterable[Step]:
         yield reply(200, b"{}")
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_503_whose_body_trickles_sends_no_retry_after_the_deadline(raw_server: Any) -> None:
     """max_elapsed=1 and a 503 body that takes 3 s: no retry after 1 s, the call ends by 1.5 s."""
     api = raw_server(_trickling_503)
@@ -467,6 +474,7 @@ def _envelope_then_trickle(retry_after: str) -> Handler:
     return handler
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("retry_after", ["", "0"], ids=["backoff", "retry-after-0"])
 def test_a_retry_decided_in_time_is_not_sent_once_the_old_body_outlasts_the_deadline(
     raw_server: Any, retry_after: str
@@ -501,6 +509,7 @@ def _redirect_whose_body_trickles(seen: Seen, n: int) -> Iterable[Step]:
         yield b"x"
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_redirect_is_not_followed_once_the_deadline_has_passed(raw_server: Any) -> None:
     """requests reads a 302's body before it follows it: one that outlasts the deadline leaves
     the next hop unsent, as a retry would be."""

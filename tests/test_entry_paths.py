@@ -767,6 +767,7 @@ def test_a_mounted_adapter_given_its_own_policy_keeps_it(fake: FakeSume, vtime: 
         assert uploads.timeout == (1, 1)  # given none of its own: the session's
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_mounted_adapter_uses_the_sessions_timeout(fake: FakeSume) -> None:
     """A call without ``timeout=`` through a mounted SumeAdapter times out at the session's (1, 1)."""
     fake.script("GET", "/v1/slow", Reply(200, delay=3.0))

@@ -448,6 +448,7 @@ def test_br_and_zstd_bodies_are_decoded_when_their_library_is_installed(encoding
     assert PARSED == parse_envelope(headers, COMPRESSORS[encoding](body(DOC)))
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("encoding", ["br", "zstd"])
 def test_br_and_zstd_bombs_decode_to_at_most_limit_bytes(encoding: str) -> None:
     """50 MB of zeros compressed to a few kB: decoded to the limit, never whole."""
@@ -647,6 +648,7 @@ def test_property_arbitrary_bytes_never_raise(raw: bytes, encoding: Optional[str
     _well_formed(parse_envelope({"Content-Encoding": encoding}, raw, limit=limit))
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @PROPERTY
 @given(JSON_VALUES | ENVELOPE_LIKE, ENCODINGS)
 def test_property_arbitrary_json_never_raises(doc: Any, encoding: Optional[str]) -> None:
@@ -669,6 +671,7 @@ def test_property_string_fields_round_trip(doc: Dict[str, Any]) -> None:
     assert ("queue_full", "req_1") == (envelope.code, envelope.request_id)
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @PROPERTY
 @given(HEADERS, st.one_of(st.none(), st.binary(max_size=200)))
 def test_property_arbitrary_headers_never_raise(headers: Any, raw: Optional[bytes]) -> None:

@@ -26,6 +26,7 @@ def json_objects(text: str) -> List[Dict[str, Any]]:
         found.append(value)
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_the_observability_example_traces_a_view_and_workers() -> None:
     """Each Sume call is a CLIENT span under its view or task span; the counters add up across threads."""
     pytest.importorskip("django")

@@ -884,6 +884,7 @@ def _short_then_full(after: Step) -> Handler:
     return handler
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("after", [3.0, CLOSE], ids=["stalls", "closes"])
 def test_a_get_whose_body_breaks_mid_read_is_retried(raw_server: Any, after: Step) -> None:
     """200 with Content-Length 1000 that sends 20 bytes: the GET is resent and the caller gets all 1000."""
@@ -906,6 +907,7 @@ def _always_short(seen: Seen, n: int) -> Iterable[Step]:
     yield 3.0
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_body_that_breaks_and_is_not_retried_is_recorded_not_counted_ok(raw_server: Any) -> None:
     """No retry left: the ConnectionError carries ``exc.sume`` with an outcome that is not ok."""
     api = raw_server(_always_short)
@@ -928,6 +930,7 @@ def _stalling_503(seen: Seen, n: int) -> Iterable[Step]:
     yield 3.0
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_give_up_503_whose_body_stalls_is_recorded_not_counted_ok(raw_server: Any) -> None:
     """raise_on_give_up=False, a 503 whose body stalls: whatever the caller gets carries the record."""
     api = raw_server(_stalling_503)
@@ -949,6 +952,7 @@ def test_a_give_up_503_whose_body_stalls_is_recorded_not_counted_ok(raw_server: 
     assert took < 2.5
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_give_up_503_whose_body_stalls_raises_the_retry_error(raw_server: Any) -> None:
     """By default the stalled 503 still ends in SumeRetryError, within the read timeout."""
     api = raw_server(_stalling_503)
@@ -980,6 +984,7 @@ def _sigterm_exits(signum: int, frame: Any) -> None:
     raise SystemExit(143)  # what a worker's SIGTERM handler does
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize(
     ("signum", "raised", "path"),
     [

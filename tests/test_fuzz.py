@@ -122,6 +122,7 @@ def test_envelope_from_arbitrary_bytes_never_raises(
     assert_well_formed(parse_envelope(headers, body, limit=LIMIT, decoded=decoded))
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @FUZZ
 @given(doc=envelopes | json_docs, headers=header_mappings(), limit=st.integers(0, 4096))
 def test_envelope_from_arbitrary_json_never_raises(doc: Any, headers: Mapping[Any, Any], limit: int) -> None:
@@ -177,6 +178,7 @@ def test_a_well_formed_envelope_reads_back_under_every_encoding(
     )
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @FUZZ
 @given(doc=envelopes | json_docs, cut=st.integers(0, 2048), encoding=st.sampled_from(["gzip", "x-gzip"]))
 def test_gzip_of_any_json_reads_like_the_plain_json_or_not_at_all(doc: Any, cut: int, encoding: str) -> None:
@@ -334,6 +336,7 @@ def assert_invariants(policy: Policy, decision: Decision, elapsed: float) -> Non
         assert decision.wait is None
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @FUZZ
 @given(
     policy=policies(),

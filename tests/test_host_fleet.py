@@ -90,6 +90,7 @@ def test_threads_of_one_process_share_the_pace(path: str) -> None:
     assert min(b - a for a, b in zip(slots, slots[1:])) >= 10_000
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_workers_opening_a_new_file_at_once_all_share_it(tmp_path: Any) -> None:
     """Every worker's first request at once: none of them fails open while the file is made.
 
@@ -140,6 +141,7 @@ def _hold_the_window(path: str, ready: Any) -> None:
     time.sleep(60)  # pragma: no cover - killed before
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @needs_fork
 def test_a_process_killed_with_attempts_in_flight_holds_nobody_past_the_lease(path: str) -> None:
     """A worker SIGKILLed holding the whole slow-start window frees it when the leases end (1 s here)."""
@@ -196,6 +198,7 @@ def test_a_file_locked_past_the_timeout_paces_locally_then_the_file_again(
     assert fleet.healthy
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_file_locked_at_a_process_first_open_is_waited_for_once_in_pythons_sleep(
     path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -222,6 +225,7 @@ def test_a_file_locked_at_a_process_first_open_is_waited_for_once_in_pythons_sle
     assert sum(slept) >= QUEUE_TIMEOUT / 2  # most of it (each try runs a few statements)
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_the_first_open_of_a_locked_file_never_holds_the_fleets_lock_while_it_waits(path: str) -> None:
     """Between its tries at a file another process holds, the first open lets go of the fleet's
     thread lock: in a gevent worker that lock may be a real one (made at the fork, before gevent
@@ -565,6 +569,7 @@ def test_a_deleted_runtime_dir_is_noticed_and_the_file_made_where_new_processes_
     assert [r.getMessage() for r in caplog.records].count(said) == 1
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_deleted_file_is_made_again_and_shared_without_disk_errors(path: str) -> None:
     """Only the file deleted (its -wal and -shm left): a process started now uses a new file at once
     (no 'disk I/O error'), and the running one joins it at its next use within a second."""
@@ -621,6 +626,7 @@ def test_no_writable_temp_dir_fails_open_instead_of_raising() -> None:
     assert done.stdout.split("] ")[1].split()[0] == "1"
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_threads_failing_in_one_outage_double_the_backoff_once(
     path: str, caplog: pytest.LogCaptureFixture
 ) -> None:

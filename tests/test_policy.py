@@ -924,6 +924,7 @@ def test_property_fix_rows_are_never_retried(
     assert not decision.retry
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @PROPERTY
 @given(POLICIES, st.integers(100, 599), CODES, RETRY_AFTERS, ATTEMPTS, ELAPSED, HINTS, SEEDS)
 def test_property_only_retry_after_or_fixed_exceeds_backoff_max(
@@ -943,6 +944,7 @@ def test_property_only_retry_after_or_fixed_exceeds_backoff_max(
         assert decision.wait <= policy.backoff_max
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @PROPERTY
 @given(POLICIES, st.integers(100, 599), CODES, RETRY_AFTERS, ATTEMPTS, ELAPSED, HINTS, SEEDS)
 def test_property_retry_never_crosses_max_elapsed(

@@ -428,6 +428,7 @@ OUTCOMES: Dict[str, Tuple[Optional[List[Reply]], type]] = {
 }
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("auth_header", ["x-api-key", "bearer"])
 @pytest.mark.parametrize("outcome_name", sorted(OUTCOMES))
 def test_no_secret_anywhere_whatever_the_outcome(

@@ -1177,6 +1177,7 @@ def _stall(seen: Seen, n: int) -> Iterable[Step]:
     yield reply(200, b"late")
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_plain_adapter_mounted_to_size_the_pool_keeps_the_session_timeout(raw_server: Any) -> None:
     """HTTPAdapter(pool_maxsize=32) over the API: a call without timeout= still gives up on the
     session's 1 s read timeout, not after the server's 6 s stall."""

@@ -10,6 +10,8 @@ import threading
 from collections import Counter, defaultdict
 from typing import Callable, Dict, List, Set, Union
 
+import pytest
+
 from sume_urllib3 import SumeRecord, SumeRetryError, SumeSession
 from sume_urllib3.testing import FakeSume, Reply, no_sleep
 
@@ -25,6 +27,7 @@ def mixed_script(length: int, seed: int = 0, failure_rate: float = 0.2) -> List[
     return [*script, 201]
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_eight_threads_share_one_session_without_losing_or_mixing_a_request(
     fake: FakeSume, make_session: Callable[..., SumeSession]
 ) -> None:

@@ -65,6 +65,7 @@ def test_a_post_is_retried_through_the_proxy_with_its_key(
     assert relay.targets == [("127.0.0.1", server.port)]  # one tunnel, to the API only
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("name", ["session", "mounted"])
 def test_a_trickle_through_the_proxy_ends_at_the_deadline(
     raw_server: Callable[..., Loopback], relay: Socks5Relay, name: str

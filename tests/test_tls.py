@@ -223,6 +223,7 @@ def test_under_pyopenssl_a_certificate_that_fails_verification_is_never_retried(
     assert server.requests == []
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 @pytest.mark.parametrize("name", ["session", "mounted"])
 def test_under_pyopenssl_a_trickle_ends_at_the_deadline(
     pyopenssl: None, tls_server: Callable[..., Loopback], ca_file: str, name: str

@@ -599,6 +599,7 @@ def test_redis_clock_stepping_back_does_not_hold_the_key(server: RedisServer) ->
     assert int(state["last_seen"]) == 4880 * US  # the state is the new clock's
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_threads_failing_in_one_pause_double_the_backoff_once(
     server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -303,6 +303,7 @@ def test_threads_telling_lessons_late_lose_none_and_tell_none_twice(server: Redi
 # -- fork, exit, outages ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_a_process_tells_what_it_holds_as_it_exits(server: RedisServer, direct: Any) -> None:
     """A process whose last plain success no call carried, exiting at once: its atexit hook tells it."""
     code = f"""

@@ -126,6 +126,7 @@ def test_reset_fleets_forgets_the_host_fleet_of_the_settings(api: FakeSume) -> N
         assert 200 == get_session().get("/me").status_code
 
 
+@pytest.mark.slow  # real time: runs in CI's slow step
 def test_host_true_is_a_file_of_the_test_runs_own() -> None:
     """While tests run, HOST True is a file in a temporary directory of this run, not the default
     path that runserver or a deployment on this host uses; outside tests it is the default."""
