@@ -19,6 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 REFERENCE = DOCS / "reference"
 README = ROOT / "README.md"
+#: Where the README's links point: they must work on the PyPI page, where a relative link breaks.
+REPOSITORY = "https://github.com/sume/sume-urllib3/blob/main/"
 #: The public modules whose ``__all__`` the API reference must cover, by the file that defines it.
 PUBLIC_MODULES: Dict[str, str] = {
     "sume_urllib3": "sume_urllib3/__init__.py",
@@ -91,6 +93,8 @@ def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
     broken: List[str] = []
     for page in [README, ROOT / "CONTRIBUTING.md", *sorted(DOCS.rglob("*.md"))]:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            if target.startswith(REPOSITORY):  # the README's links, absolute for the PyPI page
+                target = str(ROOT / target[len(REPOSITORY) :])
             if not re.match(r"[a-z]+:", target) and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert not broken, broken
@@ -117,3 +121,13 @@ def test_nothing_cites_a_file_the_repository_does_not_contain() -> None:
             if not generated and not (ROOT / path).exists():
                 cited.append(f"{name}: {path}")
     assert not cited, "cited but not in the repository:\n" + "\n".join(cited)
+
+
+def test_the_readme_links_work_on_the_package_index() -> None:
+    """PyPI shows the README without the repository: every link in it is absolute."""
+    relative = [
+        target
+        for target in re.findall(r"\]\(([^)\s]+)\)", README.read_text(encoding="utf-8"))
+        if not re.match(r"[a-z]+:", target) and not target.startswith("#")
+    ]
+    assert not relative
