@@ -9,6 +9,7 @@ Nagle off, so a poll costs a loopback round trip, not a 40 ms delayed ACK.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -78,6 +79,9 @@ class JobServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        # Wakes serve_forever() out of its poll (accept() then fails, handled): no poll's wait.
+        with contextlib.suppress(OSError):
+            self._http.socket.shutdown(socket.SHUT_RDWR)
         self._http.shutdown()
         self._http.server_close()
         self._thread.join()

@@ -306,6 +306,9 @@ class FakeSume:
                 return
             self._server = self._thread = None
             server.stopping.set()
+            # Wakes serve_forever() out of its poll at once (accept() then fails, handled):
+            # stopping takes microseconds, not up to a poll interval.
+            _shut(server.socket)
             server.shutdown()
             with self._lock:
                 open_connections = dict(server.live)
