@@ -1,0 +1,117 @@
+"""SumeSession reads the environment's proxies and CA bundle as requests does, and again only
+when the environment changes (sume_urllib3/_environment.py)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List
+
+import pytest
+import requests
+import requests.sessions
+
+from sume_urllib3 import SumeSession
+from sume_urllib3._environment import ENVIRONMENT_ONLY, MAX_KEPT
+
+from .raw_server import KEY, Loopback
+
+pytestmark = pytest.mark.skipif(
+    not ENVIRONMENT_ONLY, reason="urllib reads this platform's proxies from more than the environment"
+)
+
+_PROXY_VARIABLES = [name for name in os.environ if name.lower().endswith("_proxy")] + [
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+]
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from an environment with no proxy or CA-bundle variable."""
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def environment_reads(monkeypatch: pytest.MonkeyPatch) -> List[str]:
+    """The URLs requests looked the environment's proxies up for, one per look."""
+    reads: List[str] = []
+    original = requests.sessions.get_environ_proxies
+
+    def counted(url: str, no_proxy: Any = None) -> Dict[str, str]:
+        reads.append(url)
+        return original(url, no_proxy=no_proxy)
+
+    monkeypatch.setattr(requests.sessions, "get_environ_proxies", counted)
+    return reads
+
+
+def _session(url: str) -> SumeSession:
+    return SumeSession(KEY, base_url=url + "/v1", timeout=5)
+
+
+def test_requests_reads_the_environment_once_while_it_holds(
+    raw_server: Callable[..., Loopback], monkeypatch: pytest.MonkeyPatch, environment_reads: List[str]
+) -> None:
+    api = raw_server()
+    with _session(api.url) as session:
+        for _ in range(3):
+            session.get("/things")
+        assert len(environment_reads) == 1
+        monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")  # any change: requests is asked again
+        session.get("/things")
+        session.get("/things")
+        assert len(environment_reads) == 2
+        other = api.url.replace("127.0.0.1", "localhost") + "/v1/things"  # another origin
+        session.get(other)
+        session.get(other)
+        session.get("/things")
+        assert len(environment_reads) == 3
+
+
+#: Environments requests reads differently: no proxies, upper and lower case, a bypass list,
+#: a CA bundle either way.
+ENVIRONMENTS: List[Dict[str, str]] = [
+    {},
+    {"HTTPS_PROXY": "http://proxy.test:3128", "HTTP_PROXY": "http://proxy.test:3129"},
+    {"https_proxy": "http://lower.test:3128", "HTTPS_PROXY": "http://upper.test:3128"},
+    {"HTTPS_PROXY": "http://proxy.test:3128", "NO_PROXY": "api.sume.test,.internal"},
+    {"ALL_PROXY": "socks5://proxy.test:1080", "no_proxy": "*"},
+    {"REQUESTS_CA_BUNDLE": "/etc/ssl/requests.pem"},
+    {"CURL_CA_BUNDLE": "/etc/ssl/curl.pem", "HTTPS_PROXY": "http://proxy.test:3128"},
+]
+
+#: What a call passes: the call's proxies, stream, verify and cert.
+CALLS: List[Dict[str, Any]] = [
+    {"proxies": {}, "stream": None, "verify": None, "cert": None},
+    {"proxies": {}, "stream": True, "verify": True, "cert": None},
+    {"proxies": {}, "stream": False, "verify": False, "cert": "/tmp/client.pem"},
+    {"proxies": {"https": "http://mine.test:8080"}, "stream": None, "verify": "/tmp/ca.pem", "cert": None},
+    {"proxies": {"no_proxy": "api.sume.test"}, "stream": None, "verify": None, "cert": ("/c", "/k")},
+]
+
+URLS = ["https://api.sume.test/v1/jobs", "https://other.internal/upload", "http://127.0.0.1:9/v1/x"]
+
+
+def test_what_it_returns_is_the_callers_to_change(environment_reads: List[str]) -> None:
+    session = SumeSession(KEY, base_url="https://api.sume.test/v1")
+    session.merge_environment_settings(URLS[0], {}, None, None, None)["proxies"]["https"] = "changed"
+    assert session.merge_environment_settings(URLS[0], {}, None, None, None)["proxies"] == {}
+    assert len(environment_reads) == 1
+
+
+def test_a_setting_that_cannot_be_kept_is_merged_by_requests_every_time(environment_reads: List[str]) -> None:
+    session = SumeSession(KEY, base_url="https://api.sume.test/v1")
+    for _ in range(3):
+        settings = session.merge_environment_settings(URLS[0], {}, None, None, ["/c", "/k"])  # a list
+        assert settings["cert"] == ["/c", "/k"]
+    assert len(environment_reads) == 3
+
+
+def test_what_is_kept_is_bounded(environment_reads: List[str]) -> None:
+    session = SumeSession(KEY, base_url="https://api.sume.test/v1")
+    for n in range(MAX_KEPT * 3):
+        session.merge_environment_settings(f"https://host{n}.test/", {}, None, None, None)
+        session.merge_environment_settings(f"https://host{n}.test/", {}, None, None, None)  # kept
+    assert len(environment_reads) == MAX_KEPT * 3  # each origin asked once
+    assert len(session._environment._state[1]) <= MAX_KEPT
