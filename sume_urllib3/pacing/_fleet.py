@@ -76,9 +76,13 @@ _STATS = ("held", "refused", "again", "cooldowns", "throttled", "waited_pace", "
 # window; a pace (stated or learned); something still running (a cooldown, a turn reserved
 # ahead, a quota reading before its Reset, an attempt in flight).
 _PLAIN, _PACE, _RUNNING = 0, 1, 2
-#: What telling a store about one response needs (``release_need``): nothing; a place in this
-#: process's next call for the key (a little late); a call of its own at once.
-RELEASE_NEVER, RELEASE_LATER, RELEASE_NOW = 0, 1, 2
+# What telling a store about one response needs (``release_need``).
+#: Nothing: the response changes nothing the store keeps.
+RELEASE_NEVER = 0
+#: A place in this process's next call for the key (a little late).
+RELEASE_LATER = 1
+#: A call of its own, at once: other clients must know now.
+RELEASE_NOW = 2
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
           "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
