@@ -596,11 +596,11 @@ def test_a_deleted_file_is_made_again_and_shared_without_disk_errors(path: str) 
 _READ_ONLY = """
 import logging, os, sys
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+from sume_urllib3.pacing import HostFleet  # before the mounts: a checkout may live under /tmp
 for tmp in ("/tmp", "/var/tmp", "/usr/tmp"):  # tempfile's candidates, and the working directory
     if os.path.isdir(tmp):
         assert os.system(f"mount -t tmpfs -o ro tmpfs {tmp}") == 0
 os.chdir("/tmp")
-from sume_urllib3.pacing import HostFleet
 fleet = HostFleet(app="deploy", rate="1/s")
 grants = [fleet.acquire("k" + "0" * 16, time_left=60.0) for _ in range(2)]
 print([g.fallback for g in grants], fleet.errors, [round(g.wait, 1) for g in grants])
