@@ -14,6 +14,7 @@ from sume_urllib3 import SumeSession
 from sume_urllib3._environment import ENVIRONMENT_ONLY, MAX_KEPT
 
 from .raw_server import KEY, Loopback
+from .test_session import URLS
 
 pytestmark = pytest.mark.skipif(
     not ENVIRONMENT_ONLY, reason="urllib reads this platform's proxies from more than the environment"
@@ -67,30 +68,6 @@ def test_requests_reads_the_environment_once_while_it_holds(
         session.get(other)
         session.get("/things")
         assert len(environment_reads) == 3
-
-
-#: Environments requests reads differently: no proxies, upper and lower case, a bypass list,
-#: a CA bundle either way.
-ENVIRONMENTS: List[Dict[str, str]] = [
-    {},
-    {"HTTPS_PROXY": "http://proxy.test:3128", "HTTP_PROXY": "http://proxy.test:3129"},
-    {"https_proxy": "http://lower.test:3128", "HTTPS_PROXY": "http://upper.test:3128"},
-    {"HTTPS_PROXY": "http://proxy.test:3128", "NO_PROXY": "api.sume.test,.internal"},
-    {"ALL_PROXY": "socks5://proxy.test:1080", "no_proxy": "*"},
-    {"REQUESTS_CA_BUNDLE": "/etc/ssl/requests.pem"},
-    {"CURL_CA_BUNDLE": "/etc/ssl/curl.pem", "HTTPS_PROXY": "http://proxy.test:3128"},
-]
-
-#: What a call passes: the call's proxies, stream, verify and cert.
-CALLS: List[Dict[str, Any]] = [
-    {"proxies": {}, "stream": None, "verify": None, "cert": None},
-    {"proxies": {}, "stream": True, "verify": True, "cert": None},
-    {"proxies": {}, "stream": False, "verify": False, "cert": "/tmp/client.pem"},
-    {"proxies": {"https": "http://mine.test:8080"}, "stream": None, "verify": "/tmp/ca.pem", "cert": None},
-    {"proxies": {"no_proxy": "api.sume.test"}, "stream": None, "verify": None, "cert": ("/c", "/k")},
-]
-
-URLS = ["https://api.sume.test/v1/jobs", "https://other.internal/upload", "http://127.0.0.1:9/v1/x"]
 
 
 def test_what_it_returns_is_the_callers_to_change(environment_reads: List[str]) -> None:
