@@ -10,7 +10,7 @@ import io
 import math
 import time
 from contextvars import ContextVar
-from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 from ._envelope import REQUEST_ID_HEADERS, short_text
 from ._idempotency import BODY_METHODS, KEYED_METHODS, validate_idempotency_key
@@ -114,7 +114,9 @@ class RequestContext:
         if url:
             self.url, self.shown_url = url, redact_url(url)
 
-    def join(self, adapter: Any, method: str, url: str, key: Optional[str], body: Any) -> Optional[str]:
+    def join(
+        self, adapter: Any, method: str, url: str, key: Union[str, bytes, None], body: Any
+    ) -> Optional[str]:
         """The first hop: who serves it, under which policy, with which key, and whether its body
         can be sent again (bytes, text or a seekable file can; a generator cannot).
 
