@@ -32,7 +32,8 @@ LEAKY_SUITE = textwrap.dedent(
 
     import pytest
 
-    from sume_urllib3 import LocalFleet, Policy, SumeRetryError, SumeSession
+    from sume_urllib3 import Policy, SumeRetryError, SumeSession
+    from sume_urllib3.pacing import LocalFleet
     from sume_urllib3.testing import FakeSume, Reply, SleepRecorder
 
     KEY = "sk_test_one_key_for_every_test"
