@@ -18,6 +18,7 @@ import time
 import urllib.request
 from typing import Any, Dict, Iterator, List
 
+import django
 import pytest
 
 pytest.importorskip("django")
@@ -71,8 +72,10 @@ def test_twenty_asgi_requests_share_one_connection(api: FakeSume, route: str) ->
     assert {200} == {answer["status"] for answer in answers}
     assert REQUESTS == len(api.requests)
     assert 1 == api.connections
-    # The case the pools are shared for: Django gave the requests threads of their own.
-    assert len({answer["thread"] for answer in answers}) > 1
+    # The case the pools are shared for: Django (4.0 and later) gives each request a thread of
+    # its own; Django 3.2 ran them all in one, where one session was always enough.
+    if django.VERSION >= (4, 0):
+        assert len({answer["thread"] for answer in answers}) > 1
 
 
 @pytest.mark.slow
