@@ -24,7 +24,7 @@ from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
 from ._record import key_prefix, status_label
 from ._redact import redact_url, redact_urllib3_logs
-from ._redirects import AUTH_HEADER_NAMES, redirect_refusal, redirect_wait
+from ._redirects import redirect_refusal, redirect_wait
 from ._request import HELD, Attempt, RequestContext, body_refusal, current
 from ._util import RandomSource, cause_chain
 from .observe import Observers, RetryEvent
@@ -109,8 +109,9 @@ class SumeRetry(Retry):
         super().__init__(raise_on_status=raise_on_give_up, **retry_kwargs)
         self.__dict__.update(extras)
         if not checked:
+            # urllib3 strips Authorization by default; a caller who takes it off the list keeps it.
             self.remove_headers_on_redirect = frozenset(
-                {h.lower() for h in (*self.remove_headers_on_redirect, *AUTH_HEADER_NAMES)}
+                {h.lower() for h in self.remove_headers_on_redirect} | {"x-api-key"}
             )
         self.policy = policy
         self.sleep_function = sleep or _sleeping.default_sleep

@@ -390,6 +390,8 @@ class SumeSession(requests.Session):
         the request in clear, key included, wherever it runs: one off loopback is refused too.
         Whatever adapter sends, a call without a timeout has the session's.
         """
+        if not isinstance(request, requests.PreparedRequest):  # typed so, but not always passed so
+            return super().send(request, **kwargs)  # type: ignore[unreachable]  # requests refuses it
         url = request.url or ""
         if kwargs.get("timeout") is None and not isinstance(self.get_adapter(url), SumeAdapter):
             kwargs["timeout"] = self.timeout  # a SumeAdapter applies it (or its own) itself

@@ -1212,3 +1212,10 @@ def test_mypy_reports_misspelt_and_mistyped_arguments_of_the_verbs(tmp_path: Any
 
     errors = [line.split(": error: ")[0] for line in out.splitlines() if ": error: " in line]
     assert ["4", "5", "6"] == [where.rsplit(":", 1)[-1] for where in errors if "misuse.py" in where], out
+
+
+def test_a_request_that_was_never_prepared_is_refused_as_requests_refuses_it() -> None:
+    """``send(requests.Request(...))`` raises requests' own ValueError, whatever adapter is mounted."""
+    session = SumeSession("sk_test_unprepared", base_url="https://api.sume.test/v1")
+    with pytest.raises(ValueError, match="PreparedRequest"):
+        session.send(requests.Request("GET", "https://api.sume.test/v1/me"))  # type: ignore[arg-type]
