@@ -182,7 +182,6 @@ class SumeAdapter(HTTPAdapter):
         """requests' pools, whose connections the request's deadline can interrupt."""
         super().init_poolmanager(*args, **kwargs)  # in __init__ and when unpickled
         self.poolmanager.pool_classes_by_scheme = _deadline.POOL_CLASSES
-        self._pid = os.getpid()
         _fork.track(self)
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
@@ -243,7 +242,7 @@ class SumeAdapter(HTTPAdapter):
         proxies: Optional[Mapping[str, str]] = None,
     ) -> requests.Response:
         """Send with the policy; see the class docstring for what is added."""
-        if os.getpid() != self._pid:
+        if os.getpid() != _fork.pid:
             _fork.check()  # a worker forked without at-fork hooks must not send on the parent's sockets
         sent = {"stream": stream, "timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
         context = current.get()
@@ -542,7 +541,6 @@ class SumeAdapter(HTTPAdapter):
     def _after_fork(self) -> None:
         """In a forked child: the parent's pooled sockets are dropped (both processes would read
         each other's responses on them)."""
-        self._pid = os.getpid()
         self.poolmanager.clear()
         for proxy_manager in self.proxy_manager.values():
             proxy_manager.clear()

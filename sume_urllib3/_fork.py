@@ -32,7 +32,9 @@ log = logging.getLogger("sume_urllib3")
 
 _callbacks: List[Callable[[], None]] = []
 _tracked: weakref.WeakSet[ForkAware] = weakref.WeakSet()
-_pid = os.getpid()
+#: The process the library's state belongs to. A use site compares ``os.getpid()`` with it and
+#: calls :func:`check` only when they differ (in a process forked without at-fork hooks).
+pid = os.getpid()
 # One lock per process, made in that process: a lock inherited from the parent may have been
 # held by one of its threads at the fork, and would never be released in the child.
 _locks: Dict[int, threading.Lock] = {}
@@ -51,22 +53,22 @@ def track(obj: ForkAware) -> None:
 
 def check() -> None:
     """Start afresh if this is a new process whose fork ran no at-fork hook (one getpid)."""
-    if os.getpid() != _pid:
+    if os.getpid() != pid:
         _start_afresh()
 
 
 def _start_afresh() -> None:
-    global _pid
-    pid = os.getpid()
-    with _locks.setdefault(pid, threading.Lock()):  # dict.setdefault is atomic under the GIL
-        if _pid == pid:
+    global pid
+    current = os.getpid()
+    with _locks.setdefault(current, threading.Lock()):  # dict.setdefault is atomic under the GIL
+        if pid == current:
             return  # another thread of this process got here first
         for callback in [*_callbacks, *(obj._after_fork for obj in list(_tracked))]:
             try:
                 callback()
             except Exception:  # one failed reset must not leave the rest shared
                 log.exception("resetting %s after a fork failed", callback)
-        _pid = pid
+        pid = current
 
 
 def _after_fork_hook() -> None:

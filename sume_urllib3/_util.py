@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import random
-from typing import Any, Callable, Iterator, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Iterator, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 # -- text for people ----------------------------------------------------------------------------
@@ -120,14 +120,3 @@ def uniform(rng: RandomSource, low: float, high: float) -> float:
     if isinstance(rng, random.Random):
         return rng.uniform(low, high)
     return low + (high - low) * float(rng())
-
-
-T = TypeVar("T")
-
-
-def frozen(cls: Type[T], **fields: Any) -> T:
-    """An instance of frozen dataclass ``cls`` from fields the caller has already checked
-    (every field given): its ``__dict__`` filled without the generated ``__init__``."""
-    instance: T = object.__new__(cls)
-    instance.__dict__.update(fields)
-    return instance

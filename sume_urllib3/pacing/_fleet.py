@@ -253,7 +253,6 @@ class StoreFleet:
     def _after_fork(self) -> None:
         """What belongs to this process, made afresh (again in a forked child): lock, counters, outage."""
         self._lock = threading.Lock()  # counters and outage state
-        self._pid = os.getpid()  # a differing pid at use: forked without at-fork hooks (uWSGI)
         self._stats: Dict[str, float] = dict.fromkeys(_STATS, 0)
         self._down_until = 0.0  # clock() before which the store is not tried
         self._delay = self._backoff  # the next backoff after a failure
@@ -310,7 +309,7 @@ class StoreFleet:
     ) -> Grant:
         """Reserve a turn for one attempt; never raises, never waits on the store past its timeout."""
         try:
-            if os.getpid() != self._pid:  # before any lock or outage: a parent's belong to the parent
+            if os.getpid() != _fork.pid:  # before any lock or outage: a parent's belong to the parent
                 _fork.check()
             kid = _safe_key_id(key_id) if self._shared else key_id
             floor, left = as_seconds(not_before), as_seconds(time_left, math.inf)
@@ -359,7 +358,7 @@ class StoreFleet:
             need = release_need(token, code, lesson)
             if need == RELEASE_NEVER:
                 return  # nothing to free, nothing learned: no second transaction
-            if os.getpid() != self._pid:
+            if os.getpid() != _fork.pid:
                 _fork.check()
             if self._down_until and self._clock() < self._down_until and not (token and token.entry):
                 return  # the store is failing and there is no in-flight entry to free
@@ -605,7 +604,7 @@ class LocalFleet(StoreFleet):
 
     def pace(self, key_id: str) -> Optional[float]:
         """The pace a key is held to now, in requests per second, or None while unknown."""
-        if os.getpid() != self._pid:
+        if os.getpid() != _fork.pid:
             _fork.check()
         key = self._keys.get(key_id)
         if key is None:
@@ -699,7 +698,7 @@ class LocalFleet(StoreFleet):
         """Every _SWEEP_EVERY lock-free acquires of a key: a look at the clock, and a sweep when due."""
         key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
         try:
-            if os.getpid() != self._pid:
+            if os.getpid() != _fork.pid:
                 _fork.check()
             now = self._now()
             if now >= self._sweep_at:

@@ -68,7 +68,7 @@ def _call(query: Dict[str, Any]) -> Dict[str, Any]:
         report.update(
             attempts=None if failed is None else failed.attempts, error=f"{type(exc).__name__}: {exc}"[:300]
         )
-    report["fork_pid"] = _fork._pid
+    report["fork_pid"] = _fork.pid
     report["client_id"] = None if _fleet is None else _fleet._client_id
     return report
 
