@@ -8,8 +8,11 @@ at the same instant; each request has 30 s and at most 7 attempts, and honours
 Retry-After (plus a random spread) before retrying a 429.
 
 Scenarios (one table): no fleet; a LocalFleet per process (learned, and configured at the
-quota); a RedisFleet shared by all (configured ``rate="10/s", burst=10``, and learned); the
-same RedisFleets with redis-server SIGKILLed 1 s into the herd. Then the overhead of one
+quota); a HostFleet shared by all through one file (learned); a RedisFleet shared by all
+(configured ``rate="10/s", burst=10``, and learned); the same RedisFleets with redis-server
+SIGKILLed 1 s into the herd. The quota server counts its calls and 429s per quarter second
+after the release (each scenario's ``timeline``: what ``python benchmarks/render.py --figures``
+draws for the pacing guide). Then the overhead of one
 ``acquire`` on loopback (p50/p99 over 5000 calls) and 30 sequential requests with Redis
 down (port closed, and a stalled server) against no fleet.
 
@@ -27,9 +30,11 @@ import math
 import multiprocessing
 import os
 import random
+import shutil
 import socket
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -45,6 +50,7 @@ import _results  # noqa: E402
 
 from sume_urllib3 import Policy, SumeSession  # noqa: E402
 from sume_urllib3.contrib.redis import RedisFleet  # noqa: E402
+from sume_urllib3.pacing import HostFleet  # noqa: E402
 from sume_urllib3.pacing._fleet import Grant, LocalFleet, fleet_key  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402
 
@@ -54,11 +60,15 @@ DEADLINE = 30.0
 MAX_ATTEMPTS = 7
 OVERHEAD_CALLS, OVERHEAD_WARM_UP = 5000, 500
 SEQUENTIAL = 30
+#: the timeline's bins: a quarter second holds 2.5 of the quota's turns, and shows the waves of
+#: retries that whole-second Retry-After values send back at once
+INTERVAL = 0.25
 # (stable id, label, fleet kind, seconds into the herd redis-server is SIGKILLed)
 SCENARIOS: Tuple[Tuple[str, str, str, Optional[float]], ...] = (
     ("none", "no fleet", "none", None),
     ("local_learned", "LocalFleet per process (learned)", "local", None),
     ("local_configured", "LocalFleet per process (10/s burst 10)", "local-configured", None),
+    ("host_learned", "HostFleet learned (one file)", "host", None),
     ("redis_configured", "RedisFleet configured (10/s burst 10)", "redis-configured", None),
     ("redis_learned", "RedisFleet learned", "redis", None),
     ("redis_configured_killed_1s", "RedisFleet configured, Redis killed at 1 s", "redis-configured", 1.0),
@@ -90,6 +100,7 @@ class Quota:
             self.calls: Dict[str, int] = {}
             self.oks: Dict[str, int] = {}
             self.throttled = 0
+            self.events: List[Tuple[float, int]] = []  # (time.monotonic(), status) of every call
 
     def take(self, rid: str) -> Tuple[int, Dict[str, str]]:
         step = 1.0 / RATE
@@ -104,6 +115,7 @@ class Quota:
             else:
                 self.throttled += 1
                 status, retry = 429, allow_at - now
+            self.events.append((now, status))
             left = max(0, min(BURST, int((now - (self.tat - BURST * step)) / step + 1e-9)))
             headers = {
                 "RateLimit-Limit": str(BURST),
@@ -137,7 +149,8 @@ def _serve(conn: socket.socket, quota: Quota) -> None:
             headers: Dict[str, str] = {}
             if path == "/stats":
                 with quota.lock:
-                    body = json.dumps({"calls": quota.calls, "oks": quota.oks, "throttled": quota.throttled})
+                    body = json.dumps({"calls": quota.calls, "oks": quota.oks, "throttled": quota.throttled,
+                                       "events": quota.events})
                 status, headers = 200, {}
             elif path == "/reset":
                 quota.reset()
@@ -234,7 +247,7 @@ def session_request(session: Any, url: str, rid: str, start: float) -> Dict[str,
             "reason": "" if resp.status_code == 200 else record.reason}
 
 
-def make_fleet(kind: str, redis_url: str, prefix: str) -> Any:
+def make_fleet(kind: str, redis_url: str, prefix: str, host_path: str) -> Any:
     if kind == "none":
         return None
     if kind == "local":
@@ -245,13 +258,18 @@ def make_fleet(kind: str, redis_url: str, prefix: str) -> Any:
         return RedisFleet(redis_url, rate=RATE, burst=BURST, prefix=prefix)
     if kind == "redis":
         return RedisFleet(redis_url, prefix=prefix)
+    if kind == "host":
+        return HostFleet(host_path)
     raise ValueError(kind)
 
 
-def worker(index: int, kind: str, url: str, redis_url: str, prefix: str, go: Any, start_at: Any,
-           results: Any) -> None:
+def worker(index: int, kind: str, url: str, redis_url: str, prefix: str, host_path: str, go: Any,
+           start_at: Any, results: Any) -> None:
     """One process: its own fleet object, THREADS threads posting once each when `go` is set."""
-    fleet = make_fleet(kind, redis_url, prefix)
+    fleet = make_fleet(kind, redis_url, prefix, host_path)
+    if isinstance(fleet, HostFleet):
+        # A long-running worker has the file open and set up: its first use waits up to 1 s for that.
+        fleet.acquire(fleet_key("warm-up"), time_left=1.0)
     if isinstance(fleet, RedisFleet):
         # A long-running worker has its connections open: open one per thread before the herd.
         warm_key = fleet_key("warm-up")
@@ -296,8 +314,10 @@ def herd(kind: str, base: str, redis: RedisServer, kill_at: Optional[float] = No
     ctx = multiprocessing.get_context("fork")
     go, start_at, results = ctx.Event(), ctx.Value("d", 0.0), ctx.Queue()
     prefix = f"bench{random.randrange(10**9)}"
-    procs = [ctx.Process(target=worker, args=(i, kind, base + "/v1/generate", redis.url, prefix, go, start_at,
-                                              results)) for i in range(PROCESSES)]
+    folder = tempfile.mkdtemp(prefix="sume-bench-")  # a new host file per run, as a new deploy has
+    host_path = os.path.join(folder, "bench.fleet")
+    procs = [ctx.Process(target=worker, args=(i, kind, base + "/v1/generate", redis.url, prefix, host_path,
+                                              go, start_at, results)) for i in range(PROCESSES)]
     for p in procs:
         p.start()
     time.sleep(1.5)  # every process connected and its threads waiting
@@ -310,9 +330,24 @@ def herd(kind: str, base: str, redis: RedisServer, kill_at: Optional[float] = No
     for p in procs:
         p.join(timeout=10)
     stats = requests.get(base + "/stats", timeout=5).json()
+    shutil.rmtree(folder, ignore_errors=True)
     if kill_at is not None:
         redis.start()
-    return {"records": records, "stats": stats}
+    return {"records": records, "stats": stats, "start": start_at.value}
+
+
+def timeline(events: Sequence[Sequence[float]], start: float) -> Dict[str, Any]:
+    """The server's calls and 429s per INTERVAL after the release, to the last call's interval.
+
+    The server and this process read one clock (``time.monotonic`` is system-wide on Linux), so
+    the server's times are measured from the instant the herd was released.
+    """
+    bins = [max(0, int((at - start) / INTERVAL)) for at, _ in events]
+    calls, throttled = [0] * (max(bins, default=0) + 1), [0] * (max(bins, default=0) + 1)
+    for at, (_, status) in zip(bins, events):
+        calls[at] += 1
+        throttled[at] += status == 429
+    return {"interval_s": INTERVAL, "calls": calls, "429s": throttled}
 
 
 def summarize(name: str, run: Dict[str, Any]) -> Dict[str, Any]:
@@ -336,6 +371,7 @@ def summarize(name: str, run: Dict[str, Any]) -> Dict[str, Any]:
         "executed_twice": twice,
         "redis_errors": round(sum(r["redis_errors"] for r in records)),
         "gave_up": "; ".join(reasons)[:80] or "-",
+        "timeline": timeline(stats["events"], run["start"]),
     }
 
 
@@ -452,7 +488,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 row = summarize(label, herd(kind, base, redis, kill))
                 row.update(id=sid, kind=kind, redis_killed_at_s=kill)
                 rows.append(row)
-                print(json.dumps(row), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k != "timeline"}), flush=True)
             over = overhead(redis)
             print(json.dumps(over), flush=True)
             down = redis_down(base, redis)
@@ -490,6 +526,7 @@ def figures(rows: List[Dict[str, Any]], over: Dict[str, float], down: Dict[str, 
             "fallbacks": r["fallbacks"],
             "failed_redis_calls": r["redis_errors"],
             "gave_up": "" if r["gave_up"] == "-" else r["gave_up"],
+            "timeline": r["timeline"],
         }
         for r in rows
     }
