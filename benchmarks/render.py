@@ -8,14 +8,22 @@ command that produced its figures. ``tests/test_docs_figures.py`` renders the bl
 fails when a page differs, so a figure edited by hand, or left behind by a new measurement,
 fails the test run.
 
-    python benchmarks/render.py           # rewrite the blocks of every page
-    python benchmarks/render.py --check   # exit 1 and show the difference instead
+The pictures (``PICTURES``, SVG files under ``docs/img/``) are drawn from the same files with
+matplotlib (``pip install -e '.[bench]'``). Each names, in its metadata, the SHA-256 of the data
+it draws; ``--check`` compares that with the committed results, matplotlib or not.
+
+    python benchmarks/render.py             # rewrite the blocks of every page
+    python benchmarks/render.py --figures   # ... and draw every picture again
+    python benchmarks/render.py --check     # exit 1 and show the difference instead
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import hashlib
+import io
+import json
 import os
 import re
 import sys
@@ -516,12 +524,14 @@ def fleet_redis(results: Results) -> str:
         "local_configured": f'`LocalFleet(rate="{q["rate_per_s"]:g}/s", burst={q["burst"]})` per process',
         "redis_configured": f'`RedisFleet(rate="{q["rate_per_s"]:g}/s", burst={q["burst"]})`',
         "redis_learned": "`RedisFleet`, learned",
+        "host_learned": "`HostFleet`, learned (one file)",
     }
     lines = [
         wrap(
             f"""{command(doc)} ({f['processes']} worker processes x {f['threads']} threads posting at
             once against a quota server of {q['rate_per_s']:g} req/s, burst {q['burst']}; a real
-            redis-server; {provenance(doc)}; `benchmarks/RESULTS-fleet-redis.md`):"""
+            redis-server, a new host file for `HostFleet`; {provenance(doc)};
+            `benchmarks/RESULTS-fleet-redis.md`, and [in pictures](guide/pacing.md#the-herd-in-pictures)):"""
         ),
         "",
         "| fleet | success | calls per request | 429s | last success |",
@@ -540,7 +550,7 @@ def fleet_redis(results: Results) -> str:
                 f"failed, {r['fallbacks']} fell back to local pacing)"
             )
         calls = f"{r['calls_per_request']:.2f}"
-        if r["fleet"].startswith("redis") and killed is None:
+        if r["fleet"].startswith(("redis", "host")) and killed is None:
             calls = f"**{calls}**"
         last = "-" if r["last_success_s"] is None else f"{r['last_success_s']:.2f} s"
         lines.append(f"| {label} | {r['succeeded']}/{r['total']} | {calls} | {r['429s']} | {last} |")
@@ -1042,6 +1052,199 @@ def pacing_ablation(results: Results) -> str:
     return "\n".join(rows)
 
 
+# -- pictures -----------------------------------------------------------------------------
+
+#: The herd picture's scenarios (``fleet_redis.json`` ids), their legend and colour: without a
+#: shared pace first, then with one.
+_HERD_LINES = (
+    ("none", "no pacing (fleet=None)", "#7f7f7f", "-"),
+    ("local_learned", "each process paces alone (LocalFleet, the default)", "#d62728", "-"),
+    ("host_learned", "one shared pace: HostFleet (a file)", "#1f77b4", "-"),
+    # Dashed: where both shared paces meet the quota exactly, the one drawn first shows through.
+    ("redis_learned", "one shared pace: RedisFleet", "#2ca02c", "--"),
+)
+HERD_SVG = os.path.join(DOCS, "img", "herd.svg")
+
+
+def herd_series(results: Results) -> Dict[str, Any]:
+    """What the herd picture draws, from ``fleet_redis.json``: per scenario, at the end of each
+    interval after the release, the requests succeeded so far, 429s per second and server calls
+    so far per request. Every scenario runs to the longest one's last interval."""
+    doc = results["fleet_redis"]
+    f = doc["figures"]
+    n = f["requests"]
+    scenarios = {sid: f["scenarios"][sid] for sid, *_look in _HERD_LINES}
+    step = {s["timeline"]["interval_s"] for s in scenarios.values()}
+    if len(step) != 1:
+        raise ValueError(f"fleet_redis.json: the herd's timelines use different intervals: {sorted(step)}")
+    interval = step.pop()
+    bins = max(len(s["timeline"]["calls"]) for s in scenarios.values())
+    lines = []
+    for sid, label, colour, dashes in _HERD_LINES:
+        timeline = scenarios[sid]["timeline"]
+        calls = timeline["calls"] + [0] * (bins - len(timeline["calls"]))
+        throttled = timeline["429s"] + [0] * (bins - len(timeline["429s"]))
+        done = called = 0
+        succeeded, per_request = [], []
+        for c, t in zip(calls, throttled):
+            done, called = done + c - t, called + c
+            succeeded.append(done)
+            per_request.append(round(called / n, 4))
+        lines.append(
+            {
+                "id": sid,
+                "label": label,
+                "colour": colour,
+                "dashes": dashes,
+                "succeeded": succeeded,
+                "429s_per_s": [round(t / interval, 4) for t in throttled],
+                "calls_per_request": per_request,
+            }
+        )
+    return {
+        "results": "benchmarks/results/fleet_redis.json",
+        "command": doc["stamp"]["command"],
+        "commit": doc["stamp"]["commit"],
+        "requests": n,
+        "processes": f["processes"],
+        "rate_per_s": f["quota"]["rate_per_s"],
+        "burst": f["quota"]["burst"],
+        "interval_s": interval,
+        "lines": lines,
+    }
+
+
+def digest(series: Mapping[str, Any]) -> str:
+    """The SHA-256 of ``series`` as canonical JSON: what a picture's metadata names."""
+    text = json.dumps(series, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def draw_herd(series: Mapping[str, Any]) -> bytes:
+    """The herd picture as SVG: three panels over the seconds after the release, one line per scenario.
+
+    The same series and the same matplotlib give the same bytes: matplotlib's defaults (not the
+    user's matplotlibrc), no date, a fixed salt for the SVG's ids, text kept as text.
+    """
+    import matplotlib
+    import matplotlib.style
+    from matplotlib.figure import Figure
+
+    dt, n = series["interval_s"], series["requests"]
+    style = {"svg.hashsalt": "sume-urllib3 herd", "svg.fonttype": "none", "font.size": 9.0}
+    with matplotlib.style.context("default"), matplotlib.rc_context(style):
+        fig = Figure(figsize=(8.0, 7.6))
+        axes = fig.subplots(3, 1, sharex=True)
+        bins = len(series["lines"][0]["succeeded"])
+        ends = [dt * (i + 1) for i in range(bins)]
+        starts = [dt * i for i in range(bins)]
+        capacity = [min(n, series["burst"] + series["rate_per_s"] * t) for t in [0.0, *ends]]
+        axes[0].plot([0.0, *ends], capacity, color="black", linestyle=":", linewidth=1.0,
+                     label="what the quota admits at most")
+        axes[2].axhline(1.0, color="black", linestyle=":", linewidth=1.0)
+        for line in series["lines"]:
+            look = {"color": line["colour"], "linestyle": line["dashes"], "linewidth": 1.6}
+            look["label"] = line["label"]
+            axes[0].plot([0.0, *ends], [0, *line["succeeded"]], **look)
+            axes[1].step([*starts, ends[-1]], [*line["429s_per_s"], 0.0], where="post", **look)
+            axes[2].plot([0.0, *ends], [0.0, *line["calls_per_request"]], **look)
+        axes[0].set_ylabel(f"requests succeeded\n(of {n})")
+        axes[1].set_ylabel("429s per second")
+        axes[2].set_ylabel("server calls so far,\nper request")
+        axes[2].set_xlabel("seconds after the release")
+        axes[0].set_title(
+            f"{n} requests at once from {series['processes']} processes, against "
+            f"{series['rate_per_s']:g} req/s, burst {series['burst']}",
+            loc="left",
+        )
+        # The 429 panel's upper right stays empty once the first waves are over: the legend goes there.
+        axes[1].legend(handles=axes[0].get_lines(), loc="upper right", framealpha=0.9)
+        for ax in axes:
+            ax.grid(True, color="#dddddd", linewidth=0.6)
+            ax.set_xlim(0.0, ends[-1])
+            ax.set_ylim(bottom=0.0)
+        fig.align_ylabels(axes)
+        fig.tight_layout()
+        out = io.BytesIO()
+        fig.savefig(
+            out,
+            format="svg",
+            metadata={
+                "Date": None,
+                "Title": "The herd: requests, 429s and calls per request over time",
+                "Description": f"python benchmarks/render.py --figures, from {series['results']}",
+                "Source": f"{series['results']} sha256:{digest(series)}",
+            },
+        )
+    return out.getvalue()
+
+
+#: Every picture: its file, the data it draws from the results, and how it is drawn.
+PICTURES: Dict[str, Tuple[Callable[[Results], Mapping[str, Any]], Callable[[Mapping[str, Any]], bytes]]] = {
+    HERD_SVG: (herd_series, draw_herd),
+}
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+
+
+def drawn_digest(picture: str) -> Optional[str]:
+    """The SHA-256 a committed picture names for its data, or None (no file, no digest)."""
+    if not os.path.exists(picture):
+        return None
+    with open(picture, encoding="utf-8") as f:
+        found = _DIGEST.search(f.read())
+    return found.group(1) if found else None
+
+
+def stale_pictures(results: Results, redraw: bool = False) -> List[str]:
+    """The pictures whose data differs from the results (and, with ``redraw``, whose bytes differ
+    from what this matplotlib draws)."""
+    stale = []
+    for picture, (series_of, draw) in PICTURES.items():
+        series = series_of(results)
+        if drawn_digest(picture) != digest(series):
+            stale.append(picture)
+        elif redraw:
+            with open(picture, "rb") as f:
+                if f.read() != draw(series):
+                    stale.append(picture)
+    return stale
+
+
+def herd_pictures(results: Results) -> str:
+    """The pacing guide's herd picture and its caption: what each line ends at."""
+    doc = results["fleet_redis"]
+    f = doc["figures"]
+    q = f["quota"]
+    rows = f["scenarios"]
+
+    def end(sid: str) -> str:
+        r = rows[sid]
+        return (
+            f"{r['calls_per_request']:.2f} calls per request, {r['429s']} 429s, "
+            f"{r['succeeded']}/{r['total']} succeeded, the last at {r['last_success_s']:.1f} s"
+        )
+
+    interval = rows["none"]["timeline"]["interval_s"]
+    picture = os.path.relpath(HERD_SVG, os.path.join(DOCS, "guide")).replace(os.sep, "/")
+    return "\n".join(
+        [
+            f"![The herd: requests succeeded, 429s per second and server calls per request over the "
+            f"seconds after the release, for each process pacing alone and for one shared pace]({picture})",
+            "",
+            wrap(
+                f"""{f['processes']} worker processes of {f['threads']} threads post {f['requests']}
+                requests at once against a quota server of {q['rate_per_s']:g} req/s, burst
+                {q['burst']}, which counts its calls and 429s per {interval:g} s ({command(doc)};
+                {provenance(doc)}; drawn by `python benchmarks/render.py --figures` into
+                `docs/img/herd.svg`). Each process pacing alone (a `LocalFleet` per process, what
+                `SumeSession()` has by default): {end('local_learned')}. One pace shared through a
+                `HostFleet` file: {end('host_learned')}; through a `RedisFleet`:
+                {end('redis_learned')}. No pacing at all (`fleet=None`): {end('none')}."""
+            ),
+        ]
+    )
+
+
 RENDERERS: Dict[str, Callable[[Results], str]] = {
     "performance": performance,
     "job-polls": job_polls,
@@ -1058,6 +1261,7 @@ RENDERERS: Dict[str, Callable[[Results], str]] = {
     "peers": peers,
     "state-memory": state_memory,
     "pacing-ablation": pacing_ablation,
+    "herd-pictures": herd_pictures,
 }
 
 
@@ -1092,13 +1296,30 @@ def render(text: str, results: Optional[Results] = None) -> str:
     return BLOCK.sub(replace, text)
 
 
+def draw_pictures(results: Results) -> None:
+    """Draw every picture again from the results (needs matplotlib)."""
+    for picture, (series_of, draw) in PICTURES.items():
+        data = draw(series_of(results))
+        os.makedirs(os.path.dirname(picture), exist_ok=True)
+        with open(picture, "wb") as f:
+            f.write(data)
+        print(f"drew {os.path.relpath(picture, ROOT)}")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Rewrite every page's figure blocks, or with ``--check`` report whether they are current."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 and show the diff if a page differs")
+    parser.add_argument(
+        "--figures",
+        action="store_true",
+        help="draw the pictures too (matplotlib); with --check, compare them byte for byte",
+    )
     parser.add_argument("--page", action="append", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     results = Results()
+    if args.figures and not args.check:
+        draw_pictures(results)
     stale: List[str] = []
     for page in args.page or documents():
         with open(page, encoding="utf-8") as f:
@@ -1115,6 +1336,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with open(page, "w", encoding="utf-8") as f:
             f.write(new)
         print(f"rewrote the figure blocks of {name}: " + ", ".join(blocks(new)))
+    if args.check and not args.page:
+        for picture in stale_pictures(results, redraw=args.figures):
+            name = os.path.relpath(picture, ROOT)
+            stale.append(name)
+            print(f"{name} is not what the results draw (python benchmarks/render.py --figures)")
     if not stale:
         print("figures are current")
     return 1 if args.check and stale else 0

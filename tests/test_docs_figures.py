@@ -156,3 +156,86 @@ def test_render_check_exits_non_zero_on_a_stale_page(tmp_path: pathlib.Path) -> 
     assert render.main(["--check", "--page", str(copy)]) == 1
     assert copy.read_text() == before
     assert render.main(["--check"]) == 0
+
+
+# -- pictures ---------------------------------------------------------------------------------
+
+
+def test_every_picture_names_the_digest_of_what_its_results_draw() -> None:
+    """A picture's metadata names the SHA-256 of the data the committed results give it."""
+    results = render.Results()
+    for picture, (series_of, _draw) in render.PICTURES.items():
+        name = os.path.relpath(picture, ROOT)
+        stale = f"{name} was not drawn from the committed results (python benchmarks/render.py --figures)"
+        assert render.drawn_digest(picture) == render.digest(series_of(results)), stale
+
+
+def test_a_changed_result_makes_its_picture_stale() -> None:
+    """One call more in one interval of one scenario: the picture no longer matches its results."""
+    assert render.stale_pictures(render.Results()) == []
+    results = render.Results()
+    results["fleet_redis"]["figures"]["scenarios"]["host_learned"]["timeline"]["calls"][0] += 1
+    assert render.stale_pictures(results) == [render.HERD_SVG]
+
+
+def test_every_picture_is_shown_on_a_page() -> None:
+    """Each picture under docs/ is an image on a docs page, and each image there is a picture."""
+    shown = set()
+    for name, text in pages():
+        page = ROOT / name
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text):
+            shown.add(os.path.normpath(page.parent / target))
+    assert shown == {os.path.normpath(picture) for picture in render.PICTURES}
+
+
+def test_the_herd_timelines_add_up_to_the_table() -> None:
+    """Each scenario's per-interval counts add up to the calls, 429s and successes its row states,
+    and the picture's lines end where the table does."""
+    figures = _results.load("fleet_redis")["figures"]
+    for sid, row in figures["scenarios"].items():
+        timeline = row["timeline"]
+        assert len(timeline["calls"]) == len(timeline["429s"]), sid
+        assert sum(timeline["calls"]) == row["calls"], sid
+        assert sum(timeline["429s"]) == row["429s"], sid
+        assert all(0 <= t <= c for c, t in zip(timeline["calls"], timeline["429s"])), sid
+    series = render.herd_series(render.Results())
+    for line in series["lines"]:
+        row = figures["scenarios"][line["id"]]
+        assert line["succeeded"][-1] == row["succeeded"], line["id"]  # a 200 per request, none twice
+        assert line["calls_per_request"][-1] == pytest.approx(row["calls"] / row["total"], abs=1e-4)
+        assert sum(line["429s_per_s"]) * series["interval_s"] == pytest.approx(row["429s"])
+
+
+def test_render_check_exits_non_zero_on_a_stale_picture(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``render.py --check`` fails on a picture whose digest is not its results' and leaves it as it was."""
+    copy = tmp_path / "herd.svg"
+    text = pathlib.Path(render.HERD_SVG).read_text(encoding="utf-8")
+    found = re.search(r"sha256:([0-9a-f])", text)
+    assert found is not None, "the herd picture names no digest"
+    other = "0" if found.group(1) != "0" else "1"
+    copy.write_text(text[: found.start(1)] + other + text[found.end(1) :], encoding="utf-8")
+    before = copy.read_text(encoding="utf-8")
+    monkeypatch.setattr(render, "PICTURES", {str(copy): render.PICTURES[render.HERD_SVG]})
+    assert render.main(["--check"]) == 1
+    assert copy.read_text(encoding="utf-8") == before
+
+
+def test_a_picture_is_what_matplotlib_draws_from_its_results() -> None:
+    """Drawn again from the committed results, every picture is the same bytes as the committed one
+    (with the matplotlib that drew it; another version lays text out its own way)."""
+    matplotlib = pytest.importorskip("matplotlib", reason="pictures are drawn with matplotlib (bench extra)")
+    results = render.Results()
+    for picture, (series_of, draw) in render.PICTURES.items():
+        series = series_of(results)
+        drawn = draw(series)
+        assert drawn == draw(series), f"{picture}: two drawings of the same data differ"
+        committed = pathlib.Path(picture).read_bytes()
+        creator = re.search(rb"Matplotlib v([0-9][^,<\s]*)", committed)
+        assert creator is not None, f"{picture} does not name the matplotlib that drew it"
+        if creator.group(1).decode() != matplotlib.__version__:
+            pytest.skip(f"{picture} was drawn by matplotlib {creator.group(1).decode()}, "
+                        f"this is {matplotlib.__version__}")
+        redraw = "python benchmarks/render.py --figures"
+        assert drawn == committed, f"{picture} differs from what its results draw ({redraw})"
