@@ -7,7 +7,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
 import requests
@@ -19,9 +19,6 @@ from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, 
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, status_label, sume_record
 from ._util import RandomSource, plural, uniform
-
-if TYPE_CHECKING:
-    from ._session import SumeSession
 
 logger = logging.getLogger("sume_urllib3")
 
@@ -138,7 +135,7 @@ class Jobs:
 
     def __init__(
         self,
-        session: SumeSession,
+        session: Any,
         *,
         sleep: Optional[Sleep] = None,
         clock: Optional[Clock] = None,
@@ -355,7 +352,10 @@ class Jobs:
             # end by then, and a cooldown longer than the session's max_elapsed that ends
             # before the deadline is waited out, not refused.
             kwargs["policy"] = self.session.policy.replace(max_elapsed=left)
-        return self.session.request(method, f"jobs/{quote(job_id, safe='')}/{action}", **kwargs)
+        response: requests.Response = self.session.request(
+            method, f"jobs/{quote(job_id, safe='')}/{action}", **kwargs
+        )
+        return response
 
     def _read(self, job_id: str) -> Optional[Job]:
         """The job's status read once, or None when the read says nothing (it never raises)."""
