@@ -11,10 +11,10 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
 import requests
-from urllib3.util.timeout import Timeout
 
 from . import _sleeping
 from ._config import as_seconds, check_rng, check_seconds
+from ._deadline import DeadlineTimeout
 from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, status_label, sume_record
@@ -35,8 +35,6 @@ JOB_ID_PATHS = ("data.job.id", "data.id", "job_id", "data.job_id", "error.detail
 CANCEL_REFUSALS = frozenset({"job_not_cancelable", "job_already_finished", "job_generation_already_started"})
 MAX_ID_LENGTH = 256
 
-Sleep = Callable[[float], None]
-Clock = Callable[[], float]
 #: What every method accepts as "the job".
 JobRef = Union[str, "Job", requests.Response]
 
@@ -137,16 +135,16 @@ class Jobs:
         self,
         session: Any,
         *,
-        sleep: Optional[Sleep] = None,
-        clock: Optional[Clock] = None,
+        sleep: Optional[Callable[[float], None]] = None,
+        clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
     ) -> None:
         retry = getattr(getattr(session, "adapter", None), "retry", None)
         if retry is None:
             raise ConfigurationError(f"Jobs needs a SumeSession, got {type(session).__name__}")
         self.session = session
-        self.sleep: Sleep = sleep or retry.sleep_function
-        self.clock: Clock = clock or retry.clock
+        self.sleep: Callable[[float], None] = sleep or retry.sleep_function
+        self.clock: Callable[[], float] = clock or retry.clock
         self.rng: RandomSource = check_rng(rng or retry.rng, "Jobs: rng")
         if not callable(self.sleep) or not callable(self.clock):
             raise ConfigurationError("Jobs: sleep and clock must be callable")
@@ -161,8 +159,6 @@ class Jobs:
         if job_id == self.session._api_key:
             raise ConfigurationError("that is the session's API key, not a job id")
         return job_id
-
-    # -- one request each ------------------------------------------------------------
 
     def get(self, job: JobRef) -> Job:
         """Read the job's status once (``GET /jobs/{id}/status``)."""
@@ -229,13 +225,11 @@ class Jobs:
             why = f"it already ended {_say(seen.status)}{f', error code {code}' if code else ''}"
         else:
             why = f"it is {_say(seen.status)} and the server will not stop it now"
-        answered = f"the server answered {_label(response)}{_rid(response)}"
+        answered = f"the server answered {_label(response)}"
         refusal = _error_for(response)
         raise JobError(
             f"job {job_id} cannot be canceled: {why} ({answered})", seen or Job(job_id)
         ) from refusal
-
-    # -- the loop ------------------------------------------------------------------------
 
     def wait(
         self,
@@ -248,17 +242,14 @@ class Jobs:
     ) -> Job:
         """Poll until the job finishes and return it; raise ``JobFailed`` or ``JobTimeout``.
 
-        The first poll is sent at once. Then the server's hint spaces the polls
-        (``Retry-After``, else ``recommended_poll_interval_seconds``; never faster than
-        ``interval``), else ``interval`` growing x1.5 up to ``max_interval`` with a little
-        jitter. ``timeout`` is the one deadline: no poll is sent after it; the last poll
-        goes as late as it can and still come back by then; each poll's time limit, its
-        retries and its wait for the API key's turn (a cooldown) end by then too.
-
-        An unknown status, an unreadable body, or a 429/5xx the policy did not retry or
-        gave up on, is no news: the next poll comes on schedule. An answer polling cannot
-        fix (401, 403, 404...) raises ``SumeRetryError`` at once. ``on_status(job)`` is
-        called on the first status seen and on each change.
+        The first poll goes at once; then the server's hint (``Retry-After``, else
+        ``recommended_poll_interval_seconds``; never under ``interval``) spaces the polls, else
+        ``interval`` growing x1.5 up to ``max_interval``, jittered. ``timeout`` is the one
+        deadline: no poll starts after it, the last goes as late as it can and still come back
+        by then, and each poll's time limit, retries and wait for the API key's turn end by then.
+        An unknown status, an unreadable body, or a 429/5xx the policy gave up on is no news;
+        an answer polling cannot fix (401, 404...) raises ``SumeRetryError`` at once.
+        ``on_status(job)`` is called on the first status seen and on each change.
         """
         job_id = self._job_id(job)
         timeout = check_seconds(timeout, "timeout", positive=True)
@@ -303,7 +294,7 @@ class Jobs:
                 if next_pause is None:
                     if seen is None:
                         got = " without a readable status" if _ok(response) else ""
-                        why += f" (the last poll got {_label(response)}{got})"
+                        why += f" (the last poll got {_label(response, with_id=False)}{got})"
                     raise self._timed_out(waiting, why, response)
         except (JobFailed, JobTimeout):
             raise  # told and logged where they were raised
@@ -340,17 +331,14 @@ class Jobs:
             later = f" (a poll could go in {turn:.1f}s)" if turn is not None else ""
             raise self._timed_out(waiting, why + later) from exc
 
-    # -- parts -----------------------------------------------------------------------------
-
     def _send(self, method: str, job_id: str, action: str, left: Optional[float] = None) -> requests.Response:
         """One request about the job; a poll of a wait gets ``left`` seconds."""
         kwargs: Dict[str, Any] = {}
         if left is not None:
             left = max(left, 0.001)
             kwargs["timeout"] = poll_timeout(self.session.timeout, left)
-            # The wait's deadline is the poll's: its retries and its wait for the key's turn
-            # end by then, and a cooldown longer than the session's max_elapsed that ends
-            # before the deadline is waited out, not refused.
+            # A cooldown longer than the session's max_elapsed that ends before the deadline
+            # is waited out, not refused.
             kwargs["policy"] = self.session.policy.replace(max_elapsed=left)
         response: requests.Response = self.session.request(
             method, f"jobs/{quote(job_id, safe='')}/{action}", **kwargs
@@ -380,10 +368,11 @@ class Jobs:
         self._end("timed_out", waiting)
         last = waiting.last
         request_id = (_request_id(answer) if answer is not None else None) or last.request_id
+        said = f" (request id {request_id})" if request_id else ""
         return JobTimeout(
             f"job {last.id} is still {_say(last.status)} after {self._now() - waiting.start:.1f}s and "
             f"{plural(waiting.polls, 'poll', 'polls')} ({waiting.timeout:g}s timeout): {why}; it may "
-            f"still finish, so wait again later with its id{_rid_of(request_id)}",
+            f"still finish, so wait again later with its id{said}",
             last,
         )
 
@@ -392,6 +381,7 @@ class Jobs:
         event = waiting.event(kind, self._now())
         self.session.observers.on_job(event)
         job, code = event.job, event.job.error_code
+        told = f", error code {code}" if kind == "failed" and code else ""
         fields = {
             "event": "job",
             "job_id": job.id,
@@ -403,13 +393,8 @@ class Jobs:
             "request_id": job.request_id,
         }
         logger.info(
-            "job %s %s after %s in %.1fs: status %s%s",
-            job.id,
-            kind.replace("_", " "),
-            plural(event.polls, "poll", "polls"),
-            event.elapsed,
-            _say(job.status),
-            f", error code {code}" if kind == "failed" and code else "",
+            f"job {job.id} {kind.replace('_', ' ')} after {plural(event.polls, 'poll', 'polls')} in "
+            f"{event.elapsed:.1f}s: status {_say(job.status)}{told}",
             extra={f"sume_{name}": value for name, value in fields.items()},
         )
 
@@ -434,38 +419,30 @@ def _as_job(job: JobRef, job_id: str) -> Job:
     return job if isinstance(job, Job) else Job(job_id)
 
 
-# -- reading what the server said --------------------------------------------------------
-
-
 def job_id_of(job: Any) -> str:
     """The job id named by ``job`` (an id, a Job or a Response), checked; nothing is sent."""
     if isinstance(job, Job):
         return check_job_id(job.id)
     if isinstance(job, str):
         return check_job_id(job)
-    if isinstance(job, requests.Response):
-        found = find_job_id(_json(job))
-        if found is None:
-            raise ConfigurationError(
-                f"this response ({_label(job)}{_rid(job)}) names no job: looked for "
-                f"{', '.join(JOB_ID_PATHS)} and a data.request_id starting with job_"
-            )
-        return check_job_id(found)
-    raise ConfigurationError(
-        f"job must be a job id (str), a Job or a requests.Response, got {type(job).__name__}"
-    )
-
-
-def find_job_id(doc: Any) -> Optional[str]:
-    """The first job id in a response body, in ``JOB_ID_PATHS``' order, or None."""
-    for path in JOB_ID_PATHS:
+    if not isinstance(job, requests.Response):
+        raise ConfigurationError(
+            f"job must be a job id (str), a Job or a requests.Response, got {type(job).__name__}"
+        )
+    doc = _json(job)
+    for path in JOB_ID_PATHS:  # the first there, in order
         value = _dig(doc, path)
         if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
+            return check_job_id(str(value))
         if isinstance(value, str) and value:
-            return value
+            return check_job_id(value)
     request_id = _dig(doc, "data.request_id")
-    return request_id if isinstance(request_id, str) and request_id.startswith("job_") else None
+    if isinstance(request_id, str) and request_id.startswith("job_"):
+        return check_job_id(request_id)
+    raise ConfigurationError(
+        f"this response ({_label(job)}) names no job: looked for "
+        f"{', '.join(JOB_ID_PATHS)} and a data.request_id starting with job_"
+    )
 
 
 def check_job_id(job_id: Any) -> str:
@@ -562,18 +539,12 @@ def _request_id(response: requests.Response) -> Optional[str]:
     return _token(value)
 
 
-def _rid(response: requests.Response) -> str:
-    request_id = _request_id(response)
-    return f", request id {request_id}" if request_id else ""
-
-
-def _rid_of(request_id: Optional[str]) -> str:
-    return f" (request id {request_id})" if request_id else ""
-
-
-def _label(response: requests.Response) -> str:
-    """ "HTTP 409 job_not_cancelable": the status and the error code, when it is a plain token."""
-    return "HTTP " + status_label(response.status_code, _token(_error_code(response)))
+def _label(response: requests.Response, with_id: bool = True) -> str:
+    """ "HTTP 409 job_not_cancelable, request id req_1": the status, then the error code and the
+    request id (unless not ``with_id``) when they are plain tokens."""
+    label = "HTTP " + status_label(response.status_code, _token(_error_code(response)))
+    request_id = _request_id(response) if with_id else None
+    return f"{label}, request id {request_id}" if request_id else label
 
 
 def _say(status: Optional[str]) -> str:
@@ -583,13 +554,14 @@ def _say(status: Optional[str]) -> str:
 def _failed(job: Job) -> JobFailed:
     code = job.error_code
     what = f"error code {code}" if code else "no error code given"
-    return JobFailed(f"job {job.id} ended {_say(job.status)}: {what}{_rid_of(job.request_id)}", job)
+    said = f" (request id {job.request_id})" if job.request_id else ""
+    return JobFailed(f"job {job.id} ended {_say(job.status)}: {what}{said}", job)
 
 
 def _unreadable(job_id: str, response: requests.Response, what: str) -> JobError:
     """A 2xx that does not say what was asked (``what``)."""
     return JobError(
-        f"job {job_id}: the {what} ({_label(response)}{_rid(response)})",
+        f"job {job_id}: the {what} ({_label(response)})",
         Job(job_id, request_id=_request_id(response)),
     )
 
@@ -616,7 +588,7 @@ def _error_for(response: requests.Response) -> Exception:
         response.raise_for_status()
     except requests.exceptions.HTTPError as exc:
         return exc
-    return SumeError(f"unexpected {_label(response)}{_rid(response)}")
+    return SumeError(f"unexpected {_label(response)}")
 
 
 def _round_trip(seconds: float, response: requests.Response) -> float:
@@ -715,14 +687,10 @@ def cut_by_deadline(base: Any, left: float) -> bool:
 
 def _limits(base: Any) -> Tuple[Optional[float], Optional[float]]:
     """The (connect, read) limits of a session timeout in any form requests takes; None: no limit."""
-    if isinstance(base, Timeout):
-        # Its parts as given: ``read_timeout`` answers only once a connection has started.
-        total = as_seconds(base.total, None)
-        connect, read = as_seconds(base._connect, None), as_seconds(base._read, None)
-        return (connect, read) if total is None else (_least(connect, total), _least(read, total))
-    if isinstance(base, tuple):
-        return as_seconds(base[0], None), as_seconds(base[1], None)
-    return as_seconds(base, None), as_seconds(base, None)
+    # Its parts as given: a Timeout's ``read_timeout`` answers only once a connection has started.
+    parts = DeadlineTimeout(base, math.inf)
+    connect, read, total = (as_seconds(part, None) for part in (parts._connect, parts._read, parts.total))
+    return (connect, read) if total is None else (_least(connect, total), _least(read, total))
 
 
 def _least(limit: Optional[float], cap: float) -> float:
