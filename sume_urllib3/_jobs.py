@@ -189,11 +189,8 @@ class Jobs:
             if seen.failed:
                 own = self._read(job_id)  # the job's own status names its error code
                 raise _failed(own if own is not None and own.failed else seen)
-            raise JobNotCompleted(
-                f"job {job_id} has no result yet: it is {_say(seen.status)}; "
-                "wait for it first (session.jobs.wait)",
-                seen,
-            )
+            why = f"it is {_say(seen.status)}; wait for it first (session.jobs.wait)"
+            raise JobNotCompleted(f"job {job_id} has no result yet: {why}", seen)
         doc = _json(response)
         if not isinstance(doc, dict):
             raise _unreadable(job_id, response, "result response is not a JSON object")
@@ -225,11 +222,10 @@ class Jobs:
             why = f"it already ended {_say(seen.status)}{f', error code {code}' if code else ''}"
         else:
             why = f"it is {_say(seen.status)} and the server will not stop it now"
-        answered = f"the server answered {_label(response)}"
-        refusal = _error_for(response)
-        raise JobError(
-            f"job {job_id} cannot be canceled: {why} ({answered})", seen or Job(job_id)
-        ) from refusal
+        why += f" (the server answered {_label(response)})"
+        raise JobError(f"job {job_id} cannot be canceled: {why}", seen or Job(job_id)) from _error_for(
+            response
+        )
 
     def wait(
         self,
