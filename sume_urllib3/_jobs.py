@@ -58,10 +58,7 @@ class Job:
     @classmethod
     def from_response(cls, response: requests.Response, job_id: Optional[str] = None) -> Job:
         """The job a response describes (a submit answer, a status, a poll outcome's error body),
-        with id ``job_id`` or the one its body names; nothing is sent.
-
-        Raises ``ConfigurationError`` when no ``job_id`` is given and the body names no job.
-        """
+        with id ``job_id`` or the one its body names (else ``ConfigurationError``); nothing is sent."""
         doc = _json(response)
         status = next(filter(None, (_clean_status(_dig(doc, path)) for path in STATUS_PATHS)), None)
         return cls(job_id or job_id_of(response), status, _data_of(doc), _request_id(response))
@@ -175,10 +172,9 @@ class Jobs:
     def result(self, job: JobRef) -> Dict[str, Any]:
         """The finished job's result (``GET /jobs/{id}/result``): the body's ``data`` object, else the body.
 
-        Raises ``JobNotCompleted`` (naming the status) while the job is still running, and
-        ``JobFailed`` when it ended without a result: the job's own status is read then
-        (one ``GET /jobs/{id}/status``), so the error names the job's code (``nsfw``), not
-        the 409's.
+        Raises ``JobNotCompleted`` (naming the status) while the job runs, and ``JobFailed`` when
+        it ended without a result, naming the job's own error code (``nsfw``, from one more
+        ``GET /jobs/{id}/status``), not the 409's.
         """
         job_id = self._job_id(job)
         response = self._send("GET", job_id, "result")
@@ -255,7 +251,9 @@ class Jobs:
             raise ConfigurationError(f"max_interval ({max_interval}) must be at least interval ({interval})")
         if on_status is not None and not callable(on_status):
             raise ConfigurationError("on_status must be callable or None")
-        waiting = _Waiting(_as_job(job, job_id), self._now(), timeout)
+        # The job as known before any poll: a Job as given, what a submit response said, else the id.
+        known = Job.from_response(job, job_id) if isinstance(job, requests.Response) else Job(job_id)
+        waiting = _Waiting(job if isinstance(job, Job) else known, self._now(), timeout)
         plan = PollSchedule(waiting.start + timeout, interval, max_interval, waiting.start)
         jitter = functools.partial(uniform, self.rng, *JITTER)
         reported: Optional[str] = None
@@ -408,13 +406,6 @@ class _Waiting:
         return JobEvent(kind, self.last, self.polls, now - self.start)
 
 
-def _as_job(job: JobRef, job_id: str) -> Job:
-    """The job as known before any poll: a Job as given, what a submit response said, else the id."""
-    if isinstance(job, requests.Response):
-        return Job.from_response(job, job_id)
-    return job if isinstance(job, Job) else Job(job_id)
-
-
 def job_id_of(job: Any) -> str:
     """The job id named by ``job`` (an id, a Job or a Response), checked; nothing is sent."""
     if isinstance(job, Job):
@@ -481,7 +472,6 @@ def _clean_status(value: Any) -> Optional[str]:
 
 
 def _data_of(doc: Any) -> Dict[str, Any]:
-    """The body's ``data`` object, else the body when it is an object, else empty."""
     data = _dig(doc, "data")
     if isinstance(data, dict):
         return data

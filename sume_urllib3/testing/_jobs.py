@@ -79,10 +79,8 @@ class ScriptedJob:
                 said, fields = step[0], {**fields, **step[1]}
             if isinstance(said, str) and said:
                 status = said
-            elif not isinstance(said, Reply):
-                raise ValueError(
-                    f"a step must be a status str, a (status, fields) pair or a Reply, got {step!r}"
-                )
+            elif not isinstance(step, Reply):
+                raise ValueError(f"a step must be a status, a (status, fields) pair or a Reply, got {step!r}")
             states.append((status, fields))
         # Before its first status step, a job has the first status it will show.
         first = next((status for status, _ in states if status is not None), None)
@@ -110,7 +108,7 @@ class ScriptedJob:
     def status(self) -> str:
         """The status the next result or cancel request would see (no poll is counted)."""
         with self._lock:
-            return self._state(self._index())[0]
+            return self._states[self._index()][0]
 
     @property
     def history(self) -> List[str]:
@@ -134,8 +132,8 @@ class ScriptedJob:
             return Reply.error(405, "method_not_allowed", message=f"use {wanted} for /{action}")
         with self._lock:
             index = self._index()
-            step, (status, fields) = self._steps[index], self._state(index)
-            job = Job(self.id, status)
+            step, (status, fields) = self._steps[index], self._states[index]
+            job, details = Job(self.id, status), {"status": status}
             if action == "status":
                 self._polls += 1
                 if isinstance(step, Reply) and not self._canceled:
@@ -143,14 +141,15 @@ class ScriptedJob:
                     return step
                 self._history.append(status)
             elif action == "result" and not job.done:
-                return Reply.error(
-                    409, "job_not_completed", message="the job has no result yet", details={"status": status}
-                )
+                message = "the job has no result yet"
+                return Reply.error(409, "job_not_completed", message=message, details=details)
             elif action == "cancel" and job.finished:
                 message = "a finished job cannot be canceled"
-                return Reply.error(409, "job_already_finished", message=message, details={"status": status})
+                return Reply.error(409, "job_already_finished", message=message, details=details)
             elif action == "cancel":
+                # For good: every later poll says so, and verbatim replies are no longer served.
                 self._canceled = True
+                self._states = [("canceled", kept) for _, kept in self._states]
                 status = "canceled"
             data: Dict[str, Any] = {"id": self.id, **fields, "status": status}
             headers: Dict[str, str] = {}
@@ -162,11 +161,6 @@ class ScriptedJob:
 
     def _index(self) -> int:
         """The step the job is at: one per status poll, or one per ``every`` seconds of ``clock``."""
-        position = (
-            self._polls if self.every is None else int(max(self.clock() - self._created, 0.0) // self.every)
-        )
+        elapsed = max(self.clock() - self._created, 0.0)
+        position = self._polls if self.every is None else int(elapsed // self.every)
         return min(position, len(self._steps) - 1)
-
-    def _state(self, index: int) -> Tuple[str, Dict[str, Any]]:
-        status, fields = self._states[index]
-        return ("canceled" if self._canceled else status), fields
