@@ -179,7 +179,7 @@ class Jobs:
         job_id = self._job_id(job)
         response = self._send("GET", job_id, "result")
         if not _ok(response):
-            seen = _not_completed(job_id, response)
+            seen = _seen(job_id, response)
             if seen is None:
                 raise _error_for(response)
             if seen.failed:
@@ -246,9 +246,7 @@ class Jobs:
         job_id = self._job_id(job)
         timeout = check_seconds(timeout, "timeout", positive=True)
         interval = check_seconds(interval, "interval", positive=True)
-        max_interval = check_seconds(max_interval, "max_interval", positive=True)
-        if max_interval < interval:
-            raise ConfigurationError(f"max_interval ({max_interval}) must be at least interval ({interval})")
+        max_interval = check_seconds(max_interval, "max_interval", low=interval)
         if on_status is not None and not callable(on_status):
             raise ConfigurationError("on_status must be callable or None")
         # The job as known before any poll: a Job as given, what a submit response said, else the id.
@@ -448,16 +446,12 @@ def check_job_id(job_id: Any) -> str:
 
 
 def _seen(job_id: str, response: requests.Response) -> Optional[Job]:
-    """The job a status response describes, or None when it says nothing readable."""
+    """The job a response describes: a 2xx with a readable status, or a 409 ``job_not_completed``
+    whose ``error.details`` is the job's object (its own code is about the request, never the
+    job's); else None."""
     if _ok(response):
         seen = Job.from_response(response, job_id)
         return seen if seen.status is not None else None
-    return _not_completed(job_id, response)
-
-
-def _not_completed(job_id: str, response: requests.Response) -> Optional[Job]:
-    """The job a 409 ``job_not_completed`` describes (``error.details`` is the job's object), or
-    None for any other answer. The 409's own code is about the request, never the job's."""
     if response.status_code != 409 or _error_code(response) != "job_not_completed":
         return None
     details = _dig(_json(response), "error.details")
