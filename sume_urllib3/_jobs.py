@@ -273,10 +273,9 @@ class Jobs:
                 self._polled(waiting)
                 if seen is None and not _ok(response) and not _no_news(response):
                     raise _error_for(response)  # 401, 404...: more polls would not fix it
-                if seen is not None and seen.status != reported:
+                if on_status is not None and seen is not None and seen.status != reported:
                     reported = seen.status
-                    if on_status is not None:
-                        on_status(seen)
+                    on_status(seen)
                 if seen is not None and seen.finished:
                     self._end("completed" if seen.done else "failed", waiting)
                     if seen.failed:
@@ -467,9 +466,7 @@ def _clean_status(value: Any) -> Optional[str]:
 
 def _data_of(doc: Any) -> Dict[str, Any]:
     data = _dig(doc, "data")
-    if isinstance(data, dict):
-        return data
-    return doc if isinstance(doc, dict) else {}
+    return data if isinstance(data, dict) else doc if isinstance(doc, dict) else {}
 
 
 def _dig(doc: Any, path: str) -> Any:

@@ -1,7 +1,6 @@
 """FakeSume job lifecycles: a status that advances per poll (or with time), a result, a cancel.
 
-``fake.job(...)`` returns a :class:`ScriptedJob`; FakeSume asks its jobs for the answer to
-any route that has no script of its own::
+Scripted with ``fake.job``, named in a submit reply::
 
     job = fake.job("job_1", ["queued", "processing", ("completed", {"video_url": "https://..."})])
     fake.script("POST", "/v1/avatar-videos", job.submitted())
