@@ -654,21 +654,17 @@ class PollSchedule:
 def poll_timeout(base: Any, left: float) -> Tuple[float, float]:
     """The session's (connect, read) timeout, neither part longer than ``left``."""
     connect, read = _limits(base)
-    return _least(connect, left), _least(read, left)
+    return min(connect, left), min(read, left)
 
 
 def cut_by_deadline(base: Any, left: float) -> bool:
     """True when the time left, not the session's own timeout ``base``, limited the poll."""
-    return any(part is None or left < part for part in _limits(base))
+    return any(left < part for part in _limits(base))
 
 
-def _limits(base: Any) -> Tuple[Optional[float], Optional[float]]:
-    """The (connect, read) limits of a session timeout in any form requests takes; None: no limit."""
+def _limits(base: Any) -> Tuple[float, float]:
+    """The (connect, read) limits of a session timeout in any form requests takes; inf: no limit."""
     # Its parts as given: a Timeout's ``read_timeout`` answers only once a connection has started.
     parts = DeadlineTimeout(base, math.inf)
-    connect, read, total = (as_seconds(part, None) for part in (parts._connect, parts._read, parts.total))
-    return (connect, read) if total is None else (_least(connect, total), _least(read, total))
-
-
-def _least(limit: Optional[float], cap: float) -> float:
-    return cap if limit is None else min(limit, cap)
+    connect, read, total = (as_seconds(part, math.inf) for part in (parts._connect, parts._read, parts.total))
+    return min(connect, total), min(read, total)
