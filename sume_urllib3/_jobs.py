@@ -6,16 +6,15 @@ import functools
 import logging
 import math
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 from urllib.parse import quote
 
 import requests
-from urllib3.util.timeout import Timeout
 
 from . import _sleeping
 from ._config import as_seconds, check_rng, check_seconds
+from ._deadline import DeadlineTimeout
 from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, status_label, sume_record
@@ -27,30 +26,15 @@ logger = logging.getLogger("sume_urllib3")
 DONE_STATUSES = frozenset({"complete", "completed", "success", "succeeded", "ready"})
 #: Statuses that mean "finished without a result" (compared lower-cased).
 FAILED_STATUSES = frozenset({"failed", "error", "errored", "canceled", "cancelled", "expired", "nsfw"})
+_CANCELED = frozenset({"canceled", "cancelled"})
 #: Where a status body may keep the status, in order of preference.
-STATUS_PATHS: Tuple[Tuple[str, ...], ...] = (
-    ("data", "status"),
-    ("data", "sume_status"),
-    ("data", "job", "status"),
-    ("status",),
-    ("sume_status",),
-    ("job", "status"),
-)
+STATUS_PATHS = ("data.status", "data.sume_status", "data.job.status", "status", "sume_status", "job.status")
 #: Where a response body may name its job, in order of preference.
-JOB_ID_PATHS: Tuple[Tuple[str, ...], ...] = (
-    ("data", "job", "id"),
-    ("data", "id"),
-    ("job_id",),
-    ("data", "job_id"),
-    ("error", "details", "job_id"),
-    ("error", "job_id"),
-)
+JOB_ID_PATHS = ("data.job.id", "data.id", "job_id", "data.job_id", "error.details.job_id", "error.job_id")
 #: Answers to a cancel that mean "not in the job's state" rather than a broken call.
 CANCEL_REFUSALS = frozenset({"job_not_cancelable", "job_already_finished", "job_generation_already_started"})
 MAX_ID_LENGTH = 256
 
-Sleep = Callable[[float], None]
-Clock = Callable[[], float]
 #: What every method accepts as "the job".
 JobRef = Union[str, "Job", requests.Response]
 
@@ -74,12 +58,10 @@ class Job:
     @classmethod
     def from_response(cls, response: requests.Response, job_id: Optional[str] = None) -> Job:
         """The job a response describes (a submit answer, a status, a poll outcome's error body),
-        with id ``job_id`` or the one its body names; nothing is sent.
-
-        Raises ``ConfigurationError`` when no ``job_id`` is given and the body names no job.
-        """
+        with id ``job_id`` or the one its body names (else ``ConfigurationError``); nothing is sent."""
         doc = _json(response)
-        return cls(job_id or job_id_of(response), _status_in(doc), _data_of(doc), _request_id(response, doc))
+        status = next(filter(None, (_clean_status(_dig(doc, path)) for path in STATUS_PATHS)), None)
+        return cls(job_id or job_id_of(response), status, _data_of(doc), _request_id(response))
 
     @property
     def done(self) -> bool:
@@ -99,14 +81,9 @@ class Job:
     @property
     def error_code(self) -> Optional[str]:
         """The job's own error code (``error.code``, ``error``, ``error_code``), if it is a safe token."""
-        error = self.data.get("error") if isinstance(self.data, Mapping) else None
-        for candidate in (
-            error.get("code") if isinstance(error, Mapping) else error,
-            self.data.get("error_code") if isinstance(self.data, Mapping) else None,
-        ):
-            if isinstance(candidate, str) and _SAFE_TOKEN.match(candidate):
-                return candidate
-        return None
+        error = self.data.get("error")
+        code = error.get("code") if isinstance(error, Mapping) else error
+        return _token(code) or _token(self.data.get("error_code"))
 
 
 @dataclass(frozen=True)
@@ -148,26 +125,26 @@ class Jobs:
 
     Every request is an ordinary call through the session, so its policy retries a 429
     or 503 on a poll and nothing is ever resubmitted. ``sleep``, ``clock`` and ``rng``
-    default to the session's own (those it was built with), else real time and ``random``.
+    default to the session's own (those it was built with, else real time and ``random``).
     """
 
     def __init__(
         self,
         session: Any,
         *,
-        sleep: Optional[Sleep] = None,
-        clock: Optional[Clock] = None,
+        sleep: Optional[Callable[[float], None]] = None,
+        clock: Optional[Callable[[], float]] = None,
         rng: RandomSource = None,
     ) -> None:
-        if not callable(getattr(session, "get", None)) or not callable(getattr(session, "post", None)):
+        retry = getattr(getattr(session, "adapter", None), "retry", None)
+        if retry is None:
             raise ConfigurationError(f"Jobs needs a SumeSession, got {type(session).__name__}")
         self.session = session
-        self.sleep: Sleep = _pick(sleep, session, "sleep", "sleep_function", _sleeping.default_sleep)
-        self.clock: Clock = _pick(clock, session, "clock", "clock", time.monotonic)
-        self.rng: RandomSource = check_rng(_pick(rng, session, "rng", "rng", None), "Jobs: rng")
+        self.sleep: Callable[[float], None] = sleep or retry.sleep_function
+        self.clock: Callable[[], float] = clock or retry.clock
+        self.rng: RandomSource = check_rng(rng or retry.rng, "Jobs: rng")
         if not callable(self.sleep) or not callable(self.clock):
             raise ConfigurationError("Jobs: sleep and clock must be callable")
-        self._per_call_policy = _takes_policy(session)
 
     def __repr__(self) -> str:
         return f"<Jobs of {self.session!r}>"
@@ -176,57 +153,43 @@ class Jobs:
         """``job_id_of(job)``, refusing the session's own API key: pasted where a job id goes,
         it would travel in the URL's path, where logs and records show it."""
         job_id = job_id_of(job)
-        key = getattr(self.session, "_api_key", None)
-        if key and job_id == key:
+        if job_id == self.session._api_key:
             raise ConfigurationError("that is the session's API key, not a job id")
         return job_id
-
-    # -- one request each ------------------------------------------------------------
 
     def get(self, job: JobRef) -> Job:
         """Read the job's status once (``GET /jobs/{id}/status``)."""
         job_id = self._job_id(job)
-        response = self._send("GET", job_id, "status", None)
+        response = self._send("GET", job_id, "status")
         seen = _seen(job_id, response)
         if seen is None:
             if _ok(response):
-                raise JobError(
-                    f"job {job_id}: the status response has no readable status "
-                    f"(HTTP {response.status_code}{_rid(response)})",
-                    Job(job_id, request_id=_request_id(response, None)),
-                )
+                raise _unreadable(job_id, response, "status response has no readable status")
             raise _error_for(response)
-        _tell(self.session, JobEvent("poll", seen, 1, 0.0))
+        self.session.observers.on_job(JobEvent("poll", seen, 1, 0.0))
         return seen
 
     def result(self, job: JobRef) -> Dict[str, Any]:
         """The finished job's result (``GET /jobs/{id}/result``): the body's ``data`` object, else the body.
 
-        Raises ``JobNotCompleted`` (naming the status) while the job is still running, and
-        ``JobFailed`` when it ended without a result: the job's own status is read then
-        (one ``GET /jobs/{id}/status``), so the error names the job's code (``nsfw``), not
-        the 409's.
+        Raises ``JobNotCompleted`` (naming the status) while the job runs, and ``JobFailed`` when
+        it ended without a result, naming the job's own error code (``nsfw``, from one more
+        ``GET /jobs/{id}/status``), not the 409's.
         """
         job_id = self._job_id(job)
-        response = self._send("GET", job_id, "result", None)
+        response = self._send("GET", job_id, "result")
         if not _ok(response):
-            seen = _not_completed(job_id, response)
-            if seen is not None:
-                if seen.failed:
-                    own = self._read(job_id)  # the job's own status names its error code
-                    raise _failed(own if own is not None and own.failed else seen)
-                raise JobNotCompleted(
-                    f"job {job_id} has no result yet: it is {_say(seen.status)}; "
-                    "wait for it first (session.jobs.wait)",
-                    seen,
-                )
-            raise _error_for(response)
+            seen = _seen(job_id, response)
+            if seen is None:
+                raise _error_for(response)
+            if seen.failed:
+                own = self._read(job_id)  # the job's own status names its error code
+                raise _failed(own if own is not None and own.failed else seen)
+            why = f"it is {_say(seen.status)}; wait for it first (session.jobs.wait)"
+            raise JobNotCompleted(f"job {job_id} has no result yet: {why}", seen)
         doc = _json(response)
         if not isinstance(doc, dict):
-            raise JobError(
-                f"job {job_id}: the result response is not a JSON object{_rid(response)}",
-                Job(job_id, request_id=_request_id(response, None)),
-            )
+            raise _unreadable(job_id, response, "result response is not a JSON object")
         return _data_of(doc)
 
     def cancel(self, job: JobRef) -> Job:
@@ -238,14 +201,27 @@ class Jobs:
         error code, or a running job the server will not stop), with the job in ``.job``.
         """
         job_id = self._job_id(job)
-        response = self._send("POST", job_id, "cancel", None)
-        if not _ok(response):
-            if response.status_code == 409 or _error_code(response) in CANCEL_REFUSALS:
-                return self._not_canceled(job_id, response)
+        response = self._send("POST", job_id, "cancel")
+        if _ok(response):
+            return Job.from_response(response, job_id)
+        if response.status_code != 409 and _error_code(response) not in CANCEL_REFUSALS:
             raise _error_for(response)
-        return Job.from_response(response, job_id)
-
-    # -- the loop ------------------------------------------------------------------------
+        seen = self._read(job_id)
+        if seen is not None and (seen.status or "").lower() in _CANCELED:
+            return seen  # already canceled: what the cancel asked for
+        if seen is None:
+            why = "its status could not be read"
+        elif seen.done:
+            why = f"it already ended {_say(seen.status)}; fetch its result with jobs.result"
+        elif seen.failed:
+            code = seen.error_code
+            why = f"it already ended {_say(seen.status)}{f', error code {code}' if code else ''}"
+        else:
+            why = f"it is {_say(seen.status)} and the server will not stop it now"
+        why += f" (the server answered {_label(response)})"
+        raise JobError(f"job {job_id} cannot be canceled: {why}", seen or Job(job_id)) from _error_for(
+            response
+        )
 
     def wait(
         self,
@@ -258,28 +234,26 @@ class Jobs:
     ) -> Job:
         """Poll until the job finishes and return it; raise ``JobFailed`` or ``JobTimeout``.
 
-        The first poll is sent at once. Then the server's hint spaces the polls
-        (``Retry-After``, else ``recommended_poll_interval_seconds``; never faster than
-        ``interval``), else ``interval`` growing x1.5 up to ``max_interval`` with a little
-        jitter. ``timeout`` is the one deadline: no poll is sent after it; the last poll
-        goes as late as it can and still come back by then; each poll's time limit, its
-        retries and its wait for the API key's turn (a cooldown) end by then too.
-
-        An unknown status, an unreadable body, or a 429/5xx the policy did not retry or
-        gave up on, is no news: the next poll comes on schedule. An answer polling cannot
-        fix (401, 403, 404...) raises ``SumeRetryError`` at once. ``on_status(job)`` is
-        called on the first status seen and on each change.
+        The first poll goes at once; then the server's hint (``Retry-After``, else
+        ``recommended_poll_interval_seconds``; never under ``interval``) spaces the polls, else
+        ``interval`` growing x1.5 up to ``max_interval``, jittered. ``timeout`` is the one
+        deadline: no poll starts after it, the last goes as late as it can and still come back
+        by then, and each poll's time limit, retries and wait for the API key's turn end by then.
+        An unknown status, an unreadable body, or a 429/5xx the policy gave up on is no news;
+        an answer polling cannot fix (401, 404...) raises ``SumeRetryError`` at once.
+        ``on_status(job)`` is called on the first status seen and on each change.
         """
         job_id = self._job_id(job)
         timeout = check_seconds(timeout, "timeout", positive=True)
         interval = check_seconds(interval, "interval", positive=True)
-        max_interval = check_seconds(max_interval, "max_interval", positive=True)
-        if max_interval < interval:
-            raise ConfigurationError(f"max_interval ({max_interval}) must be at least interval ({interval})")
+        max_interval = check_seconds(max_interval, "max_interval", low=interval)
         if on_status is not None and not callable(on_status):
             raise ConfigurationError("on_status must be callable or None")
-        waiting = _Waiting(_as_job(job, job_id), self._now(), timeout)
+        # The job as known before any poll: a Job as given, what a submit response said, else the id.
+        known = Job.from_response(job, job_id) if isinstance(job, requests.Response) else Job(job_id)
+        waiting = _Waiting(job if isinstance(job, Job) else known, self._now(), timeout)
         plan = PollSchedule(waiting.start + timeout, interval, max_interval, waiting.start)
+        jitter = functools.partial(uniform, self.rng, *JITTER)
         reported: Optional[str] = None
         try:
             while True:
@@ -299,20 +273,19 @@ class Jobs:
                 self._polled(waiting)
                 if seen is None and not _ok(response) and not _no_news(response):
                     raise _error_for(response)  # 401, 404...: more polls would not fix it
-                if seen is not None and seen.status != reported:
+                if on_status is not None and seen is not None and seen.status != reported:
                     reported = seen.status
-                    if on_status is not None:
-                        on_status(seen)
+                    on_status(seen)
                 if seen is not None and seen.finished:
                     self._end("completed" if seen.done else "failed", waiting)
                     if seen.failed:
                         raise _failed(seen)
                     return seen
-                jitter = functools.partial(uniform, self.rng, *JITTER)
                 next_pause, why = plan.next_poll(self._now(), _hint(response), jitter)
                 if next_pause is None:
                     if seen is None:
-                        why += f" (the last poll {_answer(response)})"
+                        got = " without a readable status" if _ok(response) else ""
+                        why += f" (the last poll got {_label(response, with_id=False)}{got})"
                     raise self._timed_out(waiting, why, response)
         except (JobFailed, JobTimeout):
             raise  # told and logged where they were raised
@@ -331,7 +304,7 @@ class Jobs:
             return self._send("GET", job_id, "status", left)
         except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
             self._polled(waiting)  # it went: counted, as every poll sent is
-            if cut_by_deadline(getattr(self.session, "timeout", None), left):
+            if cut_by_deadline(self.session.timeout, left):
                 raise self._timed_out(waiting, "the last poll ran out of time") from exc
             raise
         except SumeRetryError as exc:
@@ -349,48 +322,26 @@ class Jobs:
             later = f" (a poll could go in {turn:.1f}s)" if turn is not None else ""
             raise self._timed_out(waiting, why + later) from exc
 
-    # -- parts -----------------------------------------------------------------------------
-
-    def _send(self, method: str, job_id: str, action: str, left: Optional[float]) -> requests.Response:
-        url = f"jobs/{quote(job_id, safe='')}/{action}"
+    def _send(self, method: str, job_id: str, action: str, left: Optional[float] = None) -> requests.Response:
+        """One request about the job; a poll of a wait gets ``left`` seconds."""
         kwargs: Dict[str, Any] = {}
         if left is not None:
             left = max(left, 0.001)
-            kwargs["timeout"] = poll_timeout(getattr(self.session, "timeout", None), left)
-            policy = getattr(self.session, "policy", None)
-            if self._per_call_policy and policy is not None and policy.max_elapsed != left:
-                # The wait's deadline is the poll's: its retries and its wait for the key's
-                # turn end by then, and a cooldown longer than the session's max_elapsed
-                # that ends before the deadline is waited out, not refused.
-                kwargs["policy"] = policy.replace(max_elapsed=left)
-        send = self.session.get if method == "GET" else self.session.post
-        response: requests.Response = send(url, **kwargs)
+            kwargs["timeout"] = poll_timeout(self.session.timeout, left)
+            # A cooldown longer than the session's max_elapsed that ends before the deadline
+            # is waited out, not refused.
+            kwargs["policy"] = self.session.policy.replace(max_elapsed=left)
+        response: requests.Response = self.session.request(
+            method, f"jobs/{quote(job_id, safe='')}/{action}", **kwargs
+        )
         return response
 
     def _read(self, job_id: str) -> Optional[Job]:
         """The job's status read once, or None when the read says nothing (it never raises)."""
         try:
-            return _seen(job_id, self._send("GET", job_id, "status", None))
+            return _seen(job_id, self._send("GET", job_id, "status"))
         except (SumeError, requests.exceptions.RequestException):
             return None
-
-    def _not_canceled(self, job_id: str, response: requests.Response) -> Job:
-        """The server refused a cancel: the job's state, read now, says why."""
-        seen = self._read(job_id)
-        if seen is not None and seen.status is not None and seen.status.lower() in _CANCELED:
-            return seen  # already canceled: what the cancel asked for
-        answered = f"the server answered {_label(response)}{_rid(response)}"
-        if seen is None:
-            why = f"its status could not be read ({answered})"
-        elif seen.done:
-            why = f"it already ended {_say(seen.status)}; fetch its result with jobs.result ({answered})"
-        elif seen.failed:
-            code = seen.error_code
-            why = f"it already ended {_say(seen.status)}{f', error code {code}' if code else ''} ({answered})"
-        else:
-            why = f"it is {_say(seen.status)} and the server will not stop it now ({answered})"
-        refusal = _error_for(response)
-        raise JobError(f"job {job_id} cannot be canceled: {why}", seen or Job(job_id)) from refusal
 
     def _now(self) -> float:
         return _sleeping.now(self.clock)
@@ -398,7 +349,7 @@ class Jobs:
     def _polled(self, waiting: _Waiting) -> None:
         """A poll went: counted, and told to the observers."""
         waiting.polls += 1
-        _tell(self.session, waiting.event("poll", self._now()))
+        self.session.observers.on_job(waiting.event("poll", self._now()))
 
     def _timed_out(
         self, waiting: _Waiting, why: str, answer: Optional[requests.Response] = None
@@ -406,32 +357,38 @@ class Jobs:
         """The wait's end at its deadline, naming the request id of ``answer`` (the last poll's
         response, a 429 asking for a pause past the deadline say), else of the last status."""
         self._end("timed_out", waiting)
-        last, polls = waiting.last, waiting.polls
-        request_id = _request_id(answer, _json(answer)) if answer is not None else None
-        rid = f" (request id {request_id})" if request_id else _rid_of(last)
+        last = waiting.last
+        request_id = (_request_id(answer) if answer is not None else None) or last.request_id
+        said = f" (request id {request_id})" if request_id else ""
         return JobTimeout(
             f"job {last.id} is still {_say(last.status)} after {self._now() - waiting.start:.1f}s and "
-            f"{plural(polls, 'poll', 'polls')} ({waiting.timeout:g}s timeout): {why}; it may "
-            f"still finish, so wait again later with its id{rid}",
+            f"{plural(waiting.polls, 'poll', 'polls')} ({waiting.timeout:g}s timeout): {why}; it may "
+            f"still finish, so wait again later with its id{said}",
             last,
         )
 
     def _end(self, kind: str, waiting: _Waiting) -> None:
         """Tell the observers and the log how the wait ended."""
         event = waiting.event(kind, self._now())
-        _tell(self.session, event)
+        self.session.observers.on_job(event)
         job, code = event.job, event.job.error_code
-        fields = {"event": "job", "job_id": job.id, "job_status": _clean_status(job.status), "outcome": kind,
-                  "polls": event.polls, "elapsed": event.elapsed, "code": code, "request_id": job.request_id}
+        told = f", error code {code}" if kind == "failed" and code else ""
+        fields = {
+            "event": "job",
+            "job_id": job.id,
+            "job_status": _clean_status(job.status),
+            "outcome": kind,
+            "polls": event.polls,
+            "elapsed": event.elapsed,
+            "code": code,
+            "request_id": job.request_id,
+        }
         logger.info(
-            "job %s %s after %s in %.1fs: status %s%s", job.id, kind.replace("_", " "),
-            plural(event.polls, "poll", "polls"), event.elapsed, _say(job.status),
-            f", error code {code}" if kind == "failed" and code else "",
+            f"job {job.id} {kind.replace('_', ' ')} after {plural(event.polls, 'poll', 'polls')} in "
+            f"{event.elapsed:.1f}s: status {_say(job.status)}{told}",
             extra={f"sume_{name}": value for name, value in fields.items()},
         )
 
-
-_CANCELED = frozenset({"canceled", "cancelled"})
 
 @dataclass
 class _Waiting:
@@ -446,59 +403,30 @@ class _Waiting:
         return JobEvent(kind, self.last, self.polls, now - self.start)
 
 
-def _tell(session: Any, event: JobEvent) -> None:
-    """Give ``event`` to the session's observers: ``Observers.on_job`` tells each one with the hook
-    (one that raises is logged once, and the wait goes on). Called through the session, because
-    observe imports ``JobEvent`` from here."""
-    tell = getattr(getattr(session, "observers", None), "on_job", None)
-    if tell is not None:
-        tell(event)
-
-
-def _as_job(job: JobRef, job_id: str) -> Job:
-    """The job as known before any poll: a Job as given, what a submit response said, else the id."""
-    if isinstance(job, Job):
-        return job
-    if isinstance(job, requests.Response):
-        return Job.from_response(job)
-    return Job(job_id)
-
-
-# -- reading what the server said --------------------------------------------------------
-
-
 def job_id_of(job: Any) -> str:
     """The job id named by ``job`` (an id, a Job or a Response), checked; nothing is sent."""
     if isinstance(job, Job):
         return check_job_id(job.id)
     if isinstance(job, str):
         return check_job_id(job)
-    if isinstance(job, requests.Response):
-        found = find_job_id(_json(job))
-        if found is None:
-            raise ConfigurationError(
-                f"this response (HTTP {job.status_code}{_rid(job)}) names no job: looked for "
-                "data.job.id, data.id, job_id, data.job_id, error.details.job_id, error.job_id "
-                "and a data.request_id starting with job_"
-            )
-        return check_job_id(found)
-    raise ConfigurationError(
-        f"job must be a job id (str), a Job or a requests.Response, got {type(job).__name__}"
-    )
-
-
-def find_job_id(doc: Any) -> Optional[str]:
-    """The first job id in a response body, in ``JOB_ID_PATHS``' order, or None."""
-    for path in JOB_ID_PATHS:
+    if not isinstance(job, requests.Response):
+        raise ConfigurationError(
+            f"job must be a job id (str), a Job or a requests.Response, got {type(job).__name__}"
+        )
+    doc = _json(job)
+    for path in JOB_ID_PATHS:  # the first there, in order
         value = _dig(doc, path)
         if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
+            return check_job_id(str(value))
         if isinstance(value, str) and value:
-            return value
-    request_id = _dig(doc, ("data", "request_id"))
+            return check_job_id(value)
+    request_id = _dig(doc, "data.request_id")
     if isinstance(request_id, str) and request_id.startswith("job_"):
-        return request_id
-    return None
+        return check_job_id(request_id)
+    raise ConfigurationError(
+        f"this response ({_label(job)}) names no job: looked for "
+        f"{', '.join(JOB_ID_PATHS)} and a data.request_id starting with job_"
+    )
 
 
 def check_job_id(job_id: Any) -> str:
@@ -517,57 +445,34 @@ def check_job_id(job_id: Any) -> str:
 
 
 def _seen(job_id: str, response: requests.Response) -> Optional[Job]:
-    """The job a status response describes, or None when it says nothing readable."""
+    """The job a response describes: a 2xx with a readable status, or a 409 ``job_not_completed``
+    whose ``error.details`` is the job's object (its own code is about the request, never the
+    job's); else None."""
     if _ok(response):
         seen = Job.from_response(response, job_id)
         return seen if seen.status is not None else None
-    return _not_completed(job_id, response)
-
-
-def _not_completed(job_id: str, response: requests.Response) -> Optional[Job]:
-    """The job a 409 ``job_not_completed`` describes (``error.details`` is the job's object), or
-    None for any other answer.
-
-    The 409's own code (``job_not_completed``) is about the request, never the job's error code.
-    """
     if response.status_code != 409 or _error_code(response) != "job_not_completed":
         return None
-    doc = _json(response)
-    details = _dig(doc, ("error", "details"))
+    details = _dig(_json(response), "error.details")
     data = details if isinstance(details, dict) else {}
-    return Job(job_id, _clean_status(data.get("status")), data, _request_id(response, doc))
-
-
-def _status_in(doc: Any) -> Optional[str]:
-    for path in STATUS_PATHS:
-        status = _clean_status(_dig(doc, path))
-        if status is not None:
-            return status
-    return None
+    return Job(job_id, _clean_status(data.get("status")), data, _request_id(response))
 
 
 def _clean_status(value: Any) -> Optional[str]:
     """A status fit to compare and to print: printable, trimmed, at most 64 characters."""
-    if not isinstance(value, str):
-        return None
-    text = value.strip()[:64]
-    if not text or not text.isprintable():
-        return None
-    return text
+    text = value.strip()[:64] if isinstance(value, str) else ""
+    return text if text and text.isprintable() else None
 
 
 def _data_of(doc: Any) -> Dict[str, Any]:
-    if isinstance(doc, dict):
-        data = doc.get("data")
-        return data if isinstance(data, dict) else doc
-    return {}
+    data = _dig(doc, "data")
+    return data if isinstance(data, dict) else doc if isinstance(doc, dict) else {}
 
 
-def _dig(doc: Any, path: Tuple[str, ...]) -> Any:
-    for name in path:
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(name)
+def _dig(doc: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of a JSON document, or None."""
+    for name in path.split("."):
+        doc = doc.get(name) if isinstance(doc, dict) else None
     return doc
 
 
@@ -589,31 +494,34 @@ def _no_news(response: requests.Response) -> bool:
     an error whose body says to poll: the policy's POLL, trusting the body over the status)."""
     if response.status_code == 429 or response.status_code >= 500:
         return True
-    record = getattr(response, "sume", None)
+    record = sume_record(response)
     return record is not None and record.outcome is Outcome.POLL
 
 
 def _error_code(response: requests.Response) -> Optional[str]:
-    code = _dig(_json(response), ("error", "code"))
+    code = _dig(_json(response), "error.code")
     return code if isinstance(code, str) else None
 
 
-def _request_id(response: requests.Response, doc: Any) -> Optional[str]:
-    value = _dig(doc, ("request_id",)) if doc is not None else None
+def _token(value: Any) -> Optional[str]:
+    """``value`` when it is a short plain token (a code, a request id), safe to print."""
+    return value if isinstance(value, str) and _SAFE_TOKEN.match(value) else None
+
+
+def _request_id(response: requests.Response) -> Optional[str]:
+    """The body's ``request_id``, else the headers', when it is a plain token."""
+    value = _dig(_json(response), "request_id")
     if not isinstance(value, str):
         value = next(filter(None, map(response.headers.get, REQUEST_ID_HEADERS)), None)
-    if isinstance(value, str) and _SAFE_TOKEN.match(value):
-        return value
-    return None
+    return _token(value)
 
 
-def _rid(response: requests.Response) -> str:
-    request_id = _request_id(response, _json(response))
-    return f", request id {request_id}" if request_id else ""
-
-
-def _rid_of(job: Job) -> str:
-    return f" (request id {job.request_id})" if job.request_id else ""
+def _label(response: requests.Response, with_id: bool = True) -> str:
+    """ "HTTP 409 job_not_cancelable, request id req_1": the status, then the error code and the
+    request id (unless not ``with_id``) when they are plain tokens."""
+    label = "HTTP " + status_label(response.status_code, _token(_error_code(response)))
+    request_id = _request_id(response) if with_id else None
+    return f"{label}, request id {request_id}" if request_id else label
 
 
 def _say(status: Optional[str]) -> str:
@@ -623,7 +531,16 @@ def _say(status: Optional[str]) -> str:
 def _failed(job: Job) -> JobFailed:
     code = job.error_code
     what = f"error code {code}" if code else "no error code given"
-    return JobFailed(f"job {job.id} ended {_say(job.status)}: {what}{_rid_of(job)}", job)
+    said = f" (request id {job.request_id})" if job.request_id else ""
+    return JobFailed(f"job {job.id} ended {_say(job.status)}: {what}{said}", job)
+
+
+def _unreadable(job_id: str, response: requests.Response, what: str) -> JobError:
+    """A 2xx that does not say what was asked (``what``)."""
+    return JobError(
+        f"job {job_id}: the {what} ({_label(response)})",
+        Job(job_id, request_id=_request_id(response)),
+    )
 
 
 def _hint(response: requests.Response) -> Optional[float]:
@@ -632,36 +549,23 @@ def _hint(response: requests.Response) -> Optional[float]:
     if seconds is not None:
         return seconds
     doc = _json(response)
-    for path in (("data", "recommended_poll_interval_seconds"), ("recommended_poll_interval_seconds",)):
+    for path in ("data.recommended_poll_interval_seconds", "recommended_poll_interval_seconds"):
         value = _dig(doc, path)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return min(max(float(value), 0.0), RETRY_AFTER_CEILING)
     return None
 
 
-def _label(response: requests.Response) -> str:
-    """ "HTTP 409 job_not_cancelable": the status and the error code, when it is a plain token."""
-    code = _error_code(response)
-    return "HTTP " + status_label(response.status_code, code if code and _SAFE_TOKEN.match(code) else None)
-
-
-def _answer(response: requests.Response) -> str:
-    """What a poll that said nothing about the job got, for the timeout message."""
-    if _ok(response):
-        return f"got HTTP {response.status_code} without a readable status"
-    return f"got {_label(response)}"
-
-
 def _error_for(response: requests.Response) -> Exception:
     """The library's error for an answer the caller must act on; the record names it."""
-    record = getattr(response, "sume", None)
+    record = sume_record(response)
     if record is not None:
         return SumeRetryError(record, response)
     try:
         response.raise_for_status()
     except requests.exceptions.HTTPError as exc:
         return exc
-    return SumeError(f"unexpected HTTP {response.status_code}{_rid(response)}")
+    return SumeError(f"unexpected {_label(response)}")
 
 
 def _round_trip(seconds: float, response: requests.Response) -> float:
@@ -671,27 +575,6 @@ def _round_trip(seconds: float, response: requests.Response) -> float:
         return max(seconds, 0.0)
     held = sum(record.waits) + record.paced
     return max(seconds - held, 0.0) / max(record.attempts, 1)
-
-
-def _takes_policy(session: Any) -> bool:
-    """True when ``session.request`` accepts a per-call ``policy=``."""
-    try:
-        import inspect  # only for a session that is not a SumeSession
-
-        return "policy" in inspect.signature(session.request).parameters
-    except (TypeError, ValueError, AttributeError):
-        return False
-
-
-def _pick(given: Any, session: Any, injected: str, retry_attr: str, default: Any) -> Any:
-    """The explicit value, else what the session was built with, else the default."""
-    if given is not None:
-        return given
-    chosen = (getattr(session, "_injected", None) or {}).get(injected)
-    if chosen is None:
-        retry = getattr(getattr(session, "adapter", None), "retry", None)
-        chosen = getattr(retry, retry_attr, None)
-    return default if chosen is None else chosen
 
 
 # -- when the polls of a wait go, and how long each may take: times in, times out ---------
@@ -708,15 +591,10 @@ MAX_LAST_POLL_MARGIN = 1.0
 
 
 class PollSchedule:
-    """When the polls of one wait go: the one place that decides, from clock times and hints.
-
-    One deadline. The first poll goes at ``start``. After a poll, the next one goes after the
-    server's hint (never sooner than ``interval``), else after the unhinted pause, which grows
-    x1.5 up to ``max_interval``. The last poll goes as late as it can and still come back by
-    the deadline: ``margin`` before it, the time a poll is given to come back (twice the
-    slowest round trip seen, at least LAST_POLL_MARGIN). An unhinted poll after which no
-    other could fit is that last poll, so it moves there. Nothing here sends, sleeps or
-    reads a clock.
+    """When the polls of one wait go (``Jobs.wait`` says the rules): the one place that decides,
+    from clock times and hints. The last poll goes ``margin`` before the deadline; an unhinted
+    poll after which no other could fit is that last poll, so it moves there. Nothing here
+    sends, sleeps or reads a clock.
     """
 
     def __init__(self, deadline: float, interval: float, max_interval: float, start: float = 0.0) -> None:
@@ -776,27 +654,17 @@ class PollSchedule:
 def poll_timeout(base: Any, left: float) -> Tuple[float, float]:
     """The session's (connect, read) timeout, neither part longer than ``left``."""
     connect, read = _limits(base)
-    return _least(connect, left), _least(read, left)
+    return min(connect, left), min(read, left)
 
 
 def cut_by_deadline(base: Any, left: float) -> bool:
     """True when the time left, not the session's own timeout ``base``, limited the poll."""
-    return any(part is None or left < part for part in _limits(base))
+    return any(left < part for part in _limits(base))
 
 
-def _limits(base: Any) -> Tuple[Optional[float], Optional[float]]:
-    """The (connect, read) limits of a session timeout in any form requests takes; None: no limit."""
-    if isinstance(base, Timeout):
-        # Its parts as given: ``read_timeout`` answers only once a connection has started.
-        total = as_seconds(base.total, None)
-        connect, read = as_seconds(base._connect, None), as_seconds(base._read, None)
-        if total is None:
-            return connect, read
-        return _least(connect, total), _least(read, total)
-    if isinstance(base, tuple):
-        return as_seconds(base[0], None), as_seconds(base[1], None)
-    return as_seconds(base, None), as_seconds(base, None)
-
-
-def _least(limit: Optional[float], cap: float) -> float:
-    return cap if limit is None else min(limit, cap)
+def _limits(base: Any) -> Tuple[float, float]:
+    """The (connect, read) limits of a session timeout in any form requests takes; inf: no limit."""
+    # Its parts as given: a Timeout's ``read_timeout`` answers only once a connection has started.
+    parts = DeadlineTimeout(base, math.inf)
+    connect, read, total = (as_seconds(part, math.inf) for part in (parts._connect, parts._read, parts.total))
+    return min(connect, total), min(read, total)

@@ -23,7 +23,6 @@ from sume_urllib3._jobs import (
     JobNotCompleted,
     Jobs,
     JobTimeout,
-    _takes_policy,
     check_job_id,
 )
 from sume_urllib3.testing import FakeSume, Reply, no_sleep
@@ -313,8 +312,6 @@ def test_a_polls_own_retries_end_by_the_deadline(
 ) -> None:
     """A 503 asking for 30 s near the end: the policy is not allowed to retry past the deadline."""
     session = make_session()
-    if not _takes_policy(session):
-        pytest.skip("needs the core's per-call policy (session.get(..., policy=...))")
     fake.job("job_1", ["processing", Reply.error(503, retry_after=30), "completed"])
     start = vtime.now
 

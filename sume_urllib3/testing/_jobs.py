@@ -1,7 +1,6 @@
 """FakeSume job lifecycles: a status that advances per poll (or with time), a result, a cancel.
 
-``fake.job(...)`` returns a :class:`ScriptedJob`; FakeSume asks its jobs for the answer to
-any route that has no script of its own::
+Scripted with ``fake.job``, named in a submit reply::
 
     job = fake.job("job_1", ["queued", "processing", ("completed", {"video_url": "https://..."})])
     fake.script("POST", "/v1/avatar-videos", job.submitted())
@@ -9,7 +8,6 @@ any route that has no script of its own::
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import typing
@@ -18,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import quote
 
 from .. import Job
+from .._config import check_seconds
 from ._reply import AUTO_REQUEST_ID, Reply
 
 __all__ = ["ScriptedJob"]
@@ -62,24 +61,36 @@ class ScriptedJob:
     ) -> None:
         if not isinstance(job_id, str) or not job_id:
             raise ValueError(f"job_id must be a non-empty str, got {job_id!r}")
+        if (prefix and not prefix.startswith("/")) or prefix.endswith("/"):
+            raise ValueError(f"prefix must be '' or start with '/' and not end with one, got {prefix!r}")
         self._lock = threading.Lock()
         self._polls = 0
         self._canceled = False
         self._history: List[str] = []
-        self.id = job_id
-        self._steps: Tuple[Step, ...] = tuple(_check_step(step) for step in steps)
-        if all(isinstance(step, Reply) for step in self._steps):
+        self._steps: Tuple[Step, ...] = tuple(steps)
+        # The status and the fields merged so far at each step (a verbatim reply keeps them).
+        states: List[Tuple[Optional[str], Dict[str, Any]]] = []
+        status: Optional[str] = None
+        fields: Dict[str, Any] = {}
+        for step in self._steps:
+            said: Any = step
+            if isinstance(step, tuple) and len(step) == 2 and isinstance(step[1], Mapping):
+                said, fields = step[0], {**fields, **step[1]}
+            if isinstance(said, str) and said:
+                status = said
+            elif not isinstance(step, Reply):
+                raise ValueError(f"a step must be a status, a (status, fields) pair or a Reply, got {step!r}")
+            states.append((status, fields))
+        # Before its first status step, a job has the first status it will show.
+        first = next((status for status, _ in states if status is not None), None)
+        if first is None:
             raise ValueError("steps must hold at least one status")
-        if every is not None and (isinstance(every, bool) or not _finite(every) or every <= 0):
-            raise ValueError(f"every must be seconds > 0 or None, got {every!r}")
-        if poll_interval is not None and (not _finite(poll_interval) or poll_interval < 0):
-            raise ValueError(f"poll_interval must be seconds >= 0 or None, got {poll_interval!r}")
-        if (prefix and not prefix.startswith("/")) or prefix.endswith("/"):
-            raise ValueError(f"prefix must be '' or start with '/' and not end with one, got {prefix!r}")
-        self.every = every
+        self._states = [(status or first, fields) for status, fields in states]
+        self.id = job_id
+        self.every = None if every is None else check_seconds(every, "every", positive=True)
         self.clock = clock
         self.retry_after = None if retry_after is None else str(retry_after)
-        self.poll_interval = poll_interval
+        self.poll_interval = None if poll_interval is None else check_seconds(poll_interval, "poll_interval")
         self.route = f"{prefix}/jobs/{quote(job_id, safe='')}"
         self._created = clock()
 
@@ -96,7 +107,7 @@ class ScriptedJob:
     def status(self) -> str:
         """The status the next result or cancel request would see (no poll is counted)."""
         with self._lock:
-            return self._state(self._index(self._polls))[0]
+            return self._states[self._index()][0]
 
     @property
     def history(self) -> List[str]:
@@ -106,11 +117,8 @@ class ScriptedJob:
 
     def submitted(self, status: int = 202) -> Reply:
         """A reply for the submit route that names this job (``data.job.id``, first status)."""
-        first = self._state(0)[0]
-        return Reply(
-            status,
-            json={"data": {"job": {"id": self.id, "status": first}}, "request_id": AUTO_REQUEST_ID},
-        )
+        data = {"job": {"id": self.id, "status": self._states[0][0]}}
+        return Reply(status, json={"data": data, "request_id": AUTO_REQUEST_ID})
 
     # -- served by FakeSume (under its lock) ---------------------------------------------
 
@@ -122,85 +130,36 @@ class ScriptedJob:
         if method != wanted:
             return Reply.error(405, "method_not_allowed", message=f"use {wanted} for /{action}")
         with self._lock:
+            index = self._index()
+            step, (status, fields) = self._steps[index], self._states[index]
+            job, details = Job(self.id, status), {"status": status}
             if action == "status":
-                index = self._index(self._polls)
                 self._polls += 1
-                step = self._steps[index]
                 if isinstance(step, Reply) and not self._canceled:
                     self._history.append(f"HTTP {step.status}")
                     return step
-                status, fields = self._state(index)
                 self._history.append(status)
-                return self._job_reply(status, fields, hints=True)
-            status, fields = self._state(self._index(self._polls))
-            if action == "result":
-                if not Job(self.id, status).done:
-                    return Reply.error(
-                        409,
-                        "job_not_completed",
-                        message="the job has no result yet",
-                        details={"status": status},
-                    )
-                return self._job_reply(status, fields, hints=False)
-            if Job(self.id, status).finished:
-                return Reply.error(
-                    409,
-                    "job_already_finished",
-                    message="a finished job cannot be canceled",
-                    details={"status": status},
-                )
-            self._canceled = True
-            return self._job_reply("canceled", fields, hints=False)
+            elif action == "result" and not job.done:
+                message = "the job has no result yet"
+                return Reply.error(409, "job_not_completed", message=message, details=details)
+            elif action == "cancel" and job.finished:
+                message = "a finished job cannot be canceled"
+                return Reply.error(409, "job_already_finished", message=message, details=details)
+            elif action == "cancel":
+                # For good: every later poll says so, and verbatim replies are no longer served.
+                self._canceled = True
+                self._states = [("canceled", kept) for _, kept in self._states]
+                status = "canceled"
+            data: Dict[str, Any] = {"id": self.id, **fields, "status": status}
+            headers: Dict[str, str] = {}
+            if action == "status" and self.poll_interval is not None:
+                data["recommended_poll_interval_seconds"] = self.poll_interval
+            if action == "status" and self.retry_after is not None:
+                headers["Retry-After"] = self.retry_after
+            return Reply(200, json={"data": data, "request_id": AUTO_REQUEST_ID}, headers=headers)
 
-    def _index(self, polls: int) -> int:
-        elapsed = 0.0 if self.every is None else max(self.clock() - self._created, 0.0)
-        position = polls if self.every is None else int(elapsed // self.every)
+    def _index(self) -> int:
+        """The step the job is at: one per status poll, or one per ``every`` seconds of ``clock``."""
+        elapsed = max(self.clock() - self._created, 0.0)
+        position = self._polls if self.every is None else int(elapsed // self.every)
         return min(position, len(self._steps) - 1)
-
-    def _state(self, index: int) -> Tuple[str, Dict[str, Any]]:
-        """Status and accumulated fields at step ``index`` (verbatim replies keep the status).
-
-        Before its first status step, a job has the first status it will show.
-        """
-        status: str = next(
-            step if isinstance(step, str) else step[0] for step in self._steps if not isinstance(step, Reply)
-        )
-        fields: Dict[str, Any] = {}
-        for step in self._steps[: index + 1]:
-            if isinstance(step, str):
-                status = step
-            elif isinstance(step, tuple):
-                status = step[0]
-                fields.update(step[1])
-        if self._canceled:
-            status = "canceled"
-        return status, fields
-
-    def _job_reply(self, status: str, fields: Mapping[str, Any], *, hints: bool) -> Reply:
-        data: Dict[str, Any] = {"id": self.id, **fields, "status": status}
-        headers: Dict[str, str] = {}
-        if hints and self.poll_interval is not None:
-            data["recommended_poll_interval_seconds"] = self.poll_interval
-        if hints and self.retry_after is not None:
-            headers["Retry-After"] = self.retry_after
-        return Reply(200, json={"data": data, "request_id": AUTO_REQUEST_ID}, headers=headers)
-
-
-def _check_step(step: Any) -> Step:
-    if isinstance(step, (str, Reply)):
-        if isinstance(step, str) and not step:
-            raise ValueError("a status step must be a non-empty str")
-        return step
-    if (
-        isinstance(step, tuple)
-        and len(step) == 2
-        and isinstance(step[0], str)
-        and step[0]
-        and isinstance(step[1], Mapping)
-    ):
-        return (step[0], dict(step[1]))
-    raise ValueError(f"a step must be a status str, a (status, fields) pair or a Reply, got {step!r}")
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
