@@ -1,9 +1,6 @@
 """The exceptions sume_urllib3 defines, and how a transport error becomes a give-up.
 
 The tree and what each class means: :mod:`sume_urllib3.exceptions`, the public namespace.
-A transport failure keeps requests' own class as a base, so ``except
-requests.exceptions.ReadTimeout`` (or ``ConnectionError``, ``RequestException``) still
-catches what it caught before.
 """
 
 from __future__ import annotations
@@ -148,25 +145,23 @@ _TRANSPORT: Dict[type, Type[SumeRetryError]] = {
 
 
 def raisable(error: Exception, record: SumeRecord) -> Exception:
-    """What to raise for a transport error that ended a request, tagged with ``record``
-    (``exc.sume``): in place of requests' own transport error, the give-up that is also an
-    instance of its class, keeps its request and response and says what requests said after
-    the record's own message; any other error (one of a class someone else defined
-    included, so its except clauses still work) as it is. Raise the give-up ``from error``
-    (see :func:`throw`) so the traceback keeps both. Either way ``error`` and its chain are
-    redacted first (:func:`redact`): the give-up repeats urllib3's message, and the
-    traceback shows the original's."""
+    """What to raise (``from error``, see :func:`throw`) for a transport error that ended a request.
+
+    In place of requests' own transport error, the give-up that is also an instance of its
+    class, with its request and response, saying what requests said after the record's
+    message; any other error (of a class someone else defined too) as it is. Either is tagged
+    with ``record`` (``exc.sume``), and ``error``'s chain is redacted first (:func:`redact`):
+    the give-up repeats urllib3's message, and the traceback shows the original's."""
     setattr(error, "sume", record)
     redact(error)
     cls = _TRANSPORT.get(type(error))
-    if cls is None or isinstance(error, SumeRetryError):
+    if cls is None:
         return error
     give_up = cls(record, getattr(error, "response", None), getattr(error, "request", None))
     detail = _first_line(str(error))
     if detail:
         give_up.message = f"{give_up.message}: {detail}"
-    # requests' callers read args[0] (urllib3's error, as requests put it there); the message
-    # and the summary follow, so a JSON result backend still rebuilds the give-up.
+    # args[0] stays urllib3's error, as requests put it (see SumeRetryError).
     give_up.args = (*error.args[:1], give_up.message, give_up.args[-1])
     return give_up
 
@@ -190,7 +185,7 @@ def redact(error: BaseException) -> BaseException:
 
 def _first_line(text: str, limit: int = 300) -> str:
     """requests' own message, kept short (urllib3's can repeat itself at length)."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = (text.strip().splitlines() or [""])[0]
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

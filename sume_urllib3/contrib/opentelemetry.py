@@ -262,34 +262,25 @@ class OpenTelemetryObserver:
 def span_attributes(record: SumeRecord) -> Dict[str, Any]:
     """The span attributes of one logical request (semantic conventions plus ``sume.*``)."""
     method = (record.method or "").upper()
-    attributes: Dict[str, Any] = {
-        "http.request.method": _method(method),
-        "sume.outcome": Outcome(record.outcome).value,
-        "sume.attempts": record.attempts,
-    }
-    if method not in _KNOWN_METHODS and record.method:
-        attributes["http.request.method_original"] = _clean(record.method)
-    attributes.update(url_attributes(record.url))
-    if record.status is not None:
-        attributes["http.response.status_code"] = record.status
-    # Every request sent after the first, retries and redirects alike, as the convention counts.
-    resends = record.attempts - 1
-    if resends > 0:
-        attributes["http.request.resend_count"] = resends
-    error = _error_type(record)
-    if error:
-        attributes["error.type"] = error
     optional = {
+        "http.request.method_original": None if method in _KNOWN_METHODS else _clean(record.method),
+        "http.response.status_code": record.status,
+        # Every request sent after the first, retries and redirects alike, as the convention counts.
+        "http.request.resend_count": max(record.attempts - 1, 0),
+        "error.type": _error_type(record),
         "sume.request_id": _clean(record.request_id),
         "sume.code": _clean(record.code),
         "sume.idempotency_key_prefix": key_prefix(record.idempotency_key),
+        "sume.paced": max(float(record.paced), 0.0),
+        "sume.fleet.refused": record.fleet_refused,
     }
-    attributes.update({name: value for name, value in optional.items() if value})
-    if record.paced > 0:
-        attributes["sume.paced"] = float(record.paced)
-    if record.fleet_refused:
-        attributes["sume.fleet.refused"] = True
-    return attributes
+    return {
+        "http.request.method": _method(method),
+        "sume.outcome": Outcome(record.outcome).value,
+        "sume.attempts": record.attempts,
+        **url_attributes(record.url),
+        **_present(optional),
+    }
 
 
 def url_attributes(url: str) -> Dict[str, Any]:
@@ -323,21 +314,24 @@ def _error_type(record: SumeRecord) -> Optional[str]:
 
 
 def _retry_attributes(event: RetryEvent) -> Dict[str, Any]:
-    attributes: Dict[str, Any] = {
-        "sume.retry.attempt": event.attempt,
-        "sume.retry.wait": float(event.wait),
-        "sume.retry.source": _clean(event.wait_source),
-        "sume.retry.reason": _clean(event.reason),
-    }
-    if event.status is not None:
-        attributes["http.response.status_code"] = event.status
     optional = {
+        "http.response.status_code": event.status,
         "sume.retry.code": _clean(event.code),
         "sume.request_id": _clean(event.request_id),
         "error.type": _clean(event.error),
     }
-    attributes.update({name: value for name, value in optional.items() if value})
-    return attributes
+    return {
+        "sume.retry.attempt": event.attempt,
+        "sume.retry.wait": float(event.wait),
+        "sume.retry.source": _clean(event.wait_source),
+        "sume.retry.reason": _clean(event.reason),
+        **_present(optional),
+    }
+
+
+def _present(optional: Dict[str, Any]) -> Dict[str, Any]:
+    """The attributes that have a value: the conventions leave out what does not apply."""
+    return {name: value for name, value in optional.items() if value}
 
 
 def _method(method: str, other: str = "_OTHER") -> str:
