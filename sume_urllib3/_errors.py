@@ -59,12 +59,10 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
         message = None
         first: Tuple[object, ...] = ()
         if not isinstance(record, SumeRecord) and isinstance(response, str):
-            # Rebuilt from a transport give-up's ``args``: requests' first argument (urllib3's
-            # error, or its repr after a JSON backend), the message, the record's summary.
+            # A transport give-up's args: urllib3's error (or its repr), the message, the summary.
             first, record, response, request = (record,), response, request, None
         if isinstance(record, str):
-            # Rebuilt from ``args`` (a JSON result backend calls ``cls(*args)``): the message,
-            # then the record's summary.
+            # A give-up's args (a JSON result backend calls ``cls(*args)``): the message, the summary.
             message = record
             record = record_from_summary(response if isinstance(response, Mapping) else {}, message)
             response = None

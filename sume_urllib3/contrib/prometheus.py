@@ -1,17 +1,9 @@
 """Export sume_urllib3 counters to Prometheus (needs the ``prometheus`` extra).
 
-``SumeSession(observers=[PrometheusObserver()])`` feeds, under ``namespace`` (default ``sume``):
-
-- ``sume_requests_total{outcome}``: logical requests by final outcome (every outcome from 0);
-- ``sume_retries_total{reason}``: retries by error code, else status, else transport error class
-  (at most 50 reasons, then ``other``);
-- ``sume_attempts``: a histogram of requests sent per logical request;
-- ``sume_paced_requests_total`` and ``sume_paced_seconds_total``: requests the fleet held for
-  their turn, and the seconds they waited (beyond the policy's own waits);
-- ``sume_fleet_refused_total``: requests not sent because their turn came after the deadline;
-- ``sume_fleet_fallbacks_total``: turns granted by local pacing because the shared store failed;
-- ``sume_job_events_total{event}``: job status polls (``poll``) and how waits ended
-  (``completed``, ``failed``, ``timed_out``, ``error``), every event from 0.
+``SumeSession(observers=[PrometheusObserver()])`` feeds, under ``namespace`` (default ``sume``),
+the series the observability guide lists (docs/guide/observability.md): requests by outcome,
+retries by reason (at most 50 reasons, then ``other``), attempts, pacing, fleet refusals and
+fallbacks, and job events; each series' HELP text says what it counts.
 """
 
 from __future__ import annotations
@@ -102,7 +94,7 @@ _collectors: weakref.WeakKeyDictionary[CollectorRegistry, Dict[str, _Collectors]
 
 
 class PrometheusObserver:
-    """An observer that feeds the request, retry, attempt, pacing and job metrics listed above.
+    """An observer that feeds the request, retry, attempt, pacing and job series (each label from 0).
 
     Every observer on one registry and namespace adds to the same series (one per session is fine).
     """
