@@ -154,8 +154,7 @@ class OpenTelemetryObserver:
         """Note one retry as a span event, and count it under its reason."""
         stamp = time.time_ns()
         attributes = _retry_attributes(event)
-        started = (_ANNOUNCED.get() or {}).get(id(self))
-        span = started[0] if started is not None else None
+        span = (_ANNOUNCED.get() or {}).get(id(self), (None, None))[0]
         with self._guard("on_retry"):
             if span is not None:
                 span.add_event("retry", attributes, timestamp=stamp)
@@ -170,13 +169,12 @@ class OpenTelemetryObserver:
     def on_outcome(self, record: SumeRecord) -> None:
         """End the request's span (or make it, start to end) and record the request's metrics."""
         end = time.time_ns()
-        started = self._announced(record)
+        span = self._announced(record)
         start = end - int(max(record.elapsed, 0.0) * 1e9)
         pending = self._pending()
         # Events stamped before this request started belong to one that never reported.
         events = [(stamp, attributes) for stamp, attributes in pending if stamp >= start]
         pending.clear()
-        span = started[0] if started is not None else None
         with self._guard("on_outcome"):
             self._end_span(record, span, start, end, events)
         with self._guard("on_outcome"):
@@ -190,8 +188,8 @@ class OpenTelemetryObserver:
         with self._guard("on_job"):
             self._jobs.add(1, {"sume.job.event": kind})
 
-    def _announced(self, record: SumeRecord) -> Optional[_Started]:
-        """The ``on_start`` entry of this record's request, taken out; None if it was not announced.
+    def _announced(self, record: SumeRecord) -> Optional[Span]:
+        """The span ``on_start`` made for this record's request, its entry taken out; else None.
 
         A request refused before it started (an invalid Idempotency-Key) inside an announced
         one sees the outer entry: the identity tells them apart.
@@ -201,7 +199,7 @@ class OpenTelemetryObserver:
         if started is None or started[1] != (record.method, record.url, record.idempotency_key):
             return None
         _ANNOUNCED.set({k: v for k, v in announced.items() if k != id(self)})
-        return started
+        return started[0]
 
     def _end_span(
         self, record: SumeRecord, span: Optional[Span], start: int, end: int, events: Iterable[_Pending]
