@@ -83,17 +83,15 @@ def redact_error(error: BaseException, secrets: Sequence[str] = ()) -> BaseExcep
     traceback prints with the rest.
     """
     seen: Set[int] = set()
-    pending: List[BaseException] = [error]
+    pending: List[object] = [error]  # exceptions to walk, and values (None) that link nowhere
     while pending:
         exc = pending.pop()
-        if id(exc) in seen:
+        if not isinstance(exc, BaseException) or id(exc) in seen:
             continue
         seen.add(id(exc))
         if not getattr(exc, "text_is_redacted", False):
             _redact_one(exc, secrets, pending)
-        for linked in (exc.__cause__, exc.__context__):
-            if linked is not None:
-                pending.append(linked)
+        pending += (exc.__cause__, exc.__context__)
     return error
 
 
@@ -151,7 +149,7 @@ def _redact_word(word: str) -> str:
     return body + tail
 
 
-def _redact_value(value: Any, secrets: Sequence[str], pending: List[BaseException]) -> Any:
+def _redact_value(value: Any, secrets: Sequence[str], pending: List[object]) -> Any:
     if isinstance(value, str):
         return redact_text(value, secrets)
     if isinstance(value, BaseException):
@@ -164,7 +162,7 @@ def _redact_value(value: Any, secrets: Sequence[str], pending: List[BaseExceptio
     return value
 
 
-def _redact_one(exc: BaseException, secrets: Sequence[str], pending: List[BaseException]) -> None:
+def _redact_one(exc: BaseException, secrets: Sequence[str], pending: List[object]) -> None:
     # A foreign exception class may refuse new values: it keeps them, its chain is still walked.
     with contextlib.suppress(Exception):
         exc.args = tuple(_redact_value(arg, secrets, pending) for arg in exc.args)
@@ -173,10 +171,7 @@ def _redact_one(exc: BaseException, secrets: Sequence[str], pending: List[BaseEx
         if isinstance(value, str):
             with contextlib.suppress(Exception):
                 setattr(exc, name, redact_text(value, secrets))
-    for name in _LINKED_ATTRIBUTES:
-        value = getattr(exc, name, None)
-        if isinstance(value, BaseException):
-            pending.append(value)
+    pending.extend(getattr(exc, name, None) for name in _LINKED_ATTRIBUTES)
 
 
 #: urllib3's loggers (1.26 and 2.x) whose lines name a request's URL with its query ("Retrying
