@@ -177,11 +177,12 @@ _T = TypeVar("_T")
 def in_own_context(call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """Run one logical request in a copy of the caller's context (an announced request).
 
-    Whoever tells a request's ``on_start`` runs the call through this, so what ``on_start``
-    makes current (a span) stays current for every attempt, wait and redirect, and is gone when
-    the call returns, even when the outcome comes later (a streamed body); the observer never
-    has to undo it. Every other change made during the call (a response hook binding a
-    logger's fields) reaches the caller, as it does without the copy.
+    Whoever tells a request's ``on_start`` (the session, or an adapter used alone) runs the
+    call through this when some observer has that hook: what ``on_start`` makes current (a
+    span) stays current for every attempt, wait and redirect, and is gone when the call
+    returns, even when the outcome comes later (a streamed body, see ``StreamWatch``); the
+    observer never has to undo it. Every other change made during the call (a response
+    hook binding a logger's fields) reaches the caller, as it does without the copy.
     """
     call_context = contextvars.copy_context()
     try:
