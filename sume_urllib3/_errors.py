@@ -5,6 +5,7 @@ The tree and what each class means: :mod:`sume_urllib3.exceptions`, the public n
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Dict, Mapping, NoReturn, Optional, Tuple, Type, Union
 
 import requests
@@ -97,7 +98,7 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
 
     def __reduce__(self) -> Any:
         # RetryError pickles its args only; keep the record and drop the live response.
-        args = (*_picklable(self.args[:-2]), self.message, self.args[-1])
+        args = (*map(_picklable, self.args[:-2]), self.message, self.args[-1])
         return (type(self), (self.record,), {"message": self.message, "args": args})
 
 
@@ -187,19 +188,14 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _picklable(values: Tuple[object, ...]) -> Tuple[object, ...]:
-    """``values``, each one that does not pickle replaced by its repr (as Celery's JSON
-    backend replaces what it cannot encode): a give-up always pickles with its record. One
-    that pickles but comes back saying something else (older urllib3's pool errors come back
-    as "None: None") is replaced by its repr too, so the message survives."""
+def _picklable(value: object) -> object:
+    """``value``, or its repr if it does not pickle (as Celery's JSON backend replaces what it
+    cannot encode): a give-up always pickles with its record. One that pickles but comes back
+    saying something else (older urllib3's pool errors come back as "None: None") is replaced
+    by its repr too, so the message survives."""
     import pickle  # only when a give-up is pickled
 
-    out = []
-    for value in values:
-        try:
-            if str(pickle.loads(pickle.dumps(value))) != str(value):
-                value = repr(value)
-        except Exception:  # any failure to pickle: the object's own __reduce__ may raise anything
-            value = repr(value)
-        out.append(value)
-    return tuple(out)
+    with contextlib.suppress(Exception):  # the object's own __reduce__ may raise anything
+        if str(pickle.loads(pickle.dumps(value))) == str(value):
+            return value
+    return repr(value)

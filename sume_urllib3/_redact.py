@@ -195,10 +195,9 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a malformed record is logging's to report, not ours
             return True
-        if "?" in message or "://" in message:
-            redacted = redact_text(message)
-            if redacted != message:
-                record.msg, record.args = redacted, None
+        redacted = redact_text(message)  # the same text when it names no URL
+        if redacted != message:
+            record.msg, record.args = redacted, None
         return True
 
 
