@@ -136,9 +136,8 @@ class OpenTelemetryObserver:
     def on_start(self, start: RequestStart) -> None:
         """Open the request's span now and make it current for the rest of the call.
 
-        Sessions call this before the first attempt (and before any pacing wait), inside the
-        call's own context, then exactly one ``on_outcome``; spans made in between nest under
-        ours, and the call's context (ours current in it) is dropped when the call returns.
+        Called inside the call's own context, dropped when the call returns; exactly one
+        ``on_outcome`` follows.
         """
         identity = (start.method, start.url, start.idempotency_key)
         span: Optional[Span] = None
