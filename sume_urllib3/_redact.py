@@ -68,8 +68,6 @@ def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    if "?" not in text and "://" not in text:
-        return text
     return _URL_WORD.sub(lambda match: _redact_word(match.group(0)), text)
 
 
@@ -195,7 +193,7 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a malformed record is logging's to report, not ours
             return True
-        redacted = redact_text(message)  # the same text when it names no URL
+        redacted = redact_text(message)
         if redacted != message:
             record.msg, record.args = redacted, None
         return True
