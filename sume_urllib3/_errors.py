@@ -1,13 +1,11 @@
 """The exceptions sume_urllib3 defines, and how a transport error becomes a give-up.
 
 The tree and what each class means: :mod:`sume_urllib3.exceptions`, the public namespace.
-A transport failure keeps requests' own class as a base, so ``except
-requests.exceptions.ReadTimeout`` (or ``ConnectionError``, ``RequestException``) still
-catches what it caught before.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Dict, Mapping, NoReturn, Optional, Tuple, Type, Union
 
 import requests
@@ -62,12 +60,10 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
         message = None
         first: Tuple[object, ...] = ()
         if not isinstance(record, SumeRecord) and isinstance(response, str):
-            # Rebuilt from a transport give-up's ``args``: requests' first argument (urllib3's
-            # error, or its repr after a JSON backend), the message, the record's summary.
+            # A transport give-up's args: urllib3's error (or its repr), the message, the summary.
             first, record, response, request = (record,), response, request, None
         if isinstance(record, str):
-            # Rebuilt from ``args`` (a JSON result backend calls ``cls(*args)``): the message,
-            # then the record's summary.
+            # A give-up's args (a JSON result backend calls ``cls(*args)``): the message, the summary.
             message = record
             record = record_from_summary(response if isinstance(response, Mapping) else {}, message)
             response = None
@@ -102,7 +98,7 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
 
     def __reduce__(self) -> Any:
         # RetryError pickles its args only; keep the record and drop the live response.
-        args = (*_picklable(self.args[:-2]), self.message, self.args[-1])
+        args = (*map(_picklable, self.args[:-2]), self.message, self.args[-1])
         return (type(self), (self.record,), {"message": self.message, "args": args})
 
 
@@ -148,25 +144,23 @@ _TRANSPORT: Dict[type, Type[SumeRetryError]] = {
 
 
 def raisable(error: Exception, record: SumeRecord) -> Exception:
-    """What to raise for a transport error that ended a request, tagged with ``record``
-    (``exc.sume``): in place of requests' own transport error, the give-up that is also an
-    instance of its class, keeps its request and response and says what requests said after
-    the record's own message; any other error (one of a class someone else defined
-    included, so its except clauses still work) as it is. Raise the give-up ``from error``
-    (see :func:`throw`) so the traceback keeps both. Either way ``error`` and its chain are
-    redacted first (:func:`redact`): the give-up repeats urllib3's message, and the
-    traceback shows the original's."""
+    """What to raise (``from error``, see :func:`throw`) for a transport error that ended a request.
+
+    In place of requests' own transport error, the give-up that is also an instance of its
+    class, with its request and response, saying what requests said after the record's
+    message; any other error (of a class someone else defined too) as it is. Either is tagged
+    with ``record`` (``exc.sume``), and ``error``'s chain is redacted first (:func:`redact`):
+    the give-up repeats urllib3's message, and the traceback shows the original's."""
     setattr(error, "sume", record)
     redact(error)
     cls = _TRANSPORT.get(type(error))
-    if cls is None or isinstance(error, SumeRetryError):
+    if cls is None:
         return error
     give_up = cls(record, getattr(error, "response", None), getattr(error, "request", None))
     detail = _first_line(str(error))
     if detail:
         give_up.message = f"{give_up.message}: {detail}"
-    # requests' callers read args[0] (urllib3's error, as requests put it there); the message
-    # and the summary follow, so a JSON result backend still rebuilds the give-up.
+    # args[0] stays urllib3's error, as requests put it (see SumeRetryError).
     give_up.args = (*error.args[:1], give_up.message, give_up.args[-1])
     return give_up
 
@@ -190,23 +184,18 @@ def redact(error: BaseException) -> BaseException:
 
 def _first_line(text: str, limit: int = 300) -> str:
     """requests' own message, kept short (urllib3's can repeat itself at length)."""
-    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = (text.strip().splitlines() or [""])[0]
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _picklable(values: Tuple[object, ...]) -> Tuple[object, ...]:
-    """``values``, each one that does not pickle replaced by its repr (as Celery's JSON
-    backend replaces what it cannot encode): a give-up always pickles with its record. One
-    that pickles but comes back saying something else (older urllib3's pool errors come back
-    as "None: None") is replaced by its repr too, so the message survives."""
+def _picklable(value: object) -> object:
+    """``value``, or its repr if it does not pickle (as Celery's JSON backend replaces what it
+    cannot encode): a give-up always pickles with its record. One that pickles but comes back
+    saying something else (older urllib3's pool errors come back as "None: None") is replaced
+    by its repr too, so the message survives."""
     import pickle  # only when a give-up is pickled
 
-    out = []
-    for value in values:
-        try:
-            if str(pickle.loads(pickle.dumps(value))) != str(value):
-                value = repr(value)
-        except Exception:  # any failure to pickle: the object's own __reduce__ may raise anything
-            value = repr(value)
-        out.append(value)
-    return tuple(out)
+    with contextlib.suppress(Exception):  # the object's own __reduce__ may raise anything
+        if str(pickle.loads(pickle.dumps(value))) == str(value):
+            return value
+    return repr(value)

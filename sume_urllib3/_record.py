@@ -147,7 +147,4 @@ def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecor
         values["outcome"] = Outcome(values["outcome"])
     except ValueError:
         values["outcome"] = Outcome.GAVE_UP
-    try:
-        return SumeRecord(**values)
-    except TypeError:
-        return SumeRecord(**{**_UNKNOWN, "reason": message or "unknown"})
+    return SumeRecord(**values)

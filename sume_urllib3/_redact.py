@@ -3,21 +3,12 @@
 A presigned URL's signature, ``user:password@`` in a URL, the API key, an ``Authorization``
 value, another request's Idempotency-Key: none of them may reach an error's ``str``,
 ``repr`` or ``args``, a log line, a metric label, a span attribute, a record, a pickle or a
-result backend's JSON. Three functions apply the same rules to the three kinds of thing
-that carry text:
-
-- :func:`redact_url` for a URL the library keeps (records, retry events, spans): no
-  userinfo, no fragment, and a query string becomes ``?<redacted>``;
-- :func:`redact_text` for free text someone else wrote (urllib3's and requests' messages):
-  the same rules for every URL-shaped word in it, and every known secret replaced;
-- :func:`redact_error` for an exception the library raises or chains: its ``args``, its
-  URL attributes and every exception in its ``__cause__``/``__context__`` chain, in place,
-  so ``isinstance(e.args[0], MaxRetryError)`` and ``e.args[0].reason`` keep working;
-- :class:`RedactingFilter` for urllib3's own log lines, which name the request target with
-  its query string ("Retrying (...) after connection broken by ...: /upload?X-Amz-Signature=..."):
-  :func:`redact_urllib3_logs` installs it, not the import (the first ``SumeRetry`` made does).
-
-``_record.key_prefix`` is how much of an Idempotency-Key any text may show.
+result backend's JSON. The same rules apply to a URL the library keeps (:func:`redact_url`:
+records, retry events, spans), to free text someone else wrote (:func:`redact_text`: urllib3's
+and requests' messages), to an exception the library raises or chains (:func:`redact_error`)
+and to urllib3's own log lines (:class:`RedactingFilter`, installed by
+:func:`redact_urllib3_logs`, not by the import). ``_record.key_prefix`` is how much of an
+Idempotency-Key any text may show.
 
 Redacting in place, rather than raising copies, is deliberate: the urllib3 error requests
 put in ``args[0]`` is also the ``__context__`` of requests' error, and a traceback printer,
@@ -29,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from typing import Any, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, overload
+from typing import Any, Iterable, List, Optional, Sequence, Set, Tuple, overload
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 #: What stands where a secret was.
@@ -77,33 +68,28 @@ def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
-    if "?" not in text and "://" not in text:
-        return text
     return _URL_WORD.sub(lambda match: _redact_word(match.group(0)), text)
 
 
 def redact_error(error: BaseException, secrets: Sequence[str] = ()) -> BaseException:
-    """``error`` itself, every text in it and in its chain redacted (see the module docstring).
+    """``error`` itself, with its ``args``, URL attributes and ``__cause__``/``__context__`` chain
+    redacted in place, so ``isinstance(e.args[0], MaxRetryError)`` and ``e.args[0].reason`` keep working.
 
-    Exceptions of this library (their class sets ``text_is_redacted``) are left as built
-    (their text comes from records, whose URL is already redacted, and their ``args`` end
-    with the record's summary), but their chain is walked all the same. The chain may end in
-    an exception the caller was handling when it made the request: that one is redacted too
-    (a traceback prints it with the rest), and
-    only URL queries, userinfo and this request's secrets change in it.
+    Exceptions of this library (their class sets ``text_is_redacted``) are left as built: their
+    text comes from records, whose URL is already redacted. Their chain is walked all the same;
+    it may end in an exception the caller was handling when it made the request, which a
+    traceback prints with the rest.
     """
     seen: Set[int] = set()
-    pending: List[BaseException] = [error]
+    pending: List[object] = [error]  # exceptions to walk, and values (None) that link nowhere
     while pending:
         exc = pending.pop()
-        if id(exc) in seen:
+        if not isinstance(exc, BaseException) or id(exc) in seen:
             continue
         seen.add(id(exc))
         if not getattr(exc, "text_is_redacted", False):
             _redact_one(exc, secrets, pending)
-        for linked in (exc.__cause__, exc.__context__):
-            if linked is not None:
-                pending.append(linked)
+        pending += (exc.__cause__, exc.__context__)
     return error
 
 
@@ -116,11 +102,8 @@ def secrets_of(url: Any = None, *carriers: Any) -> Tuple[str, ...]:
     if isinstance(url, bytes):
         url = url.decode("latin-1")
     if isinstance(url, str) and url:
-        try:
+        with contextlib.suppress(ValueError):  # an unparsable URL: no secrets known from it
             parts = urlsplit(url)
-        except ValueError:
-            parts = None
-        if parts is not None:
             userinfo = parts.netloc.rpartition("@")[0]
             for value in (parts.query, parts.fragment, userinfo, *userinfo.split(":", 1)):
                 found.extend((value, unquote(value), unquote_plus(value)))
@@ -143,11 +126,9 @@ def secrets_of(url: Any = None, *carriers: Any) -> Tuple[str, ...]:
 
 
 def _items(headers: Any) -> Iterable[Tuple[str, Any]]:
-    if not isinstance(headers, Mapping) and not hasattr(headers, "items"):
-        return ()
     try:
         return [(name, value) for name, value in headers.items() if isinstance(name, str)]
-    except Exception:  # a header mapping of the caller's own kind may misbehave: no secrets known
+    except Exception:  # not a mapping, or one of the caller's own kind that misbehaves: no secrets known
         return ()
 
 
@@ -159,17 +140,14 @@ def _redact_word(word: str) -> str:
     if scheme_sep:
         cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
         rest = rest[:cut].rpartition("@")[2] + rest[cut:]
-        fragment = rest.find("#")
-        if fragment >= 0:
-            rest = rest[:fragment]
-        body = head + scheme_sep + rest
+        body = head + scheme_sep + rest.partition("#")[0]
     query = body.find("?")
     if 0 <= query < len(body) - 1 and not (body + tail).startswith(REDACTED, query + 1):
         body = body[: query + 1] + REDACTED
     return body + tail
 
 
-def _redact_value(value: Any, secrets: Sequence[str], pending: List[BaseException]) -> Any:
+def _redact_value(value: Any, secrets: Sequence[str], pending: List[object]) -> Any:
     if isinstance(value, str):
         return redact_text(value, secrets)
     if isinstance(value, BaseException):
@@ -182,7 +160,7 @@ def _redact_value(value: Any, secrets: Sequence[str], pending: List[BaseExceptio
     return value
 
 
-def _redact_one(exc: BaseException, secrets: Sequence[str], pending: List[BaseException]) -> None:
+def _redact_one(exc: BaseException, secrets: Sequence[str], pending: List[object]) -> None:
     # A foreign exception class may refuse new values: it keeps them, its chain is still walked.
     with contextlib.suppress(Exception):
         exc.args = tuple(_redact_value(arg, secrets, pending) for arg in exc.args)
@@ -191,13 +169,11 @@ def _redact_one(exc: BaseException, secrets: Sequence[str], pending: List[BaseEx
         if isinstance(value, str):
             with contextlib.suppress(Exception):
                 setattr(exc, name, redact_text(value, secrets))
-    for name in _LINKED_ATTRIBUTES:
-        value = getattr(exc, name, None)
-        if isinstance(value, BaseException):
-            pending.append(value)
+    pending.extend(getattr(exc, name, None) for name in _LINKED_ATTRIBUTES)
 
 
-#: urllib3's loggers (1.26 and 2.x) whose lines name a request's URL; a filter only sees the
+#: urllib3's loggers (1.26 and 2.x) whose lines name a request's URL with its query ("Retrying
+#: (...) after connection broken by ...: /upload?X-Amz-Signature=..."); a filter only sees the
 #: records logged on its own logger, so each gets one.
 URLLIB3_LOGGERS = (
     "urllib3.connectionpool",
@@ -217,10 +193,9 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # a malformed record is logging's to report, not ours
             return True
-        if "?" in message or "://" in message:
-            redacted = redact_text(message)
-            if redacted != message:
-                record.msg, record.args = redacted, None
+        redacted = redact_text(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
         return True
 
 

@@ -16,20 +16,7 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import (
-    Any,
-    Callable,
-    Collection,
-    Counter,
-    Dict,
-    FrozenSet,
-    Iterable,
-    Optional,
-    Protocol,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, Collection, Dict, Iterable, Optional, Protocol, Tuple, TypeVar
 from urllib.parse import urlsplit
 
 from . import _fork
@@ -149,8 +136,7 @@ class Observers(Tuple[SumeObserver, ...]):
     def on_start(self, event: RequestStart) -> None:
         """Tell every observer with ``on_start`` that a logical request begins.
 
-        The context variables the hooks set are noted: they stay within the call (see
-        ``in_own_context``), where everything else set during it reaches the caller.
+        The context variables the hooks set are noted, to stay within the call (``in_own_context``).
         """
         before = contextvars.copy_context()
         self._tell("on_start", event)
@@ -209,15 +195,15 @@ def in_own_context(call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
 
 
 #: The context variables ``on_start`` hooks set during this call (kept within it).
-_SET_BY_START: contextvars.ContextVar[FrozenSet[contextvars.ContextVar[Any]]] = contextvars.ContextVar(
+_SET_BY_START: contextvars.ContextVar[frozenset[contextvars.ContextVar[Any]]] = contextvars.ContextVar(
     "sume_urllib3_set_by_start", default=frozenset()
 )
 _UNSET = object()
 
 _lock = threading.Lock()
-# id(observer) -> a weak reference (dropped when the observer dies, so a new
-# object reusing the id is warned about again) or, for objects that cannot be
-# weakly referenced, the observer itself (kept alive so its id is never reused).
+# id(observer) -> a finalizer that forgets the id when the observer dies (so a new object
+# reusing the id is warned about again) or, for objects that cannot be weakly referenced,
+# the observer itself (kept alive so its id is never reused).
 _warned: Dict[int, Any] = {}
 
 
@@ -228,7 +214,9 @@ def _failed(observer: object, hook: str) -> None:
         if key in _warned:
             return
         try:
-            _warned[key] = weakref.ref(observer, _forgetter(key))
+            # It may run inside garbage collection while this thread holds _lock: one dict
+            # operation, no lock.
+            _warned[key] = weakref.finalize(observer, _warned.pop, key, None)
         except TypeError:
             _warned[key] = observer
     logger.warning(
@@ -238,16 +226,6 @@ def _failed(observer: object, hook: str) -> None:
         hook,
         exc_info=True,
     )
-
-
-def _forgetter(key: int) -> Any:
-    # Runs inside garbage collection, possibly while _lock is held by this very
-    # thread, so it must not take the lock: a guarded single dict operation is enough.
-    def forget(ref: weakref.ReferenceType[Any]) -> None:
-        if _warned.get(key) is ref:
-            _warned.pop(key, None)
-
-    return forget
 
 
 # -- counting -----------------------------------------------------------------------------------
@@ -262,12 +240,7 @@ JOB_EVENTS = tuple("polls" if kind == "poll" else kind for kind in JOB_EVENT_KIN
 def retry_reason(event: RetryEvent, seen: Collection[str] = ()) -> str:
     """The label a retry is counted under: error code, else status, else error class; "other"
     when it is new and ``seen`` (the labels counted so far) already holds MAX_REASONS."""
-    if event.code:
-        reason = event.code
-    elif event.status is not None:
-        reason = str(event.status)
-    else:
-        reason = event.error or "unknown"
+    reason = event.code or (event.error or "unknown" if event.status is None else str(event.status))
     return reason if reason in seen or len(seen) < MAX_REASONS else "other"
 
 
@@ -285,14 +258,14 @@ class SumeMetrics:
         _fork.track(self)
 
     def _reset(self) -> None:
-        self._outcomes: Counter[str] = collections.Counter(dict.fromkeys((o.value for o in Outcome), 0))
-        self._retries: Counter[str] = collections.Counter()
-        self._attempts: Counter[int] = collections.Counter()
+        self._outcomes = collections.Counter(dict.fromkeys((o.value for o in Outcome), 0))
+        self._retries: collections.Counter[str] = collections.Counter()
+        self._attempts: collections.Counter[int] = collections.Counter()
         self._held = 0
         self._paced = 0.0
         self._refused = 0
         self._fallbacks = 0
-        self._jobs: Counter[str] = collections.Counter(dict.fromkeys(JOB_EVENTS, 0))
+        self._jobs = collections.Counter(dict.fromkeys(JOB_EVENTS, 0))
 
     def _after_fork(self) -> None:
         # Another thread may have held the lock at the fork, and would never let go.
@@ -438,7 +411,7 @@ _EXTRAS = dict.fromkeys(
 class _Line:
     """The cleaned values every line carries, and how the line names them."""
 
-    def __init__(self, told: Union[RetryEvent, SumeRecord], key: Optional[str]) -> None:
+    def __init__(self, told: RetryEvent | SumeRecord, key: Optional[str]) -> None:
         status, self.code = told.status, _clean(told.code)
         self.fields: Dict[str, Any] = {
             "method": _clean(told.method),

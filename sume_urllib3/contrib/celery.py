@@ -16,9 +16,8 @@ Two functions for a bound task (``@app.task(bind=True)``)::
 
 The key comes from the task's id, which Celery keeps across ``self.retry()``,
 ``autoretry_for`` and a redelivery after a lost worker (``acks_late``), so no argument
-carries it and every retry is the same request to the server. Nothing here depends on a
-Celery version (5.3 to 5.7 are tested the same way): the retry is sent with the task's
-own arguments, never with ``args=``/``kwargs=``.
+carries it and every retry is the same request to the server. Celery 5.3 to 5.7 are tested
+the same way.
 """
 
 from __future__ import annotations

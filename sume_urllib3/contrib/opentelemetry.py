@@ -1,54 +1,21 @@
 """OpenTelemetry traces and metrics for Sume calls (needs the ``opentelemetry`` extra).
 
 ``SumeSession(observers=[OpenTelemetryObserver()])`` gives every logical request one CLIENT
-span named by the HTTP semantic conventions (``GET``, ``POST``...), parented to the span that
-is current when the caller makes the call, covering the whole request: every attempt, every
-wait and every redirect. The span carries ``http.request.method``, ``url.full`` (scheme, host,
-port and path only: never the query, the fragment or credentials), ``server.address``,
-``server.port``, ``http.response.status_code``, ``http.request.resend_count`` (the requests
-sent after the first, retries and redirects alike, when there were any), ``error.type`` on
-failure, ``sume.outcome``, ``sume.attempts``, ``sume.request_id`` and
-``sume.idempotency_key_prefix``, and one ``retry`` event per retry,
-stamped when the retry was decided (``sume.retry.attempt``, ``.wait``, ``.source``,
-``.reason``, ``.code``, ``http.response.status_code``, ``error.type``). Headers, the API key
-and the full idempotency key never reach a span.
+span, covering every attempt, wait and redirect, with one ``retry`` event per retry, and feeds
+the ``sume.*`` metrics (instrumentation scope ``sume_urllib3``). The spans, their attributes
+and the metrics are listed in the observability guide (docs/guide/observability.md); the
+query string, credentials, headers, the API key and the full idempotency key never reach them.
 
-Metrics (instrumentation scope ``sume_urllib3``): ``sume.requests`` (counter, by
-``sume.outcome``), ``sume.retries`` (counter, by ``sume.retry.reason``: error code, else
-status, else transport error class, at most 50 distinct values then ``other``),
-``sume.attempts`` (histogram, by ``sume.outcome``), ``sume.paced`` (histogram of the seconds
-a request the fleet held waited for its turn, beyond the policy's own waits; requests sent at
-once are not recorded, so its count is the requests held), ``sume.fleet.refused`` (counter of
-requests not sent because their turn would have come after the deadline),
-``sume.fleet.fallbacks`` (counter of turns granted by local pacing because the shared store
-failed) and ``sume.job.events`` (counter of job polls and job endings, by ``sume.job.event``:
-``poll``, ``completed``, ``failed``, ``timed_out``, ``error``). A span of a request the fleet held also
-has ``sume.paced`` (seconds) and one it refused ``sume.fleet.refused``.
+The span starts when the session announces the request (``on_start``) and is current while
+the call runs, so spans made meanwhile nest under it; the session runs an announced request in
+a copy of the caller's context, so the caller's span is current again once the call returns.
+An observer used where nothing calls ``on_start`` (a ``SumeRetry`` used alone, an older
+adapter) makes the same span when the request ends, back-dated to its start.
 
-A broken tracer or meter never breaks a request: each part is guarded, the first failure is
-logged once on logger ``sume_urllib3`` and ``observer.failures`` counts them all.
-
-The span starts when the session announces the request (``on_start``, before the first
-attempt and any pacing wait) and ends with the request's outcome. It is current while the
-call runs: spans made meanwhile (another observer's, a response hook's, a nested call's) nest
-under it, and once the call returns the caller's own span is current again (the session runs
-an announced request in a copy of the caller's context). A streamed response's span
-(``stream=True``) stays open until its body is read, closed or dropped, on whichever thread
-does it. An observer used where nothing calls ``on_start`` (a ``SumeRetry`` used alone, an
-older adapter) makes the same span when the request ends, back-dated to its start.
-
-How it sits with ``opentelemetry-instrumentation-requests`` (``RequestsInstrumentor``): both
-can be on, and neither makes a span per attempt. That instrumentation wraps ``Session.send``,
-which calls the adapter, so its span is the parent of ours: it covers the call including the
-redirects it follows (nested sends are suppressed) and the retries, which happen below it
-inside urllib3; it shows only the final status, the first URL (with its query string), and it
-injects ``traceparent`` once, before the first attempt, so every attempt and hop carries the
-same header, naming its span. Ours adds what happened inside: the attempts, the waits, one
-event per retry, the outcome, ``http.request.resend_count`` and the Sume ids, with the query
-string stripped; on a ``SumeSession`` it ends a moment after the instrumentation's, when the
-session reports the outcome. ``opentelemetry-instrumentation-urllib3`` wraps ``urlopen``,
-inside which urllib3 retries: it too makes one span per call, not per attempt (nested under
-ours), and none while ``RequestsInstrumentor``'s is open.
+``opentelemetry-instrumentation-requests`` and ``-urllib3`` each make one span per call, not
+per attempt: retries happen inside urllib3, below the one and inside the other. Ours adds the
+attempts, waits and Sume ids; the requests instrumentation's span wraps ``Session.send`` and
+so is our span's parent, and the urllib3 one's nests under ours.
 """
 
 from __future__ import annotations
@@ -58,7 +25,8 @@ import contextvars
 import logging
 import threading
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from collections import deque
+from typing import Any, Deque, Dict, Iterable, Iterator, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 try:
@@ -72,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, SumeRecord, __version__
-from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, retry_reason
+from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, key_prefix, retry_reason
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"
@@ -168,17 +136,15 @@ class OpenTelemetryObserver:
     def on_start(self, start: RequestStart) -> None:
         """Open the request's span now and make it current for the rest of the call.
 
-        Sessions call this before the first attempt (and before any pacing wait), inside the
-        call's own context, then exactly one ``on_outcome``; spans made in between nest under
-        ours, and the call's context (ours current in it) is dropped when the call returns.
+        Called inside the call's own context, dropped when the call returns; exactly one
+        ``on_outcome`` follows.
         """
         identity = (start.method, start.url, start.idempotency_key)
         span: Optional[Span] = None
         with self._guard("on_start"):
             attributes = {"http.request.method": _method(start.method), **url_attributes(start.url)}
-            span = self._tracer.start_span(
-                _span_name(start.method), kind=SpanKind.CLIENT, attributes=attributes
-            )
+            name = _method(start.method, "HTTP")
+            span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
             otel_context.attach(trace.set_span_in_context(span))  # undone with the call's context
         # Noted even when the tracer failed: the outcome then makes the span, back-dated.
         _ANNOUNCED.set({**(_ANNOUNCED.get() or {}), id(self): (span, identity)})
@@ -187,16 +153,12 @@ class OpenTelemetryObserver:
         """Note one retry as a span event, and count it under its reason."""
         stamp = time.time_ns()
         attributes = _retry_attributes(event)
-        started = (_ANNOUNCED.get() or {}).get(id(self))
-        span = started[0] if started is not None else None
+        span = (_ANNOUNCED.get() or {}).get(id(self), (None, None))[0]
         with self._guard("on_retry"):
             if span is not None:
                 span.add_event("retry", attributes, timestamp=stamp)
             else:
-                pending = self._pending()
-                if len(pending) >= _MAX_PENDING:
-                    del pending[0]
-                pending.append((stamp, attributes))
+                self._pending().append((stamp, attributes))
         with self._guard("on_retry"):
             with self._lock:
                 reason = _clean(retry_reason(event, self._reasons))
@@ -206,13 +168,12 @@ class OpenTelemetryObserver:
     def on_outcome(self, record: SumeRecord) -> None:
         """End the request's span (or make it, start to end) and record the request's metrics."""
         end = time.time_ns()
-        started = self._announced(record)
+        span = self._announced(record)
         start = end - int(max(record.elapsed, 0.0) * 1e9)
         pending = self._pending()
         # Events stamped before this request started belong to one that never reported.
         events = [(stamp, attributes) for stamp, attributes in pending if stamp >= start]
         pending.clear()
-        span = started[0] if started is not None else None
         with self._guard("on_outcome"):
             self._end_span(record, span, start, end, events)
         with self._guard("on_outcome"):
@@ -226,8 +187,8 @@ class OpenTelemetryObserver:
         with self._guard("on_job"):
             self._jobs.add(1, {"sume.job.event": kind})
 
-    def _announced(self, record: SumeRecord) -> Optional[_Started]:
-        """The ``on_start`` entry of this record's request, taken out; None if it was not announced.
+    def _announced(self, record: SumeRecord) -> Optional[Span]:
+        """The span ``on_start`` made for this record's request, its entry taken out; else None.
 
         A request refused before it started (an invalid Idempotency-Key) inside an announced
         one sees the outer entry: the identity tells them apart.
@@ -237,14 +198,14 @@ class OpenTelemetryObserver:
         if started is None or started[1] != (record.method, record.url, record.idempotency_key):
             return None
         _ANNOUNCED.set({k: v for k, v in announced.items() if k != id(self)})
-        return started
+        return started[0]
 
     def _end_span(
-        self, record: SumeRecord, span: Optional[Span], start: int, end: int, events: List[_Pending]
+        self, record: SumeRecord, span: Optional[Span], start: int, end: int, events: Iterable[_Pending]
     ) -> None:
         attributes = span_attributes(record)
         if span is not None:
-            span.update_name(_span_name(record.method))
+            span.update_name(_method(record.method, "HTTP"))
             span.set_attributes(attributes)
         else:
             # The caller's span is still current on the requesting thread: it becomes the parent.
@@ -254,7 +215,7 @@ class OpenTelemetryObserver:
             if isinstance(parent_start, int):
                 start = min(max(start, parent_start), end)
             span = self._tracer.start_span(
-                _span_name(record.method), kind=SpanKind.CLIENT, attributes=attributes, start_time=start
+                _method(record.method, "HTTP"), kind=SpanKind.CLIENT, attributes=attributes, start_time=start
             )
         for stamp, event_attributes in events:
             span.add_event("retry", event_attributes, timestamp=stamp)
@@ -273,10 +234,8 @@ class OpenTelemetryObserver:
         if record.fleet_fallbacks > 0:
             self._fallbacks.add(int(record.fleet_fallbacks))
 
-    def _pending(self) -> List[_Pending]:
-        pending: Optional[List[_Pending]] = getattr(self._local, "pending", None)
-        if pending is None:
-            pending = self._local.pending = []
+    def _pending(self) -> Deque[_Pending]:
+        pending: Deque[_Pending] = self._local.__dict__.setdefault("pending", deque(maxlen=_MAX_PENDING))
         return pending
 
     @contextlib.contextmanager
@@ -285,72 +244,58 @@ class OpenTelemetryObserver:
         try:
             yield
         except Exception:
-            self._failed(hook)
-
-    def _failed(self, hook: str) -> None:
-        with self._lock:
-            self.failures += 1
-            first = self.failures == 1
-        if first:
-            logger.warning(
-                "OpenTelemetryObserver: the tracer or meter raised in %s; requests go on, and "
-                "further failures are only counted (observer.failures)",
-                hook,
-                exc_info=True,
-            )
+            with self._lock:
+                self.failures += 1
+                first = self.failures == 1
+            if first:
+                logger.warning(
+                    "OpenTelemetryObserver: the tracer or meter raised in %s; requests go on, and "
+                    "further failures are only counted (observer.failures)",
+                    hook,
+                    exc_info=True,
+                )
 
 
 def span_attributes(record: SumeRecord) -> Dict[str, Any]:
     """The span attributes of one logical request (semantic conventions plus ``sume.*``)."""
     method = (record.method or "").upper()
-    attributes: Dict[str, Any] = {
+    optional = {
+        "http.request.method_original": None if method in _KNOWN_METHODS else _clean(record.method),
+        "http.response.status_code": record.status,
+        # Every request sent after the first, retries and redirects alike, as the convention counts.
+        "http.request.resend_count": max(record.attempts - 1, 0),
+        "error.type": _error_type(record),
+        "sume.request_id": _clean(record.request_id),
+        "sume.code": _clean(record.code),
+        "sume.idempotency_key_prefix": key_prefix(record.idempotency_key),
+        "sume.paced": max(float(record.paced), 0.0),
+        "sume.fleet.refused": record.fleet_refused,
+    }
+    return {
         "http.request.method": _method(method),
         "sume.outcome": Outcome(record.outcome).value,
         "sume.attempts": record.attempts,
+        **url_attributes(record.url),
+        **_present(optional),
     }
-    if method not in _KNOWN_METHODS and record.method:
-        attributes["http.request.method_original"] = _clean(record.method)
-    attributes.update(url_attributes(record.url))
-    if record.status is not None:
-        attributes["http.response.status_code"] = record.status
-    # Every request sent after the first, retries and redirects alike, as the convention counts.
-    resends = record.attempts - 1
-    if resends > 0:
-        attributes["http.request.resend_count"] = resends
-    error = _error_type(record)
-    if error:
-        attributes["error.type"] = error
-    optional = {
-        "sume.request_id": _clean(record.request_id),
-        "sume.code": _clean(record.code),
-        "sume.idempotency_key_prefix": _key_prefix(record.idempotency_key),
-    }
-    attributes.update({name: value for name, value in optional.items() if value})
-    if record.paced > 0:
-        attributes["sume.paced"] = float(record.paced)
-    if record.fleet_refused:
-        attributes["sume.fleet.refused"] = True
-    return attributes
 
 
 def url_attributes(url: str) -> Dict[str, Any]:
     """``url.full`` without userinfo, query or fragment, plus ``server.address`` and ``server.port``."""
     try:
         parts = urlsplit(url)
-        host = parts.hostname
-        port = parts.port
+        host, port = parts.hostname, parts.port
     except ValueError:
         return {}
     if not parts.scheme or not host:
         return {}
-    port = port if port is not None else _DEFAULT_PORTS.get(parts.scheme.lower())
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
+    scheme = parts.scheme.lower()
+    netloc = (f"[{host}]" if ":" in host else host) + ("" if port is None else f":{port}")
     attributes: Dict[str, Any] = {
-        "url.full": f"{parts.scheme.lower()}://{netloc}{parts.path or '/'}",
+        "url.full": f"{scheme}://{netloc}{parts.path or '/'}",
         "server.address": host,
     }
+    port = port if port is not None else _DEFAULT_PORTS.get(scheme)
     if port is not None:
         attributes["server.port"] = port
     return attributes
@@ -366,45 +311,34 @@ def _error_type(record: SumeRecord) -> Optional[str]:
 
 
 def _retry_attributes(event: RetryEvent) -> Dict[str, Any]:
-    attributes: Dict[str, Any] = {
-        "sume.retry.attempt": event.attempt,
-        "sume.retry.wait": float(event.wait),
-        "sume.retry.source": _clean(event.wait_source),
-        "sume.retry.reason": _clean(event.reason),
-    }
-    if event.status is not None:
-        attributes["http.response.status_code"] = event.status
     optional = {
+        "http.response.status_code": event.status,
         "sume.retry.code": _clean(event.code),
         "sume.request_id": _clean(event.request_id),
         "error.type": _clean(event.error),
     }
-    attributes.update({name: value for name, value in optional.items() if value})
-    return attributes
+    return {
+        "sume.retry.attempt": event.attempt,
+        "sume.retry.wait": float(event.wait),
+        "sume.retry.source": _clean(event.wait_source),
+        "sume.retry.reason": _clean(event.reason),
+        **_present(optional),
+    }
 
 
-def _span_name(method: str) -> str:
-    return method.upper() if method.upper() in _KNOWN_METHODS else "HTTP"
+def _present(optional: Dict[str, Any]) -> Dict[str, Any]:
+    """The attributes that have a value: the conventions leave out what does not apply."""
+    return {name: value for name, value in optional.items() if value}
 
 
-def _method(method: str) -> str:
-    return method.upper() if method.upper() in _KNOWN_METHODS else "_OTHER"
-
-
-def _key_prefix(key: Optional[str]) -> str:
-    # Enough of an idempotency key to find it in the server's logs, not to reuse it.
-    if not key:
-        return ""
-    return key[:8] + "…" if len(key) > 8 else key
+def _method(method: str, other: str = "_OTHER") -> str:
+    """A known method upper-cased, else ``other`` (the conventions' span name is "HTTP")."""
+    return method.upper() if method.upper() in _KNOWN_METHODS else other
 
 
 def _clean(value: Optional[str]) -> str:
     """Printable characters only, bounded length: values may come from the server."""
-    if not value:
-        return ""
-    text = str(value)
-    if not text.isprintable():
-        text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    text = "".join(ch if ch.isprintable() else "?" for ch in str(value or ""))
     return text[:_MAX_FIELD] + "…" if len(text) > _MAX_FIELD else text
 
 

@@ -1,27 +1,20 @@
 """Export sume_urllib3 counters to Prometheus (needs the ``prometheus`` extra).
 
-``SumeSession(observers=[PrometheusObserver()])`` feeds, under ``namespace`` (default ``sume``):
-
-- ``sume_requests_total{outcome}``: logical requests by final outcome (every outcome from 0);
-- ``sume_retries_total{reason}``: retries by error code, else status, else transport error class
-  (at most 50 reasons, then ``other``);
-- ``sume_attempts``: a histogram of requests sent per logical request;
-- ``sume_paced_requests_total`` and ``sume_paced_seconds_total``: requests the fleet held for
-  their turn, and the seconds they waited (beyond the policy's own waits);
-- ``sume_fleet_refused_total``: requests not sent because their turn came after the deadline;
-- ``sume_fleet_fallbacks_total``: turns granted by local pacing because the shared store failed;
-- ``sume_job_events_total{event}``: job status polls (``poll``) and how waits ended
-  (``completed``, ``failed``, ``timed_out``, ``error``), every event from 0.
+``SumeSession(observers=[PrometheusObserver()])`` feeds, under ``namespace`` (default ``sume``),
+the series the observability guide lists (docs/guide/observability.md): requests by outcome,
+retries by reason (at most 50 reasons, then ``other``), attempts, pacing, fleet refusals and
+fallbacks, and job events; each series' HELP text says what it counts.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import Collector
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the module
     raise ImportError(
@@ -37,16 +30,59 @@ ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 10)
 JOB_EVENTS = JOB_EVENT_KINDS
 
 
-class _Collectors(NamedTuple):
-    requests: Counter
-    retries: Counter
-    attempts: Histogram
-    paced_requests: Counter
-    paced_seconds: Counter
-    fleet_refused: Counter
-    fleet_fallbacks: Counter
-    job_events: Counter
-    reasons: Set[str]  # retry reasons labelled so far (bounded, see MAX_REASONS)
+class _Collectors(Collector):
+    """The series of one registry and namespace, registered as one collector: all or none."""
+
+    def __init__(self, registry: CollectorRegistry, namespace: str) -> None:
+        def counter(name: str, documentation: str, *labels: str) -> Counter:
+            return Counter(name, documentation, labels, namespace=namespace, registry=None)
+
+        self.requests = counter("requests", "Logical Sume API requests by final outcome.", "outcome")
+        self.retries = counter(
+            "retries",
+            "Retries by reason: error code, else HTTP status, else transport error class.",
+            "reason",
+        )
+        self.attempts = Histogram(
+            "attempts",
+            "Requests sent per logical Sume API request.",
+            namespace=namespace,
+            registry=None,
+            buckets=ATTEMPT_BUCKETS,
+        )
+        self.paced_requests = counter(
+            "paced_requests", "Requests the fleet held for their turn before sending."
+        )
+        self.paced_seconds = counter(
+            "paced_seconds", "Seconds requests waited for the fleet's turn, beyond the policy's own waits."
+        )
+        self.fleet_refused = counter(
+            "fleet_refused", "Requests not sent: the fleet's turn would have come after the deadline."
+        )
+        self.fleet_fallbacks = counter(
+            "fleet_fallbacks", "Turns granted by local pacing because the shared fleet store failed."
+        )
+        self.job_events = counter(
+            "job_events",
+            "Job status polls (poll) and job waits ended (completed, failed, timed_out, error).",
+            "event",
+        )
+        # Every outcome and job event is exported from the start, so rate() and alerts see a 0
+        # rather than a missing series.
+        for outcome in Outcome:
+            self.requests.labels(outcome=outcome.value)
+        for kind in JOB_EVENTS:
+            self.job_events.labels(event=kind)
+        self._metrics: List[Any] = list(vars(self).values())
+        #: Retry reasons labelled so far (bounded, see ``observe.MAX_REASONS``).
+        self.reasons: Set[str] = set()
+        registry.register(self)  # refused whole when any name is taken
+
+    def describe(self) -> List[Metric]:
+        return [family for metric in self._metrics for family in metric.describe()]
+
+    def collect(self) -> List[Metric]:
+        return [family for metric in self._metrics for family in metric.collect()]
 
 
 _lock = threading.Lock()
@@ -58,7 +94,7 @@ _collectors: weakref.WeakKeyDictionary[CollectorRegistry, Dict[str, _Collectors]
 
 
 class PrometheusObserver:
-    """An observer that feeds the request, retry, attempt, pacing and job metrics listed above.
+    """An observer that feeds the request, retry, attempt, pacing and job series (each label from 0).
 
     Every observer on one registry and namespace adds to the same series (one per session is fine).
     """
@@ -66,7 +102,11 @@ class PrometheusObserver:
     def __init__(self, registry: Optional[CollectorRegistry] = None, namespace: str = "sume") -> None:
         self.registry = REGISTRY if registry is None else registry
         self.namespace = namespace
-        self._metrics = _get_collectors(self.registry, namespace)
+        with _lock:
+            per_namespace = _collectors.setdefault(self.registry, {})
+            if namespace not in per_namespace:
+                per_namespace[namespace] = _Collectors(self.registry, namespace)
+            self._metrics = per_namespace[namespace]
 
     def __reduce__(self) -> Tuple[Any, ...]:
         # A registry holds a lock: a pickled observer (a session sent to a spawn-started worker)
@@ -108,62 +148,3 @@ class PrometheusObserver:
         kind = getattr(event, "kind", None)
         if kind in JOB_EVENTS:
             self._metrics.job_events.labels(event=kind).inc()
-
-
-def _get_collectors(registry: CollectorRegistry, namespace: str) -> _Collectors:
-    with _lock:
-        per_namespace = _collectors.setdefault(registry, {})
-        found = per_namespace.get(namespace)
-        if found is None:
-            found = per_namespace[namespace] = _create(registry, namespace)
-        return found
-
-
-def _create(registry: CollectorRegistry, namespace: str) -> _Collectors:
-    def counter(name: str, documentation: str, *labels: str) -> Counter:
-        return Counter(name, documentation, labels, namespace=namespace, registry=None)
-
-    requests = counter("requests", "Logical Sume API requests by final outcome.", "outcome")
-    # Every outcome and job event is exported from the start, so rate() and alerts see a 0
-    # rather than a missing series.
-    for outcome in Outcome:
-        requests.labels(outcome=outcome.value)
-    collectors = (
-        requests,
-        counter(
-            "retries",
-            "Retries by reason: error code, else HTTP status, else transport error class.",
-            "reason",
-        ),
-        Histogram(
-            "attempts",
-            "Requests sent per logical Sume API request.",
-            namespace=namespace,
-            registry=None,
-            buckets=ATTEMPT_BUCKETS,
-        ),
-        counter("paced_requests", "Requests the fleet held for their turn before sending."),
-        counter(
-            "paced_seconds", "Seconds requests waited for the fleet's turn, beyond the policy's own waits."
-        ),
-        counter("fleet_refused", "Requests not sent: the fleet's turn would have come after the deadline."),
-        counter("fleet_fallbacks", "Turns granted by local pacing because the shared fleet store failed."),
-        counter(
-            "job_events",
-            "Job status polls (poll) and job waits ended (completed, failed, timed_out, error).",
-            "event",
-        ),
-    )
-    for kind in JOB_EVENTS:
-        collectors[-1].labels(event=kind)
-    # Register all or none: a name clash half-way must not leave the first ones behind.
-    registered: List[Collector] = []
-    try:
-        for collector in collectors:
-            registry.register(collector)
-            registered.append(collector)
-    except ValueError:
-        for done in registered:
-            registry.unregister(done)
-        raise
-    return _Collectors(*collectors, set())
