@@ -26,7 +26,6 @@ from ..._jobs import timeout_limits
 from ..._redact import secrets_of
 from ..._session import DEFAULT_BASE_URL
 from ..._util import plain_http_refusal
-from ...exceptions import ConfigurationError
 from . import fleet, observers
 
 #: The name of the Django setting: one dict.
@@ -120,11 +119,12 @@ def setting_name(key: Any) -> str:
 
 def _check_keys(raw: Mapping[Any, Any], problems: List[Problem]) -> None:
     # An unknown key is an error, not ignored: a typo would silently keep the default.
-    for key in (key for key in raw if key not in VALID_KEYS):
-        close = difflib.get_close_matches(key.upper(), VALID_KEYS, n=1) if isinstance(key, str) else []
-        hint = f"Did you mean {setting_name(close[0])}? " if close else ""
-        hint += f"Valid keys: {', '.join(VALID_KEYS)}."
-        problems.append(Problem("E002", f"{setting_name(key)} is not a known setting", hint))
+    for key in raw:
+        if key not in VALID_KEYS:
+            close = difflib.get_close_matches(key.upper(), VALID_KEYS, n=1) if isinstance(key, str) else []
+            hint = f"Did you mean {setting_name(close[0])}? " if close else ""
+            hint += f"Valid keys: {', '.join(VALID_KEYS)}."
+            problems.append(Problem("E002", f"{setting_name(key)} is not a known setting", hint))
 
 
 def _resolve_policy(raw: Mapping[Any, Any], problems: List[Problem]) -> Optional[Policy]:
@@ -170,22 +170,21 @@ def _resolve_session(
         try:
             checked = field.check(value)
         except (TypeError, ValueError) as exc:
-            problems.append(Problem(field.code, f"{source}{field.joiner}{exc}", field.hint))
+            text = str(exc).replace(field.arg, source, 1) if field.renames else f"{source}: {exc}"
+            problems.append(Problem(field.code, text, field.hint))
             continue
         if passed:
-            kwargs[field.key.lower()] = checked
+            kwargs[field.arg] = checked
         if field.then is not None:
             field.then(checked, source, problems)
     if "API_KEY" not in given:
-        problems.append(
-            Problem(
-                "W001",
-                f"no Sume API key: {setting_name('API_KEY')} and the {ENV_KEY} environment "
-                "variable are both unset",
-                f"Set {setting_name('API_KEY')} (e.g. from an environment variable or a secret "
-                f"store) or {ENV_KEY}; without a key every call fails with 401.",
-            )
+        key = setting_name("API_KEY")
+        message = f"no Sume API key: {key} and the {ENV_KEY} environment variable are both unset"
+        hint = (
+            f"Set {key} (e.g. from an environment variable or a secret store) or {ENV_KEY}; "
+            "without a key every call fails with 401."
         )
+        problems.append(Problem("W001", message, hint))
     return kwargs
 
 
@@ -205,17 +204,14 @@ def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
 def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Problem]) -> None:
     read_timeout = timeout_limits(kwargs.get("timeout", _DEFAULT_TIMEOUT))[1]
     if policy.max_elapsed <= read_timeout < math.inf:
-        source = setting_name("TIMEOUT") if "timeout" in kwargs else "the default TIMEOUT"
-        problems.append(
-            Problem(
-                "W002",
-                f"{setting_name('MAX_ELAPSED')} ({policy.max_elapsed:g}s) is not longer than the read "
-                f"timeout of one attempt ({read_timeout:g}s, {source}): an attempt "
-                "that times out leaves no time for a retry",
-                f"Raise {setting_name('MAX_ELAPSED')} well above the read timeout, or lower the read "
-                f"timeout in {setting_name('TIMEOUT')}.",
-            )
+        elapsed, timeout = setting_name("MAX_ELAPSED"), setting_name("TIMEOUT")
+        source = timeout if "timeout" in kwargs else "the default TIMEOUT"
+        message = (
+            f"{elapsed} ({policy.max_elapsed:g}s) is not longer than the read timeout of one attempt "
+            f"({read_timeout:g}s, {source}): an attempt that times out leaves no time for a retry"
         )
+        hint = f"Raise {elapsed} well above the read timeout, or lower the read timeout in {timeout}."
+        problems.append(Problem("W002", message, hint))
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
@@ -224,19 +220,13 @@ def _redact(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-def _check_auth_header(mode: Any) -> str:
-    try:
-        return check_auth_header(mode)
-    except ValueError as exc:  # reported as 'SUME["AUTH_HEADER"] must be ...'
-        raise ConfigurationError(str(exc).replace("auth_header ", "", 1)) from None
-
-
 @dataclass(frozen=True)
 class SessionField:
     """One key of ``SUME`` that configures the session: how it is checked and reported.
 
     ``check`` returns the value to pass as ``SumeSession(arg=...)`` or raises
-    ``ConfigurationError`` (reported under ``code`` as ``{source}{joiner}{message}``).
+    ``ConfigurationError``, reported under ``code`` as ``{source}: {message}`` (with ``renames``,
+    as the message with ``source`` in place of the argument's name).
     A value in ``unset`` counts as absent, and then ``env`` (read by SumeSession itself)
     is checked instead. ``then`` runs further checks on a valid value.
     """
@@ -248,7 +238,7 @@ class SessionField:
     code: str = "E004"
     env: Optional[str] = None
     unset: Tuple[Any, ...] = ()
-    joiner: str = ": "
+    renames: bool = False
     then: Optional[Callable[[Any, str, List[Problem]], None]] = None
 
     def is_unset(self, value: Any) -> bool:
@@ -274,9 +264,9 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         env=ENV_BASE_URL, unset=(None,), then=_check_plain_http,
     ),
     SessionField(
-        "AUTH_HEADER", "auth_header", _check_auth_header,
+        "AUTH_HEADER", "auth_header", check_auth_header,
         'Use "x-api-key" (the default: an x-api-key header) or "bearer" (an Authorization: Bearer header).',
-        code="E006", joiner=" ",
+        code="E006", renames=True,
     ),
     SessionField(
         "TIMEOUT", "timeout",
