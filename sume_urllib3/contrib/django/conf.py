@@ -112,9 +112,7 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
 
 def setting_name(key: Any) -> str:
     """How messages name one key of the setting: ``SUME["MAX_RETRIES"]``."""
-    if isinstance(key, str):
-        return f'{SUME_SETTING}["{key}"]'
-    return f"{SUME_SETTING}[{key!r}]"
+    return f'{SUME_SETTING}["{key}"]' if isinstance(key, str) else f"{SUME_SETTING}[{key!r}]"
 
 
 def _check_keys(raw: Mapping[Any, Any], problems: List[Problem]) -> None:
@@ -243,9 +241,7 @@ class SessionField:
 
     def is_unset(self, value: Any) -> bool:
         """True when ``value`` means "not set" for this key (None or "" for the API key)."""
-        return any(
-            value is absent or (type(value) is type(absent) and value == absent) for absent in self.unset
-        )
+        return any(value is absent or (isinstance(value, str) and value == absent) for absent in self.unset)
 
 
 #: The session keys of ``SUME``, in the order they are checked and reported.
@@ -275,9 +271,7 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         f"Use seconds > 0 or a (connect, read) pair such as {_DEFAULT_TIMEOUT!r}; None disables the timeout.",
     ),
     SessionField(
-        "RAISE_ON_GIVE_UP", "raise_on_give_up",
-        # Settings are plain Python, so a string such as "false" is a mistake, not a truthy value.
-        lambda value: check_flag(value, "raise_on_give_up"),
+        "RAISE_ON_GIVE_UP", "raise_on_give_up", lambda value: check_flag(value, "raise_on_give_up"),
         "Use True (raise SumeRetryError when the policy gives up) or False (return the last response).",
     ),
     SessionField(
