@@ -653,16 +653,16 @@ class PollSchedule:
 
 def poll_timeout(base: Any, left: float) -> Tuple[float, float]:
     """The session's (connect, read) timeout, neither part longer than ``left``."""
-    connect, read = _limits(base)
+    connect, read = timeout_limits(base)
     return min(connect, left), min(read, left)
 
 
 def cut_by_deadline(base: Any, left: float) -> bool:
     """True when the time left, not the session's own timeout ``base``, limited the poll."""
-    return any(left < part for part in _limits(base))
+    return any(left < part for part in timeout_limits(base))
 
 
-def _limits(base: Any) -> Tuple[float, float]:
+def timeout_limits(base: Any) -> Tuple[float, float]:
     """The (connect, read) limits of a session timeout in any form requests takes; inf: no limit."""
     # Its parts as given: a Timeout's ``read_timeout`` answers only once a connection has started.
     parts = DeadlineTimeout(base, math.inf)

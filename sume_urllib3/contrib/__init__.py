@@ -1,1 +1,1 @@
-"""Optional integrations; each needs its own extra (``django``, ``prometheus``)."""
+"""Optional integrations, each needing the extra of its name (``pip install 'sume-urllib3[redis]'``)."""

@@ -24,15 +24,12 @@ CHECK_IDS = {
     "sume_urllib3.W002": "MAX_ELAPSED <= the read timeout: an attempt that times out is never retried",
 }
 
-APP_NAME = "sume_urllib3.contrib.django"
-
 
 def check_settings(app_configs: Optional[Sequence[Any]] = None, **kwargs: Any) -> List[checks.CheckMessage]:
     """Report every problem with ``settings.SUME``; never shows the API key."""
-    if app_configs is not None and not any(config.name == APP_NAME for config in app_configs):
+    if app_configs is not None and not any(config.name == __package__ for config in app_configs):
         return []  # `manage.py check other_app` asks about other apps only
-    messages: List[checks.CheckMessage] = []
-    for problem in conf.read().problems:
-        level = checks.Error if problem.is_error else checks.Warning
-        messages.append(level(problem.msg, hint=problem.hint, id=problem.id))
-    return messages
+    return [
+        (checks.Error if problem.is_error else checks.Warning)(problem.msg, hint=problem.hint, id=problem.id)
+        for problem in conf.read().problems
+    ]

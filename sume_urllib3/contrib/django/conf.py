@@ -8,25 +8,24 @@ helpers); this module only says which setting a failure belongs to.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import inspect
+import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from urllib3 import Timeout
-from urllib3.exceptions import TimeoutStateError
 
 from ... import Policy, SumeSession
 from ..._config import check_api_key, check_auth_header, check_base_url, check_flag
 from ..._deadline import check_timeout
+from ..._jobs import timeout_limits
+from ..._redact import secrets_of
 from ..._session import DEFAULT_BASE_URL
-from ..._util import is_loopback
-from ...exceptions import ConfigurationError
+from ..._util import plain_http_refusal
 from . import fleet, observers
 
 #: The name of the Django setting: one dict.
@@ -36,15 +35,11 @@ CHECK_TAG = "sume_urllib3"
 
 #: Keys that are ``Policy`` fields, upper-cased (derived, so a new field is a new key).
 POLICY_KEYS: Tuple[str, ...] = tuple(field.name.upper() for field in dataclasses.fields(Policy))
-# SESSION_KEYS and VALID_KEYS (every key SUME may have) follow SESSION_FIELDS, at the end.
 
 ENV_KEY = "SUME_API_KEY"
 ENV_BASE_URL = "SUME_API_BASE_URL"
-_SESSION_DEFAULTS = inspect.signature(SumeSession.__init__).parameters
+_DEFAULT_TIMEOUT = inspect.signature(SumeSession.__init__).parameters["timeout"].default
 _POLICY_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Policy)}
-# Shorter strings are not plausible keys, and masking them would garble whole messages.
-_MIN_SECRET = 4
-_MISSING: Any = object()  # settings.SUME unset
 
 
 @dataclass(frozen=True)
@@ -62,7 +57,6 @@ class Problem:
 
     @property
     def is_error(self) -> bool:
-        """True for errors, False for warnings."""
         return self.code.startswith("E")
 
     def __str__(self) -> str:
@@ -91,13 +85,11 @@ class SumeSettings:
 
 def read() -> SumeSettings:
     """Read and resolve ``settings.SUME`` and the environment as they are now."""
-    return resolve(getattr(settings, SUME_SETTING, _MISSING), os.environ)
+    return resolve(getattr(settings, SUME_SETTING, {}), os.environ)
 
 
 def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
-    """Resolve a ``SUME`` value (``_MISSING`` when unset) against ``environ``; never raises."""
-    if raw is _MISSING:
-        raw = {}
+    """Resolve a ``SUME`` value (``{}`` when unset) against ``environ``; never raises."""
     if not isinstance(raw, Mapping):
         message = f"{SUME_SETTING} must be a dict, got {type(raw).__name__}"
         hint = f'Set {SUME_SETTING} = {{"API_KEY": ..., "MAX_RETRIES": ...}}, or remove it for the defaults.'
@@ -109,72 +101,43 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
     retry_budget = kwargs.pop("retry_budget", True)
     if policy is not None and ("TIMEOUT" not in raw or "timeout" in kwargs):
         _check_deadline(policy, kwargs, problems)
-    # Validation messages echo the offending value, and a key pasted into the wrong
-    # setting would be echoed with them. A malformed key is still a secret: a stray
-    # space or newline around it must not let the rest through.
-    secrets = sorted(
-        {
-            variant
-            for value in (raw.get("API_KEY"), environ.get(ENV_KEY))
-            for variant in _secret_forms(value)
-            if len(variant) >= _MIN_SECRET
-        },
-        key=len,
-        reverse=True,
-    )
+    # Validation messages echo the offending value, and a key pasted into the wrong setting
+    # would be echoed with them. A malformed key is still a secret: as a header value,
+    # secrets_of knows it stripped and escaped too.
+    keys = (raw.get("API_KEY"), environ.get(ENV_KEY))
+    secrets = secrets_of(None, *({"x-api-key": key} for key in keys if isinstance(key, (str, bytes))))
     clean = tuple(Problem(p.code, _redact(p.msg, secrets), _redact(p.hint, secrets)) for p in problems)
     return SumeSettings(kwargs, policy, retry_budget, clean)
 
 
-def _secret_forms(value: Any) -> Iterator[str]:
-    """A key as it may appear in a message: raw, stripped, and as ``!r`` escapes it."""
-    if isinstance(value, (bytes, bytearray)):
-        value = bytes(value).decode("latin-1")
-    if isinstance(value, str):
-        for form in (value, value.strip()):
-            yield form
-            yield repr(form)[1:-1]
-
-
 def setting_name(key: Any) -> str:
     """How messages name one key of the setting: ``SUME["MAX_RETRIES"]``."""
-    if isinstance(key, str):
-        return f'{SUME_SETTING}["{key}"]'
-    return f"{SUME_SETTING}[{key!r}]"
+    return f'{SUME_SETTING}["{key}"]' if isinstance(key, str) else f"{SUME_SETTING}[{key!r}]"
 
 
 def _check_keys(raw: Mapping[Any, Any], problems: List[Problem]) -> None:
-    valid = ", ".join(VALID_KEYS)
+    # An unknown key is an error, not ignored: a typo would silently keep the default.
     for key in raw:
-        if key in VALID_KEYS:
-            continue
-        hint = f"Valid keys: {valid}."
-        if isinstance(key, str):
-            close = difflib.get_close_matches(key.upper(), VALID_KEYS, n=1)
-            if close:
-                hint = f"Did you mean {setting_name(close[0])}? {hint}"
-        # An unknown key is an error, not ignored: a typo would silently keep the default.
-        problems.append(Problem("E002", f"{setting_name(key)} is not a known setting", hint))
+        if key not in VALID_KEYS:
+            close = difflib.get_close_matches(key.upper(), VALID_KEYS, n=1) if isinstance(key, str) else []
+            hint = f"Did you mean {setting_name(close[0])}? " if close else ""
+            hint += f"Valid keys: {', '.join(VALID_KEYS)}."
+            problems.append(Problem("E002", f"{setting_name(key)} is not a known setting", hint))
 
 
 def _resolve_policy(raw: Mapping[Any, Any], problems: List[Problem]) -> Optional[Policy]:
     fields = {key.lower(): raw[key] for key in POLICY_KEYS if key in raw}
-    valid = True
+    reported = len(problems)
     # One field at a time, so each failure names its own key and all are reported at once.
     for field, value in fields.items():
         try:
             Policy(**{field: value})
         except (TypeError, ValueError) as exc:
-            valid = False
+            name = setting_name(field.upper())
             default = "the default table" if field == "rules" else repr(_POLICY_DEFAULTS[field])
-            problems.append(
-                Problem(
-                    "E003",
-                    f"{setting_name(field.upper())}: {exc}",
-                    f"Fix {setting_name(field.upper())} (Policy.{field}), or remove it to use {default}.",
-                )
-            )
-    if not valid:
+            hint = f"Fix {name} (Policy.{field}), or remove it to use {default}."
+            problems.append(Problem("E003", f"{name}: {exc}", hint))
+    if len(problems) > reported:
         return None
     try:
         return Policy(**fields)
@@ -191,6 +154,7 @@ def _resolve_session(
 ) -> Dict[str, Any]:
     """Check every session key (``SESSION_FIELDS``); the keyword arguments of the keys that are set."""
     kwargs: Dict[str, Any] = {}
+    given: List[str] = []
     for field in SESSION_FIELDS:
         if field.key in raw and not field.is_unset(raw[field.key]):
             source, value, passed = setting_name(field.key), raw[field.key], True
@@ -200,49 +164,34 @@ def _resolve_session(
             source, value, passed = f"the {field.env} environment variable", environ[field.env], False
         else:
             continue
+        given.append(field.key)
         try:
             checked = field.check(value)
         except (TypeError, ValueError) as exc:
-            problems.append(Problem(field.code, f"{source}{field.joiner}{exc}", field.hint))
+            text = str(exc).replace(field.arg, source, 1) if field.renames else f"{source}: {exc}"
+            problems.append(Problem(field.code, text, field.hint))
             continue
         if passed:
             kwargs[field.arg] = checked
         if field.then is not None:
             field.then(checked, source, problems)
-    if _unset(raw, "API_KEY") and not environ.get(ENV_KEY):
-        problems.append(
-            Problem(
-                "W001",
-                f"no Sume API key: {setting_name('API_KEY')} and the {ENV_KEY} environment "
-                "variable are both unset",
-                f"Set {setting_name('API_KEY')} (e.g. from an environment variable or a secret "
-                f"store) or {ENV_KEY}; without a key every call fails with 401.",
-            )
+    if "API_KEY" not in given:
+        key = setting_name("API_KEY")
+        message = f"no Sume API key: {key} and the {ENV_KEY} environment variable are both unset"
+        hint = (
+            f"Set {key} (e.g. from an environment variable or a secret store) or {ENV_KEY}; "
+            "without a key every call fails with 401."
         )
+        problems.append(Problem("W001", message, hint))
     return kwargs
 
 
-def _unset(raw: Mapping[Any, Any], key: str) -> bool:
-    return key not in raw or _field(key).is_unset(raw[key])
-
-
-def _field(key: str) -> SessionField:
-    return next(field for field in SESSION_FIELDS if field.key == key)
-
-
-_BASE_URL_HINT = (
-    f'Use an https URL with a host and no credentials, query or fragment, such as "{DEFAULT_BASE_URL}".'
-)
-
-
 def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
-    parts = urlsplit(url)  # already parsed once by check_base_url, so it cannot fail here
-    host = parts.hostname or ""
-    if parts.scheme == "http" and not is_loopback(host):
+    if plain_http_refusal(url):
         problems.append(
             Problem(
                 "E005",
-                f"{source} uses plain http to {host}, which is not a loopback host: "
+                f"{source} uses plain http to {urlsplit(url).hostname}, which is not a loopback host: "
                 "SumeSession refuses to send the API key unencrypted",
                 "Use https://; plain http is allowed only for loopback hosts "
                 "(localhost, 127.0.0.1, ::1) such as a local fake server.",
@@ -251,32 +200,16 @@ def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
 
 
 def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Problem]) -> None:
-    read_timeout = _read_limit(kwargs.get("timeout", _SESSION_DEFAULTS["timeout"].default))
-    if read_timeout is not None and policy.max_elapsed <= read_timeout:
-        source = setting_name("TIMEOUT") if "timeout" in kwargs else "the default TIMEOUT"
-        problems.append(
-            Problem(
-                "W002",
-                f"{setting_name('MAX_ELAPSED')} ({policy.max_elapsed:g}s) is not longer than the read "
-                f"timeout of one attempt ({read_timeout:g}s, {source}): an attempt "
-                "that times out leaves no time for a retry",
-                f"Raise {setting_name('MAX_ELAPSED')} well above the read timeout, or lower the read "
-                f"timeout in {setting_name('TIMEOUT')}.",
-            )
+    read_timeout = timeout_limits(kwargs.get("timeout", _DEFAULT_TIMEOUT))[1]
+    if policy.max_elapsed <= read_timeout < math.inf:
+        elapsed, timeout = setting_name("MAX_ELAPSED"), setting_name("TIMEOUT")
+        source = timeout if "timeout" in kwargs else "the default TIMEOUT"
+        message = (
+            f"{elapsed} ({policy.max_elapsed:g}s) is not longer than the read timeout of one attempt "
+            f"({read_timeout:g}s, {source}): an attempt that times out leaves no time for a retry"
         )
-
-
-def _read_limit(timeout: Any) -> Optional[float]:
-    """The read timeout of one attempt in seconds, or None for "no limit", from any form
-    ``check_timeout`` accepts: seconds, a (connect, read) pair, a urllib3 ``Timeout``."""
-    reads = [timeout[-1] if isinstance(timeout, tuple) else timeout]
-    if isinstance(timeout, Timeout):
-        reads = [timeout.total]
-        with contextlib.suppress(TimeoutStateError):  # total= alone: read_timeout needs a started clock
-            reads.append(timeout.read_timeout)
-    # None and Timeout.DEFAULT_TIMEOUT (the socket's default) mean no limit.
-    limits = [float(read) for read in reads if isinstance(read, (int, float))]
-    return min(limits) if limits else None
+        hint = f"Raise {elapsed} well above the read timeout, or lower the read timeout in {timeout}."
+        problems.append(Problem("W002", message, hint))
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
@@ -285,24 +218,13 @@ def _redact(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-def _check_auth_header(mode: Any) -> str:
-    try:
-        return check_auth_header(mode)
-    except ValueError as exc:  # reported as 'SUME["AUTH_HEADER"] must be ...'
-        raise ConfigurationError(str(exc).replace("auth_header ", "", 1)) from None
-
-
-def _check_timeout(value: Any) -> Any:
-    # Settings are often written as lists (or loaded from JSON); requests wants a tuple.
-    return check_timeout(tuple(value) if isinstance(value, list) else value)
-
-
 @dataclass(frozen=True)
 class SessionField:
     """One key of ``SUME`` that configures the session: how it is checked and reported.
 
     ``check`` returns the value to pass as ``SumeSession(arg=...)`` or raises
-    ``ConfigurationError`` (reported under ``code`` as ``{source}{joiner}{message}``).
+    ``ConfigurationError``, reported under ``code`` as ``{source}: {message}`` (with ``renames``,
+    as the message with ``source`` in place of the argument's name).
     A value in ``unset`` counts as absent, and then ``env`` (read by SumeSession itself)
     is checked instead. ``then`` runs further checks on a valid value.
     """
@@ -314,14 +236,12 @@ class SessionField:
     code: str = "E004"
     env: Optional[str] = None
     unset: Tuple[Any, ...] = ()
-    joiner: str = ": "
+    renames: bool = False
     then: Optional[Callable[[Any, str, List[Problem]], None]] = None
 
     def is_unset(self, value: Any) -> bool:
         """True when ``value`` means "not set" for this key (None or "" for the API key)."""
-        return any(
-            value is absent or (type(value) is type(absent) and value == absent) for absent in self.unset
-        )
+        return any(value is absent or (isinstance(value, str) and value == absent) for absent in self.unset)
 
 
 #: The session keys of ``SUME``, in the order they are checked and reported.
@@ -335,23 +255,23 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         unset=(None, ""),
     ),
     SessionField(
-        "BASE_URL", "base_url", check_base_url, _BASE_URL_HINT, env=ENV_BASE_URL, unset=(None,),
-        then=_check_plain_http,
+        "BASE_URL", "base_url", check_base_url,
+        f'Use an https URL with a host and no credentials, query or fragment, such as "{DEFAULT_BASE_URL}".',
+        env=ENV_BASE_URL, unset=(None,), then=_check_plain_http,
     ),
     SessionField(
-        "AUTH_HEADER", "auth_header", _check_auth_header,
+        "AUTH_HEADER", "auth_header", check_auth_header,
         'Use "x-api-key" (the default: an x-api-key header) or "bearer" (an Authorization: Bearer header).',
-        code="E006", joiner=" ",
+        code="E006", renames=True,
     ),
     SessionField(
-        "TIMEOUT", "timeout", _check_timeout,
-        f"Use seconds > 0 or a (connect, read) pair such as "
-        f"{_SESSION_DEFAULTS['timeout'].default!r}; None disables the timeout.",
+        "TIMEOUT", "timeout",
+        # Settings are often written as lists (or loaded from JSON); requests wants a tuple.
+        lambda value: check_timeout(tuple(value) if isinstance(value, list) else value),
+        f"Use seconds > 0 or a (connect, read) pair such as {_DEFAULT_TIMEOUT!r}; None disables the timeout.",
     ),
     SessionField(
-        "RAISE_ON_GIVE_UP", "raise_on_give_up",
-        # Settings are plain Python, so a string such as "false" is a mistake, not a truthy value.
-        lambda value: check_flag(value, "raise_on_give_up"),
+        "RAISE_ON_GIVE_UP", "raise_on_give_up", lambda value: check_flag(value, "raise_on_give_up"),
         "Use True (raise SumeRetryError when the policy gives up) or False (return the last response).",
     ),
     SessionField(
@@ -373,7 +293,5 @@ SESSION_FIELDS: Tuple[SessionField, ...] = (
         code="E008",
     ),
 )
-#: Keys that configure the session rather than the policy.
-SESSION_KEYS: Tuple[str, ...] = tuple(field.key for field in SESSION_FIELDS)
-#: Every key ``SUME`` may have.
-VALID_KEYS: Tuple[str, ...] = SESSION_KEYS + POLICY_KEYS
+#: Every key ``SUME`` may have: the session's, then the policy's.
+VALID_KEYS: Tuple[str, ...] = tuple(field.key for field in SESSION_FIELDS) + POLICY_KEYS
