@@ -306,25 +306,19 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
             # nothing is left, the drain urllib3 makes after every retry reads nothing, where it
             # would raise IncompleteRead for the bytes it never saw (and catch it).
             raw.length_remaining = 0
-        release(raw)
-        return
-    if fp is None or is_fp_closed(fp):
-        release(raw)
-        return
-    read = getattr(raw, "read", None)
-    drained = 0
-    try:
-        while read is not None and drained <= limit:
-            piece = read(_DRAIN_CHUNK, decode_content=False)
-            if not piece:
-                break
-            drained += len(piece)
-        else:
-            with contextlib.suppress(Exception):
+    elif fp is not None and not is_fp_closed(fp):
+        drained = 0
+        try:
+            while drained <= limit:
+                piece = raw.read(_DRAIN_CHUNK, decode_content=False)
+                if not piece:
+                    break
+                drained += len(piece)
+            else:
                 raw.close()  # too long to be worth its connection: a new one is cheaper
-    except Exception:  # a body that broke: its connection cannot be reused
-        with contextlib.suppress(Exception):
-            raw.close()
+        except Exception:  # a body that broke: its connection cannot be reused
+            with contextlib.suppress(Exception):
+                raw.close()
     release(raw)
 
 
@@ -336,14 +330,9 @@ def release(response: Any) -> None:
             give_back()
 
 
-# A streamed body (``stream=True``) that breaks is the request's failure, not a success.
-#
-# With ``stream=True`` the adapter hands the response back before the body is read, so the
-# request is not over: its outcome is told to the observers (metrics, logs) once the body
-# ends, breaks or is closed. A body cut short raises the library's give-up that is also
-# requests' own class (``SumeChunkedEncodingError`` is a ``ChunkedEncodingError``), with the
-# record (``exc.sume``), on both urllib3 lines (1.26 is told to enforce Content-Length, as
-# 2.x does by default).
+# A streamed body (``stream=True``) that breaks is the request's failure, not a success: it
+# raises the give-up that is also requests' own class (``SumeChunkedEncodingError`` is a
+# ``ChunkedEncodingError``) with the record, on both urllib3 lines.
 
 #: Errors requests raises while reading a body (its mapping of urllib3's).
 BODY_ERRORS = (
@@ -354,14 +343,12 @@ BODY_ERRORS = (
 
 
 class StreamWatch:
-    """The end of one streamed request: tells its outcome once, when the body is done with.
+    """The end of one streamed request: tells its outcome once, when the body is done with
+    (read to its end, broken, closed or dropped unread).
 
     ``broken`` makes the failure's record from the response and the error's name (the adapter
-    knows the request). Nothing here holds the response itself, only a weak reference: the
-    finalizer that reports a response dropped unread must not keep it alive. ``report`` is set
-    by whoever tells the observers (the session, or an adapter used alone) once the
-    response is returned, and is called with the final record exactly once, in the context
-    the call returned in (whichever thread, or the garbage collector, ends the body).
+    knows the request). The response is held weakly: the finalizer that reports a response
+    dropped unread must not keep it alive.
     """
 
     def __init__(
@@ -371,6 +358,11 @@ class StreamWatch:
         broken: Callable[[requests.Response, str], SumeRecord],
         deadline: Optional[Watch] = None,
     ) -> None:
+        response.__class__ = StreamedResponse
+        raw = response.raw
+        if raw is not None and hasattr(raw, "enforce_content_length"):
+            raw.enforce_content_length = True  # 1.26 returns a body cut short as complete otherwise
+        response._sume_watch = self  # type: ignore[attr-defined]
         self._deadline = deadline
         self._response = weakref.ref(response)
         self.record = record
@@ -380,7 +372,7 @@ class StreamWatch:
         self._ended = False
 
     def report_with(self, report: Callable[[SumeRecord], None]) -> None:
-        """Tell ``report`` the outcome when the body ends (or when the response is collected unread).
+        """Tell ``report`` the outcome once, when the body ends (or at once if it has).
 
         Told later, it runs in a copy of the context the call returned in, so observers see
         the request's context variables (a span their ``on_start`` made current, a logger's
@@ -394,11 +386,6 @@ class StreamWatch:
         else:
             self._context = contextvars.copy_context()
             weakref.finalize(response, self.end)
-
-    @property
-    def cut(self) -> bool:
-        """Whether the request's deadline cut the body short."""
-        return self._deadline is not None and self._deadline.fired
 
     def end(self) -> None:
         """The body was read to the end, closed, or dropped: the record stands."""
@@ -448,7 +435,8 @@ class StreamedResponse(requests.Response):
             if failure is exc:
                 raise
             raise failure from exc
-        if watch.cut:  # the deadline's cut ends a body without a length as if it were whole
+        if watch._deadline is not None and watch._deadline.fired:
+            # The deadline's cut ends a body without a length as if it were whole.
             raise watch.fail(requests.exceptions.ConnectionError("cut at the deadline"))
         watch.end()
 
@@ -460,17 +448,5 @@ class StreamedResponse(requests.Response):
             self._sume_watch.end()
 
 
-def watch_stream(
-    response: requests.Response,
-    record: SumeRecord,
-    broken: Callable[[requests.Response, str], SumeRecord],
-    deadline: Optional[Watch] = None,
-) -> StreamWatch:
-    """Watch a streamed ``response``: from now on its body's end decides the request's outcome."""
-    response.__class__ = StreamedResponse
-    raw = response.raw
-    if raw is not None and hasattr(raw, "enforce_content_length"):
-        raw.enforce_content_length = True  # 1.26 returns a body cut short as complete otherwise
-    watch = StreamWatch(response, record, broken, deadline)
-    response._sume_watch = watch  # type: ignore[attr-defined]
-    return watch
+#: Watch a streamed response: from now on its body's end decides the request's outcome.
+watch_stream = StreamWatch

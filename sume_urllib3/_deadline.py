@@ -8,8 +8,7 @@ request is reading is shut down, the blocked read returns at once, and the adapt
 the failure into ``SumeReadTimeout`` with the record.
 
 One daemon thread watches every request of the process; it looks ten times a second while
-requests come, and parks on an event after a second without any (a watch made while it is
-awake only joins its table). The pools SumeAdapter makes tell the watch which connection the
+requests are in flight, and parks on an event while none is. The pools SumeAdapter makes tell the watch which connection the
 request holds, and forget it the moment it goes back to the pool, so a watch never touches a
 connection another request is using.
 
@@ -20,6 +19,7 @@ back: no public hook) and ``Timeout._connect``/``_read`` (the values as given, u
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -41,8 +41,6 @@ log = logging.getLogger("sume_urllib3")
 
 #: How often the watching thread looks (the deadline holds to within this).
 TICK = 0.1
-#: Looks that find nothing in flight before the thread parks (a second of no requests).
-IDLE_TICKS = 10
 
 
 class Watch:
@@ -91,22 +89,15 @@ class _Watchdog:
             self._wake.set()
 
     def _run(self) -> None:
-        idle = 0
         while True:
             if not self.watches:
-                idle += 1
-                if idle > IDLE_TICKS:
-                    # Parked flag first, then the last look: a watch made after that look sees
-                    # the flag and wakes the thread; one made before it is seen here.
-                    self.parked = True
-                    self._wake.clear()
-                    if not self.watches:
-                        self._wake.wait()
-                    self.parked = False
-                    idle = 0
-                    continue
-            else:
-                idle = 0
+                # Parked flag first, then the last look: a watch made after that look sees the
+                # flag and wakes the thread; one made before it is seen here.
+                self.parked = True
+                self._wake.clear()
+                if not self.watches:
+                    self._wake.wait()
+                self.parked = False
             time.sleep(TICK)
             now = time.monotonic()
             for watch in list(self.watches.values()):
@@ -244,35 +235,18 @@ class _Watched:
         return f"{named.__name__}(host={self.host!r}, port={self.port!r})"  # type: ignore[attr-defined]
 
 
-class WatchedHTTPConnectionPool(_Watched, HTTPConnectionPool):
-    """``HTTPConnectionPool`` whose connections a request's deadline can interrupt."""
-
-
-class WatchedHTTPSConnectionPool(_Watched, HTTPSConnectionPool):
-    """``HTTPSConnectionPool`` whose connections a request's deadline can interrupt."""
-
-
-#: ``PoolManager.pool_classes_by_scheme`` for SumeAdapter's pools.
-POOL_CLASSES = {"http": WatchedHTTPConnectionPool, "https": WatchedHTTPSConnectionPool}
-#: Each pool class watched, by the class (a proxy manager's own, urllib3's SOCKS pools, made once).
-_WATCHED: Dict[type, type] = {
-    HTTPConnectionPool: WatchedHTTPConnectionPool,
-    HTTPSConnectionPool: WatchedHTTPSConnectionPool,
-}
-
-
 def watched_pools(classes: Mapping[str, type]) -> Dict[str, type]:
     """A manager's ``pool_classes_by_scheme`` with each class watched, its connections kept."""
     return {scheme: _watched(cls) for scheme, cls in classes.items()}
 
 
+@functools.lru_cache(maxsize=None)  # one watched class per pool class (a proxy's, urllib3's SOCKS pools)
 def _watched(cls: type) -> type:
-    if issubclass(cls, _Watched):
-        return cls
-    watched = _WATCHED.get(cls)
-    if watched is None:
-        watched = _WATCHED[cls] = type(f"Watched{cls.__name__}", (_Watched, cls), {})
-    return watched
+    return cls if issubclass(cls, _Watched) else type(f"Watched{cls.__name__}", (_Watched, cls), {})
+
+
+#: ``PoolManager.pool_classes_by_scheme`` for SumeAdapter's pools.
+POOL_CLASSES = watched_pools({"http": HTTPConnectionPool, "https": HTTPSConnectionPool})
 
 
 # Per-attempt timeouts: every form requests accepts, each capped by the time left.
@@ -290,28 +264,19 @@ def check_timeout(timeout: Any, name: str = "timeout") -> TimeoutSpec:
     """``timeout`` unchanged when requests would accept it and a socket can use it (at most
     ``MAX_SECONDS``: a longer one raises ``OverflowError`` on every request); else a
     ConfigurationError."""
-    if timeout is None:
-        return timeout
     if isinstance(timeout, Timeout):
-        values = (timeout._connect, timeout._read, timeout.total)
-        if not all(v is None or v is Timeout.DEFAULT_TIMEOUT or _seconds(v) for v in values):
-            raise ConfigurationError(
-                f"{name}: a urllib3 Timeout's connect, read and total must be None or seconds > 0 "
-                f"and at most {MAX_SECONDS:.0f}, got {timeout!r}"
-            )
-        return timeout
-    if isinstance(timeout, tuple):
-        if len(timeout) != 2 or not all(v is None or _seconds(v) for v in timeout):
-            raise ConfigurationError(
-                f"{name} must be seconds > 0 and at most {MAX_SECONDS:.0f}, a (connect, read) pair of "
-                f"them (None: no limit) or a urllib3 Timeout, got {timeout!r}"
-            )
-        return timeout
-    if not _seconds(timeout):
+        parts = (timeout._connect, timeout._read, timeout.total)
+        valid = all(v is None or v is Timeout.DEFAULT_TIMEOUT or _seconds(v) for v in parts)
+    elif isinstance(timeout, tuple):
+        valid = len(timeout) == 2 and all(v is None or _seconds(v) for v in timeout)
+    else:
+        valid = timeout is None or _seconds(timeout)
+    if not valid:
         # requests' own wording is kept ("must be an int, float or None"): callers match on it.
         raise ConfigurationError(
             f"{name} must be seconds > 0 and at most {MAX_SECONDS:.0f} (it must be an int, float or "
-            f"None), a (connect, read) pair or a urllib3 Timeout, got {timeout!r}"
+            f"None), a (connect, read) pair of them (None: no limit) or a urllib3 Timeout whose "
+            f"connect, read and total are, got {timeout!r}"
         )
     return timeout  # type: ignore[no-any-return]
 

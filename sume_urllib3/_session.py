@@ -84,14 +84,9 @@ DEFAULT_BASE_URL = "https://api.sume.com/v1"
 DEFAULT_BUDGET: Any = Default()
 
 
-class _NoAuth(requests.auth.AuthBase):
+def _no_auth(request: requests.PreparedRequest) -> requests.PreparedRequest:
     """Stands in for netrc on the API's own origin: the session sends the key itself."""
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        return request
-
-
-_NO_AUTH = _NoAuth()
+    return request
 
 
 class SumeSession(requests.Session):
@@ -122,10 +117,9 @@ class SumeSession(requests.Session):
         (default: a new one per session), or None for no budget.
     :param fleet: the :class:`Fleet` that paces every attempt (cooldowns after a
         Retry-After, the server's pace, a configured ``rate``): by default the
-        process-wide ``LocalFleet.default()``, where every session sending one API key to
-        one origin paces together (a call's own ``x-api-key``/``Authorization``, a tenant's
-        key, is paced as that key; keyless calls per origin; a session with an injected
-        ``clock`` gets a fleet of its own on that clock);
+        process-wide ``LocalFleet.default()``, where every session sending one API key (a
+        call's own key, a tenant's, is paced as that key) to one origin paces together (a
+        session with an injected ``clock`` gets a fleet of its own on that clock);
         ``LocalFleet(rate="10/min")`` or ``contrib.redis.RedisFleet(...)`` to configure
         or share it across processes; None for no pacing.
     :param metrics: the :class:`SumeMetrics` to count into (default: a new one), so
@@ -136,8 +130,7 @@ class SumeSession(requests.Session):
     :param pool_maxsize: connections kept per host (default 10): give it the size of the
         thread pool that shares this session, so no thread opens a connection it cannot keep.
     :param pool_block: wait for a free connection rather than open one past ``pool_maxsize``
-        (default False). A ``SumeAdapter`` mounted on the session (``session.mount(...)``)
-        serves with the session's settings and only its own pool arguments.
+        (default False).
     """
 
     def __init__(
@@ -330,7 +323,7 @@ class SumeSession(requests.Session):
         # On the base URL's origin: the only one the key goes to.
         ours = url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
         if ours and self._api_key is not None and request.auth is None and self.auth is None:
-            request.auth = _NO_AUTH  # the key is ours to send: no ~/.netrc credentials here
+            request.auth = _no_auth  # the key is ours to send: no ~/.netrc credentials here
         context = current.get()
         if context is not None and (not context.owned or context.hops):
             context = None  # only a session's request, before its first hop, is paced from here
@@ -340,39 +333,33 @@ class SumeSession(requests.Session):
             context.leave_fleet()
         prepared = super().prepare_request(request)
         headers = prepared.headers
-        has_key = "x-api-key" in headers
-        has_auth = "Authorization" in headers
+        has_key, has_auth = "x-api-key" in headers, "Authorization" in headers
         if not ours:
             self._strip_key(headers)
+            url = prepared.url or ""
+            refusal = plain_http_refusal(url) if url.startswith("http:") and _carries_key(headers) else None
         elif has_key and has_auth:
-            raise ConfigurationError(
-                "both x-api-key and Authorization are set on this request: send only one"
-            )
-        elif self._auth_value is not None:
-            if not (has_key or has_auth):
+            raise ConfigurationError("both x-api-key and Authorization are set on this request: send only one")
+        else:
+            if self._auth_value is not None and not (has_key or has_auth):
                 headers[self._auth_name] = self._auth_value
-            elif self._auth_name not in headers:
+            elif self._auth_value is not None and self._auth_name not in headers:
                 raise ConfigurationError(
                     f"this request sets its own {'Authorization' if has_auth else 'x-api-key'} "
                     f"header and the session sends {self._auth_name}: send only one"
                 )
-        if ours:
             # Decided once for the base URL: the key never crosses plain http off loopback.
             refusal = self._base_refusal if (has_key or has_auth or self._auth_value) else None
-        else:
-            url = prepared.url or ""
-            carries = url.startswith("http:") and ("x-api-key" in headers or "Authorization" in headers)
-            refusal = plain_http_refusal(url) if carries else None
+            if context is not None:
+                # Paced under the key this request actually sends (the session's, or one the
+                # call or session.headers set: a tenant's) at this origin.
+                context.key_id = (
+                    self._key_id
+                    if self._auth_value is not None and not (has_key or has_auth)
+                    else key_ids(self._origin_name, sent_key(headers))
+                )
         if refusal:
             raise ConfigurationError(refusal)
-        if ours and context is not None:
-            # Paced under the key this request actually sends (the session's, or one the
-            # call or session.headers set: a tenant's) at this origin.
-            context.key_id = (
-                self._key_id
-                if self._auth_value is not None and not (has_key or has_auth)
-                else key_ids(self._origin_name, sent_key(headers))
-            )
         return prepared
 
     def merge_environment_settings(
@@ -396,11 +383,7 @@ class SumeSession(requests.Session):
         if kwargs.get("timeout") is None and not isinstance(self.get_adapter(url), SumeAdapter):
             kwargs["timeout"] = self.timeout  # a SumeAdapter applies it (or its own) itself
         proxies = kwargs.get("proxies")  # merged from the environment: {} without any
-        if (
-            proxies
-            and url.startswith("http:")
-            and ("x-api-key" in request.headers or "Authorization" in request.headers)
-        ):
+        if proxies and url.startswith("http:") and _carries_key(request.headers):
             host = _proxy_host(select_proxy(url, proxies))
             if host is not None and not is_loopback(host):
                 raise ConfigurationError(
@@ -500,6 +483,10 @@ class SumeSession(requests.Session):
 
 
 _LOGGING = LoggingObserver()
+
+
+def _carries_key(headers: Mapping[str, Any]) -> bool:
+    return "x-api-key" in headers or "Authorization" in headers
 
 
 def _text(value: Union[str, bytes]) -> str:
