@@ -8,9 +8,9 @@ request is reading is shut down, the blocked read returns at once, and the adapt
 the failure into ``SumeReadTimeout`` with the record.
 
 One daemon thread watches every request of the process; it looks ten times a second while
-requests are in flight, and parks on an event while none is. The pools SumeAdapter makes tell the watch which connection the
-request holds, and forget it the moment it goes back to the pool, so a watch never touches a
-connection another request is using.
+requests are in flight, and parks on an event while none is. The pools SumeAdapter makes
+tell the watch which connection the request holds, and forget it the moment it goes back to
+the pool, so a watch never touches a connection another request is using.
 
 Private parts of urllib3 used here (see ``_body`` for the versions checked):
 ``HTTPConnectionPool._get_conn``/``_put_conn`` (where a pool hands a connection out and takes it

@@ -339,7 +339,9 @@ class SumeSession(requests.Session):
             url = prepared.url or ""
             refusal = plain_http_refusal(url) if url.startswith("http:") and _carries_key(headers) else None
         elif has_key and has_auth:
-            raise ConfigurationError("both x-api-key and Authorization are set on this request: send only one")
+            raise ConfigurationError(
+                "both x-api-key and Authorization are set on this request: send only one"
+            )
         else:
             if self._auth_value is not None and not (has_key or has_auth):
                 headers[self._auth_name] = self._auth_value
