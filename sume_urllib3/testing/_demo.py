@@ -98,25 +98,22 @@ class Demo:
         """Sleep ``seconds`` scaled down, so the demo takes seconds, not minutes."""
         time.sleep(seconds * self.scale)
 
-    def session(self, policy: Optional[Policy] = None) -> SumeSession:
-        """A session on the fake server that counts into the demo's one ``SumeMetrics``."""
-        timeline: Any = _Timeline(self.out)  # an observer with only the hook it needs
+    def session(
+        self, policy: Optional[Policy] = None, *observers: Any, metrics: Optional[SumeMetrics] = None
+    ) -> SumeSession:
+        """A session on the fake server that prints each retry, and counts into ``metrics`` (by
+        default the demo's one). Its fleet runs on the demo's scaled time, so a cooldown lasts as
+        long as the scaled sleeps (none at scale 0: time does not pass at all)."""
+        scale = self.scale
         return SumeSession(
             DEMO_KEY,
             base_url=self.fake.url + "/v1",
             policy=policy,
             sleep=self.sleep,
-            observers=[timeline],
-            fleet=self.fleet(),
-            metrics=self.metrics,
+            observers=[_Timeline(self.out), *observers],  # each has only the hooks it needs
+            fleet=LocalFleet(clock=lambda: time.monotonic() / scale) if scale > 0 else None,
+            metrics=self.metrics if metrics is None else metrics,
         )
-
-    def fleet(self) -> Optional[LocalFleet]:
-        """A fleet on the demo's scaled time, so a cooldown lasts as long as the scaled sleeps."""
-        if self.scale <= 0:
-            return None  # time does not pass at all: nothing to pace by
-        scale = self.scale
-        return LocalFleet(clock=lambda: time.monotonic() / scale)
 
 
 def submit_then_wait(demo: Demo) -> None:
@@ -145,11 +142,8 @@ def submit_then_wait(demo: Demo) -> None:
         def on_job(self, event: JobEvent) -> None:
             polls.append(event)
 
-    observers: List[Any] = [_Timeline(out), _Polls()]  # each has only the hooks it needs
     # Counted apart: the counters printed at the end are the scenarios'.
-    with SumeSession(
-        DEMO_KEY, base_url=fake.url + "/v1", sleep=demo.sleep, observers=observers, fleet=demo.fleet()
-    ) as session:
+    with demo.session(None, _Polls(), metrics=SumeMetrics()) as session:
         started = time.monotonic()
         submitted = session.post(submit[len("/v1") :], json={"script": "Hello!", "avatar_id": "av_1"})
 
@@ -169,7 +163,6 @@ def submit_then_wait(demo: Demo) -> None:
 
 def herd(demo: Demo, threads: int = 30, quota: str = "20/s", burst: int = 5) -> None:
     """Many threads post at once against a quota, with the fleet pacing them and without."""
-
     demo.out.write(
         f"\nA herd: {threads} threads post at once against a quota of {quota} (burst {burst}); "
         "real time, not scaled\n"
@@ -216,12 +209,11 @@ def run(out: TextIO, *, scale: float = 0.1) -> int:
     started = time.monotonic()
     with FakeSume() as fake:
         demo = Demo(fake, out, scale)
-        by_policy: Dict[Policy, SumeSession] = {}
+        by_policy: Dict[Optional[Policy], SumeSession] = {}
         for number, scenario in enumerate(SCENARIOS, 1):
-            policy = scenario.policy or Policy()
-            if policy not in by_policy:
-                by_policy[policy] = demo.session(policy)
-            _tell(demo, number, scenario, by_policy[policy])
+            if scenario.policy not in by_policy:
+                by_policy[scenario.policy] = demo.session(scenario.policy)
+            _tell(demo, number, scenario, by_policy[scenario.policy])
         for session in by_policy.values():
             session.close()
         submit_then_wait(demo)  # the longer stories

@@ -7,8 +7,8 @@ import math
 import threading
 from typing import Callable, Dict, Mapping, Optional, Tuple, Union
 
+from .._sleeping import shared_monotonic
 from ..pacing.store import parse_rate
-from ._nosleep import shared_monotonic
 from ._reply import Reply
 
 
@@ -78,12 +78,6 @@ class Quota:
         """The 429 a request over the quota gets, with the quota's headers from :meth:`take`."""
         message = f"Rate limit exceeded: {self.burst} per {self.burst / self.rate:g}s"
         return Reply.error(429, "rate_limit_exceeded", message=message, headers=headers)
-
-    def reset(self) -> None:
-        """Forget every key's spent turns and the counts."""
-        with self._lock:
-            self._tat.clear()
-            self.admitted = self.refused = 0
 
 
 def _key_of(headers: Mapping[str, str]) -> str:

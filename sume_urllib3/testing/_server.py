@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     else:
         from typing_extensions import Self
 
+from .._sleeping import shared_monotonic
 from ._jobs import ScriptedJob
-from ._nosleep import shared_monotonic
 from ._quota import Quota
 from ._reply import Headers, Reply, as_reply
 
@@ -275,7 +275,6 @@ class FakeSume:
 
         Routes that have a script of their own keep it.
         """
-
         job = ScriptedJob(job_id, steps, **options)
         with self._lock:
             self._jobs[job.route] = job  # replacing a job scripted earlier at the same route
@@ -378,7 +377,6 @@ class FakeSume:
         :attr:`quota_state` (its ``admitted`` and ``refused`` counts). ``clock`` defaults to
         the clients' fleet clock: under ``no_sleep()`` the quota refills in virtual time.
         """
-
         self._quota = None if rate is None else Quota(rate, burst, clock=clock)
         return self
 
