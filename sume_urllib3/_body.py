@@ -56,11 +56,8 @@ class PrefixedFP:
         self._whole_reads_only = whole_reads_only
 
     def read(self, amt: Optional[int] = None) -> bytes:
-        """Read like ``http.client.HTTPResponse.read``: up to ``amt`` bytes, all if None.
-
-        Reading all of a body whose peek broke raises that error, as http.client's ``read()``
-        raises for a body cut short: returning the prefix alone would pass it off as whole.
-        """
+        """Read like ``http.client.HTTPResponse.read``: reading all of a body whose peek broke
+        raises that error, as http.client does for a body cut short."""
         if amt is None or amt < 0:
             if not self._rest:
                 return self._read_inner()  # no concatenation: a drain holds the body once
@@ -105,8 +102,7 @@ class PrefixedFP:
 
     def close(self) -> None:
         """Drop the prefix and any pending error, and close the wrapped stream unless it closed
-        itself (http.client does at the end of a body: closing it again only flushes a file that
-        is gone, on every decision that read its body whole)."""
+        itself (http.client does at the end of a body)."""
         self._rest = memoryview(b"")
         self._error = None
         if not is_fp_closed(self.inner):
@@ -139,8 +135,7 @@ class PrefixedFP:
 
 
 class WholeBody(io.BytesIO):
-    """A body the peek read to its end, served from memory (its connection is back in the pool):
-    a response nobody reads has nothing left to drain (see :func:`let_go`)."""
+    """A body the peek read to its end, served from memory (its connection is back in the pool)."""
 
     prefix = b""
 
@@ -150,13 +145,11 @@ def peek_body(
 ) -> Tuple[Optional[bytes], bool]:
     """Return up to ``limit`` bytes of the body and whether they are already decoded.
 
-    The bytes read are put back in front of the stream, so the caller can still read
-    the whole body through any API. A preloaded body (``PoolManager.request``) is
-    sliced instead. A failure while peeking is raised to the caller when they read that
-    far, exactly as without the peek; what arrived before it is returned (a whole envelope
-    still says what it says). A body of unknown length is peeked no further once it holds a
-    whole JSON document: its end may come late. ``expired`` says
-    when the request's time is up: a body that trickles in is then peeked no further.
+    The bytes read are put back in front of the stream, so the caller can still read the whole
+    body through any API; a preloaded body (``PoolManager.request``) is sliced instead. A
+    failure while peeking is raised to the caller when they read that far, as without the peek.
+    ``expired`` says when the request's time is up: a body that trickles in is then peeked no
+    further.
     """
     if limit <= 0 or response is None:
         return None, False
@@ -175,12 +168,9 @@ def peek_body(
 
 
 def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] = None) -> None:
-    """Read the rest of a body nobody has read yet into memory, when it ends within ``limit``
-    bytes, and give its connection back; the caller reads it as before.
-
-    For a response handed over on an exception (a streamed give-up): the caller may drop it
-    unread, and a blocking pool would never see that connection again. A longer body, one
-    that broke or one cut by ``expired`` stays as it is, each byte read put back.
+    """Read the rest of an unread body into memory when it ends within ``limit`` bytes, and
+    give its connection back (a response handed over on an exception may be dropped unread, and
+    a blocking pool would never see that connection again). Any other body keeps its bytes.
     """
     fp = getattr(response, "_fp", None)
     if isinstance(fp, WholeBody):
@@ -205,8 +195,7 @@ def _read_ahead(
 ) -> bytes:
     """Read ``fp`` on from ``head`` (bytes of it read before) up to ``limit`` in all, put what
     was read back in front of it, and give the connection back once the body is in hand.
-    ``stop_at_document``: a body of unknown length is read no further once it holds a whole
-    JSON document (the decision's peek; a give-up's hold reads to the end)."""
+    ``stop_at_document``: see below (the decision's peek; a give-up's hold reads to the end)."""
     pieces: List[bytes] = [head] if head else []
     got = len(head)
     cut = False  # stopped by the deadline, not by the end of the body
@@ -290,10 +279,9 @@ _DRAIN_CHUNK = 65536
 def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
     """Give back the connection of a response nobody will read.
 
-    The rest of the body is read through urllib3's own ``read`` (64 KiB at a time, so
-    urllib3 counts the bytes and hands the connection back at the end) up to ``limit``
-    bytes; a longer body, or one that breaks, closes the connection instead. Either way the
-    pool gets its slot back: a ``pool_block=True`` pool never waits for it.
+    The rest of the body is read through urllib3's own ``read`` (so urllib3 counts the bytes
+    and hands the connection back at the end) up to ``limit`` bytes; a longer body, or one
+    that breaks, closes the connection instead. Either way the pool gets its slot back.
     """
     if raw is None:
         return

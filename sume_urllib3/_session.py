@@ -373,12 +373,9 @@ class SumeSession(requests.Session):
         )
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
-        """Send as requests does; a key over plain http goes through no proxy but a loopback one.
-
-        Plain http is refused off loopback (``prepare_request``); a proxy for ``http://`` reads
-        the request in clear, key included, wherever it runs: one off loopback is refused too.
-        Whatever adapter sends, a call without a timeout has the session's.
-        """
+        """Send as requests does; a key over plain http goes through no proxy but a loopback one
+        (such a proxy reads it in clear). Whatever adapter sends, a call without a timeout has
+        the session's."""
         if not isinstance(request, requests.PreparedRequest):  # typed so, but not always passed so
             return super().send(request, **kwargs)  # type: ignore[unreachable]  # requests refuses it
         url = request.url or ""
@@ -406,11 +403,8 @@ class SumeSession(requests.Session):
             del headers["Authorization"]
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
-        """Leave behind what the redirect's hop must not carry (``_redirects.left_behind``).
-
-        The ``SumeAdapter`` that got the redirect has seen to it that this copy carries none of
-        it; this holds where a caller mounted another adapter over the API.
-        """
+        """Leave behind what the redirect's hop must not carry (``_redirects.left_behind``), also
+        where a caller mounted another adapter than a SumeAdapter over the API."""
         previous = response.request.url if response.request is not None else None
         super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call,unused-ignore]
         if previous is not None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.server
+import itertools
 import json as _json
 import socket
 import socketserver
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -171,10 +172,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _respond(self, reply: Reply, request_id: str) -> None:
         stopping = self.server.stopping
-        if reply.delay and stopping.wait(reply.delay):
-            self.close_connection = True
-            return
-        if reply.drop == "before_headers":
+        if (reply.delay and stopping.wait(reply.delay)) or reply.drop == "before_headers":
             self.close_connection = True
             return
         defaults = [
@@ -235,12 +233,10 @@ class FakeSume:
     ) -> None:
         self._address = (host, port)
         self._quota: Quota | None = None
-        if quota is not None:
-            self.quota(quota, burst)
+        self.quota(quota, burst)
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
-        self._scripts: dict[tuple[str, str], tuple[Reply, ...]] = {}
-        self._positions: dict[tuple[str, str], int] = {}
+        self._scripts: dict[tuple[str, str], Iterator[Reply]] = {}  # the last reply repeats
         self._requests: list[RecordedRequest] = []
         self._connections = 0
         # Never reset, so request ids stay unique for the fake's whole lifetime.
@@ -263,11 +259,9 @@ class FakeSume:
             raise ValueError("script() needs at least one reply")
         if not path.startswith("/") or "?" in path:
             raise ValueError(f"path must start with '/' and have no query string, got {path!r}")
-        script = tuple(as_reply(reply) for reply in replies)
-        key = (method.upper(), path)
+        script = [as_reply(reply) for reply in replies]
         with self._lock:
-            self._scripts[key] = script
-            self._positions[key] = 0
+            self._scripts[method.upper(), path] = itertools.chain(script, itertools.repeat(script[-1]))
         return self
 
     def job(self, job_id: str, steps: Iterable[Any], **options: Any) -> ScriptedJob:
@@ -353,10 +347,9 @@ class FakeSume:
             return self._connections
 
     def reset(self) -> None:
-        """Forget scripts, scripted jobs, recorded requests, the connection count and script positions."""
+        """Forget scripts and their positions, scripted jobs, recorded requests and the connection count."""
         with self._lock:
             self._scripts.clear()
-            self._positions.clear()
             self._requests.clear()
             self._connections = 0
             self._jobs.clear()
@@ -407,16 +400,12 @@ class FakeSume:
 
     def _scripted(self, request: RecordedRequest) -> Reply:
         path = _route(request.path)
-        key = (request.method, path)
-        script = self._scripts.get(key)
+        script = self._scripts.get((request.method, path))
         if script is None and request.method == "HEAD":
             # As real servers do: HEAD answers like GET, without the body.
-            key = ("GET", path)
-            script = self._scripts.get(key)
+            script = self._scripts.get(("GET", path))
         if script is not None:
-            position = self._positions[key]
-            self._positions[key] = position + 1
-            return script[min(position, len(script) - 1)]
+            return next(script)
         route, _, action = path.rpartition("/")
         job = self._jobs.get(route)
         answer = job.answer(request.method, action) if job is not None else None
