@@ -105,12 +105,13 @@ class Demo:
         default the demo's one). Its fleet runs on the demo's scaled time, so a cooldown lasts as
         long as the scaled sleeps (none at scale 0: time does not pass at all)."""
         scale = self.scale
+        timeline: Any = _Timeline(self.out)  # observers with only the hooks they need
         return SumeSession(
             DEMO_KEY,
             base_url=self.fake.url + "/v1",
             policy=policy,
             sleep=self.sleep,
-            observers=[_Timeline(self.out), *observers],  # each has only the hooks it needs
+            observers=[timeline, *observers],
             fleet=LocalFleet(clock=lambda: time.monotonic() / scale) if scale > 0 else None,
             metrics=self.metrics if metrics is None else metrics,
         )
