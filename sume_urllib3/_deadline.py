@@ -181,16 +181,14 @@ class _Watched:
     def _get_conn(self, timeout: Optional[float] = None) -> Any:
         context = current.get()
         watch = context.watch if context is not None else None
-        if watch is None or not self.block:
-            conn = super()._get_conn(timeout)  # type: ignore[misc]
-        else:
-            conn = self._get_conn_by(watch, timeout)
-        if watch is not None:
-            # No lock: the watcher reads watch.conn once, under the lock, and either value is
-            # right (None: this tick cuts nothing; conn: the request's own socket). The order
-            # lets _put_conn find the watch whenever the watcher can find the connection.
-            conn._sume_watch = watch
-            watch.conn = conn
+        if watch is None:
+            return super()._get_conn(timeout)  # type: ignore[misc]
+        conn = self._get_conn_by(watch, timeout) if self.block else super()._get_conn(timeout)  # type: ignore[misc]
+        # No lock: the watcher reads watch.conn once, under the lock, and either value is right
+        # (None: this tick cuts nothing; conn: the request's own socket). The order lets
+        # _put_conn find the watch whenever the watcher can find the connection.
+        conn._sume_watch = watch
+        watch.conn = conn
         return conn
 
     def _get_conn_by(self, watch: Watch, timeout: Optional[float]) -> Any:
@@ -293,10 +291,9 @@ class DeadlineTimeout(Timeout):
     """A urllib3 ``Timeout`` whose every attempt is capped by the time left to a deadline.
 
     urllib3 calls ``clone()`` at the start of every attempt of one ``urlopen``, retries
-    included, so the cap follows the clock: no attempt's connect or read may outlive the
-    logical request's ``max_elapsed``. SumeAdapter makes one for a request on real time only:
-    an injected clock or ``testing.no_sleep``'s time measures time that did not really pass,
-    so socket timeouts are left as given there.
+    included, so no attempt's connect or read may outlive the request's ``max_elapsed``.
+    SumeAdapter makes one for a request on real time only (an injected clock or ``no_sleep``
+    measures time that did not really pass).
     """
 
     deadline: float

@@ -421,9 +421,12 @@ class SumeSession(requests.Session):
         metrics (the session's timeout they keep).
         """
         own = getattr(self, "adapter", None)  # None while requests mounts its defaults
+        mounted, base = _text(prefix).lower(), getattr(self, "base_url", "").lower().rstrip("/")
+        # Serving some of the API's calls: the prefix covers the base URL, or lies below it.
+        serves_api = base.startswith(mounted) or mounted.startswith(base + "/")
         if own is not None and isinstance(adapter, SumeAdapter) and adapter is not own:
             adapter.serve_as(own)
-        elif own is not None and not isinstance(adapter, SumeAdapter) and self._serves_the_api(prefix):
+        elif own is not None and not isinstance(adapter, SumeAdapter) and serves_api:
             warnings.warn(
                 f"{type(adapter).__name__} mounted on {prefix!r} is not a SumeAdapter: calls to "
                 f"{self._origin} through it are not retried by the Sume policy, POSTs get no "
@@ -433,12 +436,6 @@ class SumeSession(requests.Session):
                 stacklevel=2,
             )
         super().mount(prefix, adapter)  # type: ignore[arg-type,unused-ignore]  # bytes too, as requests
-
-    def _serves_the_api(self, prefix: Union[str, bytes]) -> bool:
-        """Whether an adapter mounted on ``prefix`` would serve some of the API's calls: the
-        prefix covers the base URL (``https://``, the origin), or lies below it (``/files/``)."""
-        mounted, base = _text(prefix).lower(), self.base_url.lower().rstrip("/")
-        return base.startswith(mounted) or mounted.startswith(base + "/")
 
     def close(self) -> None:
         """Close every mounted adapter once (the default one is mounted twice)."""
