@@ -8,6 +8,10 @@ from typing import Iterator, List
 
 from .. import _sleeping
 
+#: The clock FakeSume's quota and the clients' fleets share: real time, or under ``no_sleep()``
+#: the virtual time the recorded waits advance.
+shared_monotonic = _sleeping.shared_monotonic
+
 
 class SleepRecorder:
     """Collects the waits retries asked for, and lets time appear to pass by that much.
