@@ -119,15 +119,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             with self.server.fake._lock:
                 self.server.live.pop(self.connection, None)
 
-    def handle(self) -> None:
-        try:
-            self.close_connection = True
-            self.handle_one_request()
-            while not self.close_connection and not self.server.stopping.is_set():
-                self.handle_one_request()
-        except OSError:
-            pass  # client went away or stop() shut the socket: nothing worth reporting
-
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
