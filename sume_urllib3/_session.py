@@ -248,7 +248,8 @@ class SumeSession(requests.Session):
 
     def url_for(self, url: str) -> str:
         """Resolve ``url`` against the base URL unless it is absolute."""
-        absolute = "://" in url and _has_scheme(url)  # "/jobs?next=https://..." stays relative
+        head, sep, _ = url.partition("://")  # "/jobs?next=https://..." stays relative
+        absolute = bool(sep) and head[:1].isalpha() and all(ch.isalnum() or ch in "+.-" for ch in head)
         return url if absolute else self._prefix + url.lstrip("/")
 
     def request(
@@ -498,8 +499,3 @@ def _proxy_host(proxy: Optional[str]) -> Optional[str]:
         return urlsplit(proxy if "://" in proxy else "http://" + proxy).hostname
     except ValueError:  # requests refuses it itself, with its own error
         return None
-
-
-def _has_scheme(url: str) -> bool:
-    head, sep, _ = url.partition("://")
-    return bool(sep) and head[:1].isalpha() and all(ch.isalnum() or ch in "+.-" for ch in head)
