@@ -195,7 +195,8 @@ def _read_ahead(
 ) -> bytes:
     """Read ``fp`` on from ``head`` (bytes of it read before) up to ``limit`` in all, put what
     was read back in front of it, and give the connection back once the body is in hand.
-    ``stop_at_document``: see below (the decision's peek; a give-up's hold reads to the end)."""
+    ``stop_at_document``: stop at a whole JSON document (the decision's peek; a give-up's hold
+    reads to the end)."""
     pieces: List[bytes] = [head] if head else []
     got = len(head)
     cut = False  # stopped by the deadline, not by the end of the body
