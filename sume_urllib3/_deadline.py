@@ -145,7 +145,9 @@ def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
     mid-body, which is the deadline all the same."""
     if watch is None or isinstance(error, requests.exceptions.Timeout):
         return error
-    if not watch.fired and not (_read_timed_out(error) and time.monotonic() >= watch.deadline):
+    # A socket read timing out behind ``error`` (requests wraps urllib3's).
+    read_timed_out = any(isinstance(c, (ReadTimeoutError, socket.timeout)) for c in cause_chain(error))
+    if not watch.fired and not (read_timed_out and time.monotonic() >= watch.deadline):
         return error
     timeout = requests.exceptions.ReadTimeout(
         f"the deadline (max_elapsed={watch.max_elapsed:g}s) passed while the response was "
@@ -155,11 +157,6 @@ def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
     )
     timeout.__cause__ = error
     return timeout
-
-
-def _read_timed_out(error: BaseException) -> bool:
-    """Whether a socket read timing out is behind ``error`` (requests wraps urllib3's)."""
-    return any(isinstance(cause, (ReadTimeoutError, socket.timeout)) for cause in cause_chain(error))
 
 
 class PoolWaitTimeout(EmptyPoolError, ReadTimeoutError):
