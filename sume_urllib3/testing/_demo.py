@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, TextIO, Tuple
 
@@ -151,9 +152,8 @@ def submit_then_wait(demo: Demo) -> None:
         def progress(seen: Job) -> None:
             out.write(f"   {time.monotonic() - started:5.2f}s  job {seen.id}: {seen.status}\n")
 
-        jobs = session.jobs
-        done = jobs.wait(submitted, on_status=progress)
-        result = jobs.result(done)
+        done = session.jobs.wait(submitted, on_status=progress)
+        result = session.jobs.result(done)
     sent = len(fake.requests_for("POST", submit))
     waited = sum(event.kind == "poll" for event in polls)
     out.write(
@@ -181,24 +181,19 @@ def herd(demo: Demo, threads: int = 30, quota: str = "20/s", burst: int = 5) -> 
 
 def _herd_once(fake: FakeSume, fleet: Any, threads: int) -> List[float]:
     """Post once from each thread at the same instant; when each accepted post came back."""
-    accepted: List[float] = []
     start = threading.Barrier(threads + 1)
-    with SumeSession(DEMO_KEY, base_url=fake.url + "/v1", fleet=fleet, raise_on_give_up=False) as session:
+    session = SumeSession(DEMO_KEY, base_url=fake.url + "/v1", fleet=fleet, raise_on_give_up=False)
+    with session, ThreadPoolExecutor(threads) as pool:
 
-        def post() -> None:
+        def post() -> Optional[float]:
             start.wait()
             response = session.post("/jobs", json={"script": "Hello!"})
-            if response.status_code < 400:
-                accepted.append(time.monotonic() - began)
+            return time.monotonic() - began if response.status_code < 400 else None
 
-        workers = [threading.Thread(target=post) for _ in range(threads)]
-        for worker in workers:
-            worker.start()
+        posts = [pool.submit(post) for _ in range(threads)]
         began = time.monotonic()
         start.wait()
-        for worker in workers:
-            worker.join()
-    return accepted
+        return [took for took in (future.result() for future in posts) if took is not None]
 
 
 def run(out: TextIO, *, scale: float = 0.1) -> int:
