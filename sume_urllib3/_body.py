@@ -333,7 +333,8 @@ BODY_ERRORS = (
 
 class StreamWatch:
     """The end of one streamed request: tells its outcome once, when the body is done with
-    (read to its end, broken, closed or dropped unread).
+    (read to its end, broken, closed or dropped unread). Made on a response, it makes it a
+    :class:`StreamedResponse` that reports here.
 
     ``broken`` makes the failure's record from the response and the error's name (the adapter
     knows the request). The response is held weakly: the finalizer that reports a response
