@@ -91,10 +91,8 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls getfqdn(), a reverse DNS lookup that can stall for seconds.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = (
-            str(self.server_address[0]),
-            int(self.server_address[1]),
-        )
+        self.server_name = str(self.server_address[0])
+        self.server_port = int(self.server_address[1])
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Disconnects are routine for a fault-injecting server; anything else is a real bug.
@@ -290,8 +288,7 @@ class FakeSume:
                 return
             self._server = self._thread = None
             server.stopping.set()
-            # Wakes serve_forever() out of its poll at once (accept() then fails, handled):
-            # stopping takes microseconds, not up to a poll interval.
+            # Wakes serve_forever() out of its poll at once (accept() then fails, handled).
             _shut(server.socket)
             server.shutdown()
             with self._lock:
