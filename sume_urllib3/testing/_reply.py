@@ -177,10 +177,7 @@ class Reply:
         if retry_after is not None:
             headers = {k: v for k, v in headers.items() if k.lower() != "retry-after"}
             headers["Retry-After"] = str(retry_after)
-        envelope = {
-            "error": error,
-            "request_id": AUTO_REQUEST_ID if request_id is None else request_id,
-        }
+        envelope = {"error": error, "request_id": AUTO_REQUEST_ID if request_id is None else request_id}
         return cls(status, json=envelope, headers=headers, **kwargs)
 
     @property
