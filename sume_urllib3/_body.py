@@ -56,11 +56,8 @@ class PrefixedFP:
         self._whole_reads_only = whole_reads_only
 
     def read(self, amt: Optional[int] = None) -> bytes:
-        """Read like ``http.client.HTTPResponse.read``: up to ``amt`` bytes, all if None.
-
-        Reading all of a body whose peek broke raises that error, as http.client's ``read()``
-        raises for a body cut short: returning the prefix alone would pass it off as whole.
-        """
+        """Read like ``http.client.HTTPResponse.read``: reading all of a body whose peek broke
+        raises that error, as http.client does for a body cut short."""
         if amt is None or amt < 0:
             if not self._rest:
                 return self._read_inner()  # no concatenation: a drain holds the body once
@@ -105,8 +102,7 @@ class PrefixedFP:
 
     def close(self) -> None:
         """Drop the prefix and any pending error, and close the wrapped stream unless it closed
-        itself (http.client does at the end of a body: closing it again only flushes a file that
-        is gone, on every decision that read its body whole)."""
+        itself (http.client does at the end of a body)."""
         self._rest = memoryview(b"")
         self._error = None
         if not is_fp_closed(self.inner):
@@ -139,8 +135,7 @@ class PrefixedFP:
 
 
 class WholeBody(io.BytesIO):
-    """A body the peek read to its end, served from memory (its connection is back in the pool):
-    a response nobody reads has nothing left to drain (see :func:`let_go`)."""
+    """A body the peek read to its end, served from memory (its connection is back in the pool)."""
 
     prefix = b""
 
@@ -150,13 +145,11 @@ def peek_body(
 ) -> Tuple[Optional[bytes], bool]:
     """Return up to ``limit`` bytes of the body and whether they are already decoded.
 
-    The bytes read are put back in front of the stream, so the caller can still read
-    the whole body through any API. A preloaded body (``PoolManager.request``) is
-    sliced instead. A failure while peeking is raised to the caller when they read that
-    far, exactly as without the peek; what arrived before it is returned (a whole envelope
-    still says what it says). A body of unknown length is peeked no further once it holds a
-    whole JSON document: its end may come late. ``expired`` says
-    when the request's time is up: a body that trickles in is then peeked no further.
+    The bytes read are put back in front of the stream, so the caller can still read the whole
+    body through any API; a preloaded body (``PoolManager.request``) is sliced instead. A
+    failure while peeking is raised to the caller when they read that far, as without the peek.
+    ``expired`` says when the request's time is up: a body that trickles in is then peeked no
+    further.
     """
     if limit <= 0 or response is None:
         return None, False
@@ -175,12 +168,9 @@ def peek_body(
 
 
 def hold_whole(response: Any, limit: int, expired: Optional[Callable[[], bool]] = None) -> None:
-    """Read the rest of a body nobody has read yet into memory, when it ends within ``limit``
-    bytes, and give its connection back; the caller reads it as before.
-
-    For a response handed over on an exception (a streamed give-up): the caller may drop it
-    unread, and a blocking pool would never see that connection again. A longer body, one
-    that broke or one cut by ``expired`` stays as it is, each byte read put back.
+    """Read the rest of an unread body into memory when it ends within ``limit`` bytes, and
+    give its connection back (a response handed over on an exception may be dropped unread, and
+    a blocking pool would never see that connection again). Any other body keeps its bytes.
     """
     fp = getattr(response, "_fp", None)
     if isinstance(fp, WholeBody):
@@ -205,8 +195,8 @@ def _read_ahead(
 ) -> bytes:
     """Read ``fp`` on from ``head`` (bytes of it read before) up to ``limit`` in all, put what
     was read back in front of it, and give the connection back once the body is in hand.
-    ``stop_at_document``: a body of unknown length is read no further once it holds a whole
-    JSON document (the decision's peek; a give-up's hold reads to the end)."""
+    ``stop_at_document``: stop at a whole JSON document (the decision's peek; a give-up's hold
+    reads to the end)."""
     pieces: List[bytes] = [head] if head else []
     got = len(head)
     cut = False  # stopped by the deadline, not by the end of the body
@@ -290,10 +280,9 @@ _DRAIN_CHUNK = 65536
 def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
     """Give back the connection of a response nobody will read.
 
-    The rest of the body is read through urllib3's own ``read`` (64 KiB at a time, so
-    urllib3 counts the bytes and hands the connection back at the end) up to ``limit``
-    bytes; a longer body, or one that breaks, closes the connection instead. Either way the
-    pool gets its slot back: a ``pool_block=True`` pool never waits for it.
+    The rest of the body is read through urllib3's own ``read`` (so urllib3 counts the bytes
+    and hands the connection back at the end) up to ``limit`` bytes; a longer body, or one
+    that breaks, closes the connection instead. Either way the pool gets its slot back.
     """
     if raw is None:
         return
@@ -306,25 +295,19 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
             # nothing is left, the drain urllib3 makes after every retry reads nothing, where it
             # would raise IncompleteRead for the bytes it never saw (and catch it).
             raw.length_remaining = 0
-        release(raw)
-        return
-    if fp is None or is_fp_closed(fp):
-        release(raw)
-        return
-    read = getattr(raw, "read", None)
-    drained = 0
-    try:
-        while read is not None and drained <= limit:
-            piece = read(_DRAIN_CHUNK, decode_content=False)
-            if not piece:
-                break
-            drained += len(piece)
-        else:
-            with contextlib.suppress(Exception):
+    elif fp is not None and not is_fp_closed(fp):
+        drained = 0
+        try:
+            while drained <= limit:
+                piece = raw.read(_DRAIN_CHUNK, decode_content=False)
+                if not piece:
+                    break
+                drained += len(piece)
+            else:
                 raw.close()  # too long to be worth its connection: a new one is cheaper
-    except Exception:  # a body that broke: its connection cannot be reused
-        with contextlib.suppress(Exception):
-            raw.close()
+        except Exception:  # a body that broke: its connection cannot be reused
+            with contextlib.suppress(Exception):
+                raw.close()
     release(raw)
 
 
@@ -336,14 +319,9 @@ def release(response: Any) -> None:
             give_back()
 
 
-# A streamed body (``stream=True``) that breaks is the request's failure, not a success.
-#
-# With ``stream=True`` the adapter hands the response back before the body is read, so the
-# request is not over: its outcome is told to the observers (metrics, logs) once the body
-# ends, breaks or is closed. A body cut short raises the library's give-up that is also
-# requests' own class (``SumeChunkedEncodingError`` is a ``ChunkedEncodingError``), with the
-# record (``exc.sume``), on both urllib3 lines (1.26 is told to enforce Content-Length, as
-# 2.x does by default).
+# A streamed body (``stream=True``) that breaks is the request's failure, not a success: it
+# raises the give-up that is also requests' own class (``SumeChunkedEncodingError`` is a
+# ``ChunkedEncodingError``) with the record, on both urllib3 lines.
 
 #: Errors requests raises while reading a body (its mapping of urllib3's).
 BODY_ERRORS = (
@@ -354,14 +332,13 @@ BODY_ERRORS = (
 
 
 class StreamWatch:
-    """The end of one streamed request: tells its outcome once, when the body is done with.
+    """The end of one streamed request: tells its outcome once, when the body is done with
+    (read to its end, broken, closed or dropped unread). Made on a response, it makes it a
+    :class:`StreamedResponse` that reports here.
 
     ``broken`` makes the failure's record from the response and the error's name (the adapter
-    knows the request). Nothing here holds the response itself, only a weak reference: the
-    finalizer that reports a response dropped unread must not keep it alive. ``report`` is set
-    by whoever tells the observers (the session, or an adapter used alone) once the
-    response is returned, and is called with the final record exactly once, in the context
-    the call returned in (whichever thread, or the garbage collector, ends the body).
+    knows the request). The response is held weakly: the finalizer that reports a response
+    dropped unread must not keep it alive.
     """
 
     def __init__(
@@ -371,6 +348,11 @@ class StreamWatch:
         broken: Callable[[requests.Response, str], SumeRecord],
         deadline: Optional[Watch] = None,
     ) -> None:
+        response.__class__ = StreamedResponse
+        raw = response.raw
+        if raw is not None and hasattr(raw, "enforce_content_length"):
+            raw.enforce_content_length = True  # 1.26 returns a body cut short as complete otherwise
+        response._sume_watch = self  # type: ignore[attr-defined]
         self._deadline = deadline
         self._response = weakref.ref(response)
         self.record = record
@@ -380,7 +362,7 @@ class StreamWatch:
         self._ended = False
 
     def report_with(self, report: Callable[[SumeRecord], None]) -> None:
-        """Tell ``report`` the outcome when the body ends (or when the response is collected unread).
+        """Tell ``report`` the outcome once, when the body ends (or at once if it has).
 
         Told later, it runs in a copy of the context the call returned in, so observers see
         the request's context variables (a span their ``on_start`` made current, a logger's
@@ -394,11 +376,6 @@ class StreamWatch:
         else:
             self._context = contextvars.copy_context()
             weakref.finalize(response, self.end)
-
-    @property
-    def cut(self) -> bool:
-        """Whether the request's deadline cut the body short."""
-        return self._deadline is not None and self._deadline.fired
 
     def end(self) -> None:
         """The body was read to the end, closed, or dropped: the record stands."""
@@ -448,7 +425,8 @@ class StreamedResponse(requests.Response):
             if failure is exc:
                 raise
             raise failure from exc
-        if watch.cut:  # the deadline's cut ends a body without a length as if it were whole
+        if watch._deadline is not None and watch._deadline.fired:
+            # The deadline's cut ends a body without a length as if it were whole.
             raise watch.fail(requests.exceptions.ConnectionError("cut at the deadline"))
         watch.end()
 
@@ -460,17 +438,5 @@ class StreamedResponse(requests.Response):
             self._sume_watch.end()
 
 
-def watch_stream(
-    response: requests.Response,
-    record: SumeRecord,
-    broken: Callable[[requests.Response, str], SumeRecord],
-    deadline: Optional[Watch] = None,
-) -> StreamWatch:
-    """Watch a streamed ``response``: from now on its body's end decides the request's outcome."""
-    response.__class__ = StreamedResponse
-    raw = response.raw
-    if raw is not None and hasattr(raw, "enforce_content_length"):
-        raw.enforce_content_length = True  # 1.26 returns a body cut short as complete otherwise
-    watch = StreamWatch(response, record, broken, deadline)
-    response._sume_watch = watch  # type: ignore[attr-defined]
-    return watch
+#: Watch a streamed response: from now on its body's end decides the request's outcome.
+watch_stream = StreamWatch

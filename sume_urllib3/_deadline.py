@@ -8,10 +8,9 @@ request is reading is shut down, the blocked read returns at once, and the adapt
 the failure into ``SumeReadTimeout`` with the record.
 
 One daemon thread watches every request of the process; it looks ten times a second while
-requests come, and parks on an event after a second without any (a watch made while it is
-awake only joins its table). The pools SumeAdapter makes tell the watch which connection the
-request holds, and forget it the moment it goes back to the pool, so a watch never touches a
-connection another request is using.
+requests are in flight, and parks on an event while none is. The pools SumeAdapter makes
+tell the watch which connection the request holds, and forget it the moment it goes back to
+the pool, so a watch never touches a connection another request is using.
 
 Private parts of urllib3 used here (see ``_body`` for the versions checked):
 ``HTTPConnectionPool._get_conn``/``_put_conn`` (where a pool hands a connection out and takes it
@@ -20,6 +19,7 @@ back: no public hook) and ``Timeout._connect``/``_read`` (the values as given, u
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import threading
@@ -41,8 +41,6 @@ log = logging.getLogger("sume_urllib3")
 
 #: How often the watching thread looks (the deadline holds to within this).
 TICK = 0.1
-#: Looks that find nothing in flight before the thread parks (a second of no requests).
-IDLE_TICKS = 10
 
 
 class Watch:
@@ -91,22 +89,15 @@ class _Watchdog:
             self._wake.set()
 
     def _run(self) -> None:
-        idle = 0
         while True:
             if not self.watches:
-                idle += 1
-                if idle > IDLE_TICKS:
-                    # Parked flag first, then the last look: a watch made after that look sees
-                    # the flag and wakes the thread; one made before it is seen here.
-                    self.parked = True
-                    self._wake.clear()
-                    if not self.watches:
-                        self._wake.wait()
-                    self.parked = False
-                    idle = 0
-                    continue
-            else:
-                idle = 0
+                # Parked flag first, then the last look: a watch made after that look sees the
+                # flag and wakes the thread; one made before it is seen here.
+                self.parked = True
+                self._wake.clear()
+                if not self.watches:
+                    self._wake.wait()
+                self.parked = False
             time.sleep(TICK)
             now = time.monotonic()
             for watch in list(self.watches.values()):
@@ -154,7 +145,9 @@ def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
     mid-body, which is the deadline all the same."""
     if watch is None or isinstance(error, requests.exceptions.Timeout):
         return error
-    if not watch.fired and not (_read_timed_out(error) and time.monotonic() >= watch.deadline):
+    # A socket read timing out behind ``error`` (requests wraps urllib3's).
+    read_timed_out = any(isinstance(c, (ReadTimeoutError, socket.timeout)) for c in cause_chain(error))
+    if not watch.fired and not (read_timed_out and time.monotonic() >= watch.deadline):
         return error
     timeout = requests.exceptions.ReadTimeout(
         f"the deadline (max_elapsed={watch.max_elapsed:g}s) passed while the response was "
@@ -164,11 +157,6 @@ def timeout_for(watch: Optional[Watch], error: Exception) -> Exception:
     )
     timeout.__cause__ = error
     return timeout
-
-
-def _read_timed_out(error: BaseException) -> bool:
-    """Whether a socket read timing out is behind ``error`` (requests wraps urllib3's)."""
-    return any(isinstance(cause, (ReadTimeoutError, socket.timeout)) for cause in cause_chain(error))
 
 
 class PoolWaitTimeout(EmptyPoolError, ReadTimeoutError):
@@ -190,16 +178,14 @@ class _Watched:
     def _get_conn(self, timeout: Optional[float] = None) -> Any:
         context = current.get()
         watch = context.watch if context is not None else None
-        if watch is None or not self.block:
-            conn = super()._get_conn(timeout)  # type: ignore[misc]
-        else:
-            conn = self._get_conn_by(watch, timeout)
-        if watch is not None:
-            # No lock: the watcher reads watch.conn once, under the lock, and either value is
-            # right (None: this tick cuts nothing; conn: the request's own socket). The order
-            # lets _put_conn find the watch whenever the watcher can find the connection.
-            conn._sume_watch = watch
-            watch.conn = conn
+        if watch is None:
+            return super()._get_conn(timeout)  # type: ignore[misc]
+        conn = self._get_conn_by(watch, timeout) if self.block else super()._get_conn(timeout)  # type: ignore[misc]
+        # No lock: the watcher reads watch.conn once, under the lock, and either value is right
+        # (None: this tick cuts nothing; conn: the request's own socket). The order lets
+        # _put_conn find the watch whenever the watcher can find the connection.
+        conn._sume_watch = watch
+        watch.conn = conn
         return conn
 
     def _get_conn_by(self, watch: Watch, timeout: Optional[float]) -> Any:
@@ -244,35 +230,18 @@ class _Watched:
         return f"{named.__name__}(host={self.host!r}, port={self.port!r})"  # type: ignore[attr-defined]
 
 
-class WatchedHTTPConnectionPool(_Watched, HTTPConnectionPool):
-    """``HTTPConnectionPool`` whose connections a request's deadline can interrupt."""
-
-
-class WatchedHTTPSConnectionPool(_Watched, HTTPSConnectionPool):
-    """``HTTPSConnectionPool`` whose connections a request's deadline can interrupt."""
-
-
-#: ``PoolManager.pool_classes_by_scheme`` for SumeAdapter's pools.
-POOL_CLASSES = {"http": WatchedHTTPConnectionPool, "https": WatchedHTTPSConnectionPool}
-#: Each pool class watched, by the class (a proxy manager's own, urllib3's SOCKS pools, made once).
-_WATCHED: Dict[type, type] = {
-    HTTPConnectionPool: WatchedHTTPConnectionPool,
-    HTTPSConnectionPool: WatchedHTTPSConnectionPool,
-}
-
-
 def watched_pools(classes: Mapping[str, type]) -> Dict[str, type]:
     """A manager's ``pool_classes_by_scheme`` with each class watched, its connections kept."""
     return {scheme: _watched(cls) for scheme, cls in classes.items()}
 
 
+@functools.lru_cache(maxsize=None)  # one watched class per pool class (a proxy's, urllib3's SOCKS pools)
 def _watched(cls: type) -> type:
-    if issubclass(cls, _Watched):
-        return cls
-    watched = _WATCHED.get(cls)
-    if watched is None:
-        watched = _WATCHED[cls] = type(f"Watched{cls.__name__}", (_Watched, cls), {})
-    return watched
+    return cls if issubclass(cls, _Watched) else type(f"Watched{cls.__name__}", (_Watched, cls), {})
+
+
+#: ``PoolManager.pool_classes_by_scheme`` for SumeAdapter's pools.
+POOL_CLASSES = watched_pools({"http": HTTPConnectionPool, "https": HTTPSConnectionPool})
 
 
 # Per-attempt timeouts: every form requests accepts, each capped by the time left.
@@ -290,28 +259,19 @@ def check_timeout(timeout: Any, name: str = "timeout") -> TimeoutSpec:
     """``timeout`` unchanged when requests would accept it and a socket can use it (at most
     ``MAX_SECONDS``: a longer one raises ``OverflowError`` on every request); else a
     ConfigurationError."""
-    if timeout is None:
-        return timeout
     if isinstance(timeout, Timeout):
-        values = (timeout._connect, timeout._read, timeout.total)
-        if not all(v is None or v is Timeout.DEFAULT_TIMEOUT or _seconds(v) for v in values):
-            raise ConfigurationError(
-                f"{name}: a urllib3 Timeout's connect, read and total must be None or seconds > 0 "
-                f"and at most {MAX_SECONDS:.0f}, got {timeout!r}"
-            )
-        return timeout
-    if isinstance(timeout, tuple):
-        if len(timeout) != 2 or not all(v is None or _seconds(v) for v in timeout):
-            raise ConfigurationError(
-                f"{name} must be seconds > 0 and at most {MAX_SECONDS:.0f}, a (connect, read) pair of "
-                f"them (None: no limit) or a urllib3 Timeout, got {timeout!r}"
-            )
-        return timeout
-    if not _seconds(timeout):
+        parts = (timeout._connect, timeout._read, timeout.total)
+        valid = all(v is None or v is Timeout.DEFAULT_TIMEOUT or _seconds(v) for v in parts)
+    elif isinstance(timeout, tuple):
+        valid = len(timeout) == 2 and all(v is None or _seconds(v) for v in timeout)
+    else:
+        valid = timeout is None or _seconds(timeout)
+    if not valid:
         # requests' own wording is kept ("must be an int, float or None"): callers match on it.
         raise ConfigurationError(
             f"{name} must be seconds > 0 and at most {MAX_SECONDS:.0f} (it must be an int, float or "
-            f"None), a (connect, read) pair or a urllib3 Timeout, got {timeout!r}"
+            f"None), a (connect, read) pair of them (None: no limit) or a urllib3 Timeout whose "
+            f"connect, read and total are, got {timeout!r}"
         )
     return timeout  # type: ignore[no-any-return]
 
@@ -328,10 +288,9 @@ class DeadlineTimeout(Timeout):
     """A urllib3 ``Timeout`` whose every attempt is capped by the time left to a deadline.
 
     urllib3 calls ``clone()`` at the start of every attempt of one ``urlopen``, retries
-    included, so the cap follows the clock: no attempt's connect or read may outlive the
-    logical request's ``max_elapsed``. SumeAdapter makes one for a request on real time only:
-    an injected clock or ``testing.no_sleep``'s time measures time that did not really pass,
-    so socket timeouts are left as given there.
+    included, so no attempt's connect or read may outlive the request's ``max_elapsed``.
+    SumeAdapter makes one for a request on real time only (an injected clock or ``no_sleep``
+    measures time that did not really pass).
     """
 
     deadline: float

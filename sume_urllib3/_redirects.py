@@ -80,10 +80,8 @@ def spent_body_refusal(
 
 
 def taken_before(body: Any) -> bool:
-    """Whether a send already took this body that cannot be sent twice; notes it taken now.
-
-    Only a body seen here can be told again: one that cannot be weakly referenced is let go.
-    """
+    """Whether a send already took this body that cannot be sent twice; notes it taken now
+    (a body that cannot be weakly referenced is let go)."""
     try:
         if body in _TAKEN:
             return True
@@ -104,22 +102,19 @@ _TAKEN: weakref.WeakSet[Any] = weakref.WeakSet()
 
 def redirect_wait(asked: Optional[float], time_left: float) -> float:
     """How long a redirect's Retry-After holds the request: what it asks when that fits in
-    what is left of the deadline, else nothing (the redirect is followed at once, as requests
-    and ``PoolManager`` always do; waiting would only end the call with nothing to show)."""
-    if asked is None or asked <= 0 or asked > time_left:
-        return 0.0
-    return asked
+    what is left of the deadline, else nothing (followed at once, as requests and
+    ``PoolManager`` always do: waiting would only end the call with nothing to show)."""
+    return 0.0 if asked is None or asked <= 0 or asked > time_left else asked
 
 
 def answered(request: Any, response: Any, url: str, note: bool) -> None:
     """Before requests follows a redirect, leave behind what must not go with the next hop.
 
-    requests sends the next hop as a copy of this request, stripping only Authorization, and
-    the adapter sending it may not be a SumeAdapter: the request's headers become ones whose
-    copy leaves behind what :func:`left_behind` names, here, where every way through requests
-    passes. The request itself still shows what it sent (``response.history[0].request``).
-    With ``note`` (outside a SumeSession) the thread also notes where the redirect leads, for
-    the next send (see :func:`followed_from`); any other response clears that note.
+    requests sends the next hop as a copy of this request, stripping only Authorization, through
+    whatever adapter: the request's headers become ones whose copy leaves behind what
+    :func:`left_behind` names (the request itself still shows what it sent). With ``note``
+    (outside a SumeSession) the thread also notes where the redirect leads, for the next send
+    (see :func:`followed_from`); any other response clears that note.
     """
     target = None
     location = response.headers.get("location") if response.status_code in REDIRECT_STATI else None

@@ -84,14 +84,9 @@ DEFAULT_BASE_URL = "https://api.sume.com/v1"
 DEFAULT_BUDGET: Any = Default()
 
 
-class _NoAuth(requests.auth.AuthBase):
+def _no_auth(request: requests.PreparedRequest) -> requests.PreparedRequest:
     """Stands in for netrc on the API's own origin: the session sends the key itself."""
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        return request
-
-
-_NO_AUTH = _NoAuth()
+    return request
 
 
 class SumeSession(requests.Session):
@@ -122,10 +117,9 @@ class SumeSession(requests.Session):
         (default: a new one per session), or None for no budget.
     :param fleet: the :class:`Fleet` that paces every attempt (cooldowns after a
         Retry-After, the server's pace, a configured ``rate``): by default the
-        process-wide ``LocalFleet.default()``, where every session sending one API key to
-        one origin paces together (a call's own ``x-api-key``/``Authorization``, a tenant's
-        key, is paced as that key; keyless calls per origin; a session with an injected
-        ``clock`` gets a fleet of its own on that clock);
+        process-wide ``LocalFleet.default()``, where every session sending one API key (a
+        call's own key, a tenant's, is paced as that key) to one origin paces together (a
+        session with an injected ``clock`` gets a fleet of its own on that clock);
         ``LocalFleet(rate="10/min")`` or ``contrib.redis.RedisFleet(...)`` to configure
         or share it across processes; None for no pacing.
     :param metrics: the :class:`SumeMetrics` to count into (default: a new one), so
@@ -136,8 +130,7 @@ class SumeSession(requests.Session):
     :param pool_maxsize: connections kept per host (default 10): give it the size of the
         thread pool that shares this session, so no thread opens a connection it cannot keep.
     :param pool_block: wait for a free connection rather than open one past ``pool_maxsize``
-        (default False). A ``SumeAdapter`` mounted on the session (``session.mount(...)``)
-        serves with the session's settings and only its own pool arguments.
+        (default False).
     """
 
     def __init__(
@@ -255,7 +248,8 @@ class SumeSession(requests.Session):
 
     def url_for(self, url: str) -> str:
         """Resolve ``url`` against the base URL unless it is absolute."""
-        absolute = "://" in url and _has_scheme(url)  # "/jobs?next=https://..." stays relative
+        head, sep, _ = url.partition("://")  # "/jobs?next=https://..." stays relative
+        absolute = bool(sep) and head[:1].isalpha() and all(ch.isalnum() or ch in "+.-" for ch in head)
         return url if absolute else self._prefix + url.lstrip("/")
 
     def request(
@@ -267,10 +261,9 @@ class SumeSession(requests.Session):
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
         sent = cast("Dict[str, Any]", kwargs)  # handed on as given: requests checks them
-        for adapter in self.adapters.values():
-            if isinstance(adapter, SumeAdapter) and adapter.retry.observers.starts:
-                # Told to an observer's on_start (by the SumeAdapter serving it): its own context.
-                return in_own_context(self._request, method, url, args, policy, sent)
+        if any(isinstance(a, SumeAdapter) and a.retry.observers.starts for a in self.adapters.values()):
+            # Told to an observer's on_start (by the SumeAdapter serving it): its own context.
+            return in_own_context(self._request, method, url, args, policy, sent)
         return self._request(method, url, args, policy, sent)
 
     def _request(
@@ -330,7 +323,7 @@ class SumeSession(requests.Session):
         # On the base URL's origin: the only one the key goes to.
         ours = url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
         if ours and self._api_key is not None and request.auth is None and self.auth is None:
-            request.auth = _NO_AUTH  # the key is ours to send: no ~/.netrc credentials here
+            request.auth = _no_auth  # the key is ours to send: no ~/.netrc credentials here
         context = current.get()
         if context is not None and (not context.owned or context.hops):
             context = None  # only a session's request, before its first hop, is paced from here
@@ -340,39 +333,35 @@ class SumeSession(requests.Session):
             context.leave_fleet()
         prepared = super().prepare_request(request)
         headers = prepared.headers
-        has_key = "x-api-key" in headers
-        has_auth = "Authorization" in headers
+        has_key, has_auth = "x-api-key" in headers, "Authorization" in headers
         if not ours:
             self._strip_key(headers)
+            url = prepared.url or ""
+            refusal = plain_http_refusal(url) if url.startswith("http:") and _carries_key(headers) else None
         elif has_key and has_auth:
             raise ConfigurationError(
                 "both x-api-key and Authorization are set on this request: send only one"
             )
-        elif self._auth_value is not None:
-            if not (has_key or has_auth):
+        else:
+            if self._auth_value is not None and not (has_key or has_auth):
                 headers[self._auth_name] = self._auth_value
-            elif self._auth_name not in headers:
+            elif self._auth_value is not None and self._auth_name not in headers:
                 raise ConfigurationError(
                     f"this request sets its own {'Authorization' if has_auth else 'x-api-key'} "
                     f"header and the session sends {self._auth_name}: send only one"
                 )
-        if ours:
             # Decided once for the base URL: the key never crosses plain http off loopback.
             refusal = self._base_refusal if (has_key or has_auth or self._auth_value) else None
-        else:
-            url = prepared.url or ""
-            carries = url.startswith("http:") and ("x-api-key" in headers or "Authorization" in headers)
-            refusal = plain_http_refusal(url) if carries else None
+            if context is not None:
+                # Paced under the key this request actually sends (the session's, or one the
+                # call or session.headers set: a tenant's) at this origin.
+                context.key_id = (
+                    self._key_id
+                    if self._auth_value is not None and not (has_key or has_auth)
+                    else key_ids(self._origin_name, sent_key(headers))
+                )
         if refusal:
             raise ConfigurationError(refusal)
-        if ours and context is not None:
-            # Paced under the key this request actually sends (the session's, or one the
-            # call or session.headers set: a tenant's) at this origin.
-            context.key_id = (
-                self._key_id
-                if self._auth_value is not None and not (has_key or has_auth)
-                else key_ids(self._origin_name, sent_key(headers))
-            )
         return prepared
 
     def merge_environment_settings(
@@ -384,23 +373,16 @@ class SumeSession(requests.Session):
         )
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
-        """Send as requests does; a key over plain http goes through no proxy but a loopback one.
-
-        Plain http is refused off loopback (``prepare_request``); a proxy for ``http://`` reads
-        the request in clear, key included, wherever it runs: one off loopback is refused too.
-        Whatever adapter sends, a call without a timeout has the session's.
-        """
+        """Send as requests does; a key over plain http goes through no proxy but a loopback one
+        (such a proxy reads it in clear). Whatever adapter sends, a call without a timeout has
+        the session's."""
         if not isinstance(request, requests.PreparedRequest):  # typed so, but not always passed so
             return super().send(request, **kwargs)  # type: ignore[unreachable]  # requests refuses it
         url = request.url or ""
         if kwargs.get("timeout") is None and not isinstance(self.get_adapter(url), SumeAdapter):
             kwargs["timeout"] = self.timeout  # a SumeAdapter applies it (or its own) itself
         proxies = kwargs.get("proxies")  # merged from the environment: {} without any
-        if (
-            proxies
-            and url.startswith("http:")
-            and ("x-api-key" in request.headers or "Authorization" in request.headers)
-        ):
+        if proxies and url.startswith("http:") and _carries_key(request.headers):
             host = _proxy_host(select_proxy(url, proxies))
             if host is not None and not is_loopback(host):
                 raise ConfigurationError(
@@ -421,11 +403,8 @@ class SumeSession(requests.Session):
             del headers["Authorization"]
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest, response: requests.Response) -> None:
-        """Leave behind what the redirect's hop must not carry (``_redirects.left_behind``).
-
-        The ``SumeAdapter`` that got the redirect has seen to it that this copy carries none of
-        it; this holds where a caller mounted another adapter over the API.
-        """
+        """Leave behind what the redirect's hop must not carry (``_redirects.left_behind``), also
+        where a caller mounted another adapter than a SumeAdapter over the API."""
         previous = response.request.url if response.request is not None else None
         super().rebuild_auth(prepared_request, response)  # type: ignore[no-untyped-call,unused-ignore]
         if previous is not None:
@@ -442,9 +421,12 @@ class SumeSession(requests.Session):
         metrics (the session's timeout they keep).
         """
         own = getattr(self, "adapter", None)  # None while requests mounts its defaults
+        mounted, base = _text(prefix).lower(), getattr(self, "base_url", "").lower().rstrip("/")
+        # Serving some of the API's calls: the prefix covers the base URL, or lies below it.
+        serves_api = base.startswith(mounted) or mounted.startswith(base + "/")
         if own is not None and isinstance(adapter, SumeAdapter) and adapter is not own:
             adapter.serve_as(own)
-        elif own is not None and not isinstance(adapter, SumeAdapter) and self._serves_the_api(prefix):
+        elif own is not None and not isinstance(adapter, SumeAdapter) and serves_api:
             warnings.warn(
                 f"{type(adapter).__name__} mounted on {prefix!r} is not a SumeAdapter: calls to "
                 f"{self._origin} through it are not retried by the Sume policy, POSTs get no "
@@ -454,12 +436,6 @@ class SumeSession(requests.Session):
                 stacklevel=2,
             )
         super().mount(prefix, adapter)  # type: ignore[arg-type,unused-ignore]  # bytes too, as requests
-
-    def _serves_the_api(self, prefix: Union[str, bytes]) -> bool:
-        """Whether an adapter mounted on ``prefix`` would serve some of the API's calls: the
-        prefix covers the base URL (``https://``, the origin), or lies below it (``/files/``)."""
-        mounted, base = _text(prefix).lower(), self.base_url.lower().rstrip("/")
-        return base.startswith(mounted) or mounted.startswith(base + "/")
 
     def close(self) -> None:
         """Close every mounted adapter once (the default one is mounted twice)."""
@@ -502,6 +478,10 @@ class SumeSession(requests.Session):
 _LOGGING = LoggingObserver()
 
 
+def _carries_key(headers: Mapping[str, Any]) -> bool:
+    return "x-api-key" in headers or "Authorization" in headers
+
+
 def _text(value: Union[str, bytes]) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
@@ -519,8 +499,3 @@ def _proxy_host(proxy: Optional[str]) -> Optional[str]:
         return urlsplit(proxy if "://" in proxy else "http://" + proxy).hostname
     except ValueError:  # requests refuses it itself, with its own error
         return None
-
-
-def _has_scheme(url: str) -> bool:
-    head, sep, _ = url.partition("://")
-    return bool(sep) and head[:1].isalpha() and all(ch.isalnum() or ch in "+.-" for ch in head)

@@ -9,7 +9,9 @@ the fixtures ``fake_sume`` and ``sume_no_sleep``, and every test fleets that kno
 
 from __future__ import annotations
 
-from ._isolation import reset_fleets
+import sys
+
+from .. import pacing
 from ._nosleep import SleepRecorder, no_sleep
 from ._recording import RecordingObserver
 from ._server import FakeSume, RecordedRequest, Reply
@@ -23,3 +25,22 @@ __all__ = [
     "no_sleep",
     "reset_fleets",
 ]
+
+
+def reset_fleets() -> None:
+    """Forget every local and host fleet's cooldowns, pace and turns, in this process.
+
+    The process-wide ``LocalFleet.default()`` and every fleet built by the code under test (a
+    module-level ``LocalFleet(rate="10/min")`` or ``HostFleet()``, the one ``SUME["FLEET"]``
+    builds) start again knowing nothing (see ``sume_urllib3.pacing.reset_fleets``), and
+    Django's ``get_session()`` builds new sessions (a fresh retry budget) in every thread.
+    The pytest plugin calls it around every test; call it in ``setUp`` under unittest or
+    Django's test runner. A ``RedisFleet`` keeps its
+    state in Redis, shared with other processes, and is left alone: give a test's
+    ``RedisFleet`` a ``prefix`` of its own.
+    """
+    pacing.reset_fleets()
+    # Only when the code under test loaded the Django integration: never import Django here.
+    django_sessions = sys.modules.get("sume_urllib3.contrib.django.sessions")
+    if django_sessions is not None:
+        django_sessions.reset()

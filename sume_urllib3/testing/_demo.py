@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, TextIO, Tuple
 
@@ -98,25 +99,23 @@ class Demo:
         """Sleep ``seconds`` scaled down, so the demo takes seconds, not minutes."""
         time.sleep(seconds * self.scale)
 
-    def session(self, policy: Optional[Policy] = None) -> SumeSession:
-        """A session on the fake server that counts into the demo's one ``SumeMetrics``."""
-        timeline: Any = _Timeline(self.out)  # an observer with only the hook it needs
+    def session(
+        self, policy: Optional[Policy] = None, *observers: Any, metrics: Optional[SumeMetrics] = None
+    ) -> SumeSession:
+        """A session on the fake server that prints each retry, and counts into ``metrics`` (by
+        default the demo's one). Its fleet runs on the demo's scaled time, so a cooldown lasts as
+        long as the scaled sleeps (none at scale 0: time does not pass at all)."""
+        scale = self.scale
+        timeline: Any = _Timeline(self.out)  # observers with only the hooks they need
         return SumeSession(
             DEMO_KEY,
             base_url=self.fake.url + "/v1",
             policy=policy,
             sleep=self.sleep,
-            observers=[timeline],
-            fleet=self.fleet(),
-            metrics=self.metrics,
+            observers=[timeline, *observers],
+            fleet=LocalFleet(clock=lambda: time.monotonic() / scale) if scale > 0 else None,
+            metrics=self.metrics if metrics is None else metrics,
         )
-
-    def fleet(self) -> Optional[LocalFleet]:
-        """A fleet on the demo's scaled time, so a cooldown lasts as long as the scaled sleeps."""
-        if self.scale <= 0:
-            return None  # time does not pass at all: nothing to pace by
-        scale = self.scale
-        return LocalFleet(clock=lambda: time.monotonic() / scale)
 
 
 def submit_then_wait(demo: Demo) -> None:
@@ -145,20 +144,16 @@ def submit_then_wait(demo: Demo) -> None:
         def on_job(self, event: JobEvent) -> None:
             polls.append(event)
 
-    observers: List[Any] = [_Timeline(out), _Polls()]  # each has only the hooks it needs
     # Counted apart: the counters printed at the end are the scenarios'.
-    with SumeSession(
-        DEMO_KEY, base_url=fake.url + "/v1", sleep=demo.sleep, observers=observers, fleet=demo.fleet()
-    ) as session:
+    with demo.session(None, _Polls(), metrics=SumeMetrics()) as session:
         started = time.monotonic()
         submitted = session.post(submit[len("/v1") :], json={"script": "Hello!", "avatar_id": "av_1"})
 
         def progress(seen: Job) -> None:
             out.write(f"   {time.monotonic() - started:5.2f}s  job {seen.id}: {seen.status}\n")
 
-        jobs = session.jobs
-        done = jobs.wait(submitted, on_status=progress)
-        result = jobs.result(done)
+        done = session.jobs.wait(submitted, on_status=progress)
+        result = session.jobs.result(done)
     sent = len(fake.requests_for("POST", submit))
     waited = sum(event.kind == "poll" for event in polls)
     out.write(
@@ -169,7 +164,6 @@ def submit_then_wait(demo: Demo) -> None:
 
 def herd(demo: Demo, threads: int = 30, quota: str = "20/s", burst: int = 5) -> None:
     """Many threads post at once against a quota, with the fleet pacing them and without."""
-
     demo.out.write(
         f"\nA herd: {threads} threads post at once against a quota of {quota} (burst {burst}); "
         "real time, not scaled\n"
@@ -187,24 +181,19 @@ def herd(demo: Demo, threads: int = 30, quota: str = "20/s", burst: int = 5) -> 
 
 def _herd_once(fake: FakeSume, fleet: Any, threads: int) -> List[float]:
     """Post once from each thread at the same instant; when each accepted post came back."""
-    accepted: List[float] = []
     start = threading.Barrier(threads + 1)
-    with SumeSession(DEMO_KEY, base_url=fake.url + "/v1", fleet=fleet, raise_on_give_up=False) as session:
+    session = SumeSession(DEMO_KEY, base_url=fake.url + "/v1", fleet=fleet, raise_on_give_up=False)
+    with session, ThreadPoolExecutor(threads) as pool:
 
-        def post() -> None:
+        def post() -> Optional[float]:
             start.wait()
             response = session.post("/jobs", json={"script": "Hello!"})
-            if response.status_code < 400:
-                accepted.append(time.monotonic() - began)
+            return time.monotonic() - began if response.status_code < 400 else None
 
-        workers = [threading.Thread(target=post) for _ in range(threads)]
-        for worker in workers:
-            worker.start()
+        posts = [pool.submit(post) for _ in range(threads)]
         began = time.monotonic()
         start.wait()
-        for worker in workers:
-            worker.join()
-    return accepted
+        return [took for took in (future.result() for future in posts) if took is not None]
 
 
 def run(out: TextIO, *, scale: float = 0.1) -> int:
@@ -216,12 +205,11 @@ def run(out: TextIO, *, scale: float = 0.1) -> int:
     started = time.monotonic()
     with FakeSume() as fake:
         demo = Demo(fake, out, scale)
-        by_policy: Dict[Policy, SumeSession] = {}
+        by_policy: Dict[Optional[Policy], SumeSession] = {}
         for number, scenario in enumerate(SCENARIOS, 1):
-            policy = scenario.policy or Policy()
-            if policy not in by_policy:
-                by_policy[policy] = demo.session(policy)
-            _tell(demo, number, scenario, by_policy[policy])
+            if scenario.policy not in by_policy:
+                by_policy[scenario.policy] = demo.session(scenario.policy)
+            _tell(demo, number, scenario, by_policy[scenario.policy])
         for session in by_policy.values():
             session.close()
         submit_then_wait(demo)  # the longer stories

@@ -15,14 +15,10 @@ from ._reply import Reply
 class Quota:
     """Admits ``rate`` requests per second per API key with ``burst`` at once (GCRA).
 
-    The key is the ``x-api-key`` header, else ``Authorization``; requests with neither
-    share one anonymous quota. Every answer carries ``RateLimit-Limit`` (the burst),
-    ``RateLimit-Remaining``, ``RateLimit-Reset`` (whole seconds until the quota is
-    whole again) and ``RateLimit-Policy: <burst>;w=<seconds>``; a refusal also carries
-    ``Retry-After`` (whole seconds until the next turn, at least 1). Keys are kept only
-    as hashes. Thread-safe; ``clock`` is injectable. By default it is the clock the
-    clients' fleets read: real time, or under ``no_sleep()`` the virtual time the recorded
-    waits advance, so a quota refills while a test's client "waits" for it.
+    The key is the ``x-api-key`` header, else ``Authorization`` (kept only as a hash); requests
+    with neither share one anonymous quota. ``RateLimit-Limit`` is the burst, ``-Reset`` whole
+    seconds until the quota is whole again, a refusal's ``Retry-After`` whole seconds until the
+    next turn (at least 1). Thread-safe; ``clock``: see :meth:`FakeSume.quota`.
     """
 
     def __init__(
@@ -78,12 +74,6 @@ class Quota:
         """The 429 a request over the quota gets, with the quota's headers from :meth:`take`."""
         message = f"Rate limit exceeded: {self.burst} per {self.burst / self.rate:g}s"
         return Reply.error(429, "rate_limit_exceeded", message=message, headers=headers)
-
-    def reset(self) -> None:
-        """Forget every key's spent turns and the counts."""
-        with self._lock:
-            self._tat.clear()
-            self.admitted = self.refused = 0
 
 
 def _key_of(headers: Mapping[str, str]) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import http
+import http.client
 import json as _json
 import typing
 import zlib
@@ -166,7 +166,7 @@ class Reply:
         """
         error: dict[str, Any] = {
             "code": code if code is not None else _CODES.get(status, f"http_{status}"),
-            "message": message if message is not None else _phrase(status),
+            "message": message if message is not None else http.client.responses.get(status, "Error"),
             "details": dict(details or {}),
         }
         if retryable is not None:
@@ -177,10 +177,7 @@ class Reply:
         if retry_after is not None:
             headers = {k: v for k, v in headers.items() if k.lower() != "retry-after"}
             headers["Retry-After"] = str(retry_after)
-        envelope = {
-            "error": error,
-            "request_id": AUTO_REQUEST_ID if request_id is None else request_id,
-        }
+        envelope = {"error": error, "request_id": AUTO_REQUEST_ID if request_id is None else request_id}
         return cls(status, json=envelope, headers=headers, **kwargs)
 
     @property
@@ -218,13 +215,6 @@ def as_reply(item: Reply | int) -> Reply:
     if 200 <= item < 300 and item not in _NO_BODY_STATUSES:
         return Reply(item, json={"ok": True})
     return Reply(item)
-
-
-def _phrase(status: int) -> str:
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
 
 
 def _render(reply: Reply, request_id: str) -> tuple[bytes, int, bytes]:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import http.server
+import itertools
 import json as _json
 import socket
 import socketserver
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,10 +91,8 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls getfqdn(), a reverse DNS lookup that can stall for seconds.
         socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = (
-            str(self.server_address[0]),
-            int(self.server_address[1]),
-        )
+        self.server_name = str(self.server_address[0])
+        self.server_port = int(self.server_address[1])
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Disconnects are routine for a fault-injecting server; anything else is a real bug.
@@ -117,15 +116,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             with self.server.fake._lock:
                 self.server.live.pop(self.connection, None)
-
-    def handle(self) -> None:
-        try:
-            self.close_connection = True
-            self.handle_one_request()
-            while not self.close_connection and not self.server.stopping.is_set():
-                self.handle_one_request()
-        except OSError:
-            pass  # client went away or stop() shut the socket: nothing worth reporting
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -171,10 +161,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _respond(self, reply: Reply, request_id: str) -> None:
         stopping = self.server.stopping
-        if reply.delay and stopping.wait(reply.delay):
-            self.close_connection = True
-            return
-        if reply.drop == "before_headers":
+        if (reply.delay and stopping.wait(reply.delay)) or reply.drop == "before_headers":
             self.close_connection = True
             return
         defaults = [
@@ -235,12 +222,10 @@ class FakeSume:
     ) -> None:
         self._address = (host, port)
         self._quota: Quota | None = None
-        if quota is not None:
-            self.quota(quota, burst)
+        self.quota(quota, burst)
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
-        self._scripts: dict[tuple[str, str], tuple[Reply, ...]] = {}
-        self._positions: dict[tuple[str, str], int] = {}
+        self._scripts: dict[tuple[str, str], Iterator[Reply]] = {}  # the last reply repeats
         self._requests: list[RecordedRequest] = []
         self._connections = 0
         # Never reset, so request ids stay unique for the fake's whole lifetime.
@@ -263,11 +248,9 @@ class FakeSume:
             raise ValueError("script() needs at least one reply")
         if not path.startswith("/") or "?" in path:
             raise ValueError(f"path must start with '/' and have no query string, got {path!r}")
-        script = tuple(as_reply(reply) for reply in replies)
-        key = (method.upper(), path)
+        script = [as_reply(reply) for reply in replies]
         with self._lock:
-            self._scripts[key] = script
-            self._positions[key] = 0
+            self._scripts[method.upper(), path] = itertools.chain(script, itertools.repeat(script[-1]))
         return self
 
     def job(self, job_id: str, steps: Iterable[Any], **options: Any) -> ScriptedJob:
@@ -275,7 +258,6 @@ class FakeSume:
 
         Routes that have a script of their own keep it.
         """
-
         job = ScriptedJob(job_id, steps, **options)
         with self._lock:
             self._jobs[job.route] = job  # replacing a job scripted earlier at the same route
@@ -306,8 +288,7 @@ class FakeSume:
                 return
             self._server = self._thread = None
             server.stopping.set()
-            # Wakes serve_forever() out of its poll at once (accept() then fails, handled):
-            # stopping takes microseconds, not up to a poll interval.
+            # Wakes serve_forever() out of its poll at once (accept() then fails, handled).
             _shut(server.socket)
             server.shutdown()
             with self._lock:
@@ -354,10 +335,9 @@ class FakeSume:
             return self._connections
 
     def reset(self) -> None:
-        """Forget scripts, scripted jobs, recorded requests, the connection count and script positions."""
+        """Forget scripts and their positions, scripted jobs, recorded requests and the connection count."""
         with self._lock:
             self._scripts.clear()
-            self._positions.clear()
             self._requests.clear()
             self._connections = 0
             self._jobs.clear()
@@ -378,7 +358,6 @@ class FakeSume:
         :attr:`quota_state` (its ``admitted`` and ``refused`` counts). ``clock`` defaults to
         the clients' fleet clock: under ``no_sleep()`` the quota refills in virtual time.
         """
-
         self._quota = None if rate is None else Quota(rate, burst, clock=clock)
         return self
 
@@ -409,16 +388,12 @@ class FakeSume:
 
     def _scripted(self, request: RecordedRequest) -> Reply:
         path = _route(request.path)
-        key = (request.method, path)
-        script = self._scripts.get(key)
+        script = self._scripts.get((request.method, path))
         if script is None and request.method == "HEAD":
             # As real servers do: HEAD answers like GET, without the body.
-            key = ("GET", path)
-            script = self._scripts.get(key)
+            script = self._scripts.get(("GET", path))
         if script is not None:
-            position = self._positions[key]
-            self._positions[key] = position + 1
-            return script[min(position, len(script) - 1)]
+            return next(script)
         route, _, action = path.rpartition("/")
         job = self._jobs.get(route)
         answer = job.answer(request.method, action) if job is not None else None

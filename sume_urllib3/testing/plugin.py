@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from ._isolation import reset_fleets
+from . import reset_fleets
 from ._nosleep import SleepRecorder, no_sleep
 from ._server import FakeSume
 
