@@ -10,8 +10,7 @@ from urllib.parse import urlsplit
 
 # -- text for people ----------------------------------------------------------------------------
 
-#: Values that come from the server (codes, request ids) are cut to this length so a
-#: hostile or broken response cannot flood a log line or an exception message.
+
 def plural(count: int, one: str, many: str) -> str:
     """ "1 retry" or "3 retries": the count and the word that fits it."""
     return f"{count} {one if count == 1 else many}"
