@@ -304,11 +304,9 @@ def parse_retry_after(
     :func:`server_time`).
     """
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond float range: as good as forever (or never)
-            return RETRY_AFTER_CEILING if value > 0 else 0.0
-        return None if math.isnan(seconds) else min(max(seconds, 0.0), RETRY_AFTER_CEILING)
+        if isinstance(value, float) and math.isnan(value):
+            return None
+        return float(min(max(value, 0.0), RETRY_AFTER_CEILING))  # an int past float range clamps too
     if isinstance(value, bytes):
         value = value.decode("latin-1")
     if not isinstance(value, str) or len(value) > _MAX_LENGTH:

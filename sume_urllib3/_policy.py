@@ -257,10 +257,8 @@ class Policy:
         elif kind == "read":
             label = "connection failed after sending"
             if not replay_safe:
-                return Decision(
-                    Verdict.NO_RETRY,
-                    reason=f"{label}; the request is not replay-safe, so it is not resent",
-                )
+                why = "the request is not replay-safe, so it is not resent"
+                return Decision(Verdict.NO_RETRY, reason=f"{label}; {why}")
         else:
             return Decision(Verdict.NO_RETRY, reason="transport error that a retry would not fix")
         if attempt >= self.max_retries:
@@ -278,13 +276,8 @@ class Policy:
             return Decision(Verdict.RETRY, wait, source, f"{label}: retry in {seconds(wait)} ({source})")
         left = max(self.max_elapsed - elapsed, 0.0)
         asked = "server asked to wait" if source == "retry_after" else "next wait is"
-        return Decision(
-            Verdict.STOP,
-            reason=(
-                f"{label}: {asked} {seconds(wait)} ({source}) but only "
-                f"{seconds(left)} of the {seconds(self.max_elapsed)} budget is left"
-            ),
-        )
+        budget = f"{seconds(left)} of the {seconds(self.max_elapsed)} budget is left"
+        return Decision(Verdict.STOP, reason=f"{label}: {asked} {seconds(wait)} ({source}) but only {budget}")
 
 
 _ROW_REASONS = {
