@@ -52,13 +52,11 @@ class ErrorEnvelope:
 def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> Optional[bytes]:
     """Undo gzip/deflate/br/zstd on a (maybe truncated) prefix, producing at most ``limit`` bytes.
 
-    Brotli and zstd are read with the libraries urllib3 decodes them with, when they are
-    installed (requests then asks servers for them in ``Accept-Encoding``). Stacked codings
-    (``gzip, br``: listed in the order they were applied) are undone last first, each bounded
-    by the limit, up to as many as urllib3 undoes. Returns None for what cannot be read within
-    the limit (an unknown coding, a library missing or too old to bound its output), so a
-    compressed body never reaches the JSON parser as garbage and a decompression bomb never
-    allocates more than ``limit``.
+    Brotli and zstd are read with the libraries urllib3 decodes them with, when installed
+    (requests then asks servers for them). Stacked codings (``gzip, br``, in the order applied)
+    are undone last first, each bounded by the limit, up to as many as urllib3 undoes. None for
+    what cannot be read within the limit (an unknown coding, a library missing or too old to
+    bound its output): a compressed body never reaches the JSON parser as garbage.
     """
     if limit <= 0:
         return b""  # zlib reads max_length=0 as "no limit": never let it
@@ -148,12 +146,10 @@ def parse_envelope(
 ) -> ErrorEnvelope:
     """Extract code, message, request id, retryable and next_action; never raises.
 
-    ``body`` is at most ``limit`` raw bytes of the response (content-encoded unless
-    ``decoded``). Fields are looked up in every shape the Sume surfaces use: ``error.code``
-    or ``code``; ``request_id`` top level or inside ``error``, else a request-id header;
-    ``retryable``/``next_action`` inside ``error`` or at top level. Anything malformed
-    simply leaves the field unknown. ``headers`` may be any mapping (names in any case).
-    ``message=False`` leaves the message out (None): the decision never reads it.
+    ``body`` is at most ``limit`` raw bytes of the response (content-encoded unless ``decoded``),
+    ``headers`` any mapping (names in any case). Each field is looked up in every shape the Sume
+    surfaces use; anything malformed leaves it unknown. ``message=False`` leaves the message out
+    (None): the decision never reads it.
     """
     if not isinstance(headers, HTTPHeaderDict):  # what a urllib3 response has: asked as it is
         headers = _case_insensitive(headers)
@@ -261,8 +257,7 @@ def _no_constant(name: str) -> Any:
     return None  # NaN / Infinity are not JSON; treat them as unknown
 
 
-# One decoder, made once: digit strings are capped so a huge int never burns CPU; NaN and
-# Infinity read as unknown.
+# One decoder, made once: digit strings are capped so a huge int never burns CPU.
 _DECODER = json.JSONDecoder(parse_int=_bounded_int, parse_constant=_no_constant)
 #: What JSON counts as whitespace.
 _JSON_SPACE = b" \t\n\r"

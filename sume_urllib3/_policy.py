@@ -73,8 +73,8 @@ class Rule:
             object.__setattr__(self, "wait", wait)
 
     def matches(self, status: int, code: Optional[str]) -> bool:
-        """True when this row applies to the status and code."""
-        return _first((self,), status, code) is self
+        """True when this row applies to the status and code (a code of ``ANY`` fits every code)."""
+        return self.status == status and (self.code is None or self.code == code)
 
 
 DEFAULT_RULES: Tuple[Rule, ...] = (
@@ -171,7 +171,7 @@ class Policy:
 
     def match(self, status: int, code: Optional[str]) -> Optional[Rule]:
         """The first rule matching status and code, or None."""
-        return _first(self.rules, status, code)
+        return next((rule for rule in self.rules if rule.matches(status, code)), None)
 
     def backoff(self, attempt: int, rng: RandomSource = None) -> float:
         """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""
@@ -201,7 +201,7 @@ class Policy:
         label = status_label(status, code)
         if status < 400:
             return Decision(Verdict.NO_RETRY, reason=f"{label} is not an error")
-        rule = _first(self.rules, status, code)
+        rule = self.match(status, code)
         verdict = rule.verdict if rule else Verdict.NO_RETRY
         if self.trust_body and hints is not None:
             if hints.next_action and "poll" in hints.next_action.lower():
@@ -286,14 +286,6 @@ _ROW_REASONS = {
     Verdict.STOP: "{label}: stop",
     Verdict.POLL: "{label}: poll, do not resubmit",
 }
-
-
-def _first(rules: Sequence[Rule], status: int, code: Optional[str]) -> Optional[Rule]:
-    """The first of ``rules`` for this status and code (one with code ANY fits every code)."""
-    for rule in rules:
-        if rule.status == status and (rule.code is None or rule.code == code):
-            return rule
-    return None
 
 
 def _check_rules(rules: Any) -> Tuple[Rule, ...]:
