@@ -121,7 +121,7 @@ def _construct(arguments: Dict[str, Any]) -> Any:
     cls = _redis_fleet() if url is not None else HostFleet if host is not None else LocalFleet
     try:
         if host is not None:
-            return cls(**_host_place(host), **arguments)
+            return HostFleet(**_host_place(host), **arguments)
         return cls(**arguments) if url is None else cls(url, **arguments)
     except (TypeError, ValueError) as exc:  # ConfigurationError is a ValueError
         # The fleet names its argument first ("burst must be ..."): name the setting's key too.
@@ -130,7 +130,7 @@ def _construct(arguments: Dict[str, Any]) -> Any:
         raise ConfigurationError(f"{name.upper()}: {text}" if name in arguments else text) from exc
 
 
-def _host_place(host: Any) -> Dict[str, str]:
+def _host_place(host: Any) -> Dict[str, Any]:
     """HostFleet's ``path=`` or ``app=`` for ``"HOST"``: the file given; for True the default
     path (nothing), a test run's own file, or runserver's own name beside the default."""
     global _test_run_dir

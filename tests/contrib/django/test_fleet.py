@@ -227,7 +227,8 @@ def test_none_turns_pacing_off_and_no_key_shares_the_host_fleet(dj_settings: Any
     thread.join()
 
     assert isinstance(fleet, HostFleet)
-    assert fleet is build_fleet({"HOST": True}) and [fleet] == seen
+    assert fleet is build_fleet({"HOST": True})
+    assert [fleet] == seen
     assert fleet.path != default_path()  # the test run's own: see test_isolation
     assert LocalFleet.default() is SumeSession(API_KEY).fleet
 

@@ -230,8 +230,10 @@ def test_deployment_processes_share_the_default_and_runserver_and_tests_do_not(
     tests = process("tests", "/me")
 
     assert ("429", "refused") == (first[0], second[0])
-    assert first[1] == second[1] and first[1].startswith(str(runtime / "sume_urllib3") + os.sep)
+    assert first[1] == second[1]
+    assert first[1].startswith(str(runtime / "sume_urllib3") + os.sep)
     assert ("200", os.path.dirname(first[1])) == (runserver[0], os.path.dirname(runserver[1]))
     assert runserver[1].endswith(".runserver.fleet")
-    assert "200" == tests[0] and not tests[1].startswith(str(runtime))
+    assert "200" == tests[0]
+    assert not tests[1].startswith(str(runtime))
     assert 2 == len([r for r in api.requests if r.path == "/v1/me"])  # the refused one never left
