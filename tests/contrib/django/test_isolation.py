@@ -9,9 +9,11 @@ block still holds the key.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any, Dict, Iterator, Tuple
 
 import pytest
@@ -237,3 +239,55 @@ def test_deployment_processes_share_the_default_and_runserver_and_tests_do_not(
     assert "200" == tests[0]
     assert not tests[1].startswith(str(runtime))
     assert 2 == len([r for r in api.requests if r.path == "/v1/me"])  # the refused one never left
+
+
+_SITE = {
+    "site_settings.py": (
+        "SECRET_KEY = 'tests-only'\nDEBUG = True\nALLOWED_HOSTS = ['127.0.0.1']\nROOT_URLCONF = 'site_urls'\n"
+        "INSTALLED_APPS = ['django.contrib.staticfiles', 'sume_urllib3.contrib.django']\n"
+        "STATIC_URL = '/static/'\nDATABASES = {}\nSUME = {'MAX_ELAPSED': 5.0}\n"
+    ),
+    "site_urls.py": (
+        "from django.http import JsonResponse\nfrom django.urls import path\n"
+        "from sume_urllib3.contrib.django import get_session\n"
+        "def fleet(request):\n    return JsonResponse({'path': get_session().fleet.path})\n"
+        "urlpatterns = [path('fleet', fleet)]\n"
+    ),
+}
+
+
+@pytest.mark.slow  # a real runserver: runs in CI's slow step
+def test_runserver_paces_on_a_file_of_its_own(tmp_path: Any) -> None:
+    """``manage.py runserver`` (staticfiles' command, with the autoreloader) serves its views
+    with the host fleet at runserver's own file, beside the deployment's default."""
+    requests = pytest.importorskip("requests")
+    from tests.redis_server import free_port
+
+    for name, text in _SITE.items():
+        (tmp_path / name).write_text(text)
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update(
+        DJANGO_SETTINGS_MODULE="site_settings", PYTHONPATH=str(tmp_path), XDG_RUNTIME_DIR=str(runtime),
+        SUME_API_KEY=API_KEY,
+    )
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "django", "runserver", f"127.0.0.1:{port}"], cwd=str(tmp_path), env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        deadline, answer = time.monotonic() + 60, None
+        while answer is None and time.monotonic() < deadline and server.poll() is None:
+            try:
+                answer = requests.get(f"http://127.0.0.1:{port}/fleet", timeout=5).json()
+            except requests.RequestException:
+                time.sleep(0.1)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the autoreloader and the server it runs
+        _, errors = server.communicate(timeout=30)
+    assert answer is not None, errors
+    fleet_path = answer["path"]
+    assert os.path.dirname(fleet_path) == str(runtime / "sume_urllib3")
+    assert fleet_path.endswith(".runserver.fleet")
