@@ -16,11 +16,12 @@ The fleet is built once per process (one Redis connection pool, one quota) and s
 thread's session; a changed setting builds it again.
 
 ``"HOST": True`` (so the default too) never shares by accident: while Django runs tests (its test
-runner or pytest-django, which set up Django's test environment, or pytest with
-``sume_urllib3.testing.plugin``) it is a file of the test run's own in a temporary directory, and
-under ``runserver`` a file of runserver's own beside the deployment's; what tests or a developer's
-server learn never reaches a deployment on the same host, nor the next test run.
+runner or pytest-django, which set up Django's test environment, or any pytest run) it is a file
+of the test run's own in a temporary directory, and under ``runserver`` a file of runserver's own
+beside the deployment's: what tests or a developer's server learn never reaches a deployment on
+the same host, nor the next test run.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -136,7 +137,7 @@ def _host_place(host: Any) -> Dict[str, Any]:
     global _test_run_dir
     if host is not True:
         return {"path": str(host)}
-    if hasattr(mail, "outbox") or "sume_urllib3.testing.plugin" in sys.modules:
+    if hasattr(mail, "outbox") or "pytest" in sys.modules:
         # mail.outbox: Django's setup_test_environment(), which both test runners call
         if _test_run_dir is None:  # build_fleet holds _lock
             _test_run_dir = tempfile.mkdtemp(prefix="sume_urllib3-tests-")
