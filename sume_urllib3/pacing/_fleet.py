@@ -456,26 +456,19 @@ class StoreFleet:
 
 
 class _Key:
-    """One key's pacing state (the core's) in a LocalFleet, and its lock. Guarded by ``lock``.
+    """One key's state in a LocalFleet, guarded by ``lock``. ``open``: nothing paces the key (acquire
+    answers without the lock). ``ticks`` counts its lock-free acquires down from _SWEEP_EVERY (at 0
+    one looks at the clock); a sweep finding it moved stamps ``seen``, so a key used only lock-free
+    is not idle."""
 
-    ``open``: nothing known, nothing held, the window wide (acquire answers GRANT_NOW without
-    the lock). ``ticks`` counts lock-free acquires down from _SWEEP_EVERY (at 0 one looks at the
-    clock); a sweep finding it moved sets it back and stamps ``seen``: how a sweep knows when a
-    key that only took the lock-free path was last used. ``gone`` marks an entry a sweep evicted.
-    """
+    __slots__ = ("lock", "open", "seen", "state", "ticks")
 
-    __slots__ = ("gone", "lock", "open", "seen", "state", "ticks")
-
-    def __init__(self, now: int = 0) -> None:
+    def __init__(self, now: int) -> None:
         self.lock = threading.Lock()
         self.state = _core.State()
-        self.open = self.gone = False
+        self.open = False
         self.ticks = _SWEEP_EVERY
         self.seen = now
-
-
-# What a sweep leaves: ((rank, last use), key_id, entry), sorted in the order it evicts.
-_Kept = Tuple[Tuple[int, int], str, _Key]
 
 
 class LocalFleet(StoreFleet):
@@ -632,11 +625,9 @@ class LocalFleet(StoreFleet):
 
     def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
         while True:
-            key = self._keys.get(kid)
-            if key is None or key.gone:
-                key = self._entry(kid)
+            key = self._keys.get(kid) or self._entry(kid)
             with key.lock:
-                if key.gone:
+                if self._keys.get(kid) is not key:
                     continue  # a sweep evicted it between the look-up and the lock: a new entry
                 now = self._now()
                 turn = _core.acquire(
@@ -682,15 +673,11 @@ class LocalFleet(StoreFleet):
     # -- bounded state ---------------------------------------------------------------------
 
     def _entry(self, key_id: str) -> _Key:
-        """The key's entry, made if new (evicting for room when that passes max_keys)."""
+        """The key's entry, made if new (setdefault: two threads making one share it); past
+        max_keys, a sweep makes room."""
         now = self._now()
-        new = _Key(now)  # seen now: no sweep takes it before its acquire does
-        # setdefault is atomic: two threads creating one key both get the same state.
-        key = self._keys.setdefault(key_id, new)
-        if key.gone:  # evicted, still in the dict for an instant: replace it
-            self._keys.pop(key_id, None)
-            key = self._keys.setdefault(key_id, new)
-        if key is new and len(self._keys) > self._max_keys:
+        key = self._keys.setdefault(key_id, _Key(now))  # seen now: no sweep takes it before its acquire
+        if len(self._keys) > self._max_keys:
             self._sweep(now, spare=key_id)
         return key
 
@@ -707,71 +694,51 @@ class LocalFleet(StoreFleet):
             log.debug("fleet sweep failed", exc_info=True)
 
     def _sweep(self, now: int, spare: Optional[str] = None) -> None:
-        """Evict idle entries, and when past max_keys, the least recently used (``spare`` aside).
-
-        One thread sweeps at a time; another finding it busy goes on with its request.
-        """
-        lock = self._sweep_lock
-        if not lock.acquire(blocking=False):
+        """Forget idle entries; past max_keys, the least recently used too, down to _ROOM of it
+        (``spare``, just made, aside): those holding nothing running first, one still running only
+        to bring the count back to max_keys. Another thread finding a sweep under way goes on."""
+        if not self._sweep_lock.acquire(blocking=False):
             return
         try:
             self._sweep_at = now + self._idle_us // 4
-            keys = self._keys
-            kept: List[_Kept] = []
-            plain_after, pace_after = now - self._idle_us, now - self._idle_us * PACE_KEPT
-            # Over a copy made in one C call: iterating the dict itself, another thread may add
-            # a key halfway ("dictionary changed size during iteration").
-            for key_id, key in keys.copy().items():
+            # Per rank, the last use before which an entry is idle (one still running never is).
+            idle_before = (now - self._idle_us, now - self._idle_us * PACE_KEPT, -math.inf)
+            kept: List[Tuple[int, int, str, _Key]] = []
+            # Over a copy made in one C call: another thread may add a key meanwhile.
+            for key_id, key in self._keys.copy().items():
                 if key.ticks != _SWEEP_EVERY:  # used lock-free since the last sweep
                     key.ticks, key.seen = _SWEEP_EVERY, now
-                rank = _rank(key.state, now)
-                since = max(key.state.last_seen, key.seen)  # an acquire or release
-                if (
-                    rank == _RUNNING
-                    or since > (plain_after if rank == _PLAIN else pace_after)
-                    or key_id == spare
-                    or not self._evict(key_id, key)
-                ):
-                    kept.append(((rank, since), key_id, key))
+                rank, since = _rank(key.state, now), max(key.state.last_seen, key.seen)
+                if since > idle_before[rank] or key_id == spare or not self._evict(key_id, key):
+                    kept.append((rank, since, key_id, key))
             room = max(1, int(self._max_keys * _ROOM))
-            if len(keys) > self._max_keys and len(kept) > room:
-                self._make_room(kept, len(kept) - room, spare)
+            if len(self._keys) > self._max_keys:
+                for rank, _, key_id, key in sorted(kept, key=lambda entry: entry[:2]):
+                    left = len(self._keys)
+                    if left <= room or (rank == _RUNNING and left <= self._max_keys):
+                        break
+                    if key_id != spare and self._evict(key_id, key) and rank == _RUNNING:
+                        self._warn_live()
         finally:
-            lock.release()
+            self._sweep_lock.release()
 
-    def _make_room(self, kept: List[_Kept], excess: int, spare: Optional[str]) -> None:
-        """Evict ``excess`` entries, least recently used first; one still running only past max_keys."""
-        kept.sort(key=lambda entry: entry[0])  # by rank, then last use
-        over = len(kept) - self._max_keys  # entries still running go only to bring it back to the cap
-        for order, key_id, key in kept:
-            if excess <= 0:
-                break
-            if key_id == spare:
-                continue
-            if order[0] == _RUNNING:
-                if over <= 0:
-                    break
-                if not self._warned_live:
-                    self._warned_live = True
-                    log.warning(
-                        "LocalFleet holds more than max_keys=%d keys with a cooldown, "
-                        "a reserved turn or an attempt in flight; forgetting the least recently used "
-                        "of them (raise max_keys)",
-                        self._max_keys,
-                    )
-            if self._evict(key_id, key):
-                excess -= 1
-                over -= 1
+    def _warn_live(self) -> None:
+        if not self._warned_live:
+            self._warned_live = True
+            log.warning(
+                "LocalFleet holds more than max_keys=%d keys with a cooldown, a reserved turn or an "
+                "attempt in flight; forgetting the least recently used of them (raise max_keys)",
+                self._max_keys,
+            )
 
     def _evict(self, key_id: str, key: _Key) -> bool:
-        """Remove one entry unless a thread holds or has just used it."""
+        """Remove one entry unless a thread holds it or has used it lock-free since the sweep looked."""
         if not key.lock.acquire(blocking=False):
-            return False  # in use this instant
+            return False
         try:
             if key.ticks != _SWEEP_EVERY or self._keys.get(key_id) is not key:
                 return False
-            key.gone = True
-            self._keys.pop(key_id, None)
+            del self._keys[key_id]
             return True
         finally:
             key.lock.release()
