@@ -192,7 +192,7 @@ class RedisFleet(StoreFleet):
         if full:
             self._flush(kid)
         elif first:
-            _flusher.watch(self, late.due)
+            _flusher.watch()
 
     def _carried(self, kid: str) -> List[Any]:
         """The key's lessons told late, as script arguments, taken for the call about to be made.
@@ -367,8 +367,8 @@ _instances: weakref.WeakSet[RedisFleet] = weakref.WeakSet()
 class _Flusher:
     """One daemon thread per process that tells Redis the lessons no call carried within _LATE.
 
-    It sleeps without a deadline until a fleet holds lessons again (``watch``), else until the
-    oldest is due; it never runs a request's code, and a failed flush fails open as any call does.
+    It sleeps until the oldest lesson any fleet holds is due, or until woken (``watch``); it never
+    runs a request's code, and a failed flush fails open as any call does.
     """
 
     def __init__(self) -> None:
@@ -376,18 +376,14 @@ class _Flusher:
         _fork.track(self)
 
     def _after_fork(self) -> None:
-        """Nothing watched and no thread yet (again in a forked child: threads do not cross a fork)."""
-        self._cond = threading.Condition(threading.Lock())
-        self._fleets: weakref.WeakSet[RedisFleet] = weakref.WeakSet()  # changed under _cond only
+        """No thread yet (again in a forked child: threads do not cross a fork)."""
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        # When the thread wakes next (time.monotonic(); None: when told): a lesson due before
-        # that wakes it sooner.
-        self._wakes_at: Optional[float] = None
 
-    def watch(self, fleet: RedisFleet, due: float) -> None:
-        """``fleet`` holds lessons again, the oldest due at ``due``: flush them then."""
-        with self._cond:
-            self._fleets.add(fleet)
+    def watch(self) -> None:
+        """A fleet holds lessons again: the thread looks when they are due."""
+        with self._lock:
             if self._thread is None:
                 thread = threading.Thread(target=self._run, name="sume-redis-lessons", daemon=True)
                 try:
@@ -395,30 +391,20 @@ class _Flusher:
                 except RuntimeError:  # at interpreter shutdown: the atexit hook tells what is held
                     return
                 self._thread = thread
-            elif self._wakes_at is None or due < self._wakes_at:
-                self._wakes_at = due
-                self._cond.notify()
+        self._wake.set()
 
     def _run(self) -> None:
-        cond = self._cond
         while True:
-            with cond:
-                fleets = list(self._fleets)
-            for fleet in fleets:  # flushes run outside the condition: watch() never waits on Redis
+            # Cleared before the look at what is due: a lesson kept after it wakes the next wait.
+            self._wake.clear()
+            for fleet in list(_instances):
                 try:
                     fleet._flush_due(time.monotonic())
                 except Exception:  # a bug here must not end the thread every fleet relies on
                     log.exception("telling Redis the lessons told late failed")
-            with cond:
-                due: Optional[float] = None
-                for fleet in list(self._fleets):
-                    next_due = fleet._next_due()
-                    if next_due is None:
-                        self._fleets.discard(fleet)  # watch() adds it back with its next lesson
-                    elif due is None or next_due < due:
-                        due = next_due
-                self._wakes_at = due
-                cond.wait(None if due is None else max(0.0, due - time.monotonic()))
+            dues = [fleet._next_due() for fleet in list(_instances)]
+            due = min((d for d in dues if d is not None), default=None)
+            self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
 
 
 _flusher = _Flusher()
