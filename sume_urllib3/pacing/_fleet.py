@@ -205,6 +205,8 @@ class StoreFleet:
     _scope: ClassVar[str] = ""
     #: The constructor's arguments a pickled copy is built with (each store sets its own).
     _settings: Dict[str, Any]
+    #: What an in-flight entry's name starts with (a shared store: this process's own text).
+    _entry_prefix = ""
 
     def __init__(
         self,
@@ -260,16 +262,37 @@ class StoreFleet:
         self._clients = 1  # processes seen sharing a key lately (for the fallback's share)
         self._fallbacks = self._errors = 0
         self._local_fleet: Optional[LocalFleet] = None
+        self._entries = itertools.count(1)
 
     # -- the store's part -------------------------------------------------------------------
 
-    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
-        """Run ``_core.acquire`` on the key's state in one transaction, and store what it left."""
+    def _transact(self, kid: str, step: Callable[[_core.State, int], Any], *, acquiring: bool) -> Any:
+        """``step(state, now)`` on the key's state in one transaction, storing what it left; a
+        release (not ``acquiring``) may answer False without it for a key the store forgot."""
         raise NotImplementedError
 
+    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
+        """``_core.acquire`` on the key's state, in one transaction."""
+        entry = f"{self._entry_prefix}{next(self._entries)}"
+        turn: _core.Turn = self._transact(
+            kid,
+            lambda st, now: _core.acquire(
+                st, self._config, now, retry=retry, not_before=not_before, time_left=time_left, rand=rand,
+                entry=entry,
+            ),
+            acquiring=True,
+        )
+        return turn
+
     def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
-        """Run ``_core.release`` on the key's state (``need``: :func:`release_need`'s answer)."""
-        raise NotImplementedError
+        """``_core.release`` on the key's state, in one transaction (``need``: :func:`release_need`'s
+        answer, for a store that tells some lessons later)."""
+        started: bool = self._transact(
+            kid,
+            lambda st, now: _core.release(st, self._config, now, turn=turn, status=status, lesson=lesson),
+            acquiring=False,
+        )
+        return started
 
     def _local_settings(self, share: int) -> Dict[str, Any]:
         """``LocalFleet`` arguments for an outage, a configured pace divided by ``share``."""
@@ -526,7 +549,6 @@ class LocalFleet(StoreFleet):
         self._max_keys = check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
         self._idle = check_seconds(idle, "idle", low=1.0, high=_MAX_IDLE)
         self._idle_us = round(self._idle * _core.SECOND)
-        self._entries = itertools.count(1)
         super().__init__(
             rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock, wall=wall,
             rng=rng,
@@ -623,31 +645,24 @@ class LocalFleet(StoreFleet):
                 return Grant(wait=not_before)  # the caller's wait is the turn
         return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
 
-    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
+    def _transact(self, kid: str, step: Callable[[_core.State, int], Any], *, acquiring: bool) -> Any:
+        """``step`` under the key's lock; only an acquire makes an entry (a release for a key forgotten
+        since, by a reset, a fork or a sweep, has nothing of ours to account)."""
         while True:
-            key = self._keys.get(kid) or self._entry(kid)
+            key = self._keys.get(kid)
+            if key is None:
+                if not acquiring:
+                    return False
+                key = self._entry(kid)
             with key.lock:
                 if self._keys.get(kid) is not key:
-                    continue  # a sweep evicted it between the look-up and the lock: a new entry
+                    continue  # a sweep evicted it between the look-up and the lock
                 now = self._now()
-                turn = _core.acquire(
-                    key.state, self._config, now, retry=retry, not_before=not_before, time_left=time_left,
-                    rand=rand, entry=str(next(self._entries)),
-                )
+                result = step(key.state, now)
                 key.open = _core.is_open(key.state, self._config, now)
-            if now >= self._sweep_at:
+            if acquiring and now >= self._sweep_at:
                 self._sweep(now)
-            return turn
-
-    def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
-        key = self._keys.get(kid)
-        if key is None:
-            return False  # a grant from before a reset or a fork: nothing of ours to account
-        with key.lock:
-            now = self._now()
-            started = _core.release(key.state, self._config, now, turn=turn, status=status, lesson=lesson)
-            key.open = _core.is_open(key.state, self._config, now)
-        return started
+            return result
 
     def _why(self, kid: str, source: str) -> str:
         """What holds a refused turn, in words (the rule and, with a pace, its rate and origin)."""

@@ -131,7 +131,7 @@ def _policy(value: str) -> Tuple[Optional[float], Optional[float]]:
     """``10;w=60`` or ``"name";q=10;w=60``, possibly several: the slowest quota decides."""
     best: Optional[Tuple[float, float]] = None
     for first, params in _items(value):
-        quota, window = _number(params["q"] if "q" in params else first), _number(params.get("w"))
+        quota, window = _number(params.get("q", first)), _number(params.get("w"))
         if quota and window and (best is None or quota / window < best[0] / best[1]):  # both > 0
             best = (quota, window)
     return best or (None, None)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -32,7 +31,7 @@ from .. import _sleeping
 from .._config import check_int
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
+from ._fleet import GRANT_NOW, Grant, RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -256,7 +255,7 @@ class HostFleet(StoreFleet):
         import uuid
 
         self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self._entries = itertools.count(1)
+        self._entry_prefix = f"{self._client_id}."
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
         self._sweep_at = 0
         # Keys this process last saw open: the file's data_version then, and when (the file clock).
@@ -282,24 +281,6 @@ class HostFleet(StoreFleet):
         if lone and key_id in self._open and self._still_open(key_id):
             return Grant(wait=not_before) if not_before else GRANT_NOW  # nothing paces an open key
         return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
-
-    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _pacing.Turn:
-        entry = f"{self._client_id}.{next(self._entries)}"
-        return self._transact(  # type: ignore[no-any-return]
-            kid,
-            lambda st, now: _pacing.acquire(
-                st, self._config, now, retry=retry, not_before=not_before, time_left=time_left, rand=rand,
-                entry=entry,
-            ),
-            acquiring=True,
-        )
-
-    def _learn(self, kid: str, turn: Optional[_pacing.Turn], status: int, lesson: Lesson, need: int) -> bool:
-        return self._transact(  # type: ignore[no-any-return]
-            kid,
-            lambda st, now: _pacing.release(st, self._config, now, turn=turn, status=status, lesson=lesson),
-            acquiring=False,
-        )
 
     # -- configuration ----------------------------------------------------------------------
 
