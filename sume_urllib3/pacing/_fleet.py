@@ -185,7 +185,7 @@ class StoreFleet:
 
     A store implements :meth:`_reserve` and :meth:`_learn`, each one transaction on one key's
     state (``HostFleet``: the SQLite file; ``RedisFleet``: a Lua script; ``LocalFleet``: a lock
-    in memory), and says how to pace while it fails (:meth:`_local_settings`). Everything else
+    in memory). Everything else
     is here: the turn's arguments and its :class:`Grant`, what a response teaches and whether
     it is worth a transaction (:func:`release_need`), the counters (:meth:`stats`), the reset
     after a fork (:meth:`_after_fork`, called in every child process), and failing open.
@@ -293,15 +293,6 @@ class StoreFleet:
             acquiring=False,
         )
         return started
-
-    def _local_settings(self, share: int) -> Dict[str, Any]:
-        """``LocalFleet`` arguments for an outage, a configured pace divided by ``share``."""
-        settings: Dict[str, Any] = {
-            "initial_window": self._window, "clock": self._clock, "wall": self._wall, "rng": self._random
-        }
-        if self._rate is not None:
-            settings.update(rate=self._rate / share, burst=max(1, self._burst // share))
-        return settings
 
     def _why(self, kid: str, source: str) -> str:
         """What holds a refused turn, in words."""
@@ -438,16 +429,18 @@ class StoreFleet:
         """A turn from the local fleet of this outage, marked ``fallback`` (unpaced in memory)."""
         if not self._shared:
             return GRANT_NOW
-        fleet = self._local_fleet
-        if fleet is None:
-            with self._lock:
-                fleet = self._local_fleet
-                if fleet is None:
-                    fleet = self._local_fleet = LocalFleet(**self._local_settings(max(1, self._clients)))
-        kid = _safe_key_id(key_id)
-        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
         with self._lock:
             self._fallbacks += 1
+            if self._local_fleet is None:
+                settings: Dict[str, Any] = dict(
+                    initial_window=self._window, clock=self._clock, wall=self._wall, rng=self._random
+                )
+                if self._rate is not None:  # a configured pace, shared among the processes seen lately
+                    share = max(1, self._clients)
+                    settings.update(rate=self._rate / share, burst=max(1, self._burst // share))
+                self._local_fleet = LocalFleet(**settings)
+            fleet = self._local_fleet
+        grant = fleet.acquire(_safe_key_id(key_id), time_left=time_left, retry=retry, not_before=not_before)
         return Grant(grant.wait, grant.refused, grant.source, grant.again, True, _Local(fleet, grant))
 
     def _failed(self, exc: BaseException) -> None:
@@ -464,9 +457,11 @@ class StoreFleet:
             self._down_until = now + delay
             self._delay = min(self._delay * 2, self._max_backoff)
             first, self._outage = not self._outage, True
-        if first:
+        if first:  # the error's class and the first line of its text
+            lines = str(exc).splitlines()
+            why = f"{type(exc).__name__}: {lines[0][:200]}" if lines and lines[0] else type(exc).__name__
             log.warning("%s unavailable (%s); pacing locally, trying it again in %.1fs",
-                        self._store_name(), describe(exc), delay)
+                        self._store_name(), why, delay)
 
     def _recovered(self) -> None:
         """The store answered: the outage is over, and its local fleet forgotten."""
@@ -991,12 +986,6 @@ def _safe_key_id(key_id: str) -> str:
 def refusal(why: str, wait: float, time_left: float) -> str:
     """A refused turn's reason, as every fleet words it: what holds it, and when versus the deadline."""
     return f"{why}: next turn in {wait:.1f}s, after the deadline ({max(time_left, 0.0):.1f}s left)"
-
-
-def describe(exc: BaseException) -> str:
-    """An error for a log line: its class and the first line of its text, at most 200 characters."""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
 __all__ = ["ANONYMOUS", "GRANT_NOW", "Fleet", "Grant", "Lesson", "LocalFleet", "RetryBudget", "StoreFleet",
