@@ -183,12 +183,12 @@ class _Local(NamedTuple):
 class StoreFleet:
     """A fleet whose rules are :mod:`._core`'s, run by a store on its state: the part every store shares.
 
-    A store implements :meth:`_reserve` and :meth:`_learn`, each one transaction on one key's
-    state (``HostFleet``: the SQLite file; ``RedisFleet``: a Lua script; ``LocalFleet``: a lock
-    in memory). Everything else
-    is here: the turn's arguments and its :class:`Grant`, what a response teaches and whether
-    it is worth a transaction (:func:`release_need`), the counters (:meth:`stats`), the reset
-    after a fork (:meth:`_after_fork`, called in every child process), and failing open.
+    A store implements :meth:`_transact`, one transaction on one key's state (``LocalFleet``: a
+    lock in memory; ``HostFleet``: the SQLite file), or :meth:`_reserve` and :meth:`_learn`
+    (``RedisFleet``: Lua scripts). Everything else is here: the turn's arguments and its
+    :class:`Grant`, what a response teaches and whether it is worth a transaction
+    (:func:`release_need`), the counters (:meth:`stats`), the reset after a fork
+    (:meth:`_after_fork`, called in every child process), and failing open.
 
     Failing open (a shared store, ``_shared``): when the store fails, the attempt is paced at
     once by a local :class:`LocalFleet` (``Grant.fallback``; a configured rate shared among the
