@@ -474,15 +474,14 @@ class StoreFleet:
 
 
 class _Key:
-    """One key's state in a LocalFleet, guarded by ``lock``. ``open``: nothing paces the key (acquire
-    answers without the lock). ``ticks`` counts its lock-free acquires down from _SWEEP_EVERY (at 0
-    one looks at the clock); a sweep finding it moved stamps ``seen``, so a key used only lock-free
-    is not idle."""
+    """One key's state in a LocalFleet, guarded by the fleet's lock. ``open``: nothing paces the key
+    (acquire answers without the lock). ``ticks`` counts its lock-free acquires down from
+    _SWEEP_EVERY (at 0 one looks at the clock); a sweep finding it moved stamps ``seen``, so a key
+    used only lock-free is not idle."""
 
-    __slots__ = ("lock", "open", "seen", "state", "ticks")
+    __slots__ = ("open", "seen", "state", "ticks")
 
     def __init__(self, now: int) -> None:
-        self.lock = threading.Lock()
         self.state = _core.State()
         self.open = False
         self.ticks = _SWEEP_EVERY
@@ -606,11 +605,10 @@ class LocalFleet(StoreFleet):
     def reset(self) -> None:
         """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
         super().reset()
-        self._keys: Dict[str, _Key] = {}
-        # Never waited on: a thread that finds another sweeping goes on with its request.
-        self._sweep_lock = threading.Lock()
-        self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
-        self._warned_live = False
+        with self._lock:
+            self._keys: Dict[str, _Key] = {}
+            self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
+            self._warned_live = False
 
     def pace(self, key_id: str) -> Optional[float]:
         """The pace a key is held to now, in requests per second, or None while unknown."""
@@ -619,11 +617,11 @@ class LocalFleet(StoreFleet):
         key = self._keys.get(key_id)
         if key is None:
             return self._rate
-        with key.lock:
+        with self._lock:
             interval, _ = _core.pace(key.state, self._config, self._now())
         return _core.SECOND / interval if interval else None
 
-    # -- the store: one lock per key ----------------------------------------------------------
+    # -- the store: one lock ------------------------------------------------------------------
 
     def acquire(
         self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
@@ -641,23 +639,20 @@ class LocalFleet(StoreFleet):
         return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
 
     def _transact(self, kid: str, step: Callable[[_core.State, int], Any], *, acquiring: bool) -> Any:
-        """``step`` under the key's lock; only an acquire makes an entry (a release for a key forgotten
-        since, by a reset, a fork or a sweep, has nothing of ours to account)."""
-        while True:
+        """``step`` under the fleet's lock; only an acquire makes an entry (a release for a key
+        forgotten since, by a reset, a fork or a sweep, has nothing of ours to account)."""
+        with self._lock:
+            now = self._now()
             key = self._keys.get(kid)
             if key is None:
                 if not acquiring:
                     return False
-                key = self._entry(kid)
-            with key.lock:
-                if self._keys.get(kid) is not key:
-                    continue  # a sweep evicted it between the look-up and the lock
-                now = self._now()
-                result = step(key.state, now)
-                key.open = _core.is_open(key.state, self._config, now)
-            if acquiring and now >= self._sweep_at:
-                self._sweep(now)
-            return result
+                key = self._keys[kid] = _Key(now)
+            result = step(key.state, now)
+            key.open = _core.is_open(key.state, self._config, now)
+            if len(self._keys) > self._max_keys or (acquiring and now >= self._sweep_at):
+                self._sweep(now, kid)
+        return result
 
     def _why(self, kid: str, source: str) -> str:
         """What holds a refused turn, in words (the rule and, with a pace, its rate and origin)."""
@@ -682,15 +677,6 @@ class LocalFleet(StoreFleet):
 
     # -- bounded state ---------------------------------------------------------------------
 
-    def _entry(self, key_id: str) -> _Key:
-        """The key's entry, made if new (setdefault: two threads making one share it); past
-        max_keys, a sweep makes room."""
-        now = self._now()
-        key = self._keys.setdefault(key_id, _Key(now))  # seen now: no sweep takes it before its acquire
-        if len(self._keys) > self._max_keys:
-            self._sweep(now, spare=key_id)
-        return key
-
     def _tick(self, key: _Key) -> None:
         """Every _SWEEP_EVERY lock-free acquires of a key: a look at the clock, and a sweep when due."""
         key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
@@ -699,65 +685,47 @@ class LocalFleet(StoreFleet):
                 _fork.check()
             now = self._now()
             if now >= self._sweep_at:
-                self._sweep(now)
+                with self._lock:
+                    self._sweep(now)
         except Exception:  # pacing must never cost a request
             log.debug("fleet sweep failed", exc_info=True)
 
-    def _sweep(self, now: int, spare: Optional[str] = None) -> None:
+    def _sweep(self, now: int, spare: str = "") -> None:
         """Forget idle entries; past max_keys, the least recently used too, down to _ROOM of it
-        (``spare``, just made, aside): those holding nothing running first, one still running only
-        to bring the count back to max_keys. Another thread finding a sweep under way goes on."""
-        if not self._sweep_lock.acquire(blocking=False):
+        (``spare``, in use, aside): those holding nothing running first, one still running only to
+        bring the count back to max_keys. Under the fleet's lock."""
+        self._sweep_at = now + self._idle_us // 4
+        # Per rank, the last use before which an entry is idle (one still running never is).
+        idle_before = (now - self._idle_us, now - self._idle_us * PACE_KEPT, -math.inf)
+        kept: List[Tuple[int, int, str, _Key]] = []
+        for key_id, key in list(self._keys.items()):
+            if key.ticks != _SWEEP_EVERY:  # used lock-free since the last sweep
+                key.ticks, key.seen = _SWEEP_EVERY, now
+            rank, since = _rank(key.state, now), max(key.state.last_seen, key.seen)
+            if since > idle_before[rank] or key_id == spare:
+                kept.append((rank, since, key_id, key))
+            else:
+                del self._keys[key_id]
+        if len(self._keys) <= self._max_keys:
             return
-        try:
-            self._sweep_at = now + self._idle_us // 4
-            # Per rank, the last use before which an entry is idle (one still running never is).
-            idle_before = (now - self._idle_us, now - self._idle_us * PACE_KEPT, -math.inf)
-            kept: List[Tuple[int, int, str, _Key]] = []
-            # Over a copy made in one C call: another thread may add a key meanwhile.
-            for key_id, key in self._keys.copy().items():
-                if key.ticks != _SWEEP_EVERY:  # used lock-free since the last sweep
-                    key.ticks, key.seen = _SWEEP_EVERY, now
-                rank, since = _rank(key.state, now), max(key.state.last_seen, key.seen)
-                if since > idle_before[rank] or key_id == spare or not self._evict(key_id, key):
-                    kept.append((rank, since, key_id, key))
-            room = max(1, int(self._max_keys * _ROOM))
-            if len(self._keys) > self._max_keys:
-                for rank, _, key_id, key in sorted(kept, key=lambda entry: entry[:2]):
-                    left = len(self._keys)
-                    if left <= room or (rank == _RUNNING and left <= self._max_keys):
-                        break
-                    if key_id != spare and self._evict(key_id, key) and rank == _RUNNING:
-                        self._warn_live()
-        finally:
-            self._sweep_lock.release()
-
-    def _warn_live(self) -> None:
-        if not self._warned_live:
-            self._warned_live = True
-            log.warning(
-                "LocalFleet holds more than max_keys=%d keys with a cooldown, a reserved turn or an "
-                "attempt in flight; forgetting the least recently used of them (raise max_keys)",
-                self._max_keys,
-            )
-
-    def _evict(self, key_id: str, key: _Key) -> bool:
-        """Remove one entry unless a thread holds it or has used it lock-free since the sweep looked."""
-        if not key.lock.acquire(blocking=False):
-            return False
-        try:
-            if key.ticks != _SWEEP_EVERY or self._keys.get(key_id) is not key:
-                return False
+        room = max(1, int(self._max_keys * _ROOM))
+        for rank, _, key_id, key in sorted(kept, key=lambda entry: entry[:2]):
+            if len(self._keys) <= (self._max_keys if rank == _RUNNING else room):
+                break
+            if key_id == spare or key.ticks != _SWEEP_EVERY:  # in use: this call's, or lock-free
+                continue
+            if rank == _RUNNING and not self._warned_live:
+                self._warned_live = True
+                log.warning(
+                    "LocalFleet holds more than max_keys=%d keys with a cooldown, a reserved turn or an "
+                    "attempt in flight; forgetting the least recently used of them (raise max_keys)",
+                    self._max_keys,
+                )
             del self._keys[key_id]
-            return True
-        finally:
-            key.lock.release()
 
 
 def _rank(st: _core.State, now: int) -> int:
     """How much an entry holds (the order a sweep for room evicts in)."""
-    # max() over the values is one C call, atomic under the GIL: a release on another thread
-    # may empty the entry between a separate emptiness test and max() (ValueError).
     if (
         st.cooldown_until > now
         or st.theoretical_arrival > now  # a turn reserved ahead (a configured pace)
