@@ -511,15 +511,13 @@ class LocalFleet(StoreFleet):
     ``random.Random`` or a callable returning [0, 1)) are injectable. ``reset()`` forgets every
     key, as a forked child does (:class:`StoreFleet`); a pickled fleet keeps its configuration.
 
-    Bounded: an entry that holds nothing still running (a cooldown, a turn reserved ahead,
-    an attempt in flight, a quota reading before its Reset) is forgotten once unused for
-    ``idle`` seconds (default :data:`IDLE`, five minutes), or :data:`PACE_KEPT` times as
-    long when it holds a pace; at most ``max_keys`` entries (default :data:`MAX_KEYS`) are
-    kept, the least recently used idle ones going first. Entries still running go only when
-    they alone pass ``max_keys`` (one WARNING says so). Sweeps are amortized: one runs when a
-    new key passes ``max_keys`` (and frees a tenth of it), or, at most every ``idle / 4``
-    seconds, from an acquire that looks at the clock (every one that takes a lock, and every
-    1024th lock-free one of a key), so a request never pays for a scan of its own.
+    Bounded (docs/guide/pacing.md): an entry holding nothing still running (a cooldown, a turn
+    reserved ahead, an attempt in flight, a quota reading before its Reset) is forgotten once
+    unused for ``idle`` seconds (:data:`IDLE`), :data:`PACE_KEPT` times as long when it holds a
+    pace; past ``max_keys`` (:data:`MAX_KEYS`) the least recently used go first, those still
+    running only when they alone pass it (one WARNING). A sweep runs when a new key passes
+    ``max_keys`` (and frees a tenth of it) or, at most every ``idle / 4`` seconds, from an acquire
+    that looks at the clock (each locked one, and every 1024th lock-free one of a key).
     """
 
     _shared = False
