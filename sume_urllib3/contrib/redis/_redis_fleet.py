@@ -106,7 +106,8 @@ class RedisFleet(StoreFleet):
         rng: Union[Any, Callable[[], float], None] = None,
         server_clock: Optional[Callable[[], float]] = None,
     ) -> None:
-        self._source = _client_source(url_or_client)
+        # A pickled fleet's comes as it was.
+        self._source = url_or_client if isinstance(url_or_client, _Source) else _Source(url_or_client)
         self._settings = {
             "url_or_client": self._source, "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
             "initial_window": initial_window, "retry_budget": retry_budget, "ttl": ttl, "backoff": backoff,
@@ -279,9 +280,22 @@ class RedisFleet(StoreFleet):
 class _Source:
     """Where the Redis connection comes from: a URL (we own the pool) or the caller's client."""
 
-    def __init__(self, url: Optional[str], client: Any) -> None:
-        self.url = url
-        self.given = client
+    def __init__(self, url_or_client: Any) -> None:
+        self.url: Optional[str] = None
+        self.given: Any = None
+        if isinstance(url_or_client, str):
+            if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
+                raise ConfigurationError(
+                    "url_or_client must be a redis://, rediss:// or unix:// URL or a Redis client"
+                )
+            self.url = url_or_client
+        elif callable(getattr(url_or_client, "register_script", None)):
+            self.given = url_or_client
+        else:
+            raise ConfigurationError(
+                "url_or_client must be a Redis URL or a redis.Redis or redis.cluster.RedisCluster client, "
+                f"got {type(url_or_client).__name__}"
+            )
 
     def client(self, timeout: float) -> Any:
         if self.url is None:
@@ -306,7 +320,7 @@ class _Source:
 
     def __reduce__(self) -> Any:
         if self.url is not None:
-            return (_Source, (self.url, None))
+            return (_Source, (self.url,))
         nodes = getattr(self.given, "nodes_manager", None)
         if nodes is not None:  # a redis.cluster.RedisCluster: the nodes it knows, their settings,
             # and its retry policy (how long a cluster error takes to fail over to local pacing)
@@ -328,7 +342,7 @@ def _plain(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
 
 def _source_from_pool(connection_class: Any, kwargs: Dict[str, Any]) -> _Source:
     pool = redis.ConnectionPool(connection_class=connection_class, **kwargs)
-    return _Source(None, redis.Redis(connection_pool=pool))
+    return _Source(redis.Redis(connection_pool=pool))
 
 
 def _source_from_cluster(
@@ -340,24 +354,7 @@ def _source_from_cluster(
     if retry is not None:
         kwargs["retry"] = retry
     nodes = [ClusterNode(h, p) for h, p in startup]  # type: ignore[no-untyped-call,unused-ignore]
-    return _Source(None, RedisCluster(startup_nodes=nodes, **kwargs))
-
-
-def _client_source(url_or_client: Any) -> _Source:
-    if isinstance(url_or_client, _Source):  # a pickled fleet's
-        return url_or_client
-    if isinstance(url_or_client, str):
-        if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigurationError(
-                "url_or_client must be a redis://, rediss:// or unix:// URL or a Redis client"
-            )
-        return _Source(url_or_client, None)
-    if callable(getattr(url_or_client, "register_script", None)):
-        return _Source(None, url_or_client)
-    raise ConfigurationError(
-        "url_or_client must be a Redis URL or a redis.Redis or redis.cluster.RedisCluster client, "
-        f"got {type(url_or_client).__name__}"
-    )
+    return _Source(RedisCluster(startup_nodes=nodes, **kwargs))
 
 
 #: Every RedisFleet of this process: at exit, each tells Redis what it still holds.
