@@ -205,8 +205,6 @@ class StoreFleet:
     _scope: ClassVar[str] = ""
     #: The constructor's arguments a pickled copy is built with (each store sets its own).
     _settings: Dict[str, Any]
-    #: What an in-flight entry's name starts with (a shared store: this process's own text).
-    _entry_prefix = ""
 
     def __init__(
         self,
@@ -263,6 +261,8 @@ class StoreFleet:
         self._fallbacks = self._errors = 0
         self._local_fleet: Optional[LocalFleet] = None
         self._entries = itertools.count(1)
+        # This process, as a shared store's other clients see it (a forked child is another).
+        self._client_id = f"{os.getpid()}-{os.urandom(6).hex()}"
 
     # -- the store's part -------------------------------------------------------------------
 
@@ -273,7 +273,7 @@ class StoreFleet:
 
     def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
         """``_core.acquire`` on the key's state, in one transaction."""
-        entry = f"{self._entry_prefix}{next(self._entries)}"
+        entry = f"{self._client_id}.{next(self._entries)}" if self._shared else str(next(self._entries))
         turn: _core.Turn = self._transact(
             kid,
             lambda st, now: _core.acquire(

@@ -246,16 +246,12 @@ class HostFleet(StoreFleet):
         self._start_process()
 
     def _start_process(self) -> None:
-        """This process's connection (opened at first use), its lock, client id and open keys."""
+        """This process's connection (opened at first use), its lock and open keys."""
         self._db_lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
         self._db: Optional[sqlite3.Connection] = None
         self._opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
         self._identity: Optional[Tuple[int, int]] = None  # the file's device and inode when opened
         self._check_at = 0.0  # time.monotonic() from which the next use looks at the file again
-        import uuid
-
-        self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self._entry_prefix = f"{self._client_id}."
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
         self._sweep_at = 0
         # Keys this process last saw open: the file's data_version then, and when (the file clock).

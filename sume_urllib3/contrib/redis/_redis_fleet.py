@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import math
-import os
 import re
 import threading
 import time
@@ -132,11 +131,10 @@ class RedisFleet(StoreFleet):
         _instances.add(self)
 
     def _start_process(self) -> None:
-        """Connections, scripts, client id and lessons told late of this process."""
+        """Connections, scripts and lessons told late of this process."""
         self._client = self._source.client(self._timeout)
         self._acquire_script = self._client.register_script(_scripts.ACQUIRE_LUA)
         self._release_script = self._client.register_script(_scripts.RELEASE_LUA)
-        self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         # Lessons told late, per key, oldest first: the parent's stay with the parent (it tells
         # them); a child's calls carry only its own.
         self._late_lock = threading.Lock()
