@@ -294,6 +294,10 @@ class StoreFleet:
         )
         return started
 
+    def _is_open(self, key_id: str) -> bool:
+        """Nothing paces the key (``_core.is_open``), as the store knows without a transaction."""
+        return False
+
     def _why(self, kid: str, source: str) -> str:
         """What holds a refused turn, in words."""
         return source
@@ -322,6 +326,9 @@ class StoreFleet:
         self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
     ) -> Grant:
         """Reserve a turn for one attempt; never raises, never waits on the store past its timeout."""
+        lone = not not_before or (retry is not None and 0.0 < not_before <= time_left)
+        if lone and self._is_open(key_id):  # a retry's own wait is its turn
+            return Grant(wait=not_before) if not_before else GRANT_NOW
         try:
             if os.getpid() != _fork.pid:  # before any lock or outage: a parent's belong to the parent
                 _fork.check()
@@ -621,20 +628,15 @@ class LocalFleet(StoreFleet):
 
     # -- the store: one lock ------------------------------------------------------------------
 
-    def acquire(
-        self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
-    ) -> Grant:
-        """Reserve a turn for one attempt; see :class:`Fleet` and the class docstring."""
+    def _is_open(self, key_id: str) -> bool:
+        """The lock-free path: one look-up (and a tick counted) for a key nothing paces."""
         key = self._keys.get(key_id)
-        if key is not None and key.open:  # the lock-free path: nothing paces this key
-            key.ticks -= 1  # marks it used (racy, and fine: a lost decrement delays one clock look)
-            if key.ticks <= 0:
-                self._tick(key)
-            if not not_before:
-                return GRANT_NOW
-            if retry is not None and 0.0 < not_before <= time_left:
-                return Grant(wait=not_before)  # the caller's wait is the turn
-        return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
+        if key is None or not key.open:
+            return False
+        key.ticks -= 1  # marks it used (racy, and fine: a lost decrement delays one clock look)
+        if key.ticks <= 0:
+            self._tick(key)
+        return True
 
     def _transact(self, kid: str, step: Callable[[_core.State, int], Any], *, acquiring: bool) -> Any:
         """``step`` under the fleet's lock; only an acquire makes an entry (a release for a key

@@ -31,7 +31,7 @@ from .. import _sleeping
 from .._config import check_int
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import GRANT_NOW, Grant, RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
+from ._fleet import RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -268,16 +268,6 @@ class HostFleet(StoreFleet):
 
     # -- the store: a transaction on the file ---------------------------------------------------
 
-    def acquire(
-        self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
-    ) -> Grant:
-        """Reserve a turn for one attempt; never raises, never waits on the file past ``timeout``
-        (a process's first, which sets the file up, past :data:`QUEUE_TIMEOUT` if longer)."""
-        lone = not not_before or (retry is not None and 0.0 < not_before <= time_left)
-        if lone and key_id in self._open and self._still_open(key_id):
-            return Grant(wait=not_before) if not_before else GRANT_NOW  # nothing paces an open key
-        return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
-
     # -- configuration ----------------------------------------------------------------------
 
     @property
@@ -428,9 +418,11 @@ class HostFleet(StoreFleet):
             with contextlib.suppress(sqlite3.Error):
                 self._open[kid] = (db.execute("PRAGMA data_version").fetchone()[0], now)
 
-    def _still_open(self, kid: str) -> bool:
+    def _is_open(self, kid: str) -> bool:
         """Whether a key seen open still is: no process wrote to the file since (and the sighting
         is younger than ttl / 4, so a key used only this way still has its row refreshed)."""
+        if kid not in self._open:
+            return False
         try:
             with self._locked() as db:
                 seen = self._open.get(kid)  # again under the lock: another thread may have closed it
