@@ -173,17 +173,17 @@ class HostFleet(StoreFleet):
     gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s, run
     on state kept in an SQLite file in WAL mode (the first process to use it creates it). An
     acquire is one short transaction; a release a second one only when the answer teaches
-    something (:func:`~sume_urllib3.pacing.store.release_need`).
+    something (:func:`~sume_urllib3.pacing.store.release_need`). A key with nothing to pace costs
+    one look at the file's change counter (``PRAGMA data_version``) until a process writes to it.
 
     ``path`` (None: :func:`default_path` of ``app``) is per user and per app by default: a
     directory of the user's own (mode 0700), the file mode 0600, and the app's name from the
     working directory and Python environment (``app`` to choose it). Keys are
     :func:`fleet_key`'s hashes, never an API key.
 
-    Fork-safe: a child process opens its own connection (gunicorn ``--preload``, Celery
-    prefork), whether or not its fork ran Python's at-fork hooks (uWSGI forks from C: each
-    transaction first looks at the pid). A process that dies with attempts in
-    flight holds nobody past rule 6: an in-flight entry lasts only as long as its attempt may.
+    Fork-safe (:class:`StoreFleet`): a child opens its own connection. A process that dies with
+    attempts in flight holds nobody past rule 6: an in-flight entry lasts only as long as its
+    attempt may.
 
     Fails open as every shared :class:`StoreFleet` does when the file is locked past ``timeout``
     seconds, full, unwritable (no writable temp dir either) or corrupt. A file deleted or replaced
@@ -197,9 +197,7 @@ class HostFleet(StoreFleet):
 
     ``rate``, ``burst``, ``initial_window``, ``clock`` (one clock for the whole host), ``wall`` and
     ``rng`` as for :class:`LocalFleet`; ``retry_budget`` (a :class:`RetryBudget`'s ratio, window
-    and floor) applies a budget per key host-wide. A key with nothing to pace costs one look at
-    the file's change counter per acquire (``PRAGMA data_version``), no transaction, until any
-    process writes to the file. Pickling keeps the configuration only.
+    and floor) applies a budget per key host-wide. Pickling keeps the configuration only.
     """
 
     _scope = "host-wide"

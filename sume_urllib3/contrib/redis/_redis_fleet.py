@@ -57,14 +57,10 @@ class RedisFleet(StoreFleet):
     atomic Lua scripts (``EVALSHA``, reloaded after ``SCRIPT FLUSH``); a conformance table in
     the tests runs both on the same scenarios. ``acquire.lua`` reserves a turn (and spends
     the fleet-wide retry budget for ``retry="error"``); ``release.lua`` records what a
-    response taught and frees an in-flight entry. One round trip per attempt for plain
-    successes under a configured pace or one learned from 429s; a second (release) at once
-    when the answer teaches what other processes must know now: a 429, a Retry-After,
-    rate-limit headers, or an in-flight entry to free (slow start, a quota reading). What a
-    plain success under a learned pace teaches (one more admitted, the pace's creep, a response
-    time) rides on this process's next call for the key, at its own time; a background thread
-    tells Redis what no call carried within 0.1 s, and what is left at exit. Redis ``TIME`` is
-    the clock.
+    response taught and frees an in-flight entry, in a call of its own when other processes
+    must know at once (:func:`~sume_urllib3.pacing.store.release_need`). What only counts rides
+    on this process's next call for the key, at its own time; a background thread tells Redis
+    what no call carried within 0.1 s, and what is left at exit. Redis ``TIME`` is the clock.
 
     Keys are ``{prefix:v2:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
     ``kid`` is :func:`fleet_key`'s hash, never the key; ``v2`` the state's layout, so during a
