@@ -341,27 +341,22 @@ class HostFleet(StoreFleet):
         every other.
         """
         import sqlite3
-        db = self._db
-        if db is not None and time.monotonic() >= self._check_at:
+        if self._db is not None and time.monotonic() >= self._check_at:
             self._check_at = time.monotonic() + _CHECK_EVERY
             if _identity(self._path) != self._identity:
-                self._reopen(db)
-                db = None
-        if db is None:
-            opening = self._opening
-            if opening is None:
-                opening, self._identity = _connect(self._path, self._given_path)
-                self._opening = opening
+                self._reopen(self._db)
+        if self._db is None:
+            if self._opening is None:
+                self._opening, self._identity = _connect(self._path, self._given_path)
             try:
-                _set_up(opening, self._max_size)
+                _set_up(self._opening, self._max_size)
             except BaseException as exc:
                 if not (isinstance(exc, sqlite3.OperationalError) and _busy(exc)):
+                    self._opening.close()  # this process's own, just opened: safe to close
                     self._opening = None
-                    opening.close()  # this process's own, just opened: safe to close
                 raise
-            db = self._db = opening
-            self._opening = None
-        return db
+            self._db, self._opening = self._opening, None
+        return self._db
 
     def _reopen(self, old: sqlite3.Connection) -> None:
         """The file was deleted or replaced: say so, count it, and let the next use open the path."""
