@@ -126,7 +126,7 @@ def default_path(app: Optional[str] = None) -> str:
     0700 and refuses one that another user owns or others may write to. With no writable temp
     dir (a read-only root), ``/tmp``: the fleet fails open there, as for any unwritable file.
     """
-    name = default_app() if app is None else _check_app(app)
+    name = default_app() if app is None else check_name(app, "app", APP, "_.-")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
         directory = os.path.join(runtime, "sume_urllib3")
@@ -139,10 +139,6 @@ def default_path(app: Optional[str] = None) -> str:
             temp = os.path.join(os.sep, "tmp")
         directory = os.path.join(temp, f"sume_urllib3-{_user()}")
     return os.path.join(directory, f"{name}.fleet")
-
-
-def _check_app(app: Any) -> str:
-    return check_name(app, "app", APP, "_.-")
 
 
 def _private_directory(directory: str) -> None:
