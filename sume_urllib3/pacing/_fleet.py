@@ -35,7 +35,7 @@ from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
 from ._core import Lesson
-from ._signals import ANONYMOUS, RATELIMIT_FIELDS, fleet_key, parse_ratelimit
+from ._signals import ANONYMOUS, fleet_key, parse_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
@@ -143,8 +143,7 @@ def read_response(
         seconds = parse_retry_after(headers.get("Retry-After"), wall, date=headers.get("Date"))
         if seconds is not None and seconds > 0:
             retry_after = round(min(seconds, MAX_COOLDOWN) * _core.SECOND)
-    # Most responses carry no rate-limit field: their names are looked at, nothing is parsed.
-    reading = None if RATELIMIT_FIELDS.isdisjoint(map(str.lower, headers)) else parse_ratelimit(headers, wall)
+    reading = parse_ratelimit(headers, wall)
     if reading is None:
         return Lesson(retry_after, -1, -1, -1, -1)
     limit, remaining, reset, window = reading

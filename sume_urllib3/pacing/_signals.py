@@ -48,20 +48,9 @@ def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Opti
     from ``wall`` (see :func:`server_time`), so a client whose clock is off waits what was asked.
     """
     try:
-        found = _collect(headers)
-        if not found:
-            return None
-        return _read(found, lambda: server_time(header_value(headers, "date"), wall))
+        return _read(_collect(headers), lambda: server_time(header_value(headers, "date"), wall))
     except Exception:  # a malformed header must never break a request
         return None
-
-
-#: Lower-cased names of every header parse_ratelimit reads: a response without any is not parsed.
-RATELIMIT_FIELDS = frozenset(
-    f"{prefix}{suffix}"
-    for prefix in _PREFIXES
-    for suffix in ("", "-limit", "-remaining", "-reset", "-policy")
-)
 
 
 def _collect(headers: Any) -> Dict[str, str]:
