@@ -5,10 +5,10 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import os
 import re
 import threading
 import time
-import uuid
 import weakref
 from dataclasses import astuple
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
@@ -146,7 +146,7 @@ class RedisFleet(StoreFleet):
     # -- the store: the scripts -----------------------------------------------------------------
 
     def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _pacing.Turn:
-        entry = uuid.uuid4().hex[:16]
+        entry = os.urandom(8).hex()
         budget = self._retry_budget
         args = [
             *self._common_args(), retry, not_before, time_left, rand, entry,
