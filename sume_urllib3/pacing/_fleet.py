@@ -72,9 +72,7 @@ _MAX_RATE = 1e6
 _MAX_BURST = 1_000_000
 _STATS = ("held", "refused", "again", "cooldowns", "throttled", "waited_pace", "waited_cooldown",
           "waited_slow_start")
-# How much an entry holds, in the order a sweep for room evicts: nothing but a slow-start
-# window; a pace (stated or learned); something still running (a cooldown, a turn reserved
-# ahead, a quota reading before its Reset, an attempt in flight).
+# How much an entry holds (_rank), in the order a sweep for room evicts.
 _PLAIN, _PACE, _RUNNING = 0, 1, 2
 # What telling a store about one response needs (``release_need``).
 #: Nothing: the response changes nothing the store keeps.
