@@ -157,11 +157,10 @@ def read_response(
 def release_need(turn: Optional[_core.Turn], status: int, lesson: Lesson) -> int:
     """What telling a store about one response needs (StoreFleet.release asks, for every store).
 
-    RELEASE_NOW for what other clients must know at once: a 429, a Retry-After, rate-limit
-    headers, or an in-flight entry to free. RELEASE_LATER for a response under a pace learned from
-    429s that only counts (one more admitted, the pace's creep, a response time): ``release`` may
-    take it with its own time a little later, in order with this process's later lessons, as a
-    slower answer would have come. RELEASE_NEVER when it changes nothing: a configured pace, or a
+    RELEASE_NOW for a 429, a Retry-After, rate-limit headers or an in-flight entry to free.
+    RELEASE_LATER for what only counts, under a pace learned from 429s (one more admitted, the
+    pace's creep, a response time): told with its own time, in order with this process's later
+    lessons, as a slower answer would have come. RELEASE_NEVER under a configured pace, or for a
     key past slow start (a turn of a store's lock-free path is None).
     """
     quota = lesson.retry_after > 0 or lesson.remaining >= 0 or (lesson.limit >= 1 and lesson.window > 0)
