@@ -4,6 +4,7 @@ checks alike (the rate, the burst)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -25,7 +26,6 @@ from typing import (
     Optional,
     Protocol,
     Tuple,
-    Type,
     Union,
 )
 
@@ -314,7 +314,7 @@ class StoreFleet:
         budget = settings.get("retry_budget")
         if self._shared and budget is not None:
             settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
-        return (_rebuild, (type(self), settings))
+        return (functools.partial(type(self), **settings), ())
 
     # -- the Fleet protocol -------------------------------------------------------------------
 
@@ -747,10 +747,6 @@ def reset_fleets() -> None:
     """
     for fleet in list(_FLEETS):
         fleet.reset()
-
-
-def _rebuild(cls: Type[StoreFleet], settings: Dict[str, Any]) -> StoreFleet:
-    return cls(**settings)
 
 
 class RetryBudget:
