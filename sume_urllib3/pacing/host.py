@@ -72,10 +72,6 @@ _LAYOUT = hashlib.sha256(",".join(_NAMES).encode()).hexdigest()[:8]
 _TYPES = tuple((float, int) if isinstance(v, float) else (type(v),) for v in _DEFAULTS.values())
 
 
-class _Busy(Exception):
-    """Another thread of this process held the fleet's lock past the timeout."""
-
-
 def encode_state(st: _pacing.State) -> str:
     """One key's state as the file stores it: its fields' values in declaration order, as JSON."""
     return json.dumps([getattr(st, name) for name in _NAMES], separators=(",", ":"))
@@ -321,7 +317,7 @@ class HostFleet(StoreFleet):
         """
         limit = max(self._timeout, QUEUE_TIMEOUT)
         if not self._db_lock.acquire(timeout=limit):
-            raise _Busy(f"another thread held the host fleet past {limit:g}s")
+            raise TimeoutError(f"another thread held the host fleet past {limit:g}s")
         try:
             yield self._connection()
         finally:
