@@ -1,7 +1,8 @@
 """A herd held at a known state, for the pace readers' tests (``status``, ``sume_status``, the admin page).
 
-Through one shared fleet: HOLD_KEY's herd of four threads (the first window) sends to a loopback
-FakeSume that holds each request HOLD seconds (four attempts in flight); BUSY_KEY's one request
+Through one shared fleet: HOLD_KEY's first request takes WARM seconds (a response time the fleet
+learns: an attempt in flight counts for 8 of them, rule 6, past the readings); then its herd of
+four threads sends to a loopback FakeSume that holds each request HOLD seconds (four in flight); BUSY_KEY's one request
 meets a 429 with ``Retry-After: 30`` and the server's stated pace (``RateLimit-Policy: 10;w=1``,
 9.9/s paced) and gives up (a two-second deadline): a cooldown of 30 s from then, and the stated
 pace halved by the 429 (4.95/s learned).
@@ -19,7 +20,7 @@ from sume_urllib3.testing import FakeSume, Reply
 
 HOLD_KEY = "sk_test_herd_SECRET_0123456789abcdef"
 BUSY_KEY = "sk_test_busy_SECRET_0123456789abcdef"
-HERD, HOLD, RETRY_AFTER = 4, 3.0, 30
+HERD, HOLD, WARM, RETRY_AFTER = 4, 3.0, 1.5, 30
 
 
 class HeldHerd:
@@ -28,7 +29,7 @@ class HeldHerd:
     def __init__(self, fleet: Any, hold: float = HOLD) -> None:
         self.fleet, self.hold = fleet, hold
         self.fake = FakeSume()
-        self.fake.script("POST", "/v1/held", Reply(201, json={"ok": True}, delay=hold))
+        self.fake.script("POST", "/v1/held", Reply(201, json={"ok": True}, delay=WARM), Reply(201, delay=hold))
         busy = Reply.error(429, retry_after=RETRY_AFTER, headers={"RateLimit-Policy": "10;w=1"})
         self.fake.script("POST", "/v1/busy", busy)
         self.threads: List[threading.Thread] = []
@@ -55,11 +56,12 @@ class HeldHerd:
 
     def __enter__(self) -> HeldHerd:
         self.fake.start()
+        self._send()
         self.threads = [threading.Thread(target=self._send) for _ in range(HERD)]
         for thread in self.threads:
             thread.start()
         deadline = time.monotonic() + 10
-        while len(self.fake.requests_for("POST", "/v1/held")) < HERD:
+        while len(self.fake.requests_for("POST", "/v1/held")) < HERD + 1:
             assert time.monotonic() < deadline, "the herd never reached the server"
             time.sleep(0.01)
         with self.session(BUSY_KEY, deadline=2.0) as session:

@@ -3,7 +3,7 @@ table ``manage.py sume_status`` prints, read from the fleet of ``settings.SUME``
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from django.contrib import admin
 from django.template.response import TemplateResponse
@@ -31,6 +31,13 @@ class PaceAdmin(admin.ModelAdmin):  # type: ignore[misc,unused-ignore]
 
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False
+
+    def get_urls(self) -> List[Any]:
+        """The page alone: no add, change, delete or history pages (there is no row to show)."""
+        from django.urls import path
+
+        name = f"{self.opts.app_label}_{self.opts.model_name}_changelist"
+        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
 
     def changelist_view(self, request: Any, extra_context: Optional[Dict[str, Any]] = None) -> Any:
         """The table, read now (no query: the model has no table)."""

@@ -2,8 +2,8 @@
 
 ``python -m tests.contrib.django.admin_site PORT BASE_URL FLEET_JSON``: a SQLite database in a
 temporary directory, the tables migrated, a staff user ``staff`` and a non-staff ``visitor``
-(password ``pw-for-tests``), ``SUME`` with ``BASE_URL``, the tests' ``API_KEY`` and ``FLEET`` as
-given; served (static files too) on 127.0.0.1:PORT until killed. Prints ``ready`` once it serves.
+(password ``pw-for-tests``), ``SUME`` with ``BASE_URL``, the held herd's key (``tests/pace_herd.py``) and
+``FLEET`` as given; served (static files too) on 127.0.0.1:PORT until killed. Prints ``ready`` once it serves.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main(port: int, base_url: str, fleet: Any) -> None:
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
     from socketserver import ThreadingMixIn
 
-    from .settings import API_KEY
+    from ...pace_herd import HOLD_KEY
 
     settings.configure(
         DEBUG=False, SECRET_KEY="tests-only-not-secret", ALLOWED_HOSTS=["127.0.0.1"], USE_TZ=True,
@@ -48,7 +48,7 @@ def main(port: int, base_url: str, fleet: Any) -> None:
                     "OPTIONS": {"context_processors": ["django.template.context_processors.request",
                                                        "django.contrib.auth.context_processors.auth",
                                                        "django.contrib.messages.context_processors.messages"]}}],
-        SUME={"API_KEY": API_KEY, "BASE_URL": base_url, "FLEET": fleet},
+        SUME={"API_KEY": HOLD_KEY, "BASE_URL": base_url, "FLEET": fleet},
     )
     django.setup()
     urlpatterns.append(path("admin/", admin.site.urls))

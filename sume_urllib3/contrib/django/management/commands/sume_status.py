@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from .... import _cli
-from ....pacing import LocalFleet
+from ..... import _cli
+from .....pacing import LocalFleet
 from ...sessions import get_session
 
 
