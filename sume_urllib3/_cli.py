@@ -54,7 +54,9 @@ def run(
             return _demo.run(out, scale=args.scale)
         if args.command == "status":
             fleet = _status_fleet(args)
-            return show_status(fleet, out, err, as_json=args.json, watch=args.watch, base_url=None, api_key=None)
+            return show_status(
+                fleet, out, err, as_json=args.json, watch=args.watch, base_url=None, api_key=None
+            )
         decision = explain_decision(args, policy)
     except UsageError as exc:
         err.write(f"{exc}\n")
@@ -227,14 +229,15 @@ def _parser() -> _Parser:
     demo.add_argument(
         "--scale", metavar="F", type=_scale, default=0.1, help="multiply every wait by F, 0..1 (default 0.1)"
     )
-    status = commands.add_parser("status", help="show the pace a host file or a Redis fleet holds per API key")
+    status = commands.add_parser("status", help="show the pace a host file or Redis fleet holds per API key")
     status.add_argument("--file", metavar="PATH", help="a HostFleet's file (default: its default path)")
     status.add_argument("--redis", metavar="URL", help="a RedisFleet's Redis, e.g. redis://localhost:6379/0")
     status.add_argument("--prefix", default="sume", help="the RedisFleet's key prefix (default sume)")
     status.add_argument("--rate", help="the rate the fleet is configured with, e.g. 10/s (default: none)")
     status.add_argument("--json", action="store_true", help="one line of JSON per reading")
     status.add_argument(
-        "--watch", metavar="S", type=_interval, nargs="?", const=2.0, help="read again every S seconds (default 2)"
+        "--watch", metavar="S", type=_interval, nargs="?", const=2.0,
+        help="read again every S seconds (default 2) until interrupted",
     )
     return parser
 

@@ -2,7 +2,8 @@
 
 Through one shared fleet: HOLD_KEY's first request takes WARM seconds (a response time the fleet
 learns: an attempt in flight counts for 8 of them, rule 6, past the readings); then its herd of
-four threads sends to a loopback FakeSume that holds each request HOLD seconds (four in flight); BUSY_KEY's one request
+four threads sends to a loopback FakeSume that holds each request HOLD seconds (four in flight);
+BUSY_KEY's one request
 meets a 429 with ``Retry-After: 30`` and the server's stated pace (``RateLimit-Policy: 10;w=1``,
 9.9/s paced) and gives up (a two-second deadline): a cooldown of 30 s from then, and the stated
 pace halved by the 429 (4.95/s learned).
@@ -10,6 +11,7 @@ pace halved by the 429 (4.95/s learned).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any, List, Optional
@@ -29,7 +31,7 @@ class HeldHerd:
     def __init__(self, fleet: Any, hold: float = HOLD) -> None:
         self.fleet, self.hold = fleet, hold
         self.fake = FakeSume()
-        self.fake.script("POST", "/v1/held", Reply(201, json={"ok": True}, delay=WARM), Reply(201, delay=hold))
+        self.fake.script("POST", "/v1/held", Reply(201, delay=WARM), Reply(201, delay=hold))
         busy = Reply.error(429, retry_after=RETRY_AFTER, headers={"RateLimit-Policy": "10;w=1"})
         self.fake.script("POST", "/v1/busy", busy)
         self.threads: List[threading.Thread] = []
@@ -64,11 +66,9 @@ class HeldHerd:
         while len(self.fake.requests_for("POST", "/v1/held")) < HERD + 1:
             assert time.monotonic() < deadline, "the herd never reached the server"
             time.sleep(0.01)
-        with self.session(BUSY_KEY, deadline=2.0) as session:
-            try:
-                session.post("/busy", json={})
-            except SumeRetryError:
-                pass
+        # It gives up at once: 30 s is past its deadline.
+        with self.session(BUSY_KEY, deadline=2.0) as session, contextlib.suppress(SumeRetryError):
+            session.post("/busy", json={})
         self.refused_at = time.monotonic()
         return self
 

@@ -58,8 +58,10 @@ def check_held(herd: HeldHerd, rows: List[KeyStatus], budget: bool) -> None:
     assert (held.cooldown, held.pace, held.last_refusal, held.throttle_rounds) == (0.0, None, None, 0)
     assert RETRY_AFTER - since - 0.5 <= busy.cooldown <= RETRY_AFTER
     assert busy.last_refusal == "429/503"
-    assert busy.last_refusal_ago is not None and 0 <= busy.last_refusal_ago <= since + 0.5
-    assert (busy.pace_source, round(busy.pace or 0, 2), busy.in_flight, busy.throttle_rounds) == ("learned", 4.95, 0, 1)
+    assert busy.last_refusal_ago is not None
+    assert 0 <= busy.last_refusal_ago <= since + 0.5
+    assert (busy.pace_source, round(busy.pace or 0, 2)) == ("learned", 4.95)
+    assert (busy.in_flight, busy.throttle_rounds) == (0, 1)
     assert (held.origin, busy.origin) == (herd.fake.url, None)  # the reader was told of HOLD_KEY only
     if budget:  # the floor: 1/s over 10 s; no error retry spent
         assert (busy.retries_left, busy.retries_room) == (10.0, 10.0)
@@ -103,7 +105,7 @@ def test_reading_never_holds_a_writer(tmp_path: Path) -> None:
             readings.append(len(read_status(HostFleet(path))))
 
     def pace(n: int) -> None:
-        for i in range(150):
+        for _ in range(150):
             grant = fleet.acquire(f"k{n % 4:016x}", time_left=60.0)
             fleet.release(f"k{n % 4:016x}", grant, 200, {})
 
@@ -118,7 +120,8 @@ def test_reading_never_holds_a_writer(tmp_path: Path) -> None:
     stop.set()
     reader.join()
     assert (fleet.fallbacks, fleet.errors) == (0, 0)
-    assert len(readings) > 5 and set(readings) <= {1, 2, 3, 4}
+    assert len(readings) > 5
+    assert set(readings) <= {1, 2, 3, 4}
 
 
 @pytest.mark.slow
@@ -136,10 +139,12 @@ def test_the_command_line_prints_the_table_and_json(tmp_path: Path, monkeypatch:
         assert 0 == run(["status", "--file", path], Policy(), out, err)
     table = out.getvalue()
     header, *lines = table.splitlines()[1:]
-    assert header.split() == ["origin", "key", "cooldown", "pace", "in", "flight", "retry", "budget", "last", "429/503"]
+    assert header.split() == ["origin", "key", "cooldown", "pace", "in", "flight", "retry", "budget", "last",
+                              "429/503"]
     held = next(line for line in lines if herd.key_id(HOLD_KEY) in line)
     assert held.split()[:6] == [herd.fake.url, herd.key_id(HOLD_KEY), "-", "-", str(HERD), "-"]
-    assert HOLD_KEY not in table and BUSY_KEY not in table
+    assert HOLD_KEY not in table
+    assert BUSY_KEY not in table
 
 
 @pytest.mark.slow
@@ -160,7 +165,8 @@ def test_a_missing_file_is_an_error_and_stays_missing(tmp_path: Path) -> None:
     path = tmp_path / "none" / "app.fleet"
     out, err = _streams()
     assert 1 == run(["status", "--file", str(path)], Policy(), out, err)
-    assert "no host fleet file at" in err.getvalue() and not path.parent.exists()
+    assert "no host fleet file at" in err.getvalue()
+    assert not path.parent.exists()
 
 
 @pytest.mark.parametrize(
@@ -174,7 +180,8 @@ def test_a_missing_file_is_an_error_and_stays_missing(tmp_path: Path) -> None:
 def test_bad_status_arguments_exit_2(argv: List[str], message: str) -> None:
     out, err = _streams()
     assert 2 == run(["status", *argv], Policy(), out, err)
-    assert message in err.getvalue() and not out.getvalue()
+    assert message in err.getvalue()
+    assert not out.getvalue()
 
 
 def test_a_local_fleet_in_this_process_is_read_too() -> None:
@@ -184,7 +191,8 @@ def test_a_local_fleet_in_this_process_is_read_too() -> None:
         fake.script("GET", "/v1/me", 429)
         policy = Policy(max_retries=0)
         base_url = fake.url + "/v1"
-        with SumeSession(HOLD_KEY, base_url=base_url, fleet=fleet, policy=policy, raise_on_give_up=False) as session:
+        session = SumeSession(HOLD_KEY, base_url=base_url, fleet=fleet, policy=policy, raise_on_give_up=False)
+        with session:
             assert session.get("/me").status_code == 429
         (row,) = read_status(fleet, base_url=fake.url + "/v1", api_key=HOLD_KEY)
     assert (row.origin, row.throttle_rounds, row.in_flight) == (fake.url, 1, 0)
@@ -192,10 +200,10 @@ def test_a_local_fleet_in_this_process_is_read_too() -> None:
 
 
 def test_the_table_renders_each_column() -> None:
-    row = KeyStatus("https://api.sume.com", "k0123456789abcdef", 27.04, 2.5, "learned", 3, 4.6, 10.0, "429", 1.25, 2)
+    row = KeyStatus("https://sume.io", "k0123456789abcdef", 27.04, 2.5, "learned", 3, 4.6, 10, "429", 1.25, 1)
     assert render_table([row]) == (
-        "origin                key                cooldown  pace           in flight  retry budget  last 429/503\n"
-        "https://api.sume.com  k0123456789abcdef  27.0s     2.5/s learned  3          4 of 10       429 1.2s ago\n"
+        "origin           key                cooldown  pace           in flight  retry budget  last 429/503\n"
+        "https://sume.io  k0123456789abcdef  27.0s     2.5/s learned  3          4 of 10       429 1.2s ago\n"
     )
     assert render_table([]) == "no keys\n"
 

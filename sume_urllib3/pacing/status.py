@@ -46,7 +46,9 @@ class KeyStatus(NamedTuple):
     throttle_rounds: int
 
 
-def read_status(fleet: Any, *, base_url: Optional[str] = None, api_key: Optional[str] = None) -> List[KeyStatus]:
+def read_status(
+    fleet: Any, *, base_url: Optional[str] = None, api_key: Optional[str] = None
+) -> List[KeyStatus]:
     """Every key ``fleet`` (a ``HostFleet``, ``RedisFleet`` or ``LocalFleet``) holds, sorted by key.
 
     ``base_url`` and ``api_key`` name the origin of the rows that are theirs (a session's). Raises
@@ -83,11 +85,13 @@ def _row(kid: str, st: _core.State, cfg: _core.Config, now: int, origin: Optiona
     left = room = None
     if cfg.retries is not None:
         _core.retry_wait(st, cfg.retries, now, _core.FIRST)  # decays this copy's counts to now
-        room = max(cfg.retries.ratio * st.recent_firsts, cfg.retries.floor * cfg.retries.window / _core.SECOND)
+        allowance = cfg.retries
+        room = max(allowance.ratio * st.recent_firsts, allowance.floor * allowance.window / _core.SECOND)
         left = max(0.0, room - st.recent_retries)
     # The state keeps when a cooldown began and when a 429 last measured the pace, not every status.
     began = st.cooldown_until - st.cooldown_length if st.cooldown_length else 0
-    refusal, at = ("429", st.measured_at) if st.measured_at and st.measured_at >= began else ("429/503", began)
+    measured = st.measured_at and st.measured_at >= began
+    refusal, at = ("429", st.measured_at) if measured else ("429/503", began)
     return KeyStatus(
         origin, kid, max(0, st.cooldown_until - now) / _core.SECOND,
         _core.SECOND / interval if interval else None, source,
@@ -171,7 +175,9 @@ def render_table(rows: Iterable[KeyStatus]) -> str:
 def _cells(row: KeyStatus) -> Tuple[str, ...]:
     """A row's cells as the table and the admin page show them."""
     pace = f"{describe_rate(row.pace)} {row.pace_source}" if row.pace else "-"
-    budget = "-" if row.retries_room is None else f"{math.floor(row.retries_left or 0)} of {row.retries_room:.0f}"
+    budget = "-"
+    if row.retries_room is not None:
+        budget = f"{math.floor(row.retries_left or 0)} of {row.retries_room:.0f}"
     last = "-" if row.last_refusal_ago is None else f"{row.last_refusal} {row.last_refusal_ago:.1f}s ago"
     cooldown = f"{row.cooldown:.1f}s" if row.cooldown else "-"
     return (row.origin or "?", row.key, cooldown, pace, str(row.in_flight), budget, last)

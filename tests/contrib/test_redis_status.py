@@ -59,7 +59,7 @@ def _commands(server: RedisServer, during: Any) -> List[str]:
 
 
 @pytest.mark.slow
-def test_the_status_of_a_redis_fleet_is_the_herds_and_reading_changes_nothing(redis_server: RedisServer) -> None:
+def test_a_redis_fleets_status_is_the_herds_and_reading_changes_nothing(redis_server: RedisServer) -> None:
     client = redis.Redis.from_url(redis_server.url)
     with HeldHerd(RedisFleet(redis_server.url, prefix="herd", retry_budget=BUDGET, timeout=2.0)) as herd:
         before = _dump(client)
@@ -88,11 +88,13 @@ def test_an_unreachable_redis_is_an_error(redis_server: RedisServer) -> None:
     url = f"redis://127.0.0.1:{redis_server.port + 1}/0"  # nobody listens there (the fixture's neighbour)
     out, err = io.StringIO(), io.StringIO()
     assert 1 == run(["status", "--redis", url], Policy(), out, err)
-    assert "cannot read RedisFleet(" in err.getvalue() and "ConnectionError" in err.getvalue()
+    assert "cannot read RedisFleet(" in err.getvalue()
+    assert "ConnectionError" in err.getvalue()
 
 
 def test_the_command_line_without_redis_py_says_what_to_install() -> None:
     code = "import sys; sys.modules['redis'] = None; from sume_urllib3._cli import main; " \
            "raise SystemExit(main(['status', '--redis', 'redis://localhost']))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "pip install 'sume-urllib3[redis]'" in done.stderr
+    assert done.returncode == 2
+    assert "pip install 'sume-urllib3[redis]'" in done.stderr

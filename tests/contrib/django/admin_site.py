@@ -21,14 +21,15 @@ urlpatterns: List[Any] = []
 
 
 def main(port: int, base_url: str, fleet: Any) -> None:
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
     import django
     from django.conf import settings
     from django.contrib import admin
     from django.contrib.staticfiles.handlers import StaticFilesHandler
     from django.core.management import call_command
     from django.core.wsgi import get_wsgi_application
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
-    from socketserver import ThreadingMixIn
 
     from ...pace_herd import HOLD_KEY
 

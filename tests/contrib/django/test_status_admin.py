@@ -10,11 +10,9 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
@@ -28,11 +26,10 @@ import requests
 from django.core.management import CommandError, call_command
 
 from sume_urllib3.pacing import HostFleet
-from sume_urllib3.pacing.status import _cells, read_status
+from sume_urllib3.pacing.status import _COLUMNS, _cells, read_status
 
 from ...pace_herd import HERD, HOLD_KEY, HeldHerd
 from ...redis_server import RedisServer, free_port
-from ...test_status import check_held
 from .admin_site import PASSWORD
 from .settings import API_KEY
 
@@ -52,11 +49,12 @@ def test_sume_status_reads_the_fleet_the_settings_give(dj_settings: Any, tmp_pat
         }
         table = io.StringIO()
         call_command("sume_status", stdout=table)
-    assert herd.fake.url in table.getvalue() and HOLD_KEY not in table.getvalue()
+    assert herd.fake.url in table.getvalue()
+    assert HOLD_KEY not in table.getvalue()
 
 
 @pytest.mark.parametrize(("fleet", "says"), [(None, "FLEET is None"), ({"RATE": "10/s"}, "LocalFleet")])
-def test_sume_status_refuses_a_fleet_no_other_process_can_read(dj_settings: Any, fleet: Any, says: str) -> None:
+def test_sume_status_refuses_a_fleet_no_other_process_reads(dj_settings: Any, fleet: Any, says: str) -> None:
     dj_settings.SUME = {"API_KEY": API_KEY, "FLEET": fleet}
     with pytest.raises(CommandError, match=says):
         call_command("sume_status", stdout=io.StringIO())
@@ -93,10 +91,11 @@ class Site:
 
     def __init__(self, base_url: str, fleet: Any) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
-        command = [sys.executable, "-m", "tests.contrib.django.admin_site", self.url.rsplit(":", 1)[1], base_url,
-                   json.dumps(fleet)]
+        port = self.url.rsplit(":", 1)[1]
+        command = [sys.executable, "-m", "tests.contrib.django.admin_site", port, base_url, json.dumps(fleet)]
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        assert self.process.stdout is not None and self.process.stdout.readline().strip() == "ready"
+        assert self.process.stdout is not None
+        assert self.process.stdout.readline().strip() == "ready"
 
     def login(self, user: str = "staff") -> requests.Session:
         client = requests.Session()
@@ -123,14 +122,15 @@ def check_page(cells: List[List[str]], expected: Dict[str, List[str]], herd: Hel
     """The page's rows are the fleet's, each cell equal but the times (within a second); the held
     herd's row names its origin and its four attempts in flight."""
     header, *rows = cells
-    assert [cell.lower() for cell in header] == ["origin", "key", "cooldown", "pace", "in flight", "retry budget", "last 429/503"]
+    assert [cell.lower() for cell in header] == list(_COLUMNS)
     assert {row[1] for row in rows} == set(expected)
     for row in rows:
         want = expected[row[1]]
         assert row[:2] + row[3:6] == want[:2] + want[3:6]
         for got, then in ((row[2], want[2]), (row[6], want[6])):
             assert got.split()[:-2] == then.split()[:-2]  # "-", or the status before "N.Ns ago"
-            times = [float(text.split()[-2 if "ago" in text else -1].rstrip("s")) for text in (got, then) if text != "-"]
+            times = [float(text.split()[-2 if "ago" in text else -1].rstrip("s")) for text in (got, then)
+                     if text != "-"]
             assert not times or (len(times) == 2 and abs(times[0] - times[1]) < 1.0), (got, then)
     held = next(row for row in rows if row[1] == herd.key_id(HOLD_KEY))
     assert (held[0], held[4]) == (herd.fake.url, str(HERD))
@@ -171,14 +171,17 @@ def test_the_admin_page_shows_the_fleets_state_to_staff_only(held: Tuple[HeldHer
     parser = _Table()
     parser.feed(page.text)
     check_page(parser.rows, _expected(herd.fleet, herd), herd)
-    assert HOLD_KEY not in page.text and API_KEY not in page.text
+    assert HOLD_KEY not in page.text
+    assert API_KEY not in page.text
     index = staff.get(site.url + "/admin/", timeout=30).text
     assert PAGE in index  # listed in the admin index, without an add link
     assert PAGE + "add/" not in index
     for action in ("add/", "1/change/", "1/delete/"):
-        assert staff.get(site.url + PAGE + action, timeout=30, allow_redirects=False).status_code in (302, 404)
+        answer = staff.get(site.url + PAGE + action, timeout=30, allow_redirects=False)
+        assert answer.status_code in (302, 404)
     visitor = site.login("visitor").get(site.url + PAGE, timeout=30, allow_redirects=False)
-    assert visitor.status_code == 302 and "/admin/login/" in visitor.headers["Location"]
+    assert visitor.status_code == 302
+    assert "/admin/login/" in visitor.headers["Location"]
 
 
 def _chromium() -> Tuple[str, str]:
@@ -195,7 +198,8 @@ def _chromium() -> Tuple[str, str]:
         if os.environ.get("SUME_REQUIRE_CHROMIUM") == "1":
             pytest.fail(f"SUME_REQUIRE_CHROMIUM=1 but {reason}", pytrace=False)
         pytest.skip(reason)
-    assert browser and driver
+    assert browser
+    assert driver
     return browser, driver
 
 
@@ -215,7 +219,7 @@ def _png_colours(png: bytes) -> Tuple[int, int, int]:
         at += 12 + size
     width, height = int.from_bytes(chunks[b"IHDR"][:4], "big"), int.from_bytes(chunks[b"IHDR"][4:8], "big")
     depth, colour = chunks[b"IHDR"][8], chunks[b"IHDR"][9]
-    assert depth == 8 and colour in (2, 6), (depth, colour)
+    assert (depth, colour in (2, 6)) == (8, True), (depth, colour)
     raw = zlib.decompress(data)
     stride = width * (3 if colour == 2 else 4)
     # Each scanline starts with its filter byte: the distinct filtered lines are a lower bound of
@@ -245,7 +249,9 @@ def chrome(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.mark.slow
-def test_the_admin_page_renders_the_table_in_chromium(chrome: Any, held: Tuple[HeldHerd, Site], tmp_path: Path) -> None:
+def test_the_admin_page_renders_the_table_in_chromium(
+    chrome: Any, held: Tuple[HeldHerd, Site], tmp_path: Path
+) -> None:
     """``chrome`` first: the browser starts before the herd is held."""
     from selenium.webdriver.common.by import By
 
@@ -257,9 +263,10 @@ def test_the_admin_page_renders_the_table_in_chromium(chrome: Any, held: Tuple[H
     table = chrome.find_element(By.ID, "sume-pace")
     expected = _expected(herd.fleet, herd)
     # The cells as the browser renders them (innerText: the admin's style upper-cases the header).
-    cells = chrome.execute_script("return [...arguments[0].rows].map(r => [...r.cells].map(c => c.innerText))", table)
+    script = "return [...arguments[0].rows].map(r => [...r.cells].map(c => c.innerText))"
+    cells = chrome.execute_script(script, table)
     check_page(cells, expected, herd)
     png = table.screenshot_as_png
     (tmp_path / "pace.png").write_bytes(png)
     width, height, lines = _png_colours(png)
-    assert width > 400 and height > 40 and lines > 5, (width, height, lines)
+    assert (width > 400, height > 40, lines > 5) == (True, True, True), (width, height, lines)

@@ -18,7 +18,8 @@ class Command(BaseCommand):  # type: ignore[misc,unused-ignore]
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--json", action="store_true", help="one line of JSON per reading")
         parser.add_argument(
-            "--watch", metavar="S", type=_cli._interval, nargs="?", const=2.0, help="read again every S seconds"
+            "--watch", metavar="S", type=_cli._interval, nargs="?", const=2.0,
+            help="read again every S seconds (default 2) until interrupted",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -26,7 +27,7 @@ class Command(BaseCommand):  # type: ignore[misc,unused-ignore]
         fleet = session.fleet
         if fleet is None or isinstance(fleet, LocalFleet):
             kind = "no fleet (FLEET is None)" if fleet is None else "a LocalFleet, in each process's memory"
-            raise CommandError(f"settings.SUME gives {kind}: nothing shared to read (see FLEET's HOST, REDIS_URL)")
+            raise CommandError(f"settings.SUME gives {kind}: nothing shared to read (see FLEET's HOST)")
         code = _cli.show_status(
             fleet, self.stdout, self.stderr, as_json=options["json"], watch=options["watch"],
             base_url=session.base_url, api_key=session._api_key,
