@@ -212,3 +212,16 @@ def _streams() -> Any:
     import io
 
     return io.StringIO(), io.StringIO()
+
+
+def test_the_guides_capture_is_in_the_tables_current_format() -> None:
+    """benchmarks/status-capture.txt (the pacing guide's) is its JSON rendered by render_table now:
+    ``python benchmarks/status_capture.py --render`` brings it back in step."""
+    document = json.loads((ROOT / "benchmarks" / "status-capture.json").read_text(encoding="utf-8"))
+    rows = [KeyStatus(**row) for row in document["keys"]]
+    text = (ROOT / "benchmarks" / "status-capture.txt").read_text(encoding="utf-8")
+    command, title, table = text.split("\n", 2)
+    assert command == "$ python -m sume_urllib3 status"
+    assert title == f"{document['fleet']}, {document['time']}"
+    assert table == render_table(rows)
+    assert rows
