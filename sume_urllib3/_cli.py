@@ -53,10 +53,7 @@ def run(
 
             return _demo.run(out, scale=args.scale)
         if args.command == "status":
-            fleet = _status_fleet(args)
-            return show_status(
-                fleet, out, err, as_json=args.json, watch=args.watch, base_url=None, api_key=None
-            )
+            return show_status(_status_fleet(args), out, err, as_json=args.json, watch=args.watch)
         decision = explain_decision(args, policy)
     except UsageError as exc:
         err.write(f"{exc}\n")
@@ -88,8 +85,6 @@ def _status_fleet(args: argparse.Namespace) -> Any:
     from ._errors import ConfigurationError
     from .pacing import HostFleet
 
-    if args.redis is not None and args.file is not None:
-        raise UsageError(f"{PROG} status: error: give --redis or --file, not both")
     try:
         if args.redis is None:
             return HostFleet(args.file, rate=args.rate)
@@ -101,21 +96,11 @@ def _status_fleet(args: argparse.Namespace) -> Any:
 
 
 def show_status(
-    fleet: Any,
-    out: TextIO,
-    err: TextIO,
-    *,
-    as_json: bool,
-    watch: Optional[float],
-    base_url: Optional[str],
-    api_key: Optional[str],
-    sleep: Callable[[float], None] = time.sleep,
+    fleet: Any, out: TextIO, err: TextIO, *, as_json: bool, watch: Optional[float],
+    base_url: Optional[str] = None, api_key: Optional[str] = None,
 ) -> int:
-    """Print every key's pace ``fleet`` holds, again every ``watch`` seconds (until interrupted).
-
-    ``base_url`` and ``api_key`` (None: ``SUME_API_BASE_URL`` or the default, and ``SUME_API_KEY``)
-    name the origin of their key's row. 1 when the store cannot be read.
-    """
+    """Print every key's pace ``fleet`` holds, again every ``watch`` seconds until interrupted (1: the
+    store unreadable); the origin is named for ``api_key`` at ``base_url`` (None: the environment's)."""
     from .pacing import status
 
     if base_url is None:
@@ -139,7 +124,7 @@ def show_status(
             out.flush()
             if watch is None:
                 return 0
-            sleep(watch)
+            time.sleep(watch)
     except KeyboardInterrupt:
         return 0
 
@@ -230,8 +215,9 @@ def _parser() -> _Parser:
         "--scale", metavar="F", type=_scale, default=0.1, help="multiply every wait by F, 0..1 (default 0.1)"
     )
     status = commands.add_parser("status", help="show the pace a host file or Redis fleet holds per API key")
-    status.add_argument("--file", metavar="PATH", help="a HostFleet's file (default: its default path)")
-    status.add_argument("--redis", metavar="URL", help="a RedisFleet's Redis, e.g. redis://localhost:6379/0")
+    store = status.add_mutually_exclusive_group()
+    store.add_argument("--file", metavar="PATH", help="a HostFleet's file (default: its default path)")
+    store.add_argument("--redis", metavar="URL", help="a RedisFleet's Redis, e.g. redis://localhost:6379/0")
     status.add_argument("--prefix", default="sume", help="the RedisFleet's key prefix (default sume)")
     status.add_argument("--rate", help="the rate the fleet is configured with, e.g. 10/s (default: none)")
     status.add_argument("--json", action="store_true", help="one line of JSON per reading")

@@ -172,7 +172,7 @@ def test_a_missing_file_is_an_error_and_stays_missing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--file", "x", "--redis", "redis://localhost"], "not both"),
+        (["--file", "x", "--redis", "redis://localhost"], "not allowed with argument --file"),
         (["--rate", "fast"], "rate must be"),
         (["--watch", "0"], "--watch: must be a number of seconds"),
     ],

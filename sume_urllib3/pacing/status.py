@@ -1,19 +1,15 @@
-"""What a fleet holds for each API key, read without changing it: ``python -m sume_urllib3 status``,
-``manage.py sume_status`` and the Django admin's pace page.
-
-A :class:`~sume_urllib3.pacing.HostFleet`'s file is opened read-only (WAL: a reader never waits
-for a writer, nor a writer for it); a ``RedisFleet``'s keys are read with ``SCAN``, ``HGETALL`` and
-``ZRANGE`` only. Each key's state is the core's (:mod:`._core`), decoded as its fleet stores it.
-"""
+"""What a fleet holds for each API key, read without changing it (``python -m sume_urllib3 status``,
+``manage.py sume_status``, the admin's pace page): a ``HostFleet``'s file opened read-only (in WAL
+mode a reader and a writer never wait for each other), a ``RedisFleet``'s keys read with ``SCAN``,
+``HGETALL`` and ``ZRANGE`` only; each key's state decoded as its fleet stores it."""
 
 from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import pathlib
-import sys
+from operator import itemgetter
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from . import _core, host
@@ -22,16 +18,11 @@ from ._signals import fleet_key, origin_name
 
 
 class KeyStatus(NamedTuple):
-    """One API key's pace as its fleet holds it now (times in seconds).
-
-    ``origin`` is the base URL's origin when ``key`` (the fleet's hash of origin and API key,
-    never the key) is that of the key or the keyless requests :func:`read_status` was told of,
-    else None. ``pace`` is requests per second (None: none known) and ``pace_source`` says whose
-    it is: ``configured``, ``stated`` by the server or ``learned`` from 429s. ``retries_left`` of
-    ``retries_room`` is the retry budget (None: none configured). ``last_refusal`` is ``429``
-    (a 429 that measured the pace) or ``429/503`` (one with ``Retry-After``), ``last_refusal_ago``
-    seconds ago; ``throttle_rounds`` counts the rounds of 429s the key has met.
-    """
+    """One API key's pace as its fleet holds it now (seconds). ``key``: the fleet's hash of origin and
+    API key; ``origin``: named for the key :func:`read_status` was told of, else None. ``pace``:
+    requests per second (None: unknown), ``configured``, ``stated`` by the server or ``learned``
+    from 429s. ``retries_left`` of ``retries_room``: the retry budget (None: none). ``last_refusal``:
+    ``429`` (one that measured the pace) or ``429/503`` (one with ``Retry-After``)."""
 
     origin: Optional[str]
     key: str
@@ -58,20 +49,14 @@ def read_status(
         states, now = _host_states(fleet), fleet._now()
     elif isinstance(fleet, LocalFleet):
         states, now = _local_states(fleet), fleet._now()
-    else:
-        redis_fleet = sys.modules.get("sume_urllib3.contrib.redis._redis_fleet")
-        if redis_fleet is None or not isinstance(fleet, redis_fleet.RedisFleet):
-            raise TypeError(f"cannot read the state of {type(fleet).__name__}: not a fleet of this library")
+    else:  # a RedisFleet (only a RedisFleet imported redis)
         states, now = _redis_states(fleet)
     origins: Dict[str, str] = {}
     if base_url:
         origin = origin_name(base_url)
         origins = {fleet_key(api_key, origin): origin, fleet_key(None, origin): origin}
-    return [_row(kid, st, fleet._config, now, origins.get(kid)) for kid, st in sorted(states, key=_first)]
-
-
-def _first(item: Tuple[str, Any]) -> str:
-    return item[0]
+    states.sort(key=itemgetter(0))
+    return [_row(kid, st, fleet._config, now, origins.get(kid)) for kid, st in states]
 
 
 def _row(kid: str, st: _core.State, cfg: _core.Config, now: int, origin: Optional[str]) -> KeyStatus:
@@ -142,8 +127,7 @@ def _redis_states(fleet: Any) -> Tuple[List[Tuple[str, _core.State]], int]:
     fields = _scripts.fields()
     states = []
     for name in client.scan_iter(match=head + "*}:s", count=1000):
-        name = name.decode() if isinstance(name, bytes) else name
-        kid = name[len(head):-3]
+        kid = _text(name)[len(head):-3]
         state_key, flight_key, _ = _scripts.keys(fleet._prefix, kid)
         raw = {_text(k): _text(v) for k, v in client.hgetall(state_key).items()}
         try:
@@ -175,9 +159,7 @@ def render_table(rows: Iterable[KeyStatus]) -> str:
 def _cells(row: KeyStatus) -> Tuple[str, ...]:
     """A row's cells as the table and the admin page show them."""
     pace = f"{describe_rate(row.pace)} {row.pace_source}" if row.pace else "-"
-    budget = "-"
-    if row.retries_room is not None:
-        budget = f"{math.floor(row.retries_left or 0)} of {row.retries_room:.0f}"
+    budget = "-" if row.retries_room is None else f"{int(row.retries_left or 0)} of {row.retries_room:.0f}"
     last = "-" if row.last_refusal_ago is None else f"{row.last_refusal} {row.last_refusal_ago:.1f}s ago"
     cooldown = f"{row.cooldown:.1f}s" if row.cooldown else "-"
     return (row.origin or "?", row.key, cooldown, pace, str(row.in_flight), budget, last)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
 from ...pacing import status
@@ -24,13 +25,7 @@ class PaceAdmin(admin.ModelAdmin):  # type: ignore[misc,unused-ignore]
         return self.has_module_permission(request)
 
     def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
+        return False  # else the index links to an add page, which get_urls leaves out
 
     def get_urls(self) -> List[Any]:
         """The page alone: no add, change, delete or history pages (there is no row to show)."""
@@ -42,13 +37,14 @@ class PaceAdmin(admin.ModelAdmin):  # type: ignore[misc,unused-ignore]
     def changelist_view(self, request: Any, extra_context: Optional[Dict[str, Any]] = None) -> Any:
         """The table, read now (no query: the model has no table)."""
         if not self.has_view_permission(request):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         rows, error = [], ""
         try:
             session = get_session()
-            rows = [status._cells(row) for row in _read(session)]
+            if session.fleet is None:
+                raise LookupError('settings.SUME["FLEET"] is None: nothing is paced')
+            read = status.read_status(session.fleet, base_url=session.base_url, api_key=session._api_key)
+            rows = [status._cells(row) for row in read]
         except Exception as exc:  # the page says what failed; a request is never held for it
             error = f"{type(exc).__name__}: {exc}"
         context = {
@@ -56,9 +52,3 @@ class PaceAdmin(admin.ModelAdmin):  # type: ignore[misc,unused-ignore]
             "columns": status._COLUMNS, "rows": rows, "error": error, **(extra_context or {}),
         }
         return TemplateResponse(request, "sume_urllib3/pace.html", context)
-
-
-def _read(session: Any) -> Any:
-    if session.fleet is None:
-        raise LookupError('settings.SUME["FLEET"] is None: nothing is paced')
-    return status.read_status(session.fleet, base_url=session.base_url, api_key=session._api_key)
