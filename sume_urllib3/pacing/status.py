@@ -49,7 +49,7 @@ def read_status(
         states, now = _host_states(fleet), fleet._now()
     elif isinstance(fleet, LocalFleet):
         states, now = _local_states(fleet), fleet._now()
-    else:  # a RedisFleet (only a RedisFleet imported redis)
+    else:  # a RedisFleet: redis is imported only where one exists
         states, now = _redis_states(fleet)
     origins: Dict[str, str] = {}
     if base_url:
