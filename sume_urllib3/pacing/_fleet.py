@@ -200,27 +200,30 @@ class StoreFleet:
     _shared: ClassVar[bool] = True
     #: Where the pace is shared when the store works ("fleet-wide", "host-wide"), for log lines.
     _scope: ClassVar[str] = ""
-    #: The constructor's arguments a pickled copy is built with (each store sets its own).
+    #: The constructor's arguments a pickled copy is built with.
     _settings: Dict[str, Any]
 
     def __init__(
         self,
-        rate: Rate,
-        burst: Optional[int],
+        settings: Dict[str, Any],
         *,
-        initial_window: int,
-        retry_budget: Optional[RetryBudget],
         clock: Callable[[], float],
         wall: Callable[[], float],
         rng: Union[random.Random, Callable[[], float], None],
-        backoff: float = 1.0,
-        max_backoff: float = 30.0,
     ) -> None:
+        """Check what every store is configured with: ``settings`` holds its constructor's arguments
+        (``rate``, ``burst``, ``initial_window``, ``retry_budget``; a shared store's ``timeout``,
+        ``ttl``, ``backoff`` and ``max_backoff`` too)."""
+        self._settings = settings
+        rate, burst, retry_budget = settings["rate"], settings["burst"], settings["retry_budget"]
         self._rate = parse_rate(rate)
         self._burst = check_burst(burst) if burst is not None else 1
         if burst is not None and self._rate is None:
             raise ConfigurationError(f"burst needs a rate: {type(self).__name__}(rate='10/min', burst=5)")
-        self._window = check_int(initial_window, "initial_window", 1, _MAX_WINDOW)
+        if "timeout" in settings:
+            self._timeout = check_timeout(settings["timeout"])
+            self._ttl = check_ttl(settings["ttl"])
+        self._window = check_int(settings["initial_window"], "initial_window", 1, _MAX_WINDOW)
         if retry_budget is not None and not isinstance(retry_budget, RetryBudget):
             raise ConfigurationError(
                 f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
@@ -234,8 +237,8 @@ class StoreFleet:
         self._random: Callable[[], float] = (
             random.random if rng is None else rng.random if isinstance(rng, random.Random) else rng
         )
-        self._backoff = check_seconds(backoff, "backoff", low=0.001, high=_MAX_BACKOFF)
-        most = check_seconds(max_backoff, "max_backoff", low=0.001, high=_MAX_BACKOFF)
+        self._backoff = check_seconds(settings.get("backoff", 1.0), "backoff", low=0.001, high=_MAX_BACKOFF)
+        most = check_seconds(settings.get("max_backoff", 30.0), "max_backoff", low=0.001, high=_MAX_BACKOFF)
         self._max_backoff = max(self._backoff, most)
         self._config = _core.Config(
             interval=0 if self._rate is None else max(1, round(_core.SECOND / self._rate)),
@@ -332,8 +335,7 @@ class StoreFleet:
         if lone and self._is_open(key_id):  # a retry's own wait is its turn
             return Grant(wait=not_before) if not_before else GRANT_NOW
         try:
-            if os.getpid() != _fork.pid:  # before any lock or outage: a parent's belong to the parent
-                _fork.check()
+            _fork.check()  # before any lock or outage: a parent's belong to the parent
             kid = _safe_key_id(key_id) if self._shared else key_id
             floor, left = as_seconds(not_before), as_seconds(time_left, math.inf)
             if self._down_until and self._clock() < self._down_until:
@@ -381,8 +383,7 @@ class StoreFleet:
             need = release_need(token, code, lesson)
             if need == RELEASE_NEVER:
                 return  # nothing to free, nothing learned: no second transaction
-            if os.getpid() != _fork.pid:
-                _fork.check()
+            _fork.check()
             if self._down_until and self._clock() < self._down_until and not (token and token.entry):
                 return  # the store is failing and there is no in-flight entry to free
             kid = _safe_key_id(key_id) if self._shared else key_id
@@ -500,33 +501,20 @@ class _Key:
 class LocalFleet(StoreFleet):
     """Paces the requests of one process per key, shared by every thread and session.
 
-    The rules are :mod:`sume_urllib3.pacing._core`'s (docs/how-it-works.md): a ``Retry-After`` cooldown
-    that holds every request of the key and releases them spread out; a configured ``rate``
-    (``"10/min"``, ``"20/s"``, ``"100/h"``, or requests per second as a number) with ``burst``
-    turns at once, which headers never make faster (a slower stated pace wins) and 429s
-    slow; the pace a server states (``RateLimit-Policy``, a limit with a window);
-    ``Remaining``/``Reset`` as a budget of attempts; and, while nothing is known, a slow-start
-    window of ``initial_window`` first attempts in flight, with the pace the server admitted
-    learned from its 429s. A turn that would come after the request's deadline is refused at
-    once, reserving nothing. A lone request is never delayed. One INFO line on the
-    ``sume_urllib3`` logger says when a cooldown starts (naming the key's hash, never the key).
-    With ``retry_budget`` (a :class:`RetryBudget` whose ratio, window and floor it applies per
-    key, as ``RedisFleet`` does fleet-wide) a ``retry="error"`` turn waits until the budget has
-    room for it, and is refused only when that comes after its deadline.
+    The rules are :mod:`sume_urllib3.pacing._core`'s (docs/how-it-works.md); what the fleet
+    does with them, and its bounds, in docs/guide/pacing.md. ``rate`` is a configured pace
+    (:func:`parse_rate`: ``"10/min"``, ``"20/s"``, ``"100/h"`` or requests per second) with
+    ``burst`` turns at once; ``initial_window`` first attempts are in flight while nothing is
+    known; ``retry_budget`` (a :class:`RetryBudget`) applies its ratio, window and floor per
+    key. ``clock`` (monotonic seconds; by default the shared clock ``no_sleep()`` drives),
+    ``wall`` (Unix time, for ``X-RateLimit-Reset`` timestamps) and ``rng`` (a ``random.Random``
+    or a callable returning [0, 1)) are injectable. An entry holding nothing still running is
+    forgotten once unused for ``idle`` seconds (:data:`IDLE`; :data:`PACE_KEPT` times as long
+    with a pace); past ``max_keys`` (:data:`MAX_KEYS`) the least recently used go first.
 
     Thread-safe; when nothing is known and nothing is held, ``acquire`` is one dictionary
-    look-up. ``clock`` (monotonic seconds; by default the shared clock that ``no_sleep()``
-    drives), ``wall`` (Unix time, for ``X-RateLimit-Reset`` timestamps) and ``rng`` (a
-    ``random.Random`` or a callable returning [0, 1)) are injectable. ``reset()`` forgets every
-    key, as a forked child does (:class:`StoreFleet`); a pickled fleet keeps its configuration.
-
-    Bounded (docs/guide/pacing.md): an entry holding nothing still running (a cooldown, a turn
-    reserved ahead, an attempt in flight, a quota reading before its Reset) is forgotten once
-    unused for ``idle`` seconds (:data:`IDLE`), :data:`PACE_KEPT` times as long when it holds a
-    pace; past ``max_keys`` (:data:`MAX_KEYS`) the least recently used go first, those still
-    running only when they alone pass it (one WARNING). A sweep runs when a new key passes
-    ``max_keys`` (and frees a tenth of it) or, at most every ``idle / 4`` seconds, from an acquire
-    that looks at the clock (each locked one, and every 1024th lock-free one of a key).
+    look-up. ``reset()`` forgets every key, as a forked child does; a pickled fleet keeps its
+    configuration.
     """
 
     _shared = False
@@ -545,15 +533,12 @@ class LocalFleet(StoreFleet):
         idle: float = IDLE,
         retry_budget: Optional[RetryBudget] = None,
     ) -> None:
-        self._settings = dict(rate=rate, burst=burst, initial_window=initial_window, max_keys=max_keys,
-                              idle=idle, retry_budget=retry_budget)
         self._max_keys = check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
         self._idle = check_seconds(idle, "idle", low=1.0, high=_MAX_IDLE)
         self._idle_us = round(self._idle * _core.SECOND)
-        super().__init__(
-            rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock, wall=wall,
-            rng=rng,
-        )
+        settings = dict(rate=rate, burst=burst, initial_window=initial_window, max_keys=max_keys, idle=idle,
+                        retry_budget=retry_budget)
+        super().__init__(settings, clock=clock, wall=wall, rng=rng)
         self.reset()
 
     def _after_fork(self) -> None:
@@ -619,8 +604,7 @@ class LocalFleet(StoreFleet):
 
     def pace(self, key_id: str) -> Optional[float]:
         """The pace a key is held to now, in requests per second, or None while unknown."""
-        if os.getpid() != _fork.pid:
-            _fork.check()
+        _fork.check()
         key = self._keys.get(key_id)
         if key is None:
             return self._rate
@@ -687,8 +671,7 @@ class LocalFleet(StoreFleet):
         """Every _SWEEP_EVERY lock-free acquires of a key: a look at the clock, and a sweep when due."""
         key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
         try:
-            if os.getpid() != _fork.pid:
-                _fork.check()
+            _fork.check()
             now = self._now()
             if now >= self._sweep_at:
                 with self._lock:
@@ -927,7 +910,8 @@ def check_timeout(value: Any, name: str = "timeout") -> float:
 
 
 def check_ttl(value: Any, name: str = "ttl") -> float:
-    """A shared store's ``ttl`` for an idle key's state: from a second to 10**9 seconds."""
+    """A shared store's ``ttl`` for an idle key's state: from a second (Redis's scripts get whole
+    milliseconds: under a second, a key could expire between calls) to 10**9 seconds."""
     return check_seconds(value, name, low=1.0, high=1e9)
 
 

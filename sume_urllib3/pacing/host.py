@@ -31,7 +31,7 @@ from .. import _sleeping
 from .._config import check_int
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
+from ._fleet import RetryBudget, StoreFleet, check_name
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -161,35 +161,17 @@ def _boot_id() -> str:
 class HostFleet(StoreFleet):
     """A Fleet whose state lives in a local file, so every process on one host paces together.
 
-    For deployments that run several processes on one host with one API key and no Redis:
-    gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s, run
-    on state kept in an SQLite file in WAL mode (the first process to use it creates it). An
-    acquire is one short transaction; a release a second one only when the answer teaches
-    something (:func:`~sume_urllib3.pacing.store.release_need`). A key with nothing to pace costs
-    one look at the file's change counter (``PRAGMA data_version``) until a process writes to it.
-
-    ``path`` (None: :func:`default_path` of ``app``) is per user and per app by default: a
-    directory of the user's own (mode 0700), the file mode 0600, and the app's name from the
-    working directory and Python environment (``app`` to choose it). Keys are
-    :func:`fleet_key`'s hashes, never an API key.
-
-    Fork-safe (:class:`StoreFleet`): a child opens its own connection. A process that dies with
-    attempts in flight holds nobody past rule 6: an in-flight entry lasts only as long as its
-    attempt may.
-
-    Fails open as every shared :class:`StoreFleet` does when the file is locked past ``timeout``
-    seconds, full, unwritable (no writable temp dir either) or corrupt. A file deleted or replaced
-    (``$XDG_RUNTIME_DIR`` removed at logout) is noticed within a second of use: one WARNING,
-    counted in ``errors``, and the file at the path (the default path looked up again) is used.
-
-    Bounded: a key unused for ``ttl`` seconds leaves the file (swept at most every
-    ``ttl / 4`` by an acquire); the file never grows past ``max_size`` bytes (default
-    :data:`MAX_SIZE`; its write-ahead log is cut back to :data:`WAL_LIMIT` after each
-    checkpoint). A full file fails open and sheds its least recently used quarter of keys.
-
-    ``rate``, ``burst``, ``initial_window``, ``clock`` (one clock for the whole host), ``wall`` and
-    ``rng`` as for :class:`LocalFleet`; ``retry_budget`` (a :class:`RetryBudget`'s ratio, window
-    and floor) applies a budget per key host-wide. Pickling keeps the configuration only.
+    The rules are :class:`LocalFleet`'s, run on state kept in an SQLite file in WAL mode;
+    docs/guide/pacing.md ("Many processes on one host") says when to use it, where the file is,
+    what a turn costs and how it fails open (as every shared :class:`StoreFleet`, with
+    ``backoff`` and ``max_backoff``). ``path`` (None: :func:`default_path` of ``app``, which
+    names the default path: give one or the other); ``timeout`` seconds for the file's lock
+    before pacing locally; ``ttl`` seconds unused before a key leaves the file; ``max_size``
+    bytes the file never grows past (:data:`MAX_SIZE`). ``rate``, ``burst``,
+    ``initial_window``, ``clock`` (one clock for the whole host), ``wall`` and ``rng`` as for
+    :class:`LocalFleet`; ``retry_budget`` applies a budget per key host-wide. A file deleted or
+    replaced is noticed within a second of use (one WARNING, counted in ``errors``). Pickling
+    keeps the configuration only.
     """
 
     _scope = "host-wide"
@@ -212,11 +194,6 @@ class HostFleet(StoreFleet):
         wall: Callable[[], float] = time.time,
         rng: Union[random.Random, Callable[[], float], None] = None,
     ) -> None:
-        self._settings: Dict[str, Any] = {
-            "path": path, "rate": rate, "burst": burst, "app": app, "timeout": timeout,
-            "initial_window": initial_window, "retry_budget": retry_budget, "ttl": ttl, "max_size": max_size,
-            "backoff": backoff, "max_backoff": max_backoff,
-        }
         if path is not None and (not isinstance(path, (str, os.PathLike)) or not os.fspath(path)):
             raise ConfigurationError(f"path must be a file path or None, got {type(path).__name__}")
         if app is not None and path is not None:
@@ -224,15 +201,13 @@ class HostFleet(StoreFleet):
         # The app's name stays this one's when the default path is looked up again (cwd may move).
         self._given_path, self._app = path is not None, default_app() if app is None else app
         self._path = os.path.abspath(os.fspath(path)) if path is not None else default_path(app)
-        # A pickled copy uses the file itself: elsewhere, another working directory names another.
-        self._settings.update(path=self._path, app=None)
-        self._timeout = check_timeout(timeout)
-        self._ttl_us = round(check_ttl(ttl) * _pacing.SECOND)
         self._max_size = check_int(max_size, "max_size", _MIN_SIZE, _MAX_SIZE)  # bytes
-        super().__init__(
-            rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock, wall=wall,
-            rng=rng, backoff=backoff, max_backoff=max_backoff,
-        )
+        # A pickled copy uses the file itself: elsewhere, another working directory names another.
+        settings = dict(path=self._path, rate=rate, burst=burst, app=None, timeout=timeout,
+                        initial_window=initial_window, retry_budget=retry_budget, ttl=ttl, max_size=max_size,
+                        backoff=backoff, max_backoff=max_backoff)
+        super().__init__(settings, clock=clock, wall=wall, rng=rng)
+        self._ttl_us = round(self._ttl * _pacing.SECOND)
         self._start_process()
 
     def _start_process(self) -> None:

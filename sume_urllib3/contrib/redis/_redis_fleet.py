@@ -22,7 +22,7 @@ from ..._config import check_clock
 from ...exceptions import ConfigurationError
 from ...pacing import RetryBudget
 from ...pacing import _core as _pacing
-from ...pacing.store import RELEASE_LATER, Lesson, StoreFleet, check_prefix, check_timeout, check_ttl
+from ...pacing.store import RELEASE_LATER, Lesson, StoreFleet, check_prefix
 from . import _scripts
 from ._scripts import micros
 
@@ -53,33 +53,21 @@ class _Late(NamedTuple):
 class RedisFleet(StoreFleet):
     """A Fleet whose state lives in Redis, so every process and host using an API key paces together.
 
-    The rules are LocalFleet's, :mod:`sume_urllib3.pacing._core`, ported step for step to two
-    atomic Lua scripts (``EVALSHA``, reloaded after ``SCRIPT FLUSH``); a conformance table in
-    the tests runs both on the same scenarios. ``acquire.lua`` reserves a turn (and spends
-    the fleet-wide retry budget for ``retry="error"``); ``release.lua`` records what a
-    response taught and frees an in-flight entry, in a call of its own when other processes
-    must know at once (:func:`~sume_urllib3.pacing.store.release_need`). What only counts rides
-    on this process's next call for the key, at its own time; a background thread tells Redis
-    what no call carried within 0.1 s, and what is left at exit. Redis ``TIME`` is the clock.
+    The rules are LocalFleet's, :mod:`sume_urllib3.pacing._core`, ported step for step to
+    ``acquire.lua`` and ``release.lua``; docs/guide/pacing.md ("Many processes: Redis") says what
+    is stored (``{prefix:v2:kid}:s``, ``:i``, ``:c``, one cluster hash slot per key), when a
+    release is a call of its own (:func:`~sume_urllib3.pacing.store.release_need`) and how it
+    fails open (as every shared ``StoreFleet``, with ``backoff`` and ``max_backoff``). Redis
+    ``TIME`` is the clock.
 
-    Keys are ``{prefix:v2:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
-    ``kid`` is :func:`fleet_key`'s hash, never the key; ``v2`` the state's layout, so during a
-    rolling upgrade each version keeps keys of its own), all with TTLs. So a
-    ``redis.cluster.RedisCluster`` client works as ``url_or_client`` (a URL is always one
-    node). A client you pass keeps its own timeouts and retries: give it a short
-    ``socket_timeout`` (and ``retry=Retry(NoBackoff(), 0)``) so a failure falls back at once.
-
-    Thread-safe and fork-safe (a child gets its own connections and client id, so Redis counts
-    each worker as one process). Fails open as every shared ``StoreFleet`` does (``backoff``,
-    ``max_backoff``): when Redis is down, slow (over ``timeout``), full or refuses the script,
-    a local ``LocalFleet`` paces, a configured rate split among the processes Redis last saw.
-
-    ``rate`` and ``burst`` as for :class:`LocalFleet`; ``retry_budget``'s ratio, window and
-    floor set the fleet-wide budget (None: none): a retry finding it spent waits for the floor
-    to refill, refused only when that wait passes its deadline; ``ttl`` how long an idle key's
-    state is kept. An in-flight entry of a process that died lasts as long as its attempt could
-    have (rule 6). ``clock`` and ``rng`` drive the backoff and spreads; ``server_clock`` replaces
-    Redis ``TIME`` (for tests). Pickling keeps the configuration only.
+    ``url_or_client``: a ``redis://``, ``rediss://`` or ``unix://`` URL (a URL is always one
+    node), or a ``redis.Redis`` or ``redis.cluster.RedisCluster`` client, which keeps its own
+    timeouts and retries: give it a short ``socket_timeout`` (and ``retry=Retry(NoBackoff(),
+    0)``) so a failure falls back at once. ``rate`` and ``burst`` as for :class:`LocalFleet`;
+    ``retry_budget``'s ratio, window and floor set the fleet-wide budget (None: none); ``ttl``
+    how long an idle key's state is kept; ``timeout`` seconds for a call before pacing locally.
+    ``clock`` and ``rng`` drive the backoff and spreads; ``server_clock`` replaces Redis
+    ``TIME`` (for tests). Thread-safe and fork-safe; pickling keeps the configuration only.
     """
 
     _scope = "fleet-wide"
@@ -103,22 +91,14 @@ class RedisFleet(StoreFleet):
     ) -> None:
         # A pickled fleet's comes as it was.
         self._source = url_or_client if isinstance(url_or_client, _Source) else _Source(url_or_client)
-        self._settings = {
-            "url_or_client": self._source, "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
-            "initial_window": initial_window, "retry_budget": retry_budget, "ttl": ttl, "backoff": backoff,
-            "max_backoff": max_backoff,
-        }
         self._prefix = check_prefix(prefix)
-        self._timeout = check_timeout(timeout)
-        # Scripts get it in whole milliseconds: under a second, a key could expire between calls.
-        self._ttl = check_ttl(ttl)
         if server_clock is not None:
             check_clock(server_clock, "server_clock")
         self._server_clock = server_clock
-        super().__init__(
-            rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock,
-            wall=time.time, rng=rng, backoff=backoff, max_backoff=max_backoff,
-        )
+        settings = dict(url_or_client=self._source, rate=rate, burst=burst, prefix=prefix, timeout=timeout,
+                        initial_window=initial_window, retry_budget=retry_budget, ttl=ttl, backoff=backoff,
+                        max_backoff=max_backoff)
+        super().__init__(settings, clock=clock, wall=time.time, rng=rng)
         try:
             self._start_process()
         except (ValueError, TypeError) as exc:  # redis-py's verdict on the URL; never echo the URL
