@@ -178,14 +178,8 @@ class _Local(NamedTuple):
 
 
 class StoreFleet:
-    """A fleet whose rules are :mod:`._core`'s, run by a store on its state: the part every store shares.
-
-    A store implements :meth:`_transact`, one transaction on one key's state (``LocalFleet``: a
-    lock in memory; ``HostFleet``: the SQLite file), or :meth:`_reserve` and :meth:`_learn`
-    (``RedisFleet``: Lua scripts). Everything else is here: the turn's arguments and its
-    :class:`Grant`, what a response teaches and whether it is worth a transaction
-    (:func:`release_need`), the counters (:meth:`stats`), the reset after a fork
-    (:meth:`_after_fork`, called in every child process), and failing open.
+    """A fleet whose rules are :mod:`._core`'s, run by a store on its state: the part every store
+    shares (what a store implements: :mod:`sume_urllib3.pacing.store`).
 
     Failing open (a shared store, ``_shared``): when the store fails, the attempt is paced at
     once by a local :class:`LocalFleet` (``Grant.fallback``; a configured rate shared among the
@@ -730,14 +724,9 @@ _FLEETS: weakref.WeakSet[StoreFleet] = weakref.WeakSet()
 
 
 def reset_fleets() -> None:
-    """Forget what every ``LocalFleet`` and ``HostFleet`` of this process knows (tests).
-
-    Each one's :meth:`~StoreFleet.reset`: a LocalFleet (the process-wide default among them)
-    forgets every key; a HostFleet deletes every key's row of its file, for every process
-    sharing it, and forgets the keys it saw open; each forgets an outage of its store. A
-    ``RedisFleet`` is left alone (its state is shared with other hosts): give a test's fleet a
-    ``prefix`` of its own.
-    """
+    """Forget what every ``LocalFleet`` and ``HostFleet`` of this process knows (tests): each one's
+    :meth:`~StoreFleet.reset`. A ``RedisFleet`` forgets only its outage (its state is shared with
+    other hosts): give a test's fleet a ``prefix`` of its own."""
     for fleet in list(_FLEETS):
         fleet.reset()
 
@@ -745,15 +734,11 @@ def reset_fleets() -> None:
 class RetryBudget:
     """Allows retries up to ``ratio`` of recent requests, with a floor of ``min_per_second``.
 
-    Requests and retries are counted with a weight that decays by e every ``window``
-    seconds; the allowance is the larger of ``ratio`` per request and the floor's
-    ``min_per_second * window``, and a retry needs one unit of it free. A new budget can
-    therefore retry a burst of ``min_per_second * window`` at once (low traffic such as cron
-    jobs can always retry), a spent one refills smoothly, and under sustained failure of busy
-    traffic retries settle at ``ratio`` of it. The same rule as a fleet's budget
-    (``RedisFleet(retry_budget=...)``, ``LocalFleet(retry_budget=...)``: ``_core.retry_wait``):
-    :meth:`reserve` says how long a retry waits for its unit, as the fleet's turn does;
-    :meth:`try_spend` is a retry that cannot wait. Thread-safe; O(1) per call.
+    Requests and retries are counted with a weight that decays by e every ``window`` seconds; a
+    retry needs one unit free of the larger of ``ratio`` per request and ``min_per_second *
+    window`` (so low traffic such as cron jobs can always retry, and a spent budget refills
+    smoothly). A fleet given one (``retry_budget=``) applies the same rule, ``_core.retry_wait``,
+    per key. Thread-safe; O(1) per call.
     """
 
     _shared: ClassVar[Dict[str, RetryBudget]] = {}
@@ -814,17 +799,20 @@ class RetryBudget:
     @property
     def balance(self) -> float:
         """Retry units available now."""
-        with self._lock:
-            counts, allowance = self._counts, self._allowance
-            _core.retry_wait(counts, allowance, self._now(), _core.FIRST)  # decays to now
-            floor = allowance.floor * allowance.window / _core.SECOND
-            return max(floor, allowance.ratio * counts.recent_firsts) - counts.recent_retries
+        return self._decayed(0)
 
     def record_request(self) -> None:
         """Count one logical request (not its retries): it earns ``ratio`` of a retry."""
+        self._decayed(1)
+
+    def _decayed(self, requests: int) -> float:
+        """The counts decayed to now, ``requests`` more counted: the units available."""
         with self._lock:
-            _core.retry_wait(self._counts, self._allowance, self._now(), _core.FIRST)  # decays to now
-            self._counts.recent_firsts += 1
+            counts, allowance = self._counts, self._allowance
+            _core.retry_wait(counts, allowance, self._now(), _core.FIRST)
+            counts.recent_firsts += requests
+            floor = allowance.floor * allowance.window / _core.SECOND
+            return max(floor, allowance.ratio * counts.recent_firsts) - counts.recent_retries
 
     def reserve(self, time_left: float = math.inf) -> Optional[float]:
         """Spend one unit for a retry: the seconds it waits for the unit to be free (0: now), or

@@ -217,17 +217,15 @@ class RedisFleet(StoreFleet):
                     del self._in_transit[kid]
             landing.set()
 
-    def _flush_due(self, now: float) -> None:
-        """Flush every key whose oldest lesson is due by ``now`` (time.monotonic())."""
+    def _flush_due(self, now: float) -> float:
+        """Flush every key whose oldest lesson is due by ``now`` (time.monotonic()); when the oldest
+        lesson still held is due (inf: none is)."""
         with self._late_lock:
             due = [kid for kid, lessons in self._late.items() if lessons[0].due <= now]
         for kid in due:
             self._flush(kid)
-
-    def _next_due(self) -> Optional[float]:
-        """When the oldest lesson held is due (time.monotonic()); None when none is held."""
         with self._late_lock:
-            return min((lessons[0].due for lessons in self._late.values()), default=None)
+            return min((lessons[0].due for lessons in self._late.values()), default=math.inf)
 
     # -- Redis ------------------------------------------------------------------------------
 
@@ -391,14 +389,13 @@ class _Flusher:
         while True:
             # Cleared before the look at what is due: a lesson kept after it wakes the next wait.
             self._wake.clear()
+            due = math.inf
             for fleet in list(_instances):
                 try:
-                    fleet._flush_due(time.monotonic())
+                    due = min(due, fleet._flush_due(time.monotonic()))
                 except Exception:  # a bug here must not end the thread every fleet relies on
                     log.exception("telling Redis the lessons told late failed")
-            dues = [fleet._next_due() for fleet in list(_instances)]
-            due = min((d for d in dues if d is not None), default=None)
-            self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
+            self._wake.wait(None if due == math.inf else max(0.0, due - time.monotonic()))
 
 
 _flusher = _Flusher()
