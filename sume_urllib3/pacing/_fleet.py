@@ -240,12 +240,13 @@ class StoreFleet:
             window=self._window,
             retries=None if retry_budget is None else retry_budget.allowance,
         )
-        StoreFleet._after_fork(self)
+        self._after_fork()
         _fork.track(self)
         _FLEETS.add(self)
 
     def _after_fork(self) -> None:
-        """What belongs to this process, made afresh (again in a forked child): lock, counters, outage."""
+        """What belongs to this process, made at first and afresh in a forked child: lock, counters,
+        outage (a store adds its own: connections, keys)."""
         self._lock = threading.Lock()  # counters and outage state
         self._stats: Dict[str, float] = dict.fromkeys(_STATS, 0)
         self._down_until = 0.0  # clock() before which the store is not tried
@@ -533,7 +534,6 @@ class LocalFleet(StoreFleet):
         settings = dict(rate=rate, burst=burst, initial_window=initial_window, max_keys=max_keys, idle=idle,
                         retry_budget=retry_budget)
         super().__init__(settings, clock=clock, wall=wall, rng=rng)
-        self.reset()
 
     def _after_fork(self) -> None:
         super()._after_fork()

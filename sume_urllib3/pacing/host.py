@@ -175,6 +175,9 @@ class HostFleet(StoreFleet):
     """
 
     _scope = "host-wide"
+    # The parent's connections, none before the first process's (see _after_fork).
+    _db: Optional[sqlite3.Connection] = None
+    _opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
 
     def __init__(
         self,
@@ -208,28 +211,23 @@ class HostFleet(StoreFleet):
                         backoff=backoff, max_backoff=max_backoff)
         super().__init__(settings, clock=clock, wall=wall, rng=rng)
         self._ttl_us = round(self._ttl * _pacing.SECOND)
-        self._start_process()
-
-    def _start_process(self) -> None:
-        """This process's connection (opened at first use), its lock and open keys."""
-        self._db_lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
-        self._db: Optional[sqlite3.Connection] = None
-        self._opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
-        self._identity: Optional[Tuple[int, int]] = None  # the file's device and inode when opened
-        self._check_at = 0.0  # time.monotonic() from which the next use looks at the file again
-        self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
-        self._sweep_at = 0
-        # Keys this process last saw open: the file's data_version then, and when (the file clock).
-        self._open: Dict[str, Tuple[int, int]] = {}
 
     def _after_fork(self) -> None:
+        """This process's connection (opened at first use), its lock and open keys."""
         super()._after_fork()
         for db in (self._db, self._opening):
             if db is not None:
                 # Never closed nor collected in the child: closing the parent's SQLite connection
                 # here could checkpoint and remove the write-ahead log the parent still uses.
                 _inherited.append(db)
-        self._start_process()
+        self._db_lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
+        self._db = self._opening = None
+        self._identity: Optional[Tuple[int, int]] = None  # the file's device and inode when opened
+        self._check_at = 0.0  # time.monotonic() from which the next use looks at the file again
+        self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
+        self._sweep_at = 0
+        # Keys this process last saw open: the file's data_version then, and when (the file clock).
+        self._open: Dict[str, Tuple[int, int]] = {}
 
     # -- the store: a transaction on the file ---------------------------------------------------
 

@@ -99,16 +99,16 @@ class RedisFleet(StoreFleet):
                         initial_window=initial_window, retry_budget=retry_budget, ttl=ttl, backoff=backoff,
                         max_backoff=max_backoff)
         super().__init__(settings, clock=clock, wall=time.time, rng=rng)
+        _instances.add(self)
+
+    def _after_fork(self) -> None:
+        """Connections, scripts and lessons told late of this process."""
+        super()._after_fork()
         try:
-            self._start_process()
+            self._client = self._source.client(self._timeout)
         except (ValueError, TypeError) as exc:  # redis-py's verdict on the URL; never echo the URL
             why = type(exc).__name__
             raise ConfigurationError(f"url_or_client is not a valid Redis URL ({why})") from None
-        _instances.add(self)
-
-    def _start_process(self) -> None:
-        """Connections, scripts and lessons told late of this process."""
-        self._client = self._source.client(self._timeout)
         self._acquire_script = self._client.register_script(_scripts.ACQUIRE_LUA)
         self._release_script = self._client.register_script(_scripts.RELEASE_LUA)
         # Lessons told late, per key, oldest first: the parent's stay with the parent (it tells
@@ -118,10 +118,6 @@ class RedisFleet(StoreFleet):
         # A key whose lessons a flush is telling Redis: a call for it waits for that to land, so
         # the state never sees this process's lessons out of order.
         self._in_transit: Dict[str, threading.Event] = {}
-
-    def _after_fork(self) -> None:
-        super()._after_fork()
-        self._start_process()
 
     # -- the store: the scripts -----------------------------------------------------------------
 
