@@ -28,6 +28,7 @@ from typing import (
     Protocol,
     Tuple,
     Union,
+    cast,
 )
 
 from .. import _fork, _sleeping
@@ -269,25 +270,21 @@ class StoreFleet:
     def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
         """``_core.acquire`` on the key's state, in one transaction."""
         entry = f"{self._client_id}.{next(self._entries)}" if self._shared else str(next(self._entries))
-        turn: _core.Turn = self._transact(
-            kid,
-            lambda st, now: _core.acquire(
+        def step(st: _core.State, now: int) -> _core.Turn:
+            return _core.acquire(
                 st, self._config, now, retry=retry, not_before=not_before, time_left=time_left, rand=rand,
                 entry=entry,
-            ),
-            acquiring=True,
-        )
-        return turn
+            )
+
+        return cast(_core.Turn, self._transact(kid, step, acquiring=True))
 
     def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
         """``_core.release`` on the key's state, in one transaction (``need``: :func:`release_need`'s
         answer, for a store that tells some lessons later)."""
-        started: bool = self._transact(
-            kid,
-            lambda st, now: _core.release(st, self._config, now, turn=turn, status=status, lesson=lesson),
-            acquiring=False,
-        )
-        return started
+        def step(st: _core.State, now: int) -> bool:
+            return _core.release(st, self._config, now, turn=turn, status=status, lesson=lesson)
+
+        return cast(bool, self._transact(kid, step, acquiring=False))
 
     def _is_open(self, key_id: str) -> bool:
         """Nothing paces the key (``_core.is_open``), as the store knows without a transaction."""

@@ -7,6 +7,7 @@ import hashlib
 import math
 import re
 import time
+from operator import itemgetter
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .._envelope import server_time
@@ -108,22 +109,15 @@ def _combined(value: str) -> Tuple[Optional[float], Optional[float], Optional[fl
         named = dict(_param(first) for first, _ in items)
         return _number(named.get("limit")), _number(named.get("remaining")), _number(named.get("reset"))
     # One item per policy: the most constrained one (fewest remaining) decides.
-    best: Tuple[Optional[float], Optional[float]] = (None, None)
-    for _, params in items:
-        left = _number(params.get("r"))
-        if left is not None and (best[0] is None or left < best[0]):
-            best = (left, _number(params.get("t")))
-    return (None, *best)
+    policies = [(_number(params.get("r")), params) for _, params in items]
+    left, params = min(((r, p) for r, p in policies if r is not None), key=itemgetter(0), default=(None, {}))
+    return None, left, _number(params.get("t"))
 
 
 def _policy(value: str) -> Tuple[Optional[float], Optional[float]]:
     """``10;w=60`` or ``"name";q=10;w=60``, possibly several: the slowest quota decides."""
-    best: Optional[Tuple[float, float]] = None
-    for first, params in _items(value):
-        quota, window = _number(params.get("q", first)), _number(params.get("w"))
-        if quota and window and (best is None or quota / window < best[0] / best[1]):  # both > 0
-            best = (quota, window)
-    return best or (None, None)
+    quotas = [(_number(params.get("q", first)), _number(params.get("w"))) for first, params in _items(value)]
+    return min(((q, w) for q, w in quotas if q and w), key=lambda qw: qw[0] / qw[1], default=(None, None))
 
 
 def _limit(value: Optional[str]) -> Tuple[Optional[float], Optional[float]]:

@@ -149,6 +149,13 @@ def _private_directory(directory: str) -> None:
         raise PermissionError(f"{directory} belongs to another user or others may write to it")
 
 
+def _same_boot(db: sqlite3.Connection) -> bool:
+    """The file was written since the host last booted: a reboot restarted the monotonic clock every
+    state is written on."""
+    row = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
+    return row is not None and row[0] == _boot_id()
+
+
 def _boot_id() -> str:
     """What changes when the host reboots (and the monotonic clock starts again), if readable."""
     try:
@@ -404,11 +411,11 @@ class HostFleet(StoreFleet):
         # mode=ro: this connection never writes, so it never takes the write lock nor checkpoints.
         db = sqlite3.connect(pathlib.Path(self._path).as_uri() + "?mode=ro", uri=True, timeout=1.0)
         try:
-            boot = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
+            same_boot = _same_boot(db)
             rows = db.execute("SELECT kid, state FROM keys").fetchall()
         finally:
             db.close()
-        if boot is None or boot[0] != _boot_id():
+        if not same_boot:
             return [], self._now()  # written before a reboot: the next writer drops it
         prefix = _LAYOUT + ":"
         decoded = [(kid[len(prefix) :], decode_state(text)) for kid, text in rows if kid.startswith(prefix)]
@@ -498,13 +505,10 @@ def _set_up(db: sqlite3.Connection, max_size: int) -> None:
     with _writing(db):
         for statement in _SCHEMA:
             db.execute(statement)
-        boot = _boot_id()
-        row = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
-        if row is None or row[0] != boot:
-            # A reboot restarted the monotonic clock every state is written on.
+        if not _same_boot(db):
             db.execute("DELETE FROM keys")
             db.execute("DELETE FROM clients")
-            db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('boot', ?)", (boot,))
+            db.execute("INSERT OR REPLACE INTO meta (name, value) VALUES ('boot', ?)", (_boot_id(),))
 
 
 # The tables: ``keys`` (a key's state, and when it was last written on the file's clock, for the
