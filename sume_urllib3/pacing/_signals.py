@@ -162,15 +162,10 @@ def _number(value: Optional[str]) -> Optional[float]:
     return number if number <= _MAX_NUMBER else None
 
 
-# Which fleet entry a request is paced under: its origin and the key it actually sends.
-#
-# Sume's quotas are per API key on one server, so a fleet keeps one entry per (origin, key):
-# two environments (staging and production, two test servers) never share a cooldown, and
-# neither do two tenants' keys sent by one session. A keyless request is paced per origin.
-# The pair is hashed (``fleet_key``): the key itself is never a fleet's key.
-
-# Hashing is cheap but not free, and the success path runs it per request: the ids of the
-# pairs seen last are kept. Bounded, because a multi-tenant process may send many keys.
+# Which fleet entry a request is paced under: its origin and the key it actually sends, hashed
+# (``fleet_key``: Sume's quotas are per API key on one server). Hashing is cheap but not free, and
+# the success path runs it per request: the ids of the pairs seen last are kept. Bounded, because
+# a multi-tenant process may send many keys.
 _CACHE_SIZE = 1024
 
 

@@ -114,14 +114,10 @@ def _user() -> str:
 
 
 def default_path(app: Optional[str] = None) -> str:
-    """Where ``HostFleet(path=None)`` keeps its state: per user and per app.
-
-    ``$XDG_RUNTIME_DIR/sume_urllib3/<app>.fleet`` when that directory is set (it is the user's
-    own, mode 0700, and emptied at logout and reboot), else
-    ``<temp dir>/sume_urllib3-<uid>/<app>.fleet``; the fleet creates the directory with mode
-    0700 and refuses one that another user owns or others may write to. With no writable temp
-    dir (a read-only root), ``/tmp``: the fleet fails open there, as for any unwritable file.
-    """
+    """Where ``HostFleet(path=None)`` keeps its state: ``$XDG_RUNTIME_DIR/sume_urllib3/<app>.fleet``
+    when that directory is set (the user's own, emptied at logout and reboot), else
+    ``<temp dir>/sume_urllib3-<uid>/<app>.fleet`` (docs/guide/pacing.md); with no usable temp dir
+    (a read-only root), ``/tmp``, where the fleet fails open as for any unwritable file."""
     name = default_app() if app is None else check_name(app, "app", APP, "_.-")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
