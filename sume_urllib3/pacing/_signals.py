@@ -58,9 +58,7 @@ def _collect(headers: Any) -> Dict[str, str]:
     items = headers.items() if hasattr(headers, "items") else ()
     found: Dict[str, str] = {}
     for name, value in items:
-        if not isinstance(name, str):
-            continue
-        lname = name.lower()
+        lname = name.lower() if isinstance(name, str) else ""
         if lname.startswith(_PREFIXES) and isinstance(value, str) and len(value) <= _MAX_VALUE_LENGTH:
             found[lname] = found[lname] + ", " + value if lname in found else value
     return found
@@ -126,12 +124,9 @@ def _limit(value: Optional[str]) -> Tuple[Optional[float], Optional[float]]:
         return None, None
     items = _items(value)
     limit = _number(items[0][0])
-    for first, params in items:
-        # The policy items after the first name their window; the one for this limit counts.
-        window = _number(params.get("w"))
-        if window is not None and _number(first) == limit:
-            return limit, window
-    return limit, None
+    # The policy items after the first name their window; the one for this limit counts.
+    windows = [_number(params.get("w")) for first, params in items if _number(first) == limit]
+    return limit, next((window for window in windows if window is not None), None)
 
 
 def _delta(seconds: Optional[float], now: Callable[[], float]) -> Optional[float]:
