@@ -270,6 +270,7 @@ class StoreFleet:
     def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
         """``_core.acquire`` on the key's state, in one transaction."""
         entry = f"{self._client_id}.{next(self._entries)}" if self._shared else str(next(self._entries))
+
         def step(st: _core.State, now: int) -> _core.Turn:
             return _core.acquire(
                 st, self._config, now, retry=retry, not_before=not_before, time_left=time_left, rand=rand,
