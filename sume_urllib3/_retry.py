@@ -95,10 +95,8 @@ class SumeRetry(Retry):
         observers: Iterable[Any] = (),
         **retry_kwargs: Any,
     ) -> None:
-        checked = retry_kwargs.pop("_checked", False)  # a copy new() made for urllib3's increment
-        if not checked or policy is None:
-            policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
-            redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
+        policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
+        redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
         raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
@@ -108,11 +106,8 @@ class SumeRetry(Retry):
                 extras[name] = retry_kwargs.pop(name)
         super().__init__(raise_on_status=raise_on_give_up, **retry_kwargs)
         self.__dict__.update(extras)
-        if not checked:
-            # urllib3 strips Authorization by default; a caller who takes it off the list keeps it.
-            self.remove_headers_on_redirect = frozenset(
-                {h.lower() for h in self.remove_headers_on_redirect} | {"x-api-key"}
-            )
+        # urllib3 strips Authorization by default; a caller who takes it off the list keeps it.
+        self.remove_headers_on_redirect = self.remove_headers_on_redirect | {"x-api-key"}
         self.policy = policy
         self.sleep_function = sleep or _sleeping.default_sleep
         self.clock = clock or time.monotonic
@@ -120,17 +115,14 @@ class SumeRetry(Retry):
         self.retry_budget = retry_budget
         self.observers = observers if isinstance(observers, Observers) else Observers(observers)
 
-    # -- construction --------------------------------------------------------------
-
     @property
     def raise_on_status(self) -> bool:
         """Whether giving up raises ``MaxRetryError`` (else the last response is returned).
 
-        As set (True by default, as in urllib3). Only on the object whose ``increment`` just
-        refused does it answer for that refusal: urllib3 reads it there, and it may be the
-        shared template, so the answer sits in this thread's request, named by the object.
-        A refusal that is the answer itself (the first response, one the policy does not
-        retry, a Retry-After status out of retries) is then returned, as urllib3 returns it.
+        As set (True by default). urllib3 reads it on the object whose ``increment`` just
+        refused, which may be a shared template: the answer for that refusal sits in this
+        thread's request, and a refusal that is the answer itself (the first response, one the
+        policy does not retry, a Retry-After status out of retries) is returned.
         """
         if not self._raise_on_give_up:
             return False  # an adapter's retry: the adapter raises the give-up itself
@@ -142,9 +134,21 @@ class SumeRetry(Retry):
         self._raise_on_give_up = bool(value)
 
     def new(self, **kw: Any) -> SumeRetry:
-        """A copy carrying the policy and the injected parts (urllib3 calls it per retry)."""
-        # urllib3's increment moves only the counters: the rest was checked when this was made.
-        kw.setdefault("_checked", kw.keys() <= _COUNTERS)
+        """A copy carrying the policy and the injected parts (urllib3 calls it per retry).
+
+        urllib3's ``increment`` passes the counters and the history only: the copy takes them as
+        ``Retry.__init__`` would, the rest as checked when this retry was made. A subclass with
+        an ``__init__`` of its own, and any other change, is built through ``__init__``.
+        """
+        if kw.keys() <= _COUNTERS and type(self).__init__ is SumeRetry.__init__:
+            new = object.__new__(type(self))
+            new.__dict__.update(self.__dict__, **kw)
+            new.__dict__.pop("_sume_wait", None)  # the decision's, and its request's, not the copy's
+            new.__dict__.pop("_sume_request", None)
+            if new.total is False or new.redirect is False:
+                new.redirect, new.raise_on_redirect = 0, False
+            new.history = new.history or ()
+            return new
         kw.setdefault("raise_on_status", self._raise_on_give_up)
         kw.setdefault("policy", self.policy)
         kw.setdefault("sleep", self.sleep_function)
@@ -166,8 +170,6 @@ class SumeRetry(Retry):
             f"redirect={self.redirect}, status={self.status}, other={self.other}, "
             f"max_retries={self.policy.max_retries}, max_elapsed={self.policy.max_elapsed})"
         )
-
-    # -- what urllib3 asks -----------------------------------------------------------
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
         """Whether ``increment`` should see this response: urllib3's rule, the policy's rows added.
@@ -192,7 +194,9 @@ class SumeRetry(Retry):
             return False  # a method that may not be resent
         if forced and status_code in forced:
             return True
-        if status_code >= 400 and ((not forced and self.policy.trust_body) or self._retry_row(status_code)):
+        if status_code >= 400 and not forced and self.policy.trust_body:
+            return True
+        if any(rule.status == status_code and rule.verdict is Verdict.RETRY for rule in self.policy.rules):
             return True
         return bool(
             self.total is not False
@@ -202,30 +206,20 @@ class SumeRetry(Retry):
             and status_code in self.RETRY_AFTER_STATUS_CODES
         )
 
-    def _retry_row(self, status: int) -> bool:
-        return any(rule.status == status and rule.verdict is Verdict.RETRY for rule in self.policy.rules)
-
     def _is_method_retryable(self, method: str) -> bool:
         return self.refusal(self._joined() or _FRESH, method) is None
 
     def _joined(self) -> Optional[RequestContext]:
-        """The request this retry serves: the adapter's, or a lone retry's own once it began.
-
-        A lone retry's request rides on the object its first ``increment`` returned (urllib3
-        carries that object to the next attempt), not on the thread: nothing is left behind on
-        the thread for the next request, and no context variable is set per decision.
-        """
+        """The request this retry serves: the adapter's, or a lone retry's own once it began (on
+        the object its first ``increment`` returned, which urllib3 carries on: not on the thread)."""
         context = current.get()
         if context is not None and context.adapter is not None:
             return context
         return self._sume_request
 
     def get_backoff_time(self) -> float:
-        """The wait decided for the retry this object was made for (0.0 for any other object).
-
-        ``increment`` stores the policy's wait (backoff, Retry-After or the fleet's pace) on
-        the object it returns, so the answer belongs to the object, not to the thread.
-        """
+        """The wait ``increment`` decided (backoff, Retry-After or the fleet's pace) for the retry
+        this object was made for (0.0 for any other object)."""
         wait = self._sume_wait
         return wait if wait is not None else 0.0
 
@@ -264,8 +258,6 @@ class SumeRetry(Retry):
         wait = min(wait, max(context.deadline - context.now(), 0.0))
         if wait > 0 or context.now is not time.monotonic:
             _sleeping.wait(wait, self.sleep_function)  # a test's time: no_sleep records even 0 s
-
-    # -- the decision ----------------------------------------------------------------
 
     def increment(
         self,
@@ -357,7 +349,7 @@ class SumeRetry(Retry):
             paced = (
                 status in self.RETRY_AFTER_STATUS_CODES
                 and not (forced and status in forced)
-                and bool(_retry_after(raw))
+                and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
             )
             counted_out = decision.reason.endswith(COUNTERS_OUT)
             given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
@@ -416,8 +408,6 @@ class SumeRetry(Retry):
         if refusal is None and allowed is not Retry.DEFAULT_ALLOWED_METHODS and verb not in (allowed or ()):
             return f"{verb} is not in allowed_methods"  # narrowed (SumeRetry made it a frozenset)
         return refusal
-
-    # -- the decision: what this attempt got, and whether another may follow --------
 
     def decide_response(
         self,
@@ -770,16 +760,10 @@ def status_of(raw: Any) -> Optional[int]:
     return status if isinstance(status, int) else None
 
 
-def _retry_after(raw: Any) -> Optional[str]:
-    """A response's Retry-After, or None (urllib3's and requests' header dicts are case-insensitive)."""
-    headers = getattr(raw, "headers", None)
-    value = headers.get("Retry-After") if headers is not None else None
-    return value if isinstance(value, str) else None
-
-
 def _asked_wait(raw: Any) -> Optional[float]:
     """The wait a response's Retry-After asks for, measured from its own Date when it has one."""
-    value = _retry_after(raw)
-    if value is None:
+    headers = getattr(raw, "headers", None)
+    value = headers.get("Retry-After") if headers is not None else None
+    if not isinstance(value, str):
         return None
-    return parse_retry_after(value, date=(getattr(raw, "headers", None) or {}).get("Date"))
+    return parse_retry_after(value, date=headers.get("Date"))
