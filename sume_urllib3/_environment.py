@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import urllib.request
-from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Hashable, Optional, Tuple
 from urllib.parse import urlsplit
 
 #: True where urllib's proxies come from the environment alone (Linux, the BSDs).
@@ -64,57 +64,39 @@ class EnvironmentSettings:
         try:
             key = (
                 # no_proxy matches a host and port; the proxies found are per scheme, all kept
-                None if url is None else urlsplit(url).netloc,
-                _frozen(proxies),
+                urlsplit(url).netloc,
+                frozenset(proxies.items()),
                 stream,
                 verify,
                 cert,
-                _frozen(session.proxies),
+                frozenset(session.proxies.items()),
                 session.stream,
                 session.verify,
                 session.cert,
             )
             hash(key)
-        except (TypeError, ValueError):  # an unhashable setting, a URL urlsplit refuses
+        except (AttributeError, TypeError, ValueError):  # no URL or mapping, a setting unhashable
             return merge(url, proxies, stream, verify, cert)
         held, kept = self._state
         answer = kept.get(key) if environ == held else None
-        if answer is not None:
-            settings, added = answer
-            for name, value in added.items():  # requests fills the caller's own dict in; so do we
+        if answer is None:
+            before = dict(proxies)
+            snapshot = dict(environ)
+            settings = merge(url, proxies, stream, verify, cert)
+            if environ != snapshot:  # changed meanwhile: nothing kept
+                return settings
+            answer = (settings, {k: v for k, v in proxies.items() if k not in before})
+            with self._lock:
+                held, kept = self._state
+                if snapshot != held or len(kept) >= MAX_KEPT:
+                    kept = {}
+                    self._state = (snapshot, kept)
+                kept[key] = answer
+        else:
+            for name, value in answer[1].items():  # requests fills the caller's own dict in; so do we
                 proxies.setdefault(name, value)
-            return _fresh(settings)
-        before = dict(proxies) if isinstance(proxies, Mapping) else None
-        snapshot = dict(environ)
-        settings = merge(url, proxies, stream, verify, cert)
-        if before is None or environ != snapshot:  # no dict to fill in, or changed meanwhile
-            return settings
-        added = {k: v for k, v in proxies.items() if k not in before}
-        with self._lock:
-            held, kept = self._state
-            if snapshot != held:
-                kept = {}
-                self._state = (snapshot, kept)
-            elif len(kept) >= MAX_KEPT:
-                kept = {}
-                self._state = (held, kept)
-            kept[key] = (settings, added)
-        return _fresh(settings)
-
-
-def _frozen(value: Any) -> Hashable:
-    """A mapping as a hashable key (TypeError for what cannot be one)."""
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        return tuple(sorted(value.items(), key=repr))
-    raise TypeError(f"not a mapping: {type(value).__name__}")
-
-
-def _fresh(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """A copy the caller may change (requests passes the proxies dict on)."""
-    out = dict(settings)
-    proxies = out.get("proxies")
-    if isinstance(proxies, dict):
-        out["proxies"] = dict(proxies)
-    return out
+        # A copy the caller may change (requests passes the proxies dict on).
+        settings = dict(answer[0])
+        if isinstance(settings.get("proxies"), dict):
+            settings["proxies"] = dict(settings["proxies"])
+        return settings
