@@ -8,8 +8,7 @@ from typing import List
 
 import pytest
 
-from sume_urllib3 import Policy, SumeRecord, SumeRetryError, SumeSession
-from sume_urllib3 import _sleeping
+from sume_urllib3 import Policy, SumeRecord, SumeRetryError, SumeSession, _sleeping
 from sume_urllib3.testing import FakeSume, Reply, SleepRecorder, no_sleep
 
 
@@ -52,9 +51,7 @@ def test_the_previous_mode_is_restored() -> None:
     assert _sleeping._virtual is None
 
 
-def test_the_fixtures_come_from_the_plugin(
-    fake_sume: FakeSume, sume_no_sleep: SleepRecorder
-) -> None:
+def test_the_fixtures_come_from_the_plugin(fake_sume: FakeSume, sume_no_sleep: SleepRecorder) -> None:
     """fake_sume is a started server; sume_no_sleep is the active recorder."""
     fake_sume.script("GET", "/v1/me", 503, 200)
 
