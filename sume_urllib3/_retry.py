@@ -762,7 +762,7 @@ def status_of(raw: Any) -> Optional[int]:
 
 def _asked_wait(raw: Any) -> Optional[float]:
     """The wait a response's Retry-After asks for, measured from its own Date when it has one."""
-    headers = getattr(raw, "headers", None)
+    headers: Any = getattr(raw, "headers", None)
     value = headers.get("Retry-After") if headers is not None else None
     if not isinstance(value, str):
         return None
