@@ -49,21 +49,7 @@ class Default:
 DEFAULT_FLEET: Any = Default()
 
 
-def check_fleet(fleet: Any) -> Optional[Fleet]:
-    """The fleet to use: the process-wide one for the default, None for no pacing."""
-    if fleet is DEFAULT_FLEET:
-        return LocalFleet.default()
-    if fleet is not None and (
-        isinstance(fleet, type)  # LocalFleet rather than LocalFleet(): its methods need an instance
-        or not (callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None)))
-    ):
-        raise ConfigurationError(
-            f"fleet must be a Fleet (LocalFleet, RedisFleet) or None, got {type(fleet).__name__}"
-        )
-    return fleet
-
-
-# urllib3 2 enforces Content-Length by default; 1.26 only when asked (see _send).
+# urllib3 2 enforces Content-Length by default; 1.26 only when asked (see _transmit).
 _ENFORCE_LENGTH = not hasattr(urllib3, "BaseHTTPResponse")  # added in urllib3 2.0
 
 
@@ -119,27 +105,26 @@ class SumeAdapter(HTTPAdapter):
         **adapter_kwargs: Any,
     ) -> None:
         # What this adapter was given itself: mounted on a SumeSession, it keeps these and
-        # takes the session's for the rest (see serve_as).
-        no_observers = isinstance(observers, (tuple, list)) and not observers  # never consume an iterator
-        retry_given = not no_observers or any(
+        # takes the session's for the rest (see serve_as). An iterator of observers is not consumed.
+        retry_given = not (isinstance(observers, (tuple, list)) and not observers) or any(
             value is not None for value in (policy, max_retries, retry_budget, sleep, clock, rng)
         )
-        self._own_settings = frozenset(
-            name
-            for name, given in (
-                ("retry", retry_given),
-                ("timeout", timeout is not None),
-                ("fleet", fleet is not DEFAULT_FLEET),
-                ("raise_on_give_up", raise_on_give_up is not True),
-            )
-            if given
-        )
+        own = {"retry": retry_given, "timeout": timeout is not None, "fleet": fleet is not DEFAULT_FLEET}
+        own["raise_on_give_up"] = raise_on_give_up is not True
+        self._own_settings = frozenset(name for name, given in own.items() if given)
         self.timeout = check_timeout(timeout)
-        if fleet is DEFAULT_FLEET and clock is not None:
-            # Paced on the adapter's own clock, as SumeSession does: a fleet on real time would
-            # hold requests that a test's virtual clock has long let through.
-            fleet = LocalFleet(clock=clock, rng=rng)
-        self.fleet = check_fleet(fleet)
+        if fleet is DEFAULT_FLEET:
+            # On the adapter's own clock, as SumeSession does: a fleet on real time would hold
+            # requests that a test's virtual clock has long let through.
+            fleet = LocalFleet.default() if clock is None else LocalFleet(clock=clock, rng=rng)
+        elif fleet is not None and (
+            isinstance(fleet, type)  # LocalFleet rather than LocalFleet(): its methods need an instance
+            or not (callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None)))
+        ):
+            raise ConfigurationError(
+                f"fleet must be a Fleet (LocalFleet, RedisFleet) or None, got {type(fleet).__name__}"
+            )
+        self.fleet = fleet
         if max_retries is None:
             max_retries = SumeRetry(
                 policy=policy,  # by name: SumeRetry(5) would be urllib3's total=5
@@ -165,9 +150,8 @@ class SumeAdapter(HTTPAdapter):
         super().__init__(max_retries=max_retries, **adapter_kwargs)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # Libraries reconfigure mounted adapters in place (requests-futures' adapter_kwargs sets
-        # max_retries to a urllib3 Retry): refused here, by name, rather than failing every
-        # later request with an AttributeError deep in a retry.
+        # A library reconfiguring a mounted adapter (requests-futures sets max_retries to a urllib3
+        # Retry) is refused by name, rather than failing every later request deep in a retry.
         if name == "max_retries":
             if not isinstance(value, SumeRetry):
                 raise ConfigurationError(
@@ -199,14 +183,8 @@ class SumeAdapter(HTTPAdapter):
         serves with the session's policy, observers, budget, timeout, fleet and
         ``raise_on_give_up``; ``SumeAdapter(Policy(...))`` keeps its policy)."""
         own: FrozenSet[str] = getattr(self, "_own_settings", frozenset())  # unpickled: gave none
-        if "retry" not in own:
-            self.max_retries = other.max_retries
-        if "timeout" not in own:
-            self.timeout = other.timeout
-        if "fleet" not in own:
-            self.fleet = other.fleet
-        if "raise_on_give_up" not in own:
-            self.raise_on_give_up = other.raise_on_give_up
+        for name in {"retry", "timeout", "fleet", "raise_on_give_up"} - own:
+            setattr(self, "max_retries" if name == "retry" else name, getattr(other, name))
 
     @property
     def policy(self) -> Policy:
@@ -278,11 +256,7 @@ class SumeAdapter(HTTPAdapter):
                 key_id = context.key_id or key_ids.for_request(request.url or "", request.headers)
                 turn = context.take_turn(context.now(), key_id=key_id, rng=retry.rng)
                 if turn.refused is not None:  # the turn would cross the deadline: nothing is sent
-                    decision = Decision(Verdict.STOP, reason=f"not sent: {turn.refused}")
-                    at, retry_in = context.now(), turn.retry_in
-                    refused = Attempt(None, None, None, None, decision, at=at, retry_in=retry_in)
-                    context.add(refused)
-                    raise SumeRetryError(self._finish(context, request, None, None))
+                    self._refuse(context, request, f"not sent: {turn.refused}", Verdict.STOP, turn.retry_in)
                 if turn.wait > 0 and turn.grant.source == "slow_start":
                     # Waiting for responses in flight, which arrive in real time even when a
                     # test's sleep and clock are virtual: this pause must really pass.
@@ -467,12 +441,13 @@ class SumeAdapter(HTTPAdapter):
         request: requests.PreparedRequest,
         reason: str,
         verdict: Verdict = Verdict.NO_RETRY,
+        retry_in: Optional[float] = None,
     ) -> NoReturn:
         """End the request unsent for ``reason``, with the response a hop got before, if any."""
         previous = context.answered() if context.answered is not None else None
         status = None if previous is None else previous.status_code
         decision = Decision(verdict, reason=reason)
-        context.add(Attempt(status, None, None, None, decision, at=context.now()))
+        context.add(Attempt(status, None, None, None, decision, at=context.now(), retry_in=retry_in))
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)
 

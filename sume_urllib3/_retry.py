@@ -76,8 +76,8 @@ class SumeRetry(Retry):
         (resend every method, POST without a key included) is refused.
     """
 
-    # urllib3's own Retry predicates are used as a subclass uses them (``_is_connection_error``,
-    # ``_is_read_error``; ``_is_method_retryable`` is overridden): alike on 1.26.x and 2.0-2.7.
+    # urllib3's predicates ``_is_connection_error`` and ``_is_read_error`` are used, and
+    # ``_is_method_retryable`` overridden, as a subclass uses them: alike on 1.26.x and 2.0-2.8.
 
     #: The wait ``increment`` decided for the retry this object was made for (None: none).
     _sume_wait: Optional[float] = None
@@ -97,14 +97,10 @@ class SumeRetry(Retry):
     ) -> None:
         policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
         redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
-        raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
-        extras = {}
-        for name in _PORTABLE_EXTRAS:
-            if name in retry_kwargs:
-                extras[name] = retry_kwargs.pop(name)
-        super().__init__(raise_on_status=raise_on_give_up, **retry_kwargs)
+        extras = {name: retry_kwargs.pop(name) for name in _PORTABLE_EXTRAS if name in retry_kwargs}
+        super().__init__(**retry_kwargs)
         self.__dict__.update(extras)
         # urllib3 strips Authorization by default; a caller who takes it off the list keeps it.
         self.remove_headers_on_redirect = self.remove_headers_on_redirect | {"x-api-key"}
@@ -192,9 +188,9 @@ class SumeRetry(Retry):
             return False  # a success or redirect: asked on every response, answered first
         if self.refusal(self._joined() or _FRESH, method) is not None:
             return False  # a method that may not be resent
-        if forced and status_code in forced:
-            return True
-        if status_code >= 400 and not forced and self.policy.trust_body:
+        if (forced and status_code in forced) or (
+            status_code >= 400 and not forced and self.policy.trust_body
+        ):
             return True
         if any(rule.status == status_code and rule.verdict is Verdict.RETRY for rule in self.policy.rules):
             return True
@@ -271,19 +267,17 @@ class SumeRetry(Retry):
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``.
 
         A retry the policy allows must also pass urllib3's counters, the retry budget and the
-        fleet's turn (each can turn it into STOP; see :meth:`RequestContext.take_turn`), and
-        still fit before the deadline once the rest of the old body is read.
+        fleet's turn (:meth:`RequestContext.take_turn`), and still fit before the deadline once
+        the rest of the old body is read.
         """
         raw = response
         if not isinstance(raw, _URLLIB3_RESPONSE) and hasattr(raw, "status_code") and hasattr(raw, "raw"):
             raw = raw.raw  # responses 0.21 hands increment a requests.Response; urllib3 its own
         if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
             return self._redirect(method, url, raw, _pool, _stacktrace)
-        if error is None:
-            if raw is None:
-                # A bare count (no response, no error): urllib3's own rules apply.
-                return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
-        elif self.total is False:
+        if error is None and raw is None:  # a bare count: urllib3's own rules apply
+            return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
+        if error is not None and self.total is False:
             raise error.with_traceback(_stacktrace)
         context = self._joined() or self._lone_request(method, url)
         if context.grant is not None:
@@ -325,7 +319,7 @@ class SumeRetry(Retry):
         context.next_wait = new._sume_wait = wait  # what sleep and get_backoff_time answer
         if context.adapter is None:
             new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
-        self.announce_retry(context, policy, attempt, method, url)
+        self.announce_retry(context, policy, attempt, method)
         return new
 
     def _give_up(
@@ -338,13 +332,15 @@ class SumeRetry(Retry):
         _pool: Any,
         _stacktrace: Any,
     ) -> NoReturn:
-        """No retry: raise what tells urllib3 to hand the response back, or to raise."""
+        """No retry: raise what tells urllib3 to hand the response back, or to raise.
+
+        A give-up after retries (or on urllib3's own counters) follows ``raise_on_status``, as
+        urllib3's does; a refusal of the first response is the answer itself, and so is a
+        413/429/503 with Retry-After (not in ``status_forcelist``) out of retries, as in urllib3.
+        A transport error not resent is raised itself, so requests maps it as without retries.
+        """
         decision = attempt.decision
         if error is None:
-            # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
-            # as urllib3's Retry does; a refusal of the first response is the answer itself,
-            # and so is a 413/429/503 with Retry-After out of retries (urllib3 returns those:
-            # a status it retries for its Retry-After alone, not listed in status_forcelist).
             status, forced = status_of(raw), self.status_forcelist
             paced = (
                 status in self.RETRY_AFTER_STATUS_CODES
@@ -354,24 +350,16 @@ class SumeRetry(Retry):
             counted_out = decision.reason.endswith(COUNTERS_OUT)
             given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
             context.refuse(self, raise_now=given_up and not paced)
-            # The URL's query (a presigned signature) stays out of the message (see _redact).
             raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
         if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
-            # Retries ran out: MaxRetryError, as urllib3 raises it.
-            raise MaxRetryError(_pool, redact_url(url), error) from error
-        # Not resent (a request that is not replay-safe), or a read failure under SumeAdapter:
-        # the transport error itself, so requests maps it to ReadTimeout / ConnectionError
-        # exactly as it would without retries.
+            raise MaxRetryError(_pool, redact_url(url), error) from error  # out of retries, as urllib3
         raise error.with_traceback(_stacktrace)
 
     def _redirect(
         self, method: Optional[str], url: Optional[str], raw: Any, _pool: Any, _stacktrace: Any
     ) -> SumeRetry:
-        """A redirect urllib3 follows itself (or one requests would resend a body on).
-
-        Counted by urllib3's own rules; a 307/308 that would send a body this request cannot
-        send again is refused with ``MaxRetryError`` naming the body and the redirect.
-        """
+        """A redirect urllib3 follows itself, counted by its rules; one that would send a body this
+        request cannot send again (a 307/308) is refused with ``MaxRetryError`` naming both."""
         context = self._joined() or self._lone_request(method, url)
         why = redirect_refusal(
             method or context.method, status_of(raw), context.replayable, context.adapter is None
@@ -389,8 +377,9 @@ class SumeRetry(Retry):
         """A lone retry's request (a PoolManager, a plain HTTPAdapter), at its first failure:
         the deadline counts from now."""
         now = self.timer()
-        method = (method or "").upper()
-        context = RequestContext(now(), now=now, policy=self.policy, method=method, url=url or "")
+        context = RequestContext(
+            now(), now=now, policy=self.policy, method=(method or "").upper(), url=url or ""
+        )
         context.hops = 1
         return context
 
@@ -416,12 +405,8 @@ class SumeRetry(Retry):
         method: Optional[str] = None,
         policy: Optional[Policy] = None,
     ) -> Attempt:
-        """Peek at an error body and ask the policy what to do about this attempt.
-
-        A retry the request cannot take (a POST without a key, a body that cannot be
-        replayed) becomes NO_RETRY here. The adapter asks this too, for a response that
-        urllib3 never showed the retry (old requests streaming around urllib3).
-        """
+        """Peek at an error body and ask the policy what to do about this attempt; a retry the
+        request cannot take (see :meth:`refusal`) becomes NO_RETRY."""
         policy = policy or context.policy or self.policy
         status = status_of(raw) or 0
         envelope = _NO_HINTS
@@ -438,12 +423,10 @@ class SumeRetry(Retry):
             status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
         )
         retry_in = None
-        if decision.verdict is Verdict.RETRY:
-            refusal = self.refusal(context, method)
-            if refusal:
-                reason = f"{status_label(status, envelope.code)}: {refusal}"
-                decision = Decision(Verdict.NO_RETRY, reason=reason)
-        if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
+        refusal = self.refusal(context, method) if decision.retry else None
+        if refusal:
+            decision = Decision(Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}")
+        if decision.verdict in _GIVE_UP:
             # When trying again could succeed: the server's Retry-After, else the next backoff.
             retry_in = retry_after if retry_after is not None else policy.backoff(context.retries, self.rng)
         return Attempt(
@@ -457,9 +440,8 @@ class SumeRetry(Retry):
         now = context.now()
         refused_with = tunnel_status(error)
         if refused_with is not None:
-            # Through a plain-http origin a proxy's refusal arrives as a response, decided by the
-            # table; through a tunnel as this error. The same row decides both (a 407 is not
-            # retried, a proxy's 503 is), and nothing reached the API: any request may go again.
+            # Decided by the row a plain-http proxy's refusal (a response) meets: nothing reached
+            # the API, so any request may go again.
             elapsed = now - context.start
             decided = policy.decide(refused_with, None, None, context.retries, elapsed, rng=self.rng)
             reason = f"the proxy refused the tunnel: {decided.reason}"
@@ -468,9 +450,8 @@ class SumeRetry(Retry):
             if self._is_connection_error(error):
                 kind = "connect"
             elif self._is_read_error(error) or not _verification_failure(error):
-                # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
-                # request that may be sent twice, as after a read failure. A certificate that
-                # failed verification fails the same way again: not retried.
+                # Any other error (TLS mid-stream, a proxy) resends only what may be sent twice; a
+                # certificate that failed verification fails the same way again.
                 kind = "read"
             else:
                 kind = "other"
@@ -482,7 +463,6 @@ class SumeRetry(Retry):
                 kind, context.retries, now - context.start, replay_safe=refusal is None, rng=self.rng
             )
             if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
-                # Which rule keeps it from going again (no key, a body sent once), as for a response.
                 decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
         retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
         return Attempt(
@@ -494,74 +474,54 @@ class SumeRetry(Retry):
     ) -> bool:
         """A body that broke mid-read after urllib3 handed the response back: resend it?
 
-        The same decision as a read failure inside urllib3's loop (``decide_error("read")``),
-        bounded by urllib3's counters, the body (``rewind`` puts a file body back, False when
-        it cannot), the retry budget and the fleet's turn. Records the attempt; on a resend
-        the wait is in ``context.next_wait`` for :meth:`sleep`.
+        Decided as a read failure inside urllib3's loop, within urllib3's counters (``total``,
+        ``read``: the adapter's resend starts urllib3 afresh), the body (``rewind`` puts a
+        file body back, False when it cannot), the retry budget and the fleet's turn. Records
+        the attempt; on a resend the wait is in ``context.next_wait`` for :meth:`sleep`.
         """
-        now = context.now()
-        why = "the body failed mid-read"
-        replay_safe = self.refusal(context, context.method) is None
-        decision = policy.decide_error(
-            "read", context.retries, now - context.start, replay_safe=replay_safe, rng=self.rng
-        )
-        # urllib3's own counters (total, read) must leave room for one more retry, as in its loop.
-        counters = [c for c in (self.total, self.read) if c is False or type(c) is int]
-        if decision.retry and any(c is False or context.retries >= c for c in counters):
-            decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
-        if decision.retry and not rewind():
-            decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
-        wait = decision.wait or 0.0
-        retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
-        if decision.retry:  # a resend waits its turn and spends the budget like any retry
-            turn = context.take_turn(now, wait, retry="error", budget=self.retry_budget, rng=self.rng)
-            wait, retry_in = turn.wait, turn.retry_in
+        attempt = self.decide_error(context, policy, context.method, error)
+        retry = attempt.decision.retry
+        if retry and any(
+            c is False or (type(c) is int and context.retries >= c) for c in (self.total, self.read)
+        ):
+            attempt, retry = _stop(attempt, COUNTERS_OUT), False
+        elif retry and not rewind():
+            why = f"{attempt.decision.reason}; the request body cannot be rewound"
+            attempt, retry = attempt._replace(decision=Decision(Verdict.NO_RETRY, reason=why)), False
+        if retry:
+            wait = attempt.decision.wait or 0.0
+            turn = context.take_turn(attempt.at, wait, retry="error", budget=self.retry_budget, rng=self.rng)
             if turn.refused is not None:
-                decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
-        if decision.verdict is Verdict.STOP and retry_in is None:
-            retry_in = decision.wait
-            if retry_in is None:
-                retry_in = policy.backoff(context.retries, self.rng)
-        attempt = Attempt(
-            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
-        )
+                attempt, retry = _stop(attempt, turn.refused, turn.retry_in), False
+            context.next_wait = turn.wait
         context.add(attempt)
-        if decision.retry:
-            context.next_wait = wait
-            # A retry like any other: the observers (metrics, the log line) hear of it before its wait.
-            self.announce_retry(context, policy, attempt, context.method, context.url)
-        return decision.retry
+        if retry:
+            self.announce_retry(context, policy, attempt, context.method)
+        return retry
 
     def announce_retry(
-        self,
-        context: RequestContext,
-        policy: Policy,
-        attempt: Attempt,
-        method: Optional[str],
-        url: Optional[str],
+        self, context: RequestContext, policy: Policy, attempt: Attempt, method: Optional[str]
     ) -> None:
         """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
-        decision, wait = attempt.decision, context.next_wait
+        decision, wait = attempt.decision, context.next_wait or 0.0
         if self.observers:
             # Where the wait came from: the policy's source, or "pace" when the fleet made it longer.
-            longer = wait is not None and decision.wait is not None and wait > decision.wait + HELD
-            source = "pace" if longer else decision.source or "backoff"
-            self.observers.retry(
-                RetryEvent(
-                    method=(method or context.method or "").upper(),
-                    url=context.shown_url or redact_url(url or ""),
-                    attempt=context.retries,
-                    max_retries=policy.max_retries,
-                    wait=context.next_wait or 0.0,
-                    wait_source=source,
-                    status=attempt.status,
-                    code=attempt.code,
-                    request_id=attempt.request_id,
-                    key_prefix=key_prefix(context.key),
-                    reason=decision.reason,
-                    error=attempt.error,
-                )
+            longer = decision.wait is not None and wait > decision.wait + HELD
+            event = RetryEvent(
+                method=(method or context.method or "").upper(),
+                url=context.shown_url,
+                attempt=context.retries,
+                max_retries=policy.max_retries,
+                wait=wait,
+                wait_source="pace" if longer else decision.source or "backoff",
+                status=attempt.status,
+                code=attempt.code,
+                request_id=attempt.request_id,
+                key_prefix=key_prefix(context.key),
+                reason=decision.reason,
+                error=attempt.error,
             )
+            self.observers.retry(event)
         log.debug("%s", decision.reason)
 
     def timer(self) -> Callable[[], float]:
