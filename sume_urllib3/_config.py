@@ -13,7 +13,7 @@ import math
 import os
 import random
 import threading
-from typing import Any, Callable, Dict, Iterable, Optional, TypeVar, overload
+from typing import Any, Callable, Dict, Optional, TypeVar, overload
 from urllib.parse import urlsplit
 
 from urllib3.exceptions import LocationParseError
@@ -103,31 +103,9 @@ def check_rng(value: Any, name: str = "rng") -> Any:
     )
 
 
-#: urllib3's retry counters: None (no limit of its own), False (``total``/``redirect``: no
-#: retries, errors raised as they are) or an int (negative ones are urllib3's own "exhausted").
-RETRY_COUNTERS = ("total", "connect", "read", "redirect", "status", "other")
 #: The most connections (or pools) an adapter may keep: requests' default is 10; each pool
 #: fills a queue of ``pool_maxsize`` slots up front.
 MAX_POOL = 10_000
-
-
-def check_retry_arguments(kwargs: Dict[str, Any]) -> None:
-    """urllib3's own ``Retry`` arguments that would fail only when a request first retries."""
-    for name in RETRY_COUNTERS:
-        value = kwargs.get(name)
-        if value is not None and not isinstance(value, (bool, int)):
-            raise ConfigurationError(
-                f"{name} must be None, True/False or an int (a urllib3 retry counter), got {value!r}"
-            )
-    headers = kwargs.get("remove_headers_on_redirect")
-    if headers is not None and (
-        isinstance(headers, (str, bytes))
-        or not isinstance(headers, Iterable)
-        or not all(isinstance(h, str) for h in headers)
-    ):
-        raise ConfigurationError(
-            f"remove_headers_on_redirect must be a collection of header names (str), got {headers!r}"
-        )
 
 
 def check_pool_arguments(kwargs: Dict[str, Any]) -> None:

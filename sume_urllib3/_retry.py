@@ -17,7 +17,7 @@ from urllib3.util.retry import Retry
 
 from . import _sleeping
 from ._body import let_go, peek_body
-from ._config import check_retry_arguments, check_rng
+from ._config import check_rng
 from ._envelope import ErrorEnvelope, parse_envelope, parse_retry_after
 from ._errors import ConfigurationError
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS
@@ -555,20 +555,34 @@ def _checked_policy(
     retry_budget: Any,
     kwargs: Dict[str, Any],
 ) -> Policy:
-    """The policy to carry out, every argument checked, urllib3's own ones absorbed."""
-    policy = _positional(args, policy, kwargs)
+    """The policy to carry out, every argument checked, urllib3's own placed and absorbed.
+
+    ``SumeRetry(Policy(...), ...)`` gives the policy first; anything else first is urllib3's
+    ``total`` (``Retry(3)``, ``Retry(0, read=False)``), and the rest follow urllib3's order.
+    """
+    if args and isinstance(args[0], Policy):
+        if policy is not None:
+            raise ConfigurationError("give the policy once: positionally or as policy=")
+        policy, args = args[0], args[1:]
+    elif args and args[0] is not None and not isinstance(args[0], int):  # nor urllib3's total
+        raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
+    positional = _retry_parameters()
+    if len(args) > len(positional):
+        raise ConfigurationError(f"SumeRetry takes at most {len(positional)} urllib3 arguments by position")
+    for name, value in zip(positional, args):
+        if name in kwargs:
+            raise ConfigurationError(f"SumeRetry got {name} by position and by name")
+        kwargs[name] = value
     if policy is None:
         policy = DEFAULT_POLICY
-    if not isinstance(policy, Policy):
+    elif not isinstance(policy, Policy):
         raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-    if sleep is not None and not callable(sleep):
-        raise ConfigurationError("sleep must be callable")
-    if clock is not None and not callable(clock):
-        raise ConfigurationError("clock must be callable")
+    for name, given in (("sleep", sleep), ("clock", clock)):
+        if given is not None and not callable(given):
+            raise ConfigurationError(f"{name} must be callable")
     if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
         raise ConfigurationError("retry_budget must be a RetryBudget or None")
     check_rng(rng)
-    check_retry_arguments(kwargs)
     return _absorb_urllib3_arguments(policy, kwargs)
 
 
@@ -577,7 +591,23 @@ _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other"
 
 
 def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
-    """Honour the urllib3 arguments that mean something here; refuse the rest by name."""
+    """Honour the urllib3 arguments that mean something here, checked now rather than at the
+    first retry; refuse the rest by name."""
+    for name in _COUNTERS - {"history"}:
+        value = kwargs.get(name)  # None: no limit; False: no retries, errors raised as they are
+        if value is not None and not isinstance(value, (bool, int)):
+            raise ConfigurationError(
+                f"{name} must be None, True/False or an int (a urllib3 retry counter), got {value!r}"
+            )
+    headers = kwargs.get("remove_headers_on_redirect")
+    if headers is not None and (
+        isinstance(headers, (str, bytes))
+        or not isinstance(headers, Iterable)
+        or not all(isinstance(h, str) for h in headers)
+    ):
+        raise ConfigurationError(
+            f"remove_headers_on_redirect must be a collection of header names (str), got {headers!r}"
+        )
     for name, (default, field) in _REPLACED.items():
         if name in kwargs and kwargs[name] not in (default, None):
             raise ConfigurationError(
@@ -600,25 +630,16 @@ def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
         if unknown:
             raise ConfigurationError(f"allowed_methods: {', '.join(sorted(unknown))} may never be resent")
     forcelist = kwargs.get("status_forcelist")
-    if forcelist:
-        if isinstance(forcelist, (str, bytes)) or not isinstance(forcelist, Iterable):
-            raise ConfigurationError(
-                f"status_forcelist must be a collection of int statuses, got {forcelist!r}"
-            )
-        forcelist = frozenset(forcelist)
-        wrong = sorted(repr(s) for s in forcelist if isinstance(s, bool) or not isinstance(s, int))
-        if wrong:
-            # urllib3 would never match these (it compares ints): say so rather than retry nothing.
-            raise ConfigurationError(f"status_forcelist: {', '.join(wrong)} are not int statuses")
-        kwargs["status_forcelist"] = forcelist  # kept: is_retry and raise_on_status read it as urllib3 does
-        policy = _with_forced_statuses(policy, forcelist)
-    return policy
-
-
-def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
-    """Add a RETRY row (Retry-After, else backoff) for each forced status without a row."""
-    added = []
-    for status in sorted(statuses):
+    if not forcelist:
+        return policy
+    if isinstance(forcelist, (str, bytes)) or not isinstance(forcelist, Iterable):
+        raise ConfigurationError(f"status_forcelist must be a collection of int statuses, got {forcelist!r}")
+    forcelist = kwargs["status_forcelist"] = frozenset(forcelist)  # is_retry reads it as urllib3 does
+    wrong = sorted(repr(s) for s in forcelist if isinstance(s, bool) or not isinstance(s, int))
+    if wrong:  # urllib3 would never match these (it compares ints): said, rather than retry nothing
+        raise ConfigurationError(f"status_forcelist: {', '.join(wrong)} are not int statuses")
+    added = []  # a RETRY row (Retry-After, else backoff) for each forced status without a row
+    for status in sorted(forcelist):
         rule = policy.match(status, None)
         if rule is None:
             added.append(Rule(status, ANY, Verdict.RETRY))
@@ -630,38 +651,12 @@ def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
     return policy.replace(rules=(*policy.rules, *added)) if added else policy
 
 
-#: urllib3's positional arguments, in its order (``Retry(3)`` is ``total=3``).
-
-
 @functools.lru_cache(maxsize=None)
 def _retry_parameters() -> Tuple[str, ...]:
     """urllib3's own ``Retry`` arguments, in order (inspect is imported when first needed)."""
     import inspect
 
     return tuple(name for name in inspect.signature(Retry.__init__).parameters if name != "self")
-
-
-def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> Optional[Policy]:
-    """The policy, with positional arguments placed as urllib3 places them.
-
-    ``SumeRetry(Policy(...), ...)`` gives the policy first; anything else first is urllib3's
-    ``total`` (``Retry(3)``, ``Retry(0, read=False)``), and the rest follow urllib3's order.
-    """
-    if args and isinstance(args[0], Policy):
-        if policy is not None:
-            raise ConfigurationError("give the policy once: positionally or as policy=")
-        policy, args = args[0], args[1:]
-    elif args and args[0] is not None and not isinstance(args[0], int):
-        # Neither a Policy nor urllib3's total (an int, False or None).
-        raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
-    positional = _retry_parameters()
-    if len(args) > len(positional):
-        raise ConfigurationError(f"SumeRetry takes at most {len(positional)} urllib3 arguments by position")
-    for name, value in zip(positional, args):
-        if name in kwargs:
-            raise ConfigurationError(f"SumeRetry got {name} by position and by name")
-        kwargs[name] = value
-    return policy
 
 
 #: urllib3's response class (``BaseHTTPResponse`` on 2.x, ``HTTPResponse`` on 1.26), and the
