@@ -1,10 +1,9 @@
 """Checks of the values constructors are given: refuse at construction what would fail later.
 
-A value a constructor accepts must work on every request: ``Policy(max_elapsed=1e10)``
-made every request raise ``OverflowError`` (the socket timeout it became is past what a
-socket accepts), ``SumeSession(rng=5)`` turned the first 503 into "internal error while
-deciding". Each check raises :class:`ConfigurationError` naming the argument and what it
-accepts, and never echoes a value that may be a secret.
+A value a constructor accepts must work on every request (a ``max_elapsed`` past what a socket
+timeout accepts would make each one raise ``OverflowError``). Each check raises
+:class:`ConfigurationError` naming the argument and what it accepts, and never echoes a value
+that may be a secret.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import math
 import os
 import random
 import threading
-from typing import Any, Callable, Dict, Optional, TypeVar, overload
+from typing import Any, Callable, Dict, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from urllib3.exceptions import LocationParseError
@@ -57,14 +56,6 @@ def check_seconds(
         )
     span = f"above {low:g} and at most" if positive else f"between {low:g} and"
     raise ConfigurationError(f"{name} must be {span} {high:g}{' ' + unit if unit else ''}, got {value!r}")
-
-
-@overload
-def as_seconds(value: Any, default: float = ...) -> float: ...
-
-
-@overload
-def as_seconds(value: Any, default: Optional[float]) -> Optional[float]: ...
 
 
 def as_seconds(value: Any, default: Optional[float] = 0.0) -> Optional[float]:
