@@ -258,9 +258,7 @@ class SumeAdapter(HTTPAdapter):
                 if turn.refused is not None:  # the turn would cross the deadline: nothing is sent
                     self._refuse(context, request, f"not sent: {turn.refused}", Verdict.STOP, turn.retry_in)
                 if turn.wait > 0 and turn.grant.source == "slow_start":
-                    # Waiting for responses in flight, which arrive in real time even when a
-                    # test's sleep and clock are virtual: this pause must really pass.
-                    time.sleep(turn.wait)
+                    time.sleep(turn.wait)  # for responses in flight, in real time even in a test
                 elif turn.wait > 0:
                     _sleeping.wait(turn.wait, retry.sleep_function)
                 if not turn.grant.again:
@@ -276,9 +274,7 @@ class SumeAdapter(HTTPAdapter):
             response = self._transmit(context, request, policy, sent)
             return self._conclude(context, request, response, sent["stream"])
         except BaseException as exc:
-            if not isinstance(exc, Exception):
-                # An interrupt (Ctrl-C, a SIGTERM handler's SystemExit) is the caller's, not the
-                # server's: the request ends without a record, and no outcome is told or counted.
+            if not isinstance(exc, Exception):  # an interrupt is the caller's: no record, no outcome
                 context.record = context.stream = None
             elif context.record is None and context.adapter is self:
                 # Something other than the transport broke: the record still ends the request.
@@ -304,8 +300,7 @@ class SumeAdapter(HTTPAdapter):
         if context.hops:
             strip(request.headers, left_behind(context.url, request.url or "", request.method))
             if context.owned and _has_both_auth(request.headers):
-                # SumeSession refuses both before the first send; an auth handler (requests'
-                # HTTPDigestAuth answering a 401 challenge) may add Authorization to a resend.
+                # SumeSession refuses both before the first send; an auth handler may add one later.
                 raise ConfigurationError(
                     "both x-api-key and Authorization are set on this request (an auth handler "
                     "added Authorization to a resend): send only one"
@@ -329,9 +324,7 @@ class SumeAdapter(HTTPAdapter):
             if retry.observers.starts:
                 retry.observers.start(RequestStart(method, context.shown_url, key))
             if followed is None:
-                if not context.replayable and taken_before(request.body):
-                    # An auth handler's resend outside a SumeSession (or a caller's own): a new
-                    # request here, with a body an earlier send took.
+                if not context.replayable and taken_before(request.body):  # a resend outside a session
                     self._refuse(context, request, TAKEN_BEFORE)
                 return
             status = followed[1]
@@ -350,16 +343,13 @@ class SumeAdapter(HTTPAdapter):
                 response = super().send(request, **sent)
             except requests.exceptions.RequestException as exc:
                 if broken is not None:
-                    # The resend of a body that broke failed too: the caller asked for one response
-                    # and hears of its body's error, as requests reports it (ChunkedEncodingError);
-                    # the resend's failure is the cause, its attempts are in the record.
+                    # The resend failed too: the caller hears of the first body's error (as requests
+                    # reports it), the resend's failure its cause, its attempts in the record.
                     record = self._finish(context, request, None, None, error=type(broken).__name__)
                     raise raisable(broken, record) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(timeout_for(context.watch, exc), self._finish(context, request, None, None))
-            if _ENFORCE_LENGTH:
-                # 1.26 hands back a body cut short as if whole (an error body, a gzip one, a
-                # stream): told to, it raises at the cut, as 2.x does, on every read of it.
+            if _ENFORCE_LENGTH:  # 1.26 hands back a body cut short as if whole, unless told
                 response.raw.enforce_content_length = True
             if context.grant is not None:
                 context.end_turn(response.status_code, response.headers)
@@ -398,12 +388,16 @@ class SumeAdapter(HTTPAdapter):
         if status >= 400 and (last is None or last.decision.retry or last.status != status):
             # urllib3 never showed this response to the retry (requests < 2.29 streams
             # chunked bodies around urllib3): decide once here, but nothing was resent.
-            self._consult_late(context, response)
+            seen = self.retry.decide_response(context, response.raw)
+            if seen.decision.retry:
+                why = f"{seen.label}: not retried: the transport did not consult the retry"
+                seen = seen._replace(decision=Decision(Verdict.NO_RETRY, reason=why))
+            context.add(seen)
         if status in REDIRECT_STATI or not context.owned:
             answered(request, response, context.url, note=not context.owned)
         if context.owned and status >= 400:
-            # The answer a refused resend leaves the caller with (a 401 challenge an auth handler
-            # answers): held weakly, as only the caller may hold a streamed response (StreamWatch).
+            # What a refused resend (an auth handler's answer to a 401) leaves the caller with:
+            # held weakly, as only the caller may hold a streamed response.
             context.answered = weakref.ref(response)
         record = self._finish(context, request, status, response.headers)
         response.sume = record  # type: ignore[attr-defined]
@@ -416,16 +410,12 @@ class SumeAdapter(HTTPAdapter):
                 # and the connection goes back to the pool whether or not they do.
                 try:
                     response.content  # noqa: B018
-                except BODY_ERRORS as exc:
-                    # The give-up stands, without a body to hand over (none came whole): a body
-                    # that broke or stalled frees its slot, and is the give-up's cause.
+                except BODY_ERRORS as exc:  # no body came whole: the give-up stands, this its cause
                     response.close()
                     raise SumeRetryError(record) from redact(exc)
             else:
-                # Handed over on an exception, a streamed body is easily dropped unread, and a
-                # blocking pool would never see its connection again: one that ends within the
-                # drain's limit is read into memory now (the caller reads it as before), and its
-                # connection goes back. A longer one is the caller's to read or close.
+                # A streamed body handed over on an exception is easily dropped unread, its
+                # connection lost to a blocking pool: one within the drain's limit is read now.
                 hold_whole(response.raw, DRAIN_LIMIT, lambda: context.now() >= context.deadline)
             raise SumeRetryError(record, response)
         if not stream and status >= 400:
@@ -481,15 +471,6 @@ class SumeAdapter(HTTPAdapter):
         record = self._finish(context, request, response.status_code, response.headers, error=error)
         response.sume = record  # type: ignore[attr-defined]
         return record
-
-    def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
-        seen = self.retry.decide_response(context, response.raw)
-        if seen.decision.retry:
-            decision = Decision(
-                Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
-            )
-            seen = seen._replace(decision=decision)
-        context.add(seen)
 
     def _finish(
         self,

@@ -17,7 +17,7 @@ from ._idempotency import BODY_METHODS, KEYED_METHODS, validate_idempotency_key
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
-from ._util import RandomSource, uniform
+from ._util import RandomSource, plural, uniform
 from .pacing._fleet import ANONYMOUS
 
 # A fleet's wait longer than the policy's by less than this is the same wait (float noise).
@@ -247,10 +247,8 @@ class RequestContext:
                     break
         stopped = None  # the attempt whose retry_in stands
         if ok:
-            outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
-            reason = "succeeded"
-            if retries:
-                reason = f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
+            outcome = Outcome.RETRIED_OK if retries else Outcome.OK
+            reason = f"succeeded after {plural(retries, 'retry', 'retries')}" if retries else "succeeded"
             retry_in = None
         elif error is not None:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP

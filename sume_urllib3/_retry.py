@@ -48,11 +48,10 @@ class SumeRetry(Retry):
     Use it through ``SumeAdapter``/``SumeSession`` (which give it the request's start
     time, idempotency key and whether its body can be replayed), or alone on any
     ``HTTPAdapter`` or ``PoolManager``, where a method with a body (POST, PUT, PATCH) is
-    never resent and the deadline counts from the first failure. Error responses that are not retried are
-    returned, not raised; giving up raises ``MaxRetryError`` when ``raise_on_status``
-    (the default, as in urllib3) after at least one retry; a first response the policy
-    refuses to retry, and a 413/429/503 with Retry-After out of retries, are returned
-    (as urllib3 returns the latter).
+    never resent and the deadline counts from the first failure. Error responses not retried
+    are returned; giving up after at least one retry raises ``MaxRetryError`` when
+    ``raise_on_status`` (the default, as in urllib3), but a 413/429/503 with Retry-After out of
+    retries is returned, as urllib3 returns it.
 
     :param args: by position, as urllib3 takes them: ``SumeRetry(3)`` is ``total=3`` and
         the rest follow urllib3's order; a :class:`Policy` may come first instead
@@ -245,14 +244,11 @@ class SumeRetry(Retry):
             self.sleep_for_retry(response)
             return
         self.__dict__.pop("_sume_wait", None)
-        if context is None:
-            _sleeping.wait(wait, self.sleep_function)
-            return
-        context.next_wait = None
-        # The decision refused waits that cross the deadline (increment checks again once the
-        # old body is read): this only keeps a late wait from going past it.
-        wait = min(wait, max(context.deadline - context.now(), 0.0))
-        if wait > 0 or context.now is not time.monotonic:
+        if context is not None:
+            # The decision refused waits that cross the deadline: this keeps a late one short of it.
+            context.next_wait = None
+            wait = min(wait, max(context.deadline - context.now(), 0.0))
+        if wait > 0 or context is None or context.now is not time.monotonic:
             _sleeping.wait(wait, self.sleep_function)  # a test's time: no_sleep records even 0 s
 
     def increment(
