@@ -114,7 +114,8 @@ def test_the_copy_for_urllib3s_increment_is_what_init_would_build() -> None:
     for counters in ({"total": 4, "history": ("h",)}, {"total": False}, {"redirect": False, "history": None}):
         built = original.new(**counters, observers=original.observers)  # not counters only: __init__
         assert vars(built) == vars(original.new(**counters))
-        assert (built.redirect, built.raise_on_redirect) == ((0, False) if False in counters.values() else (10, True))
+        expected = (0, False) if False in counters.values() else (10, True)
+        assert expected == (built.redirect, built.raise_on_redirect)
 
     class Counted(SumeRetry):
         built = 0
