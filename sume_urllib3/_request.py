@@ -18,7 +18,7 @@ from ._idempotency import BODY_METHODS, KEYED_METHODS, validate_idempotency_key
 from ._policy import Decision, Policy, Verdict
 from ._record import Outcome, SumeRecord, key_prefix, status_label
 from ._redact import redact_url
-from ._util import RandomSource, plural, uniform
+from ._util import RandomSource, uniform
 from .observe import RetryEvent
 from .pacing._fleet import ANONYMOUS
 
@@ -275,7 +275,11 @@ class RequestContext:
         stopped = None  # the attempt whose retry_in stands
         if ok:
             outcome = Outcome.RETRIED_OK if retries else Outcome.OK
-            reason = f"succeeded after {plural(retries, 'retry', 'retries')}" if retries else "succeeded"
+            reason = (
+                f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
+                if retries
+                else "succeeded"
+            )
             retry_in = None
         elif error is not None:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP

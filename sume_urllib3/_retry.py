@@ -419,7 +419,7 @@ class SumeRetry(Retry):
             status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
         )
         retry_in = None
-        refusal = self.refusal(context, method) if decision.retry else None
+        refusal = self.refusal(context, method) if decision.verdict is Verdict.RETRY else None
         if refusal:
             decision = Decision(Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}")
         if decision.verdict in _GIVE_UP:
