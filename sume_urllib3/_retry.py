@@ -219,8 +219,13 @@ class SumeRetry(Retry):
         return wait if wait is not None else 0.0
 
     def get_retry_after(self, response: Any) -> Optional[float]:
-        """Retry-After in seconds, or None; never raises on garbage (urllib3 does)."""
-        return _asked_wait(response)
+        """Retry-After in seconds (from the response's own Date for an HTTP-date), or None; never
+        raises on garbage (urllib3 does)."""
+        headers: Any = getattr(response, "headers", None)
+        value = headers.get("Retry-After") if headers is not None else None
+        if not isinstance(value, str):
+            return None
+        return parse_retry_after(value, date=headers.get("Date"))
 
     def sleep_for_retry(self, response: Any = None) -> bool:
         """Honour Retry-After on the redirect path, never past the deadline, never raising."""
@@ -304,9 +309,7 @@ class SumeRetry(Retry):
                 new, attempt = None, _stop(attempt, turn.refused, turn.retry_in)
             else:
                 let_go(raw)  # drained through urllib3, so its connection goes back to the pool
-            if new is not None and context.now() + wait > context.deadline:
-                # Reading the rest of the old body took the time the wait had: no attempt
-                # starts once the deadline has passed.
+            if new is not None and context.now() + wait > context.deadline:  # reading the old body took it
                 context.end_turn(None, None)  # the turn taken for it goes unused
                 new, attempt = None, _stop(attempt, "the deadline passed while the rest of its body was read")
         context.add(attempt)
@@ -370,8 +373,7 @@ class SumeRetry(Retry):
         return new
 
     def _lone_request(self, method: Optional[str], url: Optional[str]) -> RequestContext:
-        """A lone retry's request (a PoolManager, a plain HTTPAdapter), at its first failure:
-        the deadline counts from now."""
+        """A lone retry's request, at its first failure: the deadline counts from now."""
         now = self.timer()
         context = RequestContext(
             now(), now=now, policy=self.policy, method=(method or "").upper(), url=url or ""
@@ -414,7 +416,7 @@ class SumeRetry(Retry):
             )
         # Measured after the peek: reading a slow body is part of the elapsed time.
         now = context.now()
-        retry_after = _asked_wait(raw) if self.respect_retry_after_header else None
+        retry_after = self.get_retry_after(raw) if self.respect_retry_after_header else None
         decision = policy.decide(
             status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
         )
@@ -630,8 +632,7 @@ def _retry_parameters() -> Tuple[str, ...]:
     return tuple(name for name in inspect.signature(Retry.__init__).parameters if name != "self")
 
 
-#: urllib3's response class (``BaseHTTPResponse`` on 2.x, ``HTTPResponse`` on 1.26), and the
-#: statuses its ``get_redirect_location`` answers for.
+#: urllib3's response class (``BaseHTTPResponse`` on 2.x), and the statuses it redirects with.
 _URLLIB3_RESPONSE: Any = getattr(urllib3.response, "BaseHTTPResponse", HTTPResponse)
 _REDIRECTS = frozenset(HTTPResponse.REDIRECT_STATUSES)
 
@@ -684,12 +685,3 @@ def status_of(raw: Any) -> Optional[int]:
     """The status of a urllib3 response (None for anything without an int status)."""
     status = getattr(raw, "status", None)
     return status if isinstance(status, int) else None
-
-
-def _asked_wait(raw: Any) -> Optional[float]:
-    """The wait a response's Retry-After asks for, measured from its own Date when it has one."""
-    headers: Any = getattr(raw, "headers", None)
-    value = headers.get("Retry-After") if headers is not None else None
-    if not isinstance(value, str):
-        return None
-    return parse_retry_after(value, date=headers.get("Date"))
