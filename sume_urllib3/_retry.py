@@ -10,7 +10,7 @@ import ssl
 import time
 from typing import Any, Callable, Collection, Dict, Iterable, NoReturn, Optional, Tuple
 
-import urllib3.response
+import requests
 from urllib3.exceptions import MaxRetryError, ResponseError
 from urllib3.response import HTTPResponse
 from urllib3.util.retry import Retry
@@ -136,13 +136,15 @@ class SumeRetry(Retry):
         an ``__init__`` of its own, and any other change, is built through ``__init__``.
         """
         if kw.keys() <= _COUNTERS and type(self).__init__ is SumeRetry.__init__:
+            state = self.__dict__.copy()
+            state.update(kw)
+            state.pop("_sume_wait", None)  # the decision's, and its request's, not the copy's
+            state.pop("_sume_request", None)
+            if state["total"] is False or state["redirect"] is False:
+                state["redirect"], state["raise_on_redirect"] = 0, False
+            state["history"] = state["history"] or ()
             new = object.__new__(type(self))
-            new.__dict__.update(self.__dict__, **kw)
-            new.__dict__.pop("_sume_wait", None)  # the decision's, and its request's, not the copy's
-            new.__dict__.pop("_sume_request", None)
-            if new.total is False or new.redirect is False:
-                new.redirect, new.raise_on_redirect = 0, False
-            new.history = new.history or ()
+            new.__dict__ = state
             return new
         kw.setdefault("raise_on_status", self._raise_on_give_up)
         kw.setdefault("policy", self.policy)
@@ -271,9 +273,7 @@ class SumeRetry(Retry):
         fleet's turn (:meth:`RequestContext.take_turn`), and still fit before the deadline once
         the rest of the old body is read.
         """
-        raw = response
-        if not isinstance(raw, _URLLIB3_RESPONSE) and hasattr(raw, "status_code") and hasattr(raw, "raw"):
-            raw = raw.raw  # responses 0.21 hands increment a requests.Response; urllib3 its own
+        raw = response.raw if isinstance(response, requests.Response) else response  # responses 0.21's
         if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
             return self._redirect(method, url, raw, _pool, _stacktrace)
         if error is None and raw is None:  # a bare count: urllib3's own rules apply
@@ -632,8 +632,7 @@ def _retry_parameters() -> Tuple[str, ...]:
     return tuple(name for name in inspect.signature(Retry.__init__).parameters if name != "self")
 
 
-#: urllib3's response class (``BaseHTTPResponse`` on 2.x), and the statuses it redirects with.
-_URLLIB3_RESPONSE: Any = getattr(urllib3.response, "BaseHTTPResponse", HTTPResponse)
+#: The statuses urllib3's responses redirect with.
 _REDIRECTS = frozenset(HTTPResponse.REDIRECT_STATUSES)
 
 
