@@ -1,17 +1,12 @@
 """requests' reading of the environment, done again only when the environment changes.
 
 With ``trust_env`` on (its default), every ``requests.Session.request`` scans the whole of
-``os.environ`` for ``*_proxy`` variables (twice: the bypass check, then the proxies), decoding
-each name and value, before it sends a byte: a cost linear in the variables' count, which a
-Kubernetes pod multiplies (one set per service in its namespace: psf/requests#5600,
-python/cpython#91539).
-
-``EnvironmentSession`` keeps what requests' ``merge_environment_settings`` returned for the
-same inputs (the URL's origin, the call's and the session's proxies, stream, verify and cert)
-while ``os.environ`` holds exactly what it held then, and asks requests again the moment a
-variable is set, changed or removed. What requests decides is unchanged, version by version:
-a miss asks requests itself. Only where urllib reads proxies from nothing but the environment
-(not on macOS or Windows, whose system settings can change without it) is anything kept.
+``os.environ`` for ``*_proxy`` variables, twice, before it sends a byte: a cost linear in the
+variables' count, which a Kubernetes pod multiplies (psf/requests#5600, python/cpython#91539).
+``EnvironmentSession`` keeps requests' answer for the same inputs while ``os.environ`` holds
+exactly what it held then, and asks requests again once a variable is set, changed or removed
+(a miss asks requests itself). Only where urllib reads proxies from the environment alone (not
+on macOS or Windows) is anything kept.
 """
 
 from __future__ import annotations

@@ -645,11 +645,8 @@ def _redirect_location(raw: Any) -> Any:
 
 
 def tunnel_status(error: BaseException) -> Optional[int]:
-    """The status a proxy refused an https request's tunnel with, or None.
-
-    http.client raises ``OSError("Tunnel connection failed: 407 Proxy Authentication Required")``
-    and urllib3 wraps it in a ``ProxyError``: its text is the only place the status is kept.
-    """
+    """The status a proxy refused an https request's tunnel with, or None: http.client's
+    ``OSError("Tunnel connection failed: 407 ...")`` text, which urllib3 wraps, is all that keeps it."""
     for cause in cause_chain(error):
         if type(cause) is OSError:
             found = _TUNNEL_REFUSED.match(str(cause))
