@@ -82,9 +82,7 @@ def _stand_in_one(part: str, templates: Sequence[Any], copies: int) -> None:
     elif part == "let-go":
         _retry.let_go = lambda raw, limit=0: None  # type: ignore[assignment]
     elif part == "announce":
-        from sume_urllib3._request import RequestContext
-
-        RequestContext.announce = lambda *args: None  # type: ignore[method-assign]
+        _retry.SumeRetry.announce_retry = lambda *args: None  # type: ignore[method-assign]
     elif part == "budget":
         _budget.RetryBudget.reserve = lambda self, time_left=0.0: 0.0  # type: ignore[method-assign]
     elif part != "none":

@@ -7,7 +7,6 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 from __future__ import annotations
 
 import io
-import logging
 import math
 import time
 from contextvars import ContextVar
@@ -16,13 +15,10 @@ from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence,
 from ._envelope import REQUEST_ID_HEADERS, short_text
 from ._idempotency import BODY_METHODS, KEYED_METHODS, validate_idempotency_key
 from ._policy import Decision, Policy, Verdict
-from ._record import Outcome, SumeRecord, key_prefix, status_label
+from ._record import Outcome, SumeRecord, status_label
 from ._redact import redact_url
 from ._util import RandomSource, uniform
-from .observe import RetryEvent
 from .pacing._fleet import ANONYMOUS
-
-log = logging.getLogger("sume_urllib3")
 
 # A fleet's wait longer than the policy's by less than this is the same wait (float noise).
 HELD = 1e-6
@@ -216,29 +212,6 @@ class RequestContext:
     def leave_fleet(self) -> None:
         """Another host's answers must not pace this key: no more turns for this request."""
         self.fleet = None
-
-    def announce(self, observers: Any, attempt: Attempt, method: Optional[str], max_retries: int) -> None:
-        """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
-        decision, wait = attempt.decision, self.next_wait or 0.0
-        if observers:
-            # Where the wait came from: the policy's source, or "pace" when the fleet made it longer.
-            longer = decision.wait is not None and wait > decision.wait + HELD
-            event = RetryEvent(
-                method=(method or self.method or "").upper(),
-                url=self.shown_url,
-                attempt=self.retries,
-                max_retries=max_retries,
-                wait=wait,
-                wait_source="pace" if longer else decision.source or "backoff",
-                status=attempt.status,
-                code=attempt.code,
-                request_id=attempt.request_id,
-                key_prefix=key_prefix(self.key),
-                reason=decision.reason,
-                error=attempt.error,
-            )
-            observers.retry(event)
-        log.debug("%s", decision.reason)
 
     # -- the end -----------------------------------------------------------------------
 

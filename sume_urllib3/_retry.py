@@ -22,12 +22,12 @@ from ._envelope import ErrorEnvelope, parse_envelope, parse_retry_after
 from ._errors import ConfigurationError
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
-from ._record import status_label
+from ._record import key_prefix, status_label
 from ._redact import redact_url, redact_urllib3_logs
 from ._redirects import redirect_refusal, redirect_wait
-from ._request import Attempt, RequestContext, body_refusal, current
+from ._request import HELD, Attempt, RequestContext, body_refusal, current
 from ._util import RandomSource, cause_chain
-from .observe import Observers
+from .observe import Observers, RetryEvent
 from .pacing._fleet import RetryBudget
 
 log = logging.getLogger("sume_urllib3")
@@ -318,7 +318,7 @@ class SumeRetry(Retry):
         context.next_wait = new._sume_wait = wait  # what sleep and get_backoff_time answer
         if context.adapter is None:
             new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
-        context.announce(self.observers, attempt, method, policy.max_retries)
+        self.announce_retry(context, policy, attempt, method)
         return new
 
     def _give_up(
@@ -494,8 +494,33 @@ class SumeRetry(Retry):
             context.next_wait = turn.wait
         context.add(attempt)
         if retry:
-            context.announce(self.observers, attempt, context.method, policy.max_retries)
+            self.announce_retry(context, policy, attempt, context.method)
         return retry
+
+    def announce_retry(
+        self, context: RequestContext, policy: Policy, attempt: Attempt, method: Optional[str]
+    ) -> None:
+        """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
+        decision, wait = attempt.decision, context.next_wait or 0.0
+        if self.observers:
+            # Where the wait came from: the policy's source, or "pace" when the fleet made it longer.
+            longer = decision.wait is not None and wait > decision.wait + HELD
+            event = RetryEvent(
+                method=(method or context.method or "").upper(),
+                url=context.shown_url,
+                attempt=context.retries,
+                max_retries=policy.max_retries,
+                wait=wait,
+                wait_source="pace" if longer else decision.source or "backoff",
+                status=attempt.status,
+                code=attempt.code,
+                request_id=attempt.request_id,
+                key_prefix=key_prefix(context.key),
+                reason=decision.reason,
+                error=attempt.error,
+            )
+            self.observers.retry(event)
+        log.debug("%s", decision.reason)
 
     def timer(self) -> Callable[[], float]:
         """The clock a request reads, chosen once as it starts: real time, or a test's time (an
