@@ -31,7 +31,7 @@ from typing import (
 )
 
 from .. import _fork, _sleeping
-from .._config import as_seconds, check_clock, check_int, check_rng, check_seconds
+from .._config import check_clock, check_int, check_rng, check_seconds
 from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
@@ -335,7 +335,8 @@ class StoreFleet:
             if os.getpid() != _fork.pid:  # before any lock or outage: a parent's belong to the parent
                 _fork.check()
             kid = _safe_key_id(key_id) if self._shared else key_id
-            floor, left = as_seconds(not_before), as_seconds(time_left, math.inf)
+            floor = not_before if not_before > 0 else 0.0  # NaN or below 0: no floor
+            left = max(time_left, 0.0) if time_left == time_left else math.inf  # NaN: no deadline
             if self._down_until and self._clock() < self._down_until:
                 return self._fallback(kid, time_left, retry, not_before)
             kind = _core.RETRY_KINDS.get(retry, _core.ERROR)
