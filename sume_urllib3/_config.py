@@ -58,7 +58,7 @@ def check_seconds(
     raise ConfigurationError(f"{name} must be {span} {high:g}{' ' + unit if unit else ''}, got {value!r}")
 
 
-def as_seconds(value: Any, default: Optional[float] = 0.0) -> Optional[float]:
+def as_seconds(value: Any, default: float = 0.0) -> float:
     """Seconds someone else's object holds (the parts of a urllib3 ``Timeout``): a number below 0
     is 0, anything that is not a number (None, NaN, a bool, urllib3's markers) is ``default``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):

@@ -48,13 +48,6 @@ def now(clock: Callable[[], float]) -> float:
     return clock() if virtual is None else clock() + virtual.slept_here()
 
 
-def shared_monotonic() -> float:
-    """The clock of state every thread shares (a fleet's turns): ``time.monotonic()``, plus
-    in test mode the time of the thread furthest on, which the calling thread catches up to."""
-    virtual = _virtual
-    return time.monotonic() if virtual is None else time.monotonic() + virtual.catch_up()
-
-
 def virtual_offset() -> float:
     """Seconds the shared clock is ahead of real time: 0 outside test mode."""
     virtual = _virtual

@@ -131,6 +131,13 @@ class Fleet(Protocol):
         ...
 
 
+def shared_monotonic() -> float:
+    """The fleets' clock, the one every thread shares: ``time.monotonic()``, plus in test mode
+    (``_sleeping``'s one switch) the time of the thread furthest on, which the caller catches up to."""
+    virtual = _sleeping._virtual
+    return time.monotonic() if virtual is None else time.monotonic() + virtual.catch_up()
+
+
 def read_response(
     status: Optional[int], headers: Optional[Mapping[str, str]], wall: Callable[[], float] = time.time
 ) -> Lesson:
@@ -226,7 +233,7 @@ class StoreFleet:
                 f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
             )
         self._retry_budget = retry_budget
-        for name, value, default in (("clock", clock, _sleeping.shared_monotonic), ("wall", wall, time.time)):
+        for name, value, default in (("clock", clock, shared_monotonic), ("wall", wall, time.time)):
             if value is not default:  # reading the shared clock under no_sleep() moves this thread's time
                 check_clock(value, name)
         check_rng(rng)
@@ -538,7 +545,7 @@ class LocalFleet(StoreFleet):
         rate: Rate = None,
         burst: Optional[int] = None,
         *,
-        clock: Callable[[], float] = _sleeping.shared_monotonic,
+        clock: Callable[[], float] = shared_monotonic,
         rng: Union[random.Random, Callable[[], float], None] = None,
         initial_window: int = 4,
         wall: Callable[[], float] = time.time,
