@@ -7,10 +7,9 @@ import threading
 from typing import Iterator, List
 
 from .. import _sleeping
+from ..pacing._fleet import shared_monotonic
 
-#: The clock FakeSume's quota and the clients' fleets share: real time, or under ``no_sleep()``
-#: the virtual time the recorded waits advance.
-shared_monotonic = _sleeping.shared_monotonic
+__all__ = ["SleepRecorder", "no_sleep", "shared_monotonic"]  # the clock FakeSume's quota shares
 
 
 class SleepRecorder:
