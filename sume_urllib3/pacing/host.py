@@ -314,7 +314,7 @@ class HostFleet(StoreFleet):
                 self._reopen(self._db)
         if self._db is None:
             if self._opening is None:
-                self._opening, self._identity = _connect(self._path, self._given_path)
+                self._opening, self._identity = _connect(self._path, self._given_path), _identity(self._path)
             try:
                 _set_up(self._opening, self._max_size)
             except BaseException as exc:
@@ -451,9 +451,8 @@ def _identity(path: str) -> Optional[Tuple[int, int]]:
     return info.st_dev, info.st_ino
 
 
-def _connect(path: str, given: bool) -> Tuple[sqlite3.Connection, Tuple[int, int]]:
-    """A connection to the file, made here (mode 0600) if new, and the file's identity; set up by
-    :func:`_set_up`."""
+def _connect(path: str, given: bool) -> sqlite3.Connection:
+    """A connection to the file, made here (mode 0600) if new; set up by :func:`_set_up`."""
     import sqlite3
     directory = os.path.dirname(path)
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
@@ -472,17 +471,13 @@ def _connect(path: str, given: bool) -> Tuple[sqlite3.Connection, Tuple[int, int
     else:  # new: a -shm beside it is a deleted file's, still mapped by a process that used that one
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path + "-shm")  # (SQLite removes the -wal of an empty file itself)
-    try:
-        info = os.fstat(fd)
-    finally:
-        os.close(fd)
+    os.close(fd)
     # isolation_level None: the transactions are ours (BEGIN IMMEDIATE takes the write lock at
     # once, so two processes never both read a state and then race to write it).
     # timeout 0: no SQLite busy handler, ever. It waits for a lock by sleeping inside C, where
     # a gevent hub cannot switch, and it answers a change of journal mode that meets a lock with
     # SQLITE_BUSY at once anyway: the lock is polled (HostFleet._transact), the set-up included.
-    db = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
-    return db, (info.st_dev, info.st_ino)
+    return sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
 
 
 def _set_up(db: sqlite3.Connection, max_size: int) -> None:
