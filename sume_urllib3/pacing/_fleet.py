@@ -37,7 +37,7 @@ from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
 from ._core import Lesson
-from ._signals import ANONYMOUS, fleet_key, parse_ratelimit
+from ._signals import ANONYMOUS, Reading, fleet_key, parse_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
@@ -150,10 +150,7 @@ def read_response(
         seconds = parse_retry_after(headers.get("Retry-After"), wall, date=headers.get("Date"))
         if seconds is not None and seconds > 0:
             retry_after = round(min(seconds, MAX_COOLDOWN) * _core.SECOND)
-    reading = parse_ratelimit(headers, wall)
-    if reading is None:
-        return Lesson(retry_after, -1, -1, -1, -1)
-    limit, remaining, reset, window = reading
+    limit, remaining, reset, window = parse_ratelimit(headers, wall) or Reading(None, None, None, None)
     return Lesson(
         retry_after,
         -1 if limit is None else int(min(limit, 1e12)),
