@@ -21,8 +21,7 @@ from django.conf import settings
 
 from ... import Policy, SumeSession
 from ..._config import check_api_key, check_auth_header, check_base_url, check_flag
-from ..._deadline import check_timeout
-from ..._jobs import timeout_limits
+from ..._deadline import check_timeout, timeout_limits
 from ..._redact import secrets_of
 from ..._session import DEFAULT_BASE_URL
 from ..._util import plain_http_refusal
