@@ -383,9 +383,15 @@ class Jobs:
             "code": code,
             "request_id": job.request_id,
         }
+        # One template for every wait, its values apart: handlers group lines by ``record.msg``.
         logger.info(
-            f"job {job.id} {kind.replace('_', ' ')} after {plural(event.polls, 'poll', 'polls')} in "
-            f"{event.elapsed:.1f}s: status {_say(job.status)}{told}",
+            "job %s %s after %s in %.1fs: status %s%s",
+            job.id,
+            kind.replace("_", " "),
+            plural(event.polls, "poll", "polls"),
+            event.elapsed,
+            _say(job.status),
+            told,
             extra={f"sume_{name}": value for name, value in fields.items()},
         )
 
