@@ -20,9 +20,12 @@ held at a barrier, posts to the view all at once. Scenarios (``SUME["FLEET"]``):
 - ``host_configured``: ``{"HOST": ..., "RATE": "10/s", "BURST": 10}``, a ``HostFleet`` on a file of its own
   per run (the deployment's; ``True`` in production picks the default path);
 - ``host_learned``: ``{"HOST": ...}``;
-- ``default``: no ``FLEET`` key, the library's default (one ``LocalFleet`` per worker process).
+- ``default``: no ``FLEET`` key, the library's default in Django: the host fleet at its default
+  path (per user and per app, under ``$XDG_RUNTIME_DIR``).
 
-Each run starts a fresh server, an empty Redis, a new host file and a full bucket. Per run: success (the view
+Each run starts a fresh server, an empty Redis, a new host file and a full bucket: the default
+scenario's too, without a ``FLEET`` key, because every run gives the server a new, empty
+``XDG_RUNTIME_DIR`` (``HostFleet``'s default path lies under it). Per run: success (the view
 answered 200 because Sume did), calls per request at the quota server, jobs executed twice
 (Idempotency-Keys the server admitted more than once), 429s, and the time from the release to the
 last success. Each scenario runs ``--runs`` times per worker class; the table gives the median and
@@ -267,8 +270,11 @@ def run_once(
     quota.reset()
     # A new host file per run, as Redis is emptied: no run inherits another's pace.
     setting = fleet_setting(scenario, redis.url, os.path.join(workdir, f"fleet-{time.monotonic_ns()}.fleet"))
+    runtime = os.path.join(workdir, f"run-{time.monotonic_ns()}")  # the default's file: new per run
+    os.mkdir(runtime, 0o700)
     env = {
         **os.environ,
+        "XDG_RUNTIME_DIR": runtime,
         "SUME_API_KEY": API_KEY,
         "SUME_API_BASE_URL": quota.url + "/v1",
         "DEPLOY_SUME_FLEET": "default" if setting is None else json.dumps(setting),

@@ -775,8 +775,10 @@ def deploy(results: Results) -> str:
     doc = results["deploy"]
     f = doc["figures"]
     q = f["quota"]
+    # The default scenario's fleet is a host fleet too.
     fallbacks = {
-        kind: sum(r["summary"]["redis_fallbacks_total"] for r in f["rows"] if r["scenario"].startswith(kind))
+        kind: sum(r["summary"]["redis_fallbacks_total"] for r in f["rows"]
+                  if r["scenario"].startswith(kind) or (kind, r["scenario"]) == ("host", "default"))
         for kind in ("redis", "host")
     }
     twice = sum(row["summary"]["executed_twice_total"] for row in f["rows"])
@@ -793,7 +795,8 @@ def deploy(results: Results) -> str:
             Django=={f['django']}, redis=={f['redis_py']}). A client of {f['requests']} threads releases
             {f['requests']} requests at once. The quota server, written apart from FakeSume:
             {q['summary']}. `SUME["FLEET"]` on a real redis-server, on a host file (`HostFleet`, a
-            new file per run), or left out (the default: one `LocalFleet` per worker process).
+            new file per run), or left out (the default in Django: the host fleet at its default path,
+            new per run through `XDG_RUNTIME_DIR`).
             Ideal last success {f['ideal_last_success_s']:.1f} s.
             Median of {f['runs']} runs, lowest-highest run in brackets; jobs executed twice summed
             over the runs ({provenance(doc)}):"""

@@ -1,12 +1,14 @@
-"""``python -m sume_urllib3``: print the policy table, explain one decision, run the demo."""
+"""``python -m sume_urllib3``: print the policy table, explain one decision, run the demo, show the pace."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
-from typing import Callable, NoReturn, Optional, Sequence, TextIO, Tuple
+import time
+from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO, Tuple
 
 from ._envelope import ErrorEnvelope, parse_retry_after
 from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict, seconds
@@ -28,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the command line and return the exit status (0 ok, 2 bad arguments)."""
+    """Run the command line and return the exit status (0 ok, 1 a store unreadable, 2 bad arguments)."""
     return run(sys.argv[1:] if argv is None else list(argv), Policy())
 
 
@@ -50,6 +52,8 @@ def run(
             from .testing import _demo  # the fake server, loaded only for the demo
 
             return _demo.run(out, scale=args.scale)
+        if args.command == "status":
+            return show_status(_status_fleet(args), out, err, as_json=args.json, watch=args.watch)
         decision = explain_decision(args, policy)
     except UsageError as exc:
         err.write(f"{exc}\n")
@@ -74,6 +78,55 @@ def run(
                 f"{seconds(max(left, 0.0), '')} s are left, so the verdict varies; pass --seed N to fix it\n"
             )
     return 0
+
+
+def _status_fleet(args: argparse.Namespace) -> Any:
+    """The fleet whose store ``status`` reads: only built, so nothing is opened or written yet."""
+    from ._errors import ConfigurationError
+    from .pacing import HostFleet
+
+    try:
+        if args.redis is None:
+            return HostFleet(args.file, rate=args.rate)
+        from .contrib.redis import RedisFleet
+
+        return RedisFleet(args.redis, rate=args.rate, prefix=args.prefix, timeout=5.0)
+    except (ConfigurationError, ImportError) as exc:
+        raise UsageError(f"{PROG} status: error: {exc}") from None
+
+
+def show_status(
+    fleet: Any, out: TextIO, err: TextIO, *, as_json: bool, watch: Optional[float],
+    base_url: Optional[str] = None, api_key: Optional[str] = None,
+) -> int:
+    """Print every key's pace ``fleet`` holds, again every ``watch`` seconds until interrupted (1: the
+    store unreadable); the origin is named for ``api_key`` at ``base_url`` (None: the environment's)."""
+    from .pacing import status
+
+    if base_url is None:
+        from ._session import DEFAULT_BASE_URL
+
+        base_url = os.environ.get("SUME_API_BASE_URL") or DEFAULT_BASE_URL
+        api_key = os.environ.get("SUME_API_KEY") or None
+    try:
+        while True:
+            try:
+                rows = status.read_status(fleet, base_url=base_url, api_key=api_key)
+            except Exception as exc:  # the store's own errors (sqlite3, redis, OSError)
+                err.write(f"{PROG} status: cannot read {fleet!r}: {type(exc).__name__}: {exc}\n")
+                return 1
+            if as_json:
+                out.write(status.render_json(rows))
+            else:
+                clear = watch is not None and out.isatty()
+                out.write(("\x1b[H\x1b[2J" if clear else "") + f"{fleet!r}, {time.strftime('%H:%M:%S')}\n")
+                out.write(status.render_table(rows) + ("\n" if watch is not None and not clear else ""))
+            out.flush()
+            if watch is None:
+                return 0
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        return 0
 
 
 def render_table(policy: Policy) -> str:
@@ -161,6 +214,17 @@ def _parser() -> _Parser:
     demo.add_argument(
         "--scale", metavar="F", type=_scale, default=0.1, help="multiply every wait by F, 0..1 (default 0.1)"
     )
+    status = commands.add_parser("status", help="show the pace a host file or Redis fleet holds per API key")
+    store = status.add_mutually_exclusive_group()
+    store.add_argument("--file", metavar="PATH", help="a HostFleet's file (default: its default path)")
+    store.add_argument("--redis", metavar="URL", help="a RedisFleet's Redis, e.g. redis://localhost:6379/0")
+    status.add_argument("--prefix", default="sume", help="the RedisFleet's key prefix (default sume)")
+    status.add_argument("--rate", help="the rate the fleet is configured with, e.g. 10/s (default: none)")
+    status.add_argument("--json", action="store_true", help="one line of JSON per reading")
+    status.add_argument(
+        "--watch", metavar="S", type=_interval, nargs="?", const=2.0,
+        help="read again every S seconds (default 2) until interrupted",
+    )
     return parser
 
 
@@ -183,6 +247,7 @@ _status = _number(int, 100, 599, "an HTTP status 100..599")
 _count = _number(int, 0, math.inf, "an integer >= 0")
 _elapsed = _number(float, 0, math.inf, "a number of seconds >= 0")
 _scale = _number(float, 0, 1, "a number between 0 and 1")
+_interval = _number(float, 0.1, 3600, "a number of seconds from 0.1 to 3600")
 
 
 def _bool(text: str) -> bool:

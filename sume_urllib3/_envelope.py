@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import importlib
 import json
@@ -30,10 +31,7 @@ def printable(value: Any, max_len: int = MAX_FIELD) -> Optional[str]:
     text = value if isinstance(value, str) else str(value)
     if len(text) > max_len:
         text = text[:max_len] + "…"
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else "?" for ch in text)
-
+    return text if text.isprintable() else "".join(ch if ch.isprintable() else "?" for ch in text)
 
 
 #: Response headers that may carry the request id, in order of preference.
@@ -54,21 +52,40 @@ class ErrorEnvelope:
 def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> Optional[bytes]:
     """Undo gzip/deflate/br/zstd on a (maybe truncated) prefix, producing at most ``limit`` bytes.
 
-    Brotli and zstd are read with the libraries urllib3 decodes them with, when they are
-    installed (requests then asks servers for them in ``Accept-Encoding``). Stacked codings
-    (``gzip, br``: listed in the order they were applied) are undone last first, each bounded
-    by the limit, up to as many as urllib3 undoes. Returns None for what cannot be read within
-    the limit (an unknown coding, a library missing or too old to bound its output), so a
-    compressed body never reaches the JSON parser as garbage and a decompression bomb never
-    allocates more than ``limit``.
+    Brotli and zstd are read with the libraries urllib3 decodes them with, when installed
+    (requests then asks servers for them). Stacked codings (``gzip, br``, in the order applied)
+    are undone last first, each bounded by the limit, up to as many as urllib3 undoes. None for
+    what cannot be read within the limit (an unknown coding, a library missing or too old to
+    bound its output): a compressed body never reaches the JSON parser as garbage.
     """
     if limit <= 0:
         return b""  # zlib reads max_length=0 as "no limit": never let it
-    coding = (content_encoding or "").strip().lower()
-    if "," in coding:
-        return _undo_stacked(body, coding, limit)
-    if coding in ("", "identity"):
-        return body[:limit]
+    applied = [coding.strip() for coding in (content_encoding or "").lower().split(",")]
+    applied = [coding for coding in applied if coding not in ("", "identity")]
+    if len(applied) > MAX_CODINGS:
+        return None
+    for coding in reversed(applied):
+        decoded = _undo(body, coding, limit)
+        if decoded is None:
+            return None
+        body = decoded
+    return body[:limit]
+
+
+#: The most stacked codings undone: urllib3 2.x refuses more (a chain of decoders is work per
+#: byte; each link here is bounded by the limit too).
+MAX_CODINGS = 5
+#: zlib's window bits per coding: servers disagree on whether "deflate" means zlib-wrapped or
+#: raw deflate, so both are tried.
+_WBITS = {
+    "gzip": (16 + zlib.MAX_WBITS,),
+    "x-gzip": (16 + zlib.MAX_WBITS,),
+    "deflate": (zlib.MAX_WBITS, -zlib.MAX_WBITS),
+}
+
+
+def _undo(body: bytes, coding: str, limit: int) -> Optional[bytes]:
+    """``body`` with one coding undone, at most ``limit`` bytes, or None when it cannot be read."""
     if coding == "br":
         return _brotli_prefix(body, limit)
     if coding == "zstd":
@@ -82,45 +99,14 @@ def decode_prefix(body: bytes, content_encoding: Optional[str], limit: int) -> O
     return None
 
 
-#: zlib's window bits per coding: servers disagree on whether "deflate" means zlib-wrapped or
-#: raw deflate, so both are tried.
-_WBITS = {
-    "gzip": (16 + zlib.MAX_WBITS,),
-    "x-gzip": (16 + zlib.MAX_WBITS,),
-    "deflate": (zlib.MAX_WBITS, -zlib.MAX_WBITS),
-}
-
-
-def _undo_stacked(body: bytes, codings: str, limit: int) -> Optional[bytes]:
-    """``body`` under several codings, in the order they were applied: undone in reverse."""
-    applied = [coding.strip() for coding in codings.split(",")]
-    applied = [coding for coding in applied if coding not in ("", "identity")]
-    if len(applied) > MAX_CODINGS:
-        return None
-    if not applied:  # only commas and identity: the body as it came, bounded all the same
-        return body[:limit]
-    text: Optional[bytes] = body
-    for coding in reversed(applied):
-        text = decode_prefix(text, coding, limit) if text is not None else None
-    return text
-
-
-#: The most stacked codings undone: urllib3 2.x refuses more (a chain of decoders is work per
-#: byte; each link here is bounded by the limit too).
-MAX_CODINGS = 5
-
-
 def _brotli_prefix(body: bytes, limit: int) -> Optional[bytes]:
     # brotlicffi first, then brotli: the order urllib3 imports them in.
     brotli = _optional("brotlicffi") or _optional("brotli")
-    if brotli is None:
-        return None
     try:
         # output_buffer_limit (brotli 1.2+) bounds what one call makes; older ones cannot.
-        out = brotli.Decompressor().process(body, output_buffer_limit=limit)
-    except Exception:  # a truncated or corrupt stream, or a brotli without the bound
+        return bytes(brotli.Decompressor().process(body, output_buffer_limit=limit)[:limit])
+    except Exception:  # neither installed, a truncated or corrupt stream, or a brotli without the bound
         return None
-    return bytes(out[:limit])
 
 
 def _zstd_prefix(body: bytes, limit: int) -> Optional[bytes]:
@@ -130,13 +116,10 @@ def _zstd_prefix(body: bytes, limit: int) -> Optional[bytes]:
     try:
         if zstd is not None:
             return bytes(zstd.ZstdDecompressor().decompress(body, max_length=limit))
-        zstandard = _optional("zstandard")
-        if zstandard is None:
-            return None
         # A stream reader stops at ``limit`` bytes out, whatever the frame promises.
-        with zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True) as reader:
+        with _optional("zstandard").ZstdDecompressor().stream_reader(body, read_across_frames=True) as reader:
             return bytes(reader.read(limit))
-    except Exception:  # a truncated or corrupt frame
+    except Exception:  # none installed, or a truncated or corrupt frame
         return None
 
 
@@ -163,53 +146,42 @@ def parse_envelope(
 ) -> ErrorEnvelope:
     """Extract code, message, request id, retryable and next_action; never raises.
 
-    ``body`` is at most ``limit`` raw bytes of the response (content-encoded unless
-    ``decoded``). Fields are looked up in every shape the Sume surfaces use: ``error.code``
-    or ``code``; ``request_id`` top level or inside ``error``, else a request-id header;
-    ``retryable``/``next_action`` inside ``error`` or at top level. Anything malformed
-    simply leaves the field unknown. ``headers`` may be any mapping (names in any case).
-    ``message=False`` leaves the message out (None): the decision never reads it.
+    ``body`` is at most ``limit`` raw bytes of the response (content-encoded unless ``decoded``),
+    ``headers`` any mapping (names in any case). Each field is looked up in every shape the Sume
+    surfaces use; anything malformed leaves it unknown. ``message=False`` leaves the message out
+    (None): the decision never reads it.
     """
     if not isinstance(headers, HTTPHeaderDict):  # what a urllib3 response has: asked as it is
         headers = _case_insensitive(headers)
     doc = None
     if body and isinstance(body, (bytes, bytearray)):
-        try:
+        with contextlib.suppress(Exception):  # not one JSON value, or headers that break when asked
             coding = None if decoded else headers.get("content-encoding")
-            raw = bytes(body[:limit])
-            text = raw if coding is None else decode_prefix(raw, coding, limit)
+            text = decode_prefix(bytes(body[:limit]), coding, limit)
             doc = _document(text) if text else None
-        except Exception:  # not one JSON value, or headers that break when asked
-            doc = None
     top: Mapping[str, Any] = doc if isinstance(doc, dict) else _EMPTY
     error = top.get("error")
     if not isinstance(error, dict):
         error = _EMPTY
-    # Each field inside ``error`` first, then at the top level (the Sume surfaces use both),
-    # but the request id top level first (see the docstring).
-    code = short_text(error.get("code")) or short_text(top.get("code"))
-    if code is None and isinstance(top.get("error"), str):
-        code = short_text(top.get("error"))  # {"error": "rate_limit_exceeded"}
+    # {"error": "rate_limit_exceeded"}: a plain string error is the code.
+    code = short_text(error.get("code")) or short_text(top.get("code")) or short_text(top.get("error"))
     request_id = short_text(top.get("request_id")) or short_text(error.get("request_id"))
     for name in REQUEST_ID_HEADERS:
         request_id = request_id or short_text(headers.get(name))
-    retryable = error.get("retryable")
-    if retryable is None:
-        retryable = top.get("retryable")
-    next_action = error.get("next_action")
-    if next_action is None:
-        next_action = top.get("next_action")
-    text_message = None
-    if message:
-        text_message = error.get("message")
-        text_message = short_text(top.get("message") if text_message is None else text_message, 500)
+    retryable = _inner_first(error, top, "retryable")
     return ErrorEnvelope(
         code=code,
-        message=text_message,
+        message=short_text(_inner_first(error, top, "message"), 500) if message else None,
         request_id=request_id,
         retryable=retryable if isinstance(retryable, bool) else None,
-        next_action=short_text(next_action),
+        next_action=short_text(_inner_first(error, top, "next_action")),
     )
+
+
+def _inner_first(error: Mapping[str, Any], top: Mapping[str, Any], name: str) -> Any:
+    """Field ``name`` inside ``error``, else at the top level (the Sume surfaces use both)."""
+    value = error.get(name)
+    return top.get(name) if value is None else value
 
 
 def _case_insensitive(headers: Any) -> Mapping[str, Any]:
@@ -227,11 +199,8 @@ def _case_insensitive(headers: Any) -> Mapping[str, Any]:
 
 
 def _document(text: bytes) -> Any:
-    """The one JSON value ``text`` holds (whitespace around it), read with the bounded decoder.
-
-    Raises ValueError (or UnicodeDecodeError) on anything else, a body nesting deeper than
-    ``MAX_DEPTH`` included.
-    """
+    """The one JSON value ``text`` holds (whitespace around it), read with the bounded decoder;
+    ValueError (or UnicodeDecodeError) on anything else, a body nesting deeper than ``MAX_DEPTH`` too."""
     if nests_too_deep(text):
         raise ValueError(f"JSON nesting deeper than {MAX_DEPTH}")
     return _DECODER.decode(text.decode("utf-8"))
@@ -247,13 +216,9 @@ def whole_document(text: bytes) -> bool:
     """Whether ``text`` is one complete JSON object or array (whitespace around it): all an
     error body of unknown length has to say, though its end (a last chunk, the connection's
     close) has not come yet."""
-    if not ends_like_document(text):
-        return False
-    try:
-        _document(text)
-    except Exception:
-        return False
-    return True
+    with contextlib.suppress(Exception):
+        return ends_like_document(text) and isinstance(_document(text), (dict, list))
+    return False
 
 
 def nests_too_deep(text: bytes) -> bool:
@@ -261,32 +226,16 @@ def nests_too_deep(text: bytes) -> bool:
     strings not counted): such a body is never parsed.
 
     Fewer openings than ``MAX_DEPTH`` cannot nest deeper, and counting them is quick: only a
-    body with more (a job's result with many segments, say) is walked, one step per bracket,
-    quote and backslash (linear, whatever the body: no pattern that can backtrack).
+    body with more (a job's result with many segments, say) is walked, one step per bracket or
+    whole string, with a pattern that cannot backtrack (linear, whatever the body).
     """
     if text.count(b"[") + text.count(b"{") <= MAX_DEPTH:
         return False
     depth = 0
-    in_string = False
-    escaped = -1  # the position a backslash inside a string escapes
     for found in _SYNTAX.finditer(text):
-        at = found.start()
-        if at == escaped:
-            continue
-        byte = text[at]
-        if in_string:
-            if byte == 0x5C:  # backslash
-                escaped = at + 1
-            elif byte == 0x22:  # closing quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte == 0x5B or byte == 0x7B:  # [ {
-            depth += 1
-            if depth > MAX_DEPTH:
-                return True
-        elif byte == 0x5D or byte == 0x7D:  # ] }
-            depth -= 1
+        depth += _DEPTH_STEP.get(text[found.start()], 0)
+        if depth > MAX_DEPTH:
+            return True
     return False
 
 
@@ -294,9 +243,10 @@ def nests_too_deep(text: bytes) -> bool:
 # deep enough, it raises RecursionError, or overflows the C stack where the recursion limit was
 # raised (the process dies), so a body nesting deeper than this is not parsed at all.
 MAX_DEPTH = 200
-#: What the depth walk looks at: brackets, and the quotes and backslashes that say which are
-#: inside strings.
-_SYNTAX = re.compile(rb'[\[\]{}"\\]')
+#: What the depth walk steps on: a bracket, or a whole string with its escapes (the rest of the
+#: body after a quote that never closes), whose brackets do not count.
+_SYNTAX = re.compile(rb'[\[\]{}]|"(?:[^"\\]+|\\.)*"?', re.DOTALL)
+_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
 def _bounded_int(digits: str) -> Any:
@@ -307,8 +257,7 @@ def _no_constant(name: str) -> Any:
     return None  # NaN / Infinity are not JSON; treat them as unknown
 
 
-# One decoder, made once: digit strings are capped so a huge int never burns CPU; NaN and
-# Infinity read as unknown.
+# One decoder, made once: digit strings are capped so a huge int never burns CPU.
 _DECODER = json.JSONDecoder(parse_int=_bounded_int, parse_constant=_no_constant)
 #: What JSON counts as whitespace.
 _JSON_SPACE = b" \t\n\r"
@@ -350,21 +299,16 @@ def parse_retry_after(
     :func:`server_time`).
     """
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int beyond float range: as good as forever (or never)
-            return RETRY_AFTER_CEILING if value > 0 else 0.0
-        return None if math.isnan(seconds) else min(max(seconds, 0.0), RETRY_AFTER_CEILING)
+        if isinstance(value, float) and math.isnan(value):
+            return None
+        return float(min(max(value, 0.0), RETRY_AFTER_CEILING))  # an int past float range clamps too
     if isinstance(value, bytes):
         value = value.decode("latin-1")
     if not isinstance(value, str) or len(value) > _MAX_LENGTH:
         return None
     match = _DELTA.match(value)
-    if match:
-        sign, number = match.groups()
-        if sign == "-":
-            return 0.0
-        return min(float(number), RETRY_AFTER_CEILING)  # float() of digits saturates to inf
+    if match:  # a negative delta means 0; float() of any digits saturates to inf
+        return 0.0 if match[1] == "-" else min(float(match[2]), RETRY_AFTER_CEILING)
     stamp = _http_date(value)
     if stamp is None:
         return None

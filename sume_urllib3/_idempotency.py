@@ -23,10 +23,7 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 def validate_idempotency_key(key: Any) -> str:
     """The key as str; refuses keys the server cannot store: 1-255 visible ASCII characters."""
     if isinstance(key, bytes):
-        try:
-            key = key.decode("ascii")
-        except UnicodeDecodeError:
-            raise ConfigurationError("Idempotency-Key must be visible ASCII") from None
+        key = key.decode("latin-1")  # a byte past ASCII is then refused as not visible ASCII
     if not isinstance(key, str):
         raise ConfigurationError(f"Idempotency-Key must be a str, got {type(key).__name__}")
     if not 1 <= len(key) <= 255:

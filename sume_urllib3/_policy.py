@@ -37,7 +37,8 @@ class Verdict(StrEnum):
 class Rule:
     """One row of the table: status and code (or ``ANY``) map to a verdict and a wait.
 
-    A code of "any" (how the table prints ``ANY``) is ``ANY``.
+    A code of "any" is ``ANY``: that is how ``python -m sume_urllib3 table`` prints it, so
+    settings copied from it (Django's ``RULES``) mean ``ANY`` too; no server's code is "any".
 
     ``wait`` is None for "Retry-After, else backoff", a number of seconds for a fixed
     wait (a larger Retry-After still wins), or ``IN_USE_WAIT`` for the policy's
@@ -59,8 +60,6 @@ class Rule:
         if self.code is not None and not isinstance(self.code, str):
             raise ConfigurationError(f"rules: code must be a str or ANY, got {self.code!r}")
         if self.code is not None and self.code.lower() == "any":
-            # "any" is how ``python -m sume_urllib3 table`` prints ANY, so settings copied from
-            # it (Django's RULES) mean ANY too; no server's error code is "any".
             object.__setattr__(self, "code", ANY)
         try:
             object.__setattr__(self, "verdict", Verdict(self.verdict))
@@ -69,15 +68,13 @@ class Rule:
             raise ConfigurationError(
                 f"rules: unknown verdict {self.verdict!r} (must be one of {verdicts})"
             ) from None
-        wait = self.wait
-        if wait is not None and wait != IN_USE_WAIT:
-            if isinstance(wait, bool) or not isinstance(wait, (int, float)):
-                raise ConfigurationError(f"rules: wait must be seconds, None or IN_USE_WAIT, got {wait!r}")
-            object.__setattr__(self, "wait", check_seconds(wait, "rules: wait"))
+        if self.wait is not None and self.wait != IN_USE_WAIT:
+            wait = check_seconds(self.wait, "rules: wait (seconds, None or IN_USE_WAIT)")
+            object.__setattr__(self, "wait", wait)
 
     def matches(self, status: int, code: Optional[str]) -> bool:
-        """True when this row applies to the status and code."""
-        return _first((self,), status, code) is self
+        """True when this row applies to the status and code (a code of ``ANY`` fits every code)."""
+        return self.status == status and (self.code is None or self.code == code)
 
 
 DEFAULT_RULES: Tuple[Rule, ...] = (
@@ -105,10 +102,6 @@ class Decision:
     def retry(self) -> bool:
         """True when another attempt should be made."""
         return self.verdict is Verdict.RETRY
-
-
-#: The fields of a Policy that are seconds (>= 0), checked alike.
-_SECONDS_FIELDS = ("backoff_base", "backoff_max", "in_use_wait", "retry_after_jitter", "retry_after_spread")
 
 
 @dataclass(frozen=True)
@@ -161,13 +154,11 @@ class Policy:
         check_int(self.max_retries, "max_retries", 0, 1000)
         check_int(self.peek_limit, "peek_limit", 0, 16 * 1024 * 1024)
         object.__setattr__(self, "max_elapsed", check_seconds(self.max_elapsed, "max_elapsed", positive=True))
-        for name in _SECONDS_FIELDS:
+        for name in ("backoff_base", "backoff_max", "in_use_wait", "retry_after_spread"):
             object.__setattr__(self, name, check_seconds(getattr(self, name), name))
+        jitter = check_seconds(self.retry_after_jitter, "retry_after_jitter", high=1.0, unit="")
+        object.__setattr__(self, "retry_after_jitter", jitter)
         object.__setattr__(self, "jitter", _check_jitter(self.jitter))
-        if self.retry_after_jitter > 1.0:
-            raise ConfigurationError(
-                f"retry_after_jitter must be between 0 and 1, got {self.retry_after_jitter!r}"
-            )
         if not isinstance(self.trust_body, bool):
             raise ConfigurationError(f"trust_body must be a bool, got {self.trust_body!r}")
 
@@ -180,7 +171,7 @@ class Policy:
 
     def match(self, status: int, code: Optional[str]) -> Optional[Rule]:
         """The first rule matching status and code, or None."""
-        return _first(self.rules, status, code)
+        return next((rule for rule in self.rules if rule.matches(status, code)), None)
 
     def backoff(self, attempt: int, rng: RandomSource = None) -> float:
         """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""
@@ -210,7 +201,7 @@ class Policy:
         label = status_label(status, code)
         if status < 400:
             return Decision(Verdict.NO_RETRY, reason=f"{label} is not an error")
-        rule = _first(self.rules, status, code)
+        rule = self.match(status, code)
         verdict = rule.verdict if rule else Verdict.NO_RETRY
         if self.trust_body and hints is not None:
             if hints.next_action and "poll" in hints.next_action.lower():
@@ -245,9 +236,7 @@ class Policy:
                 wait += uniform(rng, 0.0, spread)
         else:
             wait, source = self.backoff(attempt, rng), "backoff"
-        if wait > self.max_elapsed - elapsed:
-            return self._past_deadline(label, wait, source, elapsed)
-        return Decision(Verdict.RETRY, wait, source, f"{label}: retry in {seconds(wait)} ({source})")
+        return self._retry_in(label, wait, source, elapsed)
 
     def decide_error(
         self,
@@ -268,35 +257,27 @@ class Policy:
         elif kind == "read":
             label = "connection failed after sending"
             if not replay_safe:
-                return Decision(
-                    Verdict.NO_RETRY,
-                    reason=f"{label}; the request is not replay-safe, so it is not resent",
-                )
+                why = "the request is not replay-safe, so it is not resent"
+                return Decision(Verdict.NO_RETRY, reason=f"{label}; {why}")
         else:
             return Decision(Verdict.NO_RETRY, reason="transport error that a retry would not fix")
         if attempt >= self.max_retries:
             return self._capped(label)
-        wait = self.backoff(attempt, rng)
-        if wait > self.max_elapsed - elapsed:
-            return self._past_deadline(label, wait, "backoff", elapsed)
-        return Decision(Verdict.RETRY, wait, "backoff", f"{label}: retry in {seconds(wait)} (backoff)")
+        return self._retry_in(label, self.backoff(attempt, rng), "backoff", elapsed)
 
     def _capped(self, label: str) -> Decision:
         """STOP: the retries are spent."""
         retries = plural(self.max_retries, "retry", "retries")
         return Decision(Verdict.STOP, reason=f"{label}: attempt cap reached ({retries})")
 
-    def _past_deadline(self, label: str, wait: float, source: str, elapsed: float) -> Decision:
-        """STOP: a wait that would end past ``max_elapsed`` is never started."""
+    def _retry_in(self, label: str, wait: float, source: str, elapsed: float) -> Decision:
+        """RETRY after ``wait``, or STOP: a wait that would end past ``max_elapsed`` is never started."""
+        if wait <= self.max_elapsed - elapsed:
+            return Decision(Verdict.RETRY, wait, source, f"{label}: retry in {seconds(wait)} ({source})")
         left = max(self.max_elapsed - elapsed, 0.0)
         asked = "server asked to wait" if source == "retry_after" else "next wait is"
-        return Decision(
-            Verdict.STOP,
-            reason=(
-                f"{label}: {asked} {seconds(wait)} ({source}) but only "
-                f"{seconds(left)} of the {seconds(self.max_elapsed)} budget is left"
-            ),
-        )
+        budget = f"{seconds(left)} of the {seconds(self.max_elapsed)} budget is left"
+        return Decision(Verdict.STOP, reason=f"{label}: {asked} {seconds(wait)} ({source}) but only {budget}")
 
 
 _ROW_REASONS = {
@@ -307,17 +288,8 @@ _ROW_REASONS = {
 }
 
 
-def _first(rules: Sequence[Rule], status: int, code: Optional[str]) -> Optional[Rule]:
-    """The first of ``rules`` for this status and code (one with code ANY fits every code): what
-    ``Rule.matches`` and ``Policy.match`` answer, and what ``decide`` asks without the hop."""
-    for rule in rules:
-        if rule.status == status and (rule.code is None or rule.code == code):
-            return rule
-    return None
-
-
 def _check_rules(rules: Any) -> Tuple[Rule, ...]:
-    if isinstance(rules, (str, bytes)) or not isinstance(rules, (list, tuple)):
+    if not isinstance(rules, (list, tuple)):
         raise ConfigurationError(f"rules must be a sequence of Rule, got {type(rules).__name__}")
     checked = []
     for row in rules:
@@ -333,18 +305,15 @@ def _check_rules(rules: Any) -> Tuple[Rule, ...]:
 
 
 def _check_jitter(value: Any) -> Tuple[float, float]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or len(value) != 2:
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
         raise ConfigurationError(f"jitter must be a (low, high) pair, got {value!r}")
-    low = check_seconds(value[0], "jitter")
-    high = check_seconds(value[1], "jitter")
+    low, high = (check_seconds(bound, "jitter") for bound in value)
     accepted = "a (low, high) pair with 0 <= low <= high <= 1.0 and high > 0"
     if low > high:
         raise ConfigurationError(f"jitter range is inverted: jitter must be {accepted}, got {value!r}")
-    if high > 1.0:
-        # Jitter only ever shortens a wait, so backoff_max stays a real ceiling.
-        raise ConfigurationError(f"jitter multipliers must be at most 1.0: {accepted}, got {value!r}")
-    if high == 0:
-        raise ConfigurationError(f"jitter range is empty: jitter must be {accepted}, got {value!r}")
+    if not 0 < high <= 1.0:
+        # At most 1.0: jitter only ever shortens a wait, so backoff_max stays a real ceiling.
+        raise ConfigurationError(f"jitter must be {accepted}, got {value!r}")
     return (low, high)
 
 

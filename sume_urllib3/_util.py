@@ -10,8 +10,7 @@ from urllib.parse import urlsplit
 
 # -- text for people ----------------------------------------------------------------------------
 
-#: Values that come from the server (codes, request ids) are cut to this length so a
-#: hostile or broken response cannot flood a log line or an exception message.
+
 def plural(count: int, one: str, many: str) -> str:
     """ "1 retry" or "3 retries": the count and the word that fits it."""
     return f"{count} {one if count == 1 else many}"
@@ -55,15 +54,12 @@ def plain_http_refusal(url: str) -> Optional[str]:
 
 def origin(url: str) -> Tuple[str, str, Optional[int]]:
     """(scheme, host, port) of a URL, lower-cased, with the scheme's default port filled in."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
+    parts = urlsplit(url)  # its scheme and hostname come lower-cased
     try:
         port = parts.port
     except ValueError:
         port = None
-    if port is None:
-        port = _DEFAULT_PORTS.get(scheme)
-    return scheme, (parts.hostname or "").lower(), port
+    return parts.scheme, parts.hostname or "", _DEFAULT_PORTS.get(parts.scheme) if port is None else port
 
 
 def leaves_origin(previous: str, url: str) -> bool:

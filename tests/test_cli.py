@@ -213,9 +213,9 @@ def test_explain_other_statuses(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
-    """--help prints usage naming the three commands and returns 0."""
+    """--help prints usage naming the four commands and returns 0."""
     assert 0 == main(["--help"])
-    assert "{table,explain,demo}" in capsys.readouterr().out
+    assert "{table,explain,demo,status}" in capsys.readouterr().out
 
 
 # --- bad arguments ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ PUBLIC_MODULES: Dict[str, str] = {
     "sume_urllib3.observe": "sume_urllib3/observe.py",
     "sume_urllib3.pacing": "sume_urllib3/pacing/__init__.py",
     "sume_urllib3.pacing.store": "sume_urllib3/pacing/store.py",
+    "sume_urllib3.pacing.status": "sume_urllib3/pacing/status.py",
     "sume_urllib3.testing": "sume_urllib3/testing/__init__.py",
     "sume_urllib3.contrib.celery": "sume_urllib3/contrib/celery.py",
     "sume_urllib3.contrib.django": "sume_urllib3/contrib/django/__init__.py",

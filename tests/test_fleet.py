@@ -681,7 +681,7 @@ def test_a_lock_held_at_a_c_fork_does_not_hang_the_child() -> None:
     """A key's lock some thread of the parent held at the fork is never waited on in the child."""
     fleet, _ = make(initial_window=1)
     first(fleet)
-    lock = fleet._keys[KEY].lock
+    lock = fleet._lock
     lock.acquire()  # as a parent thread inside acquire() at the moment uWSGI forks
     try:
 
@@ -772,7 +772,7 @@ def test_a_429_on_an_open_key_after_a_c_fork_never_waits_on_a_parents_lock() -> 
     fleet, _ = make(initial_window=1)
     for _ in range(63):
         once(fleet, KEY)
-    lock = fleet._keys[KEY].lock
+    lock = fleet._lock
     lock.acquire()
     try:
 

@@ -30,5 +30,7 @@ def test_the_sdist_ships_the_package_with_its_urls_and_no_test_suite(tmp_path: p
     top = {member.split("/")[1] for member in members if member.count("/") >= 1}
     assert not top & {"tests", "benchmarks"}
     assert any(member.endswith("sume_urllib3/contrib/redis/acquire.lua") for member in members)
+    template = "sume_urllib3/contrib/django/templates/sume_urllib3/pace.html"  # the admin's pace page
+    assert any(member.endswith(template) for member in members)
     urls = dict(value.split(", ", 1) for value in metadata.get_all("Project-URL") or [])
     assert {"Source", "Changelog", "Issues", "Documentation"} <= set(urls)

@@ -193,9 +193,7 @@ def _purge(st: State, cfg: Config, now: int) -> None:
     in-flight entries whose lease ended (rule 6); start the slow-start window."""
     if st.last_seen > now + FUTURE_US:
         vars(st).update(vars(State()))
-    if st.flight:
-        for entry in [e for e, end in st.flight.items() if end <= now]:
-            del st.flight[entry]
+    st.flight = {entry: end for entry, end in st.flight.items() if end > now}
     if st.slow_start_window < 0:
         st.slow_start_window = cfg.window
 

@@ -4,6 +4,7 @@ checks alike (the rate, the burst)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -25,7 +26,6 @@ from typing import (
     Optional,
     Protocol,
     Tuple,
-    Type,
     Union,
 )
 
@@ -35,7 +35,7 @@ from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
 from ._core import Lesson
-from ._signals import ANONYMOUS, RATELIMIT_FIELDS, fleet_key, parse_ratelimit
+from ._signals import ANONYMOUS, fleet_key, parse_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
@@ -72,9 +72,7 @@ _MAX_RATE = 1e6
 _MAX_BURST = 1_000_000
 _STATS = ("held", "refused", "again", "cooldowns", "throttled", "waited_pace", "waited_cooldown",
           "waited_slow_start")
-# How much an entry holds, in the order a sweep for room evicts: nothing but a slow-start
-# window; a pace (stated or learned); something still running (a cooldown, a turn reserved
-# ahead, a quota reading before its Reset, an attempt in flight).
+# How much an entry holds (_rank), in the order a sweep for room evicts.
 _PLAIN, _PACE, _RUNNING = 0, 1, 2
 # What telling a store about one response needs (``release_need``).
 #: Nothing: the response changes nothing the store keeps.
@@ -143,8 +141,7 @@ def read_response(
         seconds = parse_retry_after(headers.get("Retry-After"), wall, date=headers.get("Date"))
         if seconds is not None and seconds > 0:
             retry_after = round(min(seconds, MAX_COOLDOWN) * _core.SECOND)
-    # Most responses carry no rate-limit field: their names are looked at, nothing is parsed.
-    reading = None if RATELIMIT_FIELDS.isdisjoint(map(str.lower, headers)) else parse_ratelimit(headers, wall)
+    reading = parse_ratelimit(headers, wall)
     if reading is None:
         return Lesson(retry_after, -1, -1, -1, -1)
     limit, remaining, reset, window = reading
@@ -160,11 +157,10 @@ def read_response(
 def release_need(turn: Optional[_core.Turn], status: int, lesson: Lesson) -> int:
     """What telling a store about one response needs (StoreFleet.release asks, for every store).
 
-    RELEASE_NOW for what other clients must know at once: a 429, a Retry-After, rate-limit
-    headers, or an in-flight entry to free. RELEASE_LATER for a response under a pace learned from
-    429s that only counts (one more admitted, the pace's creep, a response time): ``release`` may
-    take it with its own time a little later, in order with this process's later lessons, as a
-    slower answer would have come. RELEASE_NEVER when it changes nothing: a configured pace, or a
+    RELEASE_NOW for a 429, a Retry-After, rate-limit headers or an in-flight entry to free.
+    RELEASE_LATER for what only counts, under a pace learned from 429s (one more admitted, the
+    pace's creep, a response time): told with its own time, in order with this process's later
+    lessons, as a slower answer would have come. RELEASE_NEVER under a configured pace, or for a
     key past slow start (a turn of a store's lock-free path is None).
     """
     quota = lesson.retry_after > 0 or lesson.remaining >= 0 or (lesson.limit >= 1 and lesson.window > 0)
@@ -183,12 +179,12 @@ class _Local(NamedTuple):
 class StoreFleet:
     """A fleet whose rules are :mod:`._core`'s, run by a store on its state: the part every store shares.
 
-    A store implements :meth:`_reserve` and :meth:`_learn`, each one transaction on one key's
-    state (``HostFleet``: the SQLite file; ``RedisFleet``: a Lua script; ``LocalFleet``: a lock
-    in memory), and says how to pace while it fails (:meth:`_local_settings`). Everything else
-    is here: the turn's arguments and its :class:`Grant`, what a response teaches and whether
-    it is worth a transaction (:func:`release_need`), the counters (:meth:`stats`), the reset
-    after a fork (:meth:`_after_fork`, called in every child process), and failing open.
+    A store implements :meth:`_transact`, one transaction on one key's state (``LocalFleet``: a
+    lock in memory; ``HostFleet``: the SQLite file), or :meth:`_reserve` and :meth:`_learn`
+    (``RedisFleet``: Lua scripts). Everything else is here: the turn's arguments and its
+    :class:`Grant`, what a response teaches and whether it is worth a transaction
+    (:func:`release_need`), the counters (:meth:`stats`), the reset after a fork
+    (:meth:`_after_fork`, called in every child process), and failing open.
 
     Failing open (a shared store, ``_shared``): when the store fails, the attempt is paced at
     once by a local :class:`LocalFleet` (``Grant.fallback``; a configured rate shared among the
@@ -260,25 +256,43 @@ class StoreFleet:
         self._clients = 1  # processes seen sharing a key lately (for the fallback's share)
         self._fallbacks = self._errors = 0
         self._local_fleet: Optional[LocalFleet] = None
+        self._entries = itertools.count(1)
+        # This process, as a shared store's other clients see it (a forked child is another).
+        self._client_id = f"{os.getpid()}-{os.urandom(6).hex()}"
 
     # -- the store's part -------------------------------------------------------------------
 
-    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
-        """Run ``_core.acquire`` on the key's state in one transaction, and store what it left."""
+    def _transact(self, kid: str, step: Callable[[_core.State, int], Any], *, acquiring: bool) -> Any:
+        """``step(state, now)`` on the key's state in one transaction, storing what it left; a
+        release (not ``acquiring``) may answer False without it for a key the store forgot."""
         raise NotImplementedError
+
+    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
+        """``_core.acquire`` on the key's state, in one transaction."""
+        entry = f"{self._client_id}.{next(self._entries)}" if self._shared else str(next(self._entries))
+        turn: _core.Turn = self._transact(
+            kid,
+            lambda st, now: _core.acquire(
+                st, self._config, now, retry=retry, not_before=not_before, time_left=time_left, rand=rand,
+                entry=entry,
+            ),
+            acquiring=True,
+        )
+        return turn
 
     def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
-        """Run ``_core.release`` on the key's state (``need``: :func:`release_need`'s answer)."""
-        raise NotImplementedError
+        """``_core.release`` on the key's state, in one transaction (``need``: :func:`release_need`'s
+        answer, for a store that tells some lessons later)."""
+        started: bool = self._transact(
+            kid,
+            lambda st, now: _core.release(st, self._config, now, turn=turn, status=status, lesson=lesson),
+            acquiring=False,
+        )
+        return started
 
-    def _local_settings(self, share: int) -> Dict[str, Any]:
-        """``LocalFleet`` arguments for an outage, a configured pace divided by ``share``."""
-        settings: Dict[str, Any] = {
-            "initial_window": self._window, "clock": self._clock, "wall": self._wall, "rng": self._random
-        }
-        if self._rate is not None:
-            settings.update(rate=self._rate / share, burst=max(1, self._burst // share))
-        return settings
+    def _is_open(self, key_id: str) -> bool:
+        """Nothing paces the key (``_core.is_open``), as the store knows without a transaction."""
+        return False
 
     def _why(self, kid: str, source: str) -> str:
         """What holds a refused turn, in words."""
@@ -300,7 +314,7 @@ class StoreFleet:
         budget = settings.get("retry_budget")
         if self._shared and budget is not None:
             settings["retry_budget"] = RetryBudget(budget.ratio, budget.window, budget.min_per_second)
-        return (_rebuild, (type(self), settings))
+        return (functools.partial(type(self), **settings), ())
 
     # -- the Fleet protocol -------------------------------------------------------------------
 
@@ -308,6 +322,9 @@ class StoreFleet:
         self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
     ) -> Grant:
         """Reserve a turn for one attempt; never raises, never waits on the store past its timeout."""
+        lone = not not_before or (retry is not None and 0.0 < not_before <= time_left)
+        if lone and self._is_open(key_id):  # a retry's own wait is its turn
+            return Grant(wait=not_before) if not_before else GRANT_NOW
         try:
             if os.getpid() != _fork.pid:  # before any lock or outage: a parent's belong to the parent
                 _fork.check()
@@ -415,16 +432,18 @@ class StoreFleet:
         """A turn from the local fleet of this outage, marked ``fallback`` (unpaced in memory)."""
         if not self._shared:
             return GRANT_NOW
-        fleet = self._local_fleet
-        if fleet is None:
-            with self._lock:
-                fleet = self._local_fleet
-                if fleet is None:
-                    fleet = self._local_fleet = LocalFleet(**self._local_settings(max(1, self._clients)))
-        kid = _safe_key_id(key_id)
-        grant = fleet.acquire(kid, time_left=time_left, retry=retry, not_before=not_before)
         with self._lock:
             self._fallbacks += 1
+            if self._local_fleet is None:
+                settings: Dict[str, Any] = dict(
+                    initial_window=self._window, clock=self._clock, wall=self._wall, rng=self._random
+                )
+                if self._rate is not None:  # a configured pace, shared among the processes seen lately
+                    share = max(1, self._clients)
+                    settings.update(rate=self._rate / share, burst=max(1, self._burst // share))
+                self._local_fleet = LocalFleet(**settings)
+            fleet = self._local_fleet
+        grant = fleet.acquire(_safe_key_id(key_id), time_left=time_left, retry=retry, not_before=not_before)
         return Grant(grant.wait, grant.refused, grant.source, grant.again, True, _Local(fleet, grant))
 
     def _failed(self, exc: BaseException) -> None:
@@ -441,9 +460,11 @@ class StoreFleet:
             self._down_until = now + delay
             self._delay = min(self._delay * 2, self._max_backoff)
             first, self._outage = not self._outage, True
-        if first:
+        if first:  # the error's class and the first line of its text
+            lines = str(exc).splitlines()
+            why = f"{type(exc).__name__}: {lines[0][:200]}" if lines and lines[0] else type(exc).__name__
             log.warning("%s unavailable (%s); pacing locally, trying it again in %.1fs",
-                        self._store_name(), describe(exc), delay)
+                        self._store_name(), why, delay)
 
     def _recovered(self) -> None:
         """The store answered: the outage is over, and its local fleet forgotten."""
@@ -456,26 +477,18 @@ class StoreFleet:
 
 
 class _Key:
-    """One key's pacing state (the core's) in a LocalFleet, and its lock. Guarded by ``lock``.
+    """One key's state in a LocalFleet, guarded by the fleet's lock. ``open``: nothing paces the key
+    (acquire answers without the lock). ``ticks`` counts its lock-free acquires down from
+    _SWEEP_EVERY (at 0 one looks at the clock); a sweep finding it moved stamps ``seen``, so a key
+    used only lock-free is not idle."""
 
-    ``open``: nothing known, nothing held, the window wide (acquire answers GRANT_NOW without
-    the lock). ``ticks`` counts lock-free acquires down from _SWEEP_EVERY (at 0 one looks at the
-    clock); a sweep finding it moved sets it back and stamps ``seen``: how a sweep knows when a
-    key that only took the lock-free path was last used. ``gone`` marks an entry a sweep evicted.
-    """
+    __slots__ = ("open", "seen", "state", "ticks")
 
-    __slots__ = ("gone", "lock", "open", "seen", "state", "ticks")
-
-    def __init__(self, now: int = 0) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, now: int) -> None:
         self.state = _core.State()
-        self.open = self.gone = False
+        self.open = False
         self.ticks = _SWEEP_EVERY
         self.seen = now
-
-
-# What a sweep leaves: ((rank, last use), key_id, entry), sorted in the order it evicts.
-_Kept = Tuple[Tuple[int, int], str, _Key]
 
 
 class LocalFleet(StoreFleet):
@@ -501,15 +514,13 @@ class LocalFleet(StoreFleet):
     ``random.Random`` or a callable returning [0, 1)) are injectable. ``reset()`` forgets every
     key, as a forked child does (:class:`StoreFleet`); a pickled fleet keeps its configuration.
 
-    Bounded: an entry that holds nothing still running (a cooldown, a turn reserved ahead,
-    an attempt in flight, a quota reading before its Reset) is forgotten once unused for
-    ``idle`` seconds (default :data:`IDLE`, five minutes), or :data:`PACE_KEPT` times as
-    long when it holds a pace; at most ``max_keys`` entries (default :data:`MAX_KEYS`) are
-    kept, the least recently used idle ones going first. Entries still running go only when
-    they alone pass ``max_keys`` (one WARNING says so). Sweeps are amortized: one runs when a
-    new key passes ``max_keys`` (and frees a tenth of it), or, at most every ``idle / 4``
-    seconds, from an acquire that looks at the clock (every one that takes a lock, and every
-    1024th lock-free one of a key), so a request never pays for a scan of its own.
+    Bounded (docs/guide/pacing.md): an entry holding nothing still running (a cooldown, a turn
+    reserved ahead, an attempt in flight, a quota reading before its Reset) is forgotten once
+    unused for ``idle`` seconds (:data:`IDLE`), :data:`PACE_KEPT` times as long when it holds a
+    pace; past ``max_keys`` (:data:`MAX_KEYS`) the least recently used go first, those still
+    running only when they alone pass it (one WARNING). A sweep runs when a new key passes
+    ``max_keys`` (and frees a tenth of it) or, at most every ``idle / 4`` seconds, from an acquire
+    that looks at the clock (each locked one, and every 1024th lock-free one of a key).
     """
 
     _shared = False
@@ -533,7 +544,6 @@ class LocalFleet(StoreFleet):
         self._max_keys = check_int(max_keys, "max_keys", 1, _MAX_MAX_KEYS)
         self._idle = check_seconds(idle, "idle", low=1.0, high=_MAX_IDLE)
         self._idle_us = round(self._idle * _core.SECOND)
-        self._entries = itertools.count(1)
         super().__init__(
             rate, burst, initial_window=initial_window, retry_budget=retry_budget, clock=clock, wall=wall,
             rng=rng,
@@ -596,11 +606,10 @@ class LocalFleet(StoreFleet):
     def reset(self) -> None:
         """Forget every key's cooldown, pace and turns (a test's end; a fork's child)."""
         super().reset()
-        self._keys: Dict[str, _Key] = {}
-        # Never waited on: a thread that finds another sweeping goes on with its request.
-        self._sweep_lock = threading.Lock()
-        self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
-        self._warned_live = False
+        with self._lock:
+            self._keys: Dict[str, _Key] = {}
+            self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
+            self._warned_live = False
 
     def pace(self, key_id: str) -> Optional[float]:
         """The pace a key is held to now, in requests per second, or None while unknown."""
@@ -609,54 +618,37 @@ class LocalFleet(StoreFleet):
         key = self._keys.get(key_id)
         if key is None:
             return self._rate
-        with key.lock:
+        with self._lock:
             interval, _ = _core.pace(key.state, self._config, self._now())
         return _core.SECOND / interval if interval else None
 
-    # -- the store: one lock per key ----------------------------------------------------------
+    # -- the store: one lock ------------------------------------------------------------------
 
-    def acquire(
-        self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
-    ) -> Grant:
-        """Reserve a turn for one attempt; see :class:`Fleet` and the class docstring."""
+    def _is_open(self, key_id: str) -> bool:
+        """The lock-free path: one look-up (and a tick counted) for a key nothing paces."""
         key = self._keys.get(key_id)
-        if key is not None and key.open:  # the lock-free path: nothing paces this key
-            key.ticks -= 1  # marks it used (racy, and fine: a lost decrement delays one clock look)
-            if key.ticks <= 0:
-                self._tick(key)
-            if not not_before:
-                return GRANT_NOW
-            if retry is not None and 0.0 < not_before <= time_left:
-                return Grant(wait=not_before)  # the caller's wait is the turn
-        return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
+        if key is None or not key.open:
+            return False
+        key.ticks -= 1  # marks it used (racy, and fine: a lost decrement delays one clock look)
+        if key.ticks <= 0:
+            self._tick(key)
+        return True
 
-    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
-        while True:
-            key = self._keys.get(kid)
-            if key is None or key.gone:
-                key = self._entry(kid)
-            with key.lock:
-                if key.gone:
-                    continue  # a sweep evicted it between the look-up and the lock: a new entry
-                now = self._now()
-                turn = _core.acquire(
-                    key.state, self._config, now, retry=retry, not_before=not_before, time_left=time_left,
-                    rand=rand, entry=str(next(self._entries)),
-                )
-                key.open = _core.is_open(key.state, self._config, now)
-            if now >= self._sweep_at:
-                self._sweep(now)
-            return turn
-
-    def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
-        key = self._keys.get(kid)
-        if key is None:
-            return False  # a grant from before a reset or a fork: nothing of ours to account
-        with key.lock:
+    def _transact(self, kid: str, step: Callable[[_core.State, int], Any], *, acquiring: bool) -> Any:
+        """``step`` under the fleet's lock; only an acquire makes an entry (a release for a key
+        forgotten since, by a reset, a fork or a sweep, has nothing of ours to account)."""
+        with self._lock:
             now = self._now()
-            started = _core.release(key.state, self._config, now, turn=turn, status=status, lesson=lesson)
+            key = self._keys.get(kid)
+            if key is None:
+                if not acquiring:
+                    return False
+                key = self._keys[kid] = _Key(now)
+            result = step(key.state, now)
             key.open = _core.is_open(key.state, self._config, now)
-        return started
+            if len(self._keys) > self._max_keys or (acquiring and now >= self._sweep_at):
+                self._sweep(now, kid)
+        return result
 
     def _why(self, kid: str, source: str) -> str:
         """What holds a refused turn, in words (the rule and, with a pace, its rate and origin)."""
@@ -681,19 +673,6 @@ class LocalFleet(StoreFleet):
 
     # -- bounded state ---------------------------------------------------------------------
 
-    def _entry(self, key_id: str) -> _Key:
-        """The key's entry, made if new (evicting for room when that passes max_keys)."""
-        now = self._now()
-        new = _Key(now)  # seen now: no sweep takes it before its acquire does
-        # setdefault is atomic: two threads creating one key both get the same state.
-        key = self._keys.setdefault(key_id, new)
-        if key.gone:  # evicted, still in the dict for an instant: replace it
-            self._keys.pop(key_id, None)
-            key = self._keys.setdefault(key_id, new)
-        if key is new and len(self._keys) > self._max_keys:
-            self._sweep(now, spare=key_id)
-        return key
-
     def _tick(self, key: _Key) -> None:
         """Every _SWEEP_EVERY lock-free acquires of a key: a look at the clock, and a sweep when due."""
         key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
@@ -702,85 +681,47 @@ class LocalFleet(StoreFleet):
                 _fork.check()
             now = self._now()
             if now >= self._sweep_at:
-                self._sweep(now)
+                with self._lock:
+                    self._sweep(now)
         except Exception:  # pacing must never cost a request
             log.debug("fleet sweep failed", exc_info=True)
 
-    def _sweep(self, now: int, spare: Optional[str] = None) -> None:
-        """Evict idle entries, and when past max_keys, the least recently used (``spare`` aside).
-
-        One thread sweeps at a time; another finding it busy goes on with its request.
-        """
-        lock = self._sweep_lock
-        if not lock.acquire(blocking=False):
+    def _sweep(self, now: int, spare: str = "") -> None:
+        """Forget idle entries; past max_keys, the least recently used too, down to _ROOM of it
+        (``spare``, in use, aside): those holding nothing running first, one still running only to
+        bring the count back to max_keys. Under the fleet's lock."""
+        self._sweep_at = now + self._idle_us // 4
+        # Per rank, the last use before which an entry is idle (one still running never is).
+        idle_before = (now - self._idle_us, now - self._idle_us * PACE_KEPT, -math.inf)
+        kept: List[Tuple[int, int, str, _Key]] = []
+        for key_id, key in list(self._keys.items()):
+            if key.ticks != _SWEEP_EVERY:  # used lock-free since the last sweep
+                key.ticks, key.seen = _SWEEP_EVERY, now
+            rank, since = _rank(key.state, now), max(key.state.last_seen, key.seen)
+            if since > idle_before[rank] or key_id == spare:
+                kept.append((rank, since, key_id, key))
+            else:
+                del self._keys[key_id]
+        if len(self._keys) <= self._max_keys:
             return
-        try:
-            self._sweep_at = now + self._idle_us // 4
-            keys = self._keys
-            kept: List[_Kept] = []
-            plain_after, pace_after = now - self._idle_us, now - self._idle_us * PACE_KEPT
-            # Over a copy made in one C call: iterating the dict itself, another thread may add
-            # a key halfway ("dictionary changed size during iteration").
-            for key_id, key in keys.copy().items():
-                if key.ticks != _SWEEP_EVERY:  # used lock-free since the last sweep
-                    key.ticks, key.seen = _SWEEP_EVERY, now
-                rank = _rank(key.state, now)
-                since = max(key.state.last_seen, key.seen)  # an acquire or release
-                if (
-                    rank == _RUNNING
-                    or since > (plain_after if rank == _PLAIN else pace_after)
-                    or key_id == spare
-                    or not self._evict(key_id, key)
-                ):
-                    kept.append(((rank, since), key_id, key))
-            room = max(1, int(self._max_keys * _ROOM))
-            if len(keys) > self._max_keys and len(kept) > room:
-                self._make_room(kept, len(kept) - room, spare)
-        finally:
-            lock.release()
-
-    def _make_room(self, kept: List[_Kept], excess: int, spare: Optional[str]) -> None:
-        """Evict ``excess`` entries, least recently used first; one still running only past max_keys."""
-        kept.sort(key=lambda entry: entry[0])  # by rank, then last use
-        over = len(kept) - self._max_keys  # entries still running go only to bring it back to the cap
-        for order, key_id, key in kept:
-            if excess <= 0:
+        room = max(1, int(self._max_keys * _ROOM))
+        for rank, _, key_id, key in sorted(kept, key=lambda entry: entry[:2]):
+            if len(self._keys) <= (self._max_keys if rank == _RUNNING else room):
                 break
-            if key_id == spare:
+            if key_id == spare or key.ticks != _SWEEP_EVERY:  # in use: this call's, or lock-free
                 continue
-            if order[0] == _RUNNING:
-                if over <= 0:
-                    break
-                if not self._warned_live:
-                    self._warned_live = True
-                    log.warning(
-                        "LocalFleet holds more than max_keys=%d keys with a cooldown, "
-                        "a reserved turn or an attempt in flight; forgetting the least recently used "
-                        "of them (raise max_keys)",
-                        self._max_keys,
-                    )
-            if self._evict(key_id, key):
-                excess -= 1
-                over -= 1
-
-    def _evict(self, key_id: str, key: _Key) -> bool:
-        """Remove one entry unless a thread holds or has just used it."""
-        if not key.lock.acquire(blocking=False):
-            return False  # in use this instant
-        try:
-            if key.ticks != _SWEEP_EVERY or self._keys.get(key_id) is not key:
-                return False
-            key.gone = True
-            self._keys.pop(key_id, None)
-            return True
-        finally:
-            key.lock.release()
+            if rank == _RUNNING and not self._warned_live:
+                self._warned_live = True
+                log.warning(
+                    "LocalFleet holds more than max_keys=%d keys with a cooldown, a reserved turn or an "
+                    "attempt in flight; forgetting the least recently used of them (raise max_keys)",
+                    self._max_keys,
+                )
+            del self._keys[key_id]
 
 
 def _rank(st: _core.State, now: int) -> int:
     """How much an entry holds (the order a sweep for room evicts in)."""
-    # max() over the values is one C call, atomic under the GIL: a release on another thread
-    # may empty the entry between a separate emptiness test and max() (ValueError).
     if (
         st.cooldown_until > now
         or st.theoretical_arrival > now  # a turn reserved ahead (a configured pace)
@@ -806,10 +747,6 @@ def reset_fleets() -> None:
     """
     for fleet in list(_FLEETS):
         fleet.reset()
-
-
-def _rebuild(cls: Type[StoreFleet], settings: Dict[str, Any]) -> StoreFleet:
-    return cls(**settings)
 
 
 class RetryBudget:
@@ -1009,12 +946,6 @@ def _safe_key_id(key_id: str) -> str:
 def refusal(why: str, wait: float, time_left: float) -> str:
     """A refused turn's reason, as every fleet words it: what holds it, and when versus the deadline."""
     return f"{why}: next turn in {wait:.1f}s, after the deadline ({max(time_left, 0.0):.1f}s left)"
-
-
-def describe(exc: BaseException) -> str:
-    """An error for a log line: its class and the first line of its text, at most 200 characters."""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
 __all__ = ["ANONYMOUS", "GRANT_NOW", "Fleet", "Grant", "Lesson", "LocalFleet", "RetryBudget", "StoreFleet",

@@ -7,7 +7,7 @@ import hashlib
 import math
 import re
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from .._envelope import server_time
 from .._util import header_value, origin
@@ -19,6 +19,7 @@ _MAX_VALUE_LENGTH = 1024
 _MAX_NUMBER = 1e14
 _NUMBER = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*$", re.ASCII)
 _PREFIXES = ("ratelimit", "x-ratelimit", "x-rate-limit")
+_RAW_ORIGIN = re.compile(r".*?://[^/?#]*", re.DOTALL)
 
 
 class Reading(NamedTuple):
@@ -47,20 +48,9 @@ def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Opti
     from ``wall`` (see :func:`server_time`), so a client whose clock is off waits what was asked.
     """
     try:
-        found = _collect(headers)
-        if not found:
-            return None
-        return _read(found, lambda: server_time(header_value(headers, "date"), wall))
+        return _read(_collect(headers), lambda: server_time(header_value(headers, "date"), wall))
     except Exception:  # a malformed header must never break a request
         return None
-
-
-#: Lower-cased names of every header parse_ratelimit reads: a response without any is not parsed.
-RATELIMIT_FIELDS = frozenset(
-    f"{prefix}{suffix}"
-    for prefix in _PREFIXES
-    for suffix in ("", "-limit", "-remaining", "-reset", "-policy")
-)
 
 
 def _collect(headers: Any) -> Dict[str, str]:
@@ -102,47 +92,50 @@ def _read(found: Dict[str, str], now: Callable[[], float]) -> Optional[Reading]:
     return Reading(limit, remaining, reset, window)
 
 
+def _items(value: str) -> List[Tuple[str, Dict[str, str]]]:
+    """A list field's items: each one's first part, and its ``;name=value`` parameters."""
+    items = []
+    for item in value.split(","):
+        first, *params = item.split(";")
+        items.append((first.strip(), dict(_param(p) for p in params)))
+    return items
+
+
 def _combined(value: str) -> Tuple[Optional[float], Optional[float], Optional[float]]:
     """``limit=10, remaining=9, reset=5`` (draft 07) or ``"name";r=9;t=5`` items (later drafts)."""
-    items = [item.strip() for item in value.split(",") if item.strip()]
-    if all("=" in item and ";" not in item for item in items):
-        params = dict(_param(item) for item in items)
-        return _number(params.get("limit")), _number(params.get("remaining")), _number(params.get("reset"))
+    items = [(first, params) for first, params in _items(value) if first or params]
+    if all("=" in first and not params for first, params in items):
+        named = dict(_param(first) for first, _ in items)
+        return _number(named.get("limit")), _number(named.get("remaining")), _number(named.get("reset"))
     # One item per policy: the most constrained one (fewest remaining) decides.
-    best: Optional[Tuple[float, Optional[float]]] = None
-    for item in items:
-        params = dict(_param(part) for part in item.split(";")[1:])
-        left, reset = _number(params.get("r")), _number(params.get("t"))
-        if left is not None and (best is None or left < best[0]):
-            best = (left, reset)
-    return (None, best[0], best[1]) if best is not None else (None, None, None)
+    best: Tuple[Optional[float], Optional[float]] = (None, None)
+    for _, params in items:
+        left = _number(params.get("r"))
+        if left is not None and (best[0] is None or left < best[0]):
+            best = (left, _number(params.get("t")))
+    return (None, *best)
 
 
 def _policy(value: str) -> Tuple[Optional[float], Optional[float]]:
     """``10;w=60`` or ``"name";q=10;w=60``, possibly several: the slowest quota decides."""
     best: Optional[Tuple[float, float]] = None
-    for item in value.split(","):
-        parts = item.strip().split(";")
-        params = dict(_param(part) for part in parts[1:])
-        quota = _number(params.get("q")) if "q" in params else _number(parts[0])
-        window = _number(params.get("w"))
-        if quota is None or window is None or quota <= 0 or window <= 0:
-            continue
-        if best is None or quota / window < best[0] / best[1]:
+    for first, params in _items(value):
+        quota, window = _number(params.get("q", first)), _number(params.get("w"))
+        if quota and window and (best is None or quota / window < best[0] / best[1]):  # both > 0
             best = (quota, window)
-    return best if best is not None else (None, None)
+    return best or (None, None)
 
 
 def _limit(value: Optional[str]) -> Tuple[Optional[float], Optional[float]]:
     """``10`` or ``10, 10;w=1, 1000;w=3600``: the first quota and its window when given."""
     if value is None:
         return None, None
-    items = [item.split(";") for item in value.split(",")]
+    items = _items(value)
     limit = _number(items[0][0])
-    for parts in items:
+    for first, params in items:
         # The policy items after the first name their window; the one for this limit counts.
-        window = _number(dict(_param(p) for p in parts[1:]).get("w"))
-        if window is not None and _number(parts[0]) == limit:
+        window = _number(params.get("w"))
+        if window is not None and _number(first) == limit:
             return limit, window
     return limit, None
 
@@ -213,15 +206,8 @@ def sent_key(headers: Any) -> Optional[str]:
 
 def raw_origin(url: str) -> str:
     """The ``scheme://authority`` text of a URL as written (a cache key; not normalized)."""
-    start = url.find("://")
-    if start < 0:
-        return url
-    end = len(url)
-    for mark in "/?#":
-        found = url.find(mark, start + 3, end)
-        if found >= 0:
-            end = found
-    return url[:end]
+    found = _RAW_ORIGIN.match(url)
+    return found.group() if found else url
 
 
 class KeyIds:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -32,7 +31,7 @@ from .. import _sleeping
 from .._config import check_int
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import GRANT_NOW, Grant, Lesson, RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
+from ._fleet import RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -71,10 +70,6 @@ _NAMES = tuple(_DEFAULTS)
 _LAYOUT = hashlib.sha256(",".join(_NAMES).encode()).hexdigest()[:8]
 # The types each field's value may have in the file (a float field may read back as an int).
 _TYPES = tuple((float, int) if isinstance(v, float) else (type(v),) for v in _DEFAULTS.values())
-
-
-class _Busy(Exception):
-    """Another thread of this process held the fleet's lock past the timeout."""
 
 
 def encode_state(st: _pacing.State) -> str:
@@ -127,7 +122,7 @@ def default_path(app: Optional[str] = None) -> str:
     0700 and refuses one that another user owns or others may write to. With no writable temp
     dir (a read-only root), ``/tmp``: the fleet fails open there, as for any unwritable file.
     """
-    name = default_app() if app is None else _check_app(app)
+    name = default_app() if app is None else check_name(app, "app", APP, "_.-")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
         directory = os.path.join(runtime, "sume_urllib3")
@@ -140,10 +135,6 @@ def default_path(app: Optional[str] = None) -> str:
             temp = os.path.join(os.sep, "tmp")
         directory = os.path.join(temp, f"sume_urllib3-{_user()}")
     return os.path.join(directory, f"{name}.fleet")
-
-
-def _check_app(app: Any) -> str:
-    return check_name(app, "app", APP, "_.-")
 
 
 def _private_directory(directory: str) -> None:
@@ -174,17 +165,17 @@ class HostFleet(StoreFleet):
     gunicorn's workers, a Celery prefork worker, uWSGI. The rules are :class:`LocalFleet`'s, run
     on state kept in an SQLite file in WAL mode (the first process to use it creates it). An
     acquire is one short transaction; a release a second one only when the answer teaches
-    something (:func:`~sume_urllib3.pacing.store.release_need`).
+    something (:func:`~sume_urllib3.pacing.store.release_need`). A key with nothing to pace costs
+    one look at the file's change counter (``PRAGMA data_version``) until a process writes to it.
 
     ``path`` (None: :func:`default_path` of ``app``) is per user and per app by default: a
     directory of the user's own (mode 0700), the file mode 0600, and the app's name from the
     working directory and Python environment (``app`` to choose it). Keys are
     :func:`fleet_key`'s hashes, never an API key.
 
-    Fork-safe: a child process opens its own connection (gunicorn ``--preload``, Celery
-    prefork), whether or not its fork ran Python's at-fork hooks (uWSGI forks from C: each
-    transaction first looks at the pid). A process that dies with attempts in
-    flight holds nobody past rule 6: an in-flight entry lasts only as long as its attempt may.
+    Fork-safe (:class:`StoreFleet`): a child opens its own connection. A process that dies with
+    attempts in flight holds nobody past rule 6: an in-flight entry lasts only as long as its
+    attempt may.
 
     Fails open as every shared :class:`StoreFleet` does when the file is locked past ``timeout``
     seconds, full, unwritable (no writable temp dir either) or corrupt. A file deleted or replaced
@@ -198,9 +189,7 @@ class HostFleet(StoreFleet):
 
     ``rate``, ``burst``, ``initial_window``, ``clock`` (one clock for the whole host), ``wall`` and
     ``rng`` as for :class:`LocalFleet`; ``retry_budget`` (a :class:`RetryBudget`'s ratio, window
-    and floor) applies a budget per key host-wide. A key with nothing to pace costs one look at
-    the file's change counter per acquire (``PRAGMA data_version``), no transaction, until any
-    process writes to the file. Pickling keeps the configuration only.
+    and floor) applies a budget per key host-wide. Pickling keeps the configuration only.
     """
 
     _scope = "host-wide"
@@ -247,16 +236,12 @@ class HostFleet(StoreFleet):
         self._start_process()
 
     def _start_process(self) -> None:
-        """This process's connection (opened at first use), its lock, client id and open keys."""
+        """This process's connection (opened at first use), its lock and open keys."""
         self._db_lock = threading.Lock()  # this process's connection (a child's: new, never the parent's)
         self._db: Optional[sqlite3.Connection] = None
         self._opening: Optional[sqlite3.Connection] = None  # made, the file not yet set up
         self._identity: Optional[Tuple[int, int]] = None  # the file's device and inode when opened
         self._check_at = 0.0  # time.monotonic() from which the next use looks at the file again
-        import uuid
-
-        self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self._entries = itertools.count(1)
         self._client_at = -_CLIENT_EVERY  # the file clock when this process last stamped itself
         self._sweep_at = 0
         # Keys this process last saw open: the file's data_version then, and when (the file clock).
@@ -272,34 +257,6 @@ class HostFleet(StoreFleet):
         self._start_process()
 
     # -- the store: a transaction on the file ---------------------------------------------------
-
-    def acquire(
-        self, key_id: str, *, time_left: float, retry: Optional[str] = None, not_before: float = 0.0
-    ) -> Grant:
-        """Reserve a turn for one attempt; never raises, never waits on the file past ``timeout``
-        (a process's first, which sets the file up, past :data:`QUEUE_TIMEOUT` if longer)."""
-        lone = not not_before or (retry is not None and 0.0 < not_before <= time_left)
-        if lone and key_id in self._open and self._still_open(key_id):
-            return Grant(wait=not_before) if not_before else GRANT_NOW  # nothing paces an open key
-        return super().acquire(key_id, time_left=time_left, retry=retry, not_before=not_before)
-
-    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _pacing.Turn:
-        entry = f"{self._client_id}.{next(self._entries)}"
-        return self._transact(  # type: ignore[no-any-return]
-            kid,
-            lambda st, now: _pacing.acquire(
-                st, self._config, now, retry=retry, not_before=not_before, time_left=time_left, rand=rand,
-                entry=entry,
-            ),
-            acquiring=True,
-        )
-
-    def _learn(self, kid: str, turn: Optional[_pacing.Turn], status: int, lesson: Lesson, need: int) -> bool:
-        return self._transact(  # type: ignore[no-any-return]
-            kid,
-            lambda st, now: _pacing.release(st, self._config, now, turn=turn, status=status, lesson=lesson),
-            acquiring=False,
-        )
 
     # -- configuration ----------------------------------------------------------------------
 
@@ -360,7 +317,7 @@ class HostFleet(StoreFleet):
         """
         limit = max(self._timeout, QUEUE_TIMEOUT)
         if not self._db_lock.acquire(timeout=limit):
-            raise _Busy(f"another thread held the host fleet past {limit:g}s")
+            raise TimeoutError(f"another thread held the host fleet past {limit:g}s")
         try:
             yield self._connection()
         finally:
@@ -376,27 +333,22 @@ class HostFleet(StoreFleet):
         every other.
         """
         import sqlite3
-        db = self._db
-        if db is not None and time.monotonic() >= self._check_at:
+        if self._db is not None and time.monotonic() >= self._check_at:
             self._check_at = time.monotonic() + _CHECK_EVERY
             if _identity(self._path) != self._identity:
-                self._reopen(db)
-                db = None
-        if db is None:
-            opening = self._opening
-            if opening is None:
-                opening, self._identity = _connect(self._path, self._given_path)
-                self._opening = opening
+                self._reopen(self._db)
+        if self._db is None:
+            if self._opening is None:
+                self._opening, self._identity = _connect(self._path, self._given_path)
             try:
-                _set_up(opening, self._max_size)
+                _set_up(self._opening, self._max_size)
             except BaseException as exc:
                 if not (isinstance(exc, sqlite3.OperationalError) and _busy(exc)):
+                    self._opening.close()  # this process's own, just opened: safe to close
                     self._opening = None
-                    opening.close()  # this process's own, just opened: safe to close
                 raise
-            db = self._db = opening
-            self._opening = None
-        return db
+            self._db, self._opening = self._opening, None
+        return self._db
 
     def _reopen(self, old: sqlite3.Connection) -> None:
         """The file was deleted or replaced: say so, count it, and let the next use open the path."""
@@ -451,9 +403,11 @@ class HostFleet(StoreFleet):
             with contextlib.suppress(sqlite3.Error):
                 self._open[kid] = (db.execute("PRAGMA data_version").fetchone()[0], now)
 
-    def _still_open(self, kid: str) -> bool:
+    def _is_open(self, kid: str) -> bool:
         """Whether a key seen open still is: no process wrote to the file since (and the sighting
         is younger than ttl / 4, so a key used only this way still has its row refreshed)."""
+        if kid not in self._open:
+            return False
         try:
             with self._locked() as db:
                 seen = self._open.get(kid)  # again under the lock: another thread may have closed it

@@ -1,10 +1,12 @@
 """Writing a fleet of your own: the extension point ``HostFleet`` and ``RedisFleet`` are built on.
 
-Subclass :class:`StoreFleet` and implement two transactions on one key's state, each running
-the rules of ``sume_urllib3.pacing._core`` (or a port of them, as RedisFleet's Lua is):
-``_reserve(kid, retry, not_before, time_left, rand) -> Turn`` (``_core.acquire``) and
-``_learn(kid, turn, status, lesson, need) -> bool`` (``_core.release``; True when a cooldown
-started; ``need`` is :func:`release_need`'s answer: RELEASE_LATER lets a store tell it later).
+Subclass :class:`StoreFleet` and implement ``_transact(kid, step, *, acquiring)``: one transaction
+on one key's state that runs ``step(state, now)`` (the rules of ``sume_urllib3.pacing._core`` on a
+``_core.State``), stores what it left and returns its answer. A store running a port of the rules
+(RedisFleet's Lua) implements ``_reserve(kid, retry, not_before, time_left, rand) -> Turn``
+(``_core.acquire``) and ``_learn(kid, turn, status, lesson, need) -> bool`` (``_core.release``;
+True when a cooldown started; ``need`` is :func:`release_need`'s answer: RELEASE_LATER lets a
+store tell it later) instead.
 The base does the rest once for every store: the Fleet protocol, the grants, what a response
 teaches (:func:`read_response`, a :class:`Lesson`), failing open to local pacing, the reset
 in a forked child, and the counters. The settings checks are the ones the built-in fleets

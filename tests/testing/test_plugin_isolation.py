@@ -9,6 +9,7 @@ isolation) to show what the plugin's autouse fixture prevents.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import pathlib
 import re
 import subprocess
@@ -180,7 +181,7 @@ def test_reset_fleets_forgets_the_default_and_user_built_fleets(throttled: FakeS
     assert (200, 0.0) == (paced_session.get("/me").status_code, 0.0)
 
 
-def test_reset_fleets_rebuilds_djangos_sessions_only_when_django_is_loaded() -> None:
+def test_reset_fleets_rebuilds_djangos_sessions_only_when_django_is_loaded(tmp_path: pathlib.Path) -> None:
     """reset_fleets never imports Django; once the integration is loaded, its sessions are rebuilt."""
     pytest.importorskip("django")
     code = textwrap.dedent(
@@ -201,6 +202,8 @@ def test_reset_fleets_rebuilds_djangos_sessions_only_when_django_is_loaded() -> 
         """
     )
     shown = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+        # Outside pytest the Django default is the host fleet at the default path: the test's own.
+        env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)},
     )
     assert ["False", "True", "False"] == shown.stdout.split()

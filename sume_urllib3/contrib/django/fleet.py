@@ -6,18 +6,20 @@
 - ``{"HOST": True, "RATE": "10/min", "BURST": 10, "TIMEOUT": 0.2}``: a ``HostFleet`` shared by
   every process of this host through a local file (``True``: the default path, per user and per
   app; or a file path); only ``HOST`` is required.
-- ``{"RATE": "10/min", "BURST": 10}`` without ``REDIS_URL`` or ``HOST``: a ``LocalFleet`` with that
-  quota, shared by the threads of this process.
+- ``{"RATE": "10/min", "BURST": 10}`` without ``REDIS_URL`` or ``HOST`` (``"HOST": False`` too):
+  a ``LocalFleet`` with that quota, shared by the threads of this process.
 - ``None``: no pacing at all.
-- no ``FLEET`` key: the session's default (the process-wide ``LocalFleet``).
+- no ``FLEET`` key: ``{"HOST": True}`` (:data:`DEFAULT`), so that the workers of a preforking
+  server (gunicorn, uWSGI) share one pace per host and API key as one client would.
 
 The fleet is built once per process (one Redis connection pool, one quota) and shared by every
 thread's session; a changed setting builds it again.
 
-While Django runs tests (its test runner or pytest-django, which set up Django's test
-environment, or pytest with ``sume_urllib3.testing.plugin``), ``"HOST": True`` is a file of the
-test run's own in a temporary directory: what tests teach it never reaches ``runserver`` or a
-deployment on the same host, nor the next test run.
+``"HOST": True`` (so the default too) never shares by accident: while Django runs tests (its test
+runner or pytest-django, which set up Django's test environment, or any pytest run) it is a file
+of the test run's own in a temporary directory, and under ``runserver`` a file of runserver's own
+beside the deployment's: what tests or a developer's server learn never reaches a deployment on
+the same host, nor the next test run.
 """
 
 from __future__ import annotations
@@ -34,14 +36,17 @@ from django.core import mail
 
 from ...exceptions import ConfigurationError
 from ...pacing import HostFleet, LocalFleet
+from ...pacing.host import default_app
 
 #: The keys ``SUME["FLEET"]`` may have.
 FLEET_KEYS: Tuple[str, ...] = ("REDIS_URL", "HOST", "RATE", "BURST", "PREFIX", "TIMEOUT")
 _REDIS_ONLY = ("PREFIX", "TIMEOUT")  # TIMEOUT: a host fleet's too
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: ``SUME["FLEET"]`` when the key is absent: the host fleet at the default path.
+DEFAULT: Mapping[str, Any] = {"HOST": True}
 
 _lock = threading.Lock()
-_test_run_dir: Optional[str] = None  # created on first use while tests run (see _host_path)
+_test_run_dir: Optional[str] = None  # created on first use while tests run (see _host_place)
 # (the normalized setting, the fleet built from it): one slot, as for the observers.
 _built: Optional[Tuple[Tuple[Any, ...], Any]] = None
 
@@ -117,7 +122,7 @@ def _construct(arguments: Dict[str, Any]) -> Any:
     cls = _redis_fleet() if url is not None else HostFleet if host is not None else LocalFleet
     try:
         if host is not None:
-            return cls(_host_path(host), **arguments)
+            return HostFleet(**_host_place(host), **arguments)
         return cls(**arguments) if url is None else cls(url, **arguments)
     except (TypeError, ValueError) as exc:  # ConfigurationError is a ValueError
         # The fleet names its argument first ("burst must be ..."): name the setting's key too.
@@ -126,17 +131,27 @@ def _construct(arguments: Dict[str, Any]) -> Any:
         raise ConfigurationError(f"{name.upper()}: {text}" if name in arguments else text) from exc
 
 
-def _host_path(host: Any) -> Optional[str]:
-    """The file of ``"HOST"``: the one given; for True the default (None), or a test run's own."""
+def _host_place(host: Any) -> Dict[str, Any]:
+    """HostFleet's ``path=`` or ``app=`` for ``"HOST"``: the file given; for True the default
+    path (nothing), a test run's own file, or runserver's own name beside the default."""
     global _test_run_dir
     if host is not True:
-        return str(host)
-    if not (hasattr(mail, "outbox") or "sume_urllib3.testing.plugin" in sys.modules):
-        return None  # mail.outbox: Django's setup_test_environment(), which both test runners call
-    if _test_run_dir is None:  # build_fleet holds _lock
-        _test_run_dir = tempfile.mkdtemp(prefix="sume_urllib3-tests-")
-        atexit.register(shutil.rmtree, _test_run_dir, ignore_errors=True)
-    return os.path.join(_test_run_dir, "host.fleet")
+        return {"path": str(host)}
+    if hasattr(mail, "outbox") or "pytest" in sys.modules:
+        # mail.outbox: Django's setup_test_environment(), which both test runners call
+        if _test_run_dir is None:  # build_fleet holds _lock
+            _test_run_dir = tempfile.mkdtemp(prefix="sume_urllib3-tests-")
+            atexit.register(shutil.rmtree, _test_run_dir, ignore_errors=True)
+        return {"path": os.path.join(_test_run_dir, "host.fleet")}
+    if _RUNSERVER in sys.modules:
+        # A file (not a LocalFleet) so that a cooldown outlives the autoreloader's restarts.
+        return {"app": default_app() + ".runserver"}
+    return {}
+
+
+# Imported by runserver and the commands built on it (staticfiles', daphne's); never by a WSGI
+# or ASGI server, nor by a management command other than these.
+_RUNSERVER = "django.core.management.commands.runserver"
 
 
 def _redis_fleet() -> Any:

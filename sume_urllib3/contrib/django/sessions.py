@@ -3,7 +3,8 @@
 What the threads' sessions share, so that the process is one client: the connection pools and
 the retry budget (per setting generation), one ``SumeMetrics`` (for the life of the process:
 ``get_session().metrics`` counts every thread's requests), the observers of ``SUME["OBSERVERS"]``
-and the fleet of ``SUME["FLEET"]`` (both built once per value of the setting).
+and the fleet of ``SUME["FLEET"]`` (both built once per value of the setting; without ``FLEET``,
+the host fleet, which every process of the deployment shares: see ``fleet``).
 
 The pools are shared because a thread may live for one request only: under ASGI Django runs
 each sync view (and each ``sync_to_async(thread_sensitive=True)`` call) in a thread of the
@@ -114,9 +115,8 @@ def on_setting_changed(sender: Any = None, setting: str = "", **kwargs: Any) -> 
     entering and on leaving: a test that sets ``SUME`` starts with nothing a previous test
     learned (no cooldown, no pace, a full retry budget), and leaves nothing behind. The
     fleet of ``SUME["FLEET"]`` forgets what it learned (a host fleet's file too) and is built
-    again; without ``FLEET``, the process-wide ``LocalFleet.default()`` the sessions share
-    forgets what it knew. A ``RedisFleet``'s state lives in Redis, shared with other
-    processes, and is not cleared.
+    again (without ``FLEET``, the host fleet of ``fleet.DEFAULT``, at the test run's own file).
+    A ``RedisFleet``'s state lives in Redis, shared with other processes, and is not cleared.
     """
     if setting == conf.SUME_SETTING:
         reset()
@@ -139,12 +139,11 @@ def _build(generation: int) -> SumeSession:
         raise ConfigurationError(f"invalid settings.{conf.SUME_SETTING}: {details}")
     shared = _generation_shared(generation)
     budget = shared.budget if resolved.retry_budget else None
+    kwargs = dict(resolved.session_kwargs)
     try:
-        # resolved.session_kwargs has fleet= only when SUME["FLEET"] is set: without it the
-        # session keeps its default, the process-wide LocalFleet.
-        session = SumeSession(
-            policy=resolved.policy, retry_budget=budget, metrics=_metrics, **resolved.session_kwargs
-        )
+        if "fleet" not in kwargs:  # no SUME["FLEET"]: the workers of a deployment share one pace
+            kwargs["fleet"] = fleet.build_fleet(fleet.DEFAULT)
+        session = SumeSession(policy=resolved.policy, retry_budget=budget, metrics=_metrics, **kwargs)
     except ConfigurationError as exc:
         # The checks validate what SumeSession validates, so this means they fell behind it.
         raise ConfigurationError(

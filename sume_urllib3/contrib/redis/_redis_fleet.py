@@ -9,7 +9,6 @@ import os
 import re
 import threading
 import time
-import uuid
 import weakref
 from dataclasses import astuple
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
@@ -58,14 +57,10 @@ class RedisFleet(StoreFleet):
     atomic Lua scripts (``EVALSHA``, reloaded after ``SCRIPT FLUSH``); a conformance table in
     the tests runs both on the same scenarios. ``acquire.lua`` reserves a turn (and spends
     the fleet-wide retry budget for ``retry="error"``); ``release.lua`` records what a
-    response taught and frees an in-flight entry. One round trip per attempt for plain
-    successes under a configured pace or one learned from 429s; a second (release) at once
-    when the answer teaches what other processes must know now: a 429, a Retry-After,
-    rate-limit headers, or an in-flight entry to free (slow start, a quota reading). What a
-    plain success under a learned pace teaches (one more admitted, the pace's creep, a response
-    time) rides on this process's next call for the key, at its own time; a background thread
-    tells Redis what no call carried within 0.1 s, and what is left at exit. Redis ``TIME`` is
-    the clock.
+    response taught and frees an in-flight entry, in a call of its own when other processes
+    must know at once (:func:`~sume_urllib3.pacing.store.release_need`). What only counts rides
+    on this process's next call for the key, at its own time; a background thread tells Redis
+    what no call carried within 0.1 s, and what is left at exit. Redis ``TIME`` is the clock.
 
     Keys are ``{prefix:v2:kid}:s``, ``:i`` and ``:c`` (one cluster hash slot per API key;
     ``kid`` is :func:`fleet_key`'s hash, never the key; ``v2`` the state's layout, so during a
@@ -106,7 +101,8 @@ class RedisFleet(StoreFleet):
         rng: Union[Any, Callable[[], float], None] = None,
         server_clock: Optional[Callable[[], float]] = None,
     ) -> None:
-        self._source = _client_source(url_or_client)
+        # A pickled fleet's comes as it was.
+        self._source = url_or_client if isinstance(url_or_client, _Source) else _Source(url_or_client)
         self._settings = {
             "url_or_client": self._source, "rate": rate, "burst": burst, "prefix": prefix, "timeout": timeout,
             "initial_window": initial_window, "retry_budget": retry_budget, "ttl": ttl, "backoff": backoff,
@@ -131,11 +127,10 @@ class RedisFleet(StoreFleet):
         _instances.add(self)
 
     def _start_process(self) -> None:
-        """Connections, scripts, client id and lessons told late of this process."""
+        """Connections, scripts and lessons told late of this process."""
         self._client = self._source.client(self._timeout)
         self._acquire_script = self._client.register_script(_scripts.ACQUIRE_LUA)
         self._release_script = self._client.register_script(_scripts.RELEASE_LUA)
-        self._client_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         # Lessons told late, per key, oldest first: the parent's stay with the parent (it tells
         # them); a child's calls carry only its own.
         self._late_lock = threading.Lock()
@@ -151,7 +146,7 @@ class RedisFleet(StoreFleet):
     # -- the store: the scripts -----------------------------------------------------------------
 
     def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _pacing.Turn:
-        entry = uuid.uuid4().hex[:16]
+        entry = os.urandom(8).hex()
         budget = self._retry_budget
         args = [
             *self._common_args(), retry, not_before, time_left, rand, entry,
@@ -192,7 +187,7 @@ class RedisFleet(StoreFleet):
         if full:
             self._flush(kid)
         elif first:
-            _flusher.watch(self, late.due)
+            _flusher.watch()
 
     def _carried(self, kid: str) -> List[Any]:
         """The key's lessons told late, as script arguments, taken for the call about to be made.
@@ -279,9 +274,22 @@ class RedisFleet(StoreFleet):
 class _Source:
     """Where the Redis connection comes from: a URL (we own the pool) or the caller's client."""
 
-    def __init__(self, url: Optional[str], client: Any) -> None:
-        self.url = url
-        self.given = client
+    def __init__(self, url_or_client: Any) -> None:
+        self.url: Optional[str] = None
+        self.given: Any = None
+        if isinstance(url_or_client, str):
+            if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
+                raise ConfigurationError(
+                    "url_or_client must be a redis://, rediss:// or unix:// URL or a Redis client"
+                )
+            self.url = url_or_client
+        elif callable(getattr(url_or_client, "register_script", None)):
+            self.given = url_or_client
+        else:
+            raise ConfigurationError(
+                "url_or_client must be a Redis URL or a redis.Redis or redis.cluster.RedisCluster client, "
+                f"got {type(url_or_client).__name__}"
+            )
 
     def client(self, timeout: float) -> Any:
         if self.url is None:
@@ -306,7 +314,7 @@ class _Source:
 
     def __reduce__(self) -> Any:
         if self.url is not None:
-            return (_Source, (self.url, None))
+            return (_Source, (self.url,))
         nodes = getattr(self.given, "nodes_manager", None)
         if nodes is not None:  # a redis.cluster.RedisCluster: the nodes it knows, their settings,
             # and its retry policy (how long a cluster error takes to fail over to local pacing)
@@ -328,7 +336,7 @@ def _plain(kwargs: Mapping[str, Any]) -> Dict[str, Any]:
 
 def _source_from_pool(connection_class: Any, kwargs: Dict[str, Any]) -> _Source:
     pool = redis.ConnectionPool(connection_class=connection_class, **kwargs)
-    return _Source(None, redis.Redis(connection_pool=pool))
+    return _Source(redis.Redis(connection_pool=pool))
 
 
 def _source_from_cluster(
@@ -340,24 +348,7 @@ def _source_from_cluster(
     if retry is not None:
         kwargs["retry"] = retry
     nodes = [ClusterNode(h, p) for h, p in startup]  # type: ignore[no-untyped-call,unused-ignore]
-    return _Source(None, RedisCluster(startup_nodes=nodes, **kwargs))
-
-
-def _client_source(url_or_client: Any) -> _Source:
-    if isinstance(url_or_client, _Source):  # a pickled fleet's
-        return url_or_client
-    if isinstance(url_or_client, str):
-        if not url_or_client.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigurationError(
-                "url_or_client must be a redis://, rediss:// or unix:// URL or a Redis client"
-            )
-        return _Source(url_or_client, None)
-    if callable(getattr(url_or_client, "register_script", None)):
-        return _Source(None, url_or_client)
-    raise ConfigurationError(
-        "url_or_client must be a Redis URL or a redis.Redis or redis.cluster.RedisCluster client, "
-        f"got {type(url_or_client).__name__}"
-    )
+    return _Source(RedisCluster(startup_nodes=nodes, **kwargs))
 
 
 #: Every RedisFleet of this process: at exit, each tells Redis what it still holds.
@@ -367,8 +358,8 @@ _instances: weakref.WeakSet[RedisFleet] = weakref.WeakSet()
 class _Flusher:
     """One daemon thread per process that tells Redis the lessons no call carried within _LATE.
 
-    It sleeps without a deadline until a fleet holds lessons again (``watch``), else until the
-    oldest is due; it never runs a request's code, and a failed flush fails open as any call does.
+    It sleeps until the oldest lesson any fleet holds is due, or until woken (``watch``); it never
+    runs a request's code, and a failed flush fails open as any call does.
     """
 
     def __init__(self) -> None:
@@ -376,18 +367,14 @@ class _Flusher:
         _fork.track(self)
 
     def _after_fork(self) -> None:
-        """Nothing watched and no thread yet (again in a forked child: threads do not cross a fork)."""
-        self._cond = threading.Condition(threading.Lock())
-        self._fleets: weakref.WeakSet[RedisFleet] = weakref.WeakSet()  # changed under _cond only
+        """No thread yet (again in a forked child: threads do not cross a fork)."""
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        # When the thread wakes next (time.monotonic(); None: when told): a lesson due before
-        # that wakes it sooner.
-        self._wakes_at: Optional[float] = None
 
-    def watch(self, fleet: RedisFleet, due: float) -> None:
-        """``fleet`` holds lessons again, the oldest due at ``due``: flush them then."""
-        with self._cond:
-            self._fleets.add(fleet)
+    def watch(self) -> None:
+        """A fleet holds lessons again: the thread looks when they are due."""
+        with self._lock:
             if self._thread is None:
                 thread = threading.Thread(target=self._run, name="sume-redis-lessons", daemon=True)
                 try:
@@ -395,30 +382,20 @@ class _Flusher:
                 except RuntimeError:  # at interpreter shutdown: the atexit hook tells what is held
                     return
                 self._thread = thread
-            elif self._wakes_at is None or due < self._wakes_at:
-                self._wakes_at = due
-                self._cond.notify()
+        self._wake.set()
 
     def _run(self) -> None:
-        cond = self._cond
         while True:
-            with cond:
-                fleets = list(self._fleets)
-            for fleet in fleets:  # flushes run outside the condition: watch() never waits on Redis
+            # Cleared before the look at what is due: a lesson kept after it wakes the next wait.
+            self._wake.clear()
+            for fleet in list(_instances):
                 try:
                     fleet._flush_due(time.monotonic())
                 except Exception:  # a bug here must not end the thread every fleet relies on
                     log.exception("telling Redis the lessons told late failed")
-            with cond:
-                due: Optional[float] = None
-                for fleet in list(self._fleets):
-                    next_due = fleet._next_due()
-                    if next_due is None:
-                        self._fleets.discard(fleet)  # watch() adds it back with its next lesson
-                    elif due is None or next_due < due:
-                        due = next_due
-                self._wakes_at = due
-                cond.wait(None if due is None else max(0.0, due - time.monotonic()))
+            dues = [fleet._next_due() for fleet in list(_instances)]
+            due = min((d for d in dues if d is not None), default=None)
+            self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
 
 
 _flusher = _Flusher()

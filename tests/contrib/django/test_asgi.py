@@ -79,10 +79,11 @@ def test_twenty_asgi_requests_share_one_connection(api: FakeSume, route: str) ->
 
 
 @pytest.mark.slow
-def test_under_uvicorn_twenty_requests_share_one_connection(api: FakeSume) -> None:
+def test_under_uvicorn_twenty_requests_share_one_connection(api: FakeSume, tmp_path: Any) -> None:
     """The same application served by uvicorn as a process of its own."""
     pytest.importorskip("uvicorn")
     env = {**os.environ, "SUME_API_KEY": API_KEY, "SUME_API_BASE_URL": api.url + "/v1", "PYTHONPATH": ROOT}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path)  # a deployment: its default host file, here the test's own
     env.pop("DJANGO_SETTINGS_MODULE", None)
     command = [sys.executable, "-m", "uvicorn", "tests.contrib.django.asgi_app:application",
                "--host", "127.0.0.1", "--port", "0", "--no-access-log"]

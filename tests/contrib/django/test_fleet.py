@@ -11,7 +11,7 @@ pytest.importorskip("django")
 
 from django.core import checks
 
-from sume_urllib3 import ConfigurationError
+from sume_urllib3 import ConfigurationError, SumeSession
 from sume_urllib3.contrib.django import conf, get_session, sessions
 from sume_urllib3.contrib.django.fleet import build_fleet, fleet_arguments
 from sume_urllib3.pacing import HostFleet, LocalFleet
@@ -213,13 +213,34 @@ def test_every_threads_session_gets_the_configured_fleet(dj_settings: Any) -> No
     assert fleet is get_session().fleet
 
 
-def test_none_turns_pacing_off_and_no_key_keeps_the_process_wide_fleet(dj_settings: Any) -> None:
-    """FLEET None gives sessions no fleet; without FLEET they share LocalFleet.default()."""
+def test_none_turns_pacing_off_and_no_key_shares_the_host_fleet(dj_settings: Any) -> None:
+    """FLEET None gives sessions no fleet; without FLEET they share the host fleet (the test run's
+    file here), in every thread; a plain SumeSession outside Django keeps LocalFleet.default()."""
     dj_settings.SUME = sume(None)
     assert None is get_session().fleet
 
     dj_settings.SUME = {"API_KEY": API_KEY}
-    assert LocalFleet.default() is get_session().fleet
+    fleet = get_session().fleet
+    seen: List[Any] = []
+    thread = threading.Thread(target=lambda: seen.append(get_session().fleet))
+    thread.start()
+    thread.join()
+
+    assert isinstance(fleet, HostFleet)
+    assert fleet is build_fleet({"HOST": True})
+    assert [fleet] == seen
+    assert fleet.path != default_path()  # the test run's own: see test_isolation
+    assert LocalFleet.default() is SumeSession(API_KEY).fleet
+
+
+@pytest.mark.parametrize("value", [{"HOST": False}, {"RATE": "10/s"}, {"HOST": False, "RATE": "10/s"}])
+def test_host_false_or_a_rate_alone_opts_out_to_a_local_fleet(dj_settings: Any, value: Any) -> None:
+    """The one-line opt-outs of the host fleet: this process paces alone."""
+    dj_settings.SUME = sume(value)
+
+    assert [] == messages()
+    assert isinstance(get_session().fleet, LocalFleet)
+    assert get_session().fleet is not LocalFleet.default()
 
 
 def test_the_configured_rate_paces_requests_and_the_shared_metrics_count_it(

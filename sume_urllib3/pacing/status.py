@@ -1,0 +1,173 @@
+"""What a fleet holds for each API key, read without changing it (``python -m sume_urllib3 status``,
+``manage.py sume_status``, the admin's pace page): a ``HostFleet``'s file opened read-only (in WAL
+mode a reader and a writer never wait for each other), a ``RedisFleet``'s keys read with ``SCAN``,
+``HGETALL`` and ``ZRANGE`` only; each key's state decoded as its fleet stores it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pathlib
+from operator import itemgetter
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+
+from . import _core, host
+from ._fleet import LocalFleet, describe_rate
+from ._signals import fleet_key, origin_name
+
+
+class KeyStatus(NamedTuple):
+    """One API key's pace as its fleet holds it now (seconds). ``key``: the fleet's hash of origin and
+    API key; ``origin``: named for the key :func:`read_status` was told of, else None. ``pace``:
+    requests per second (None: unknown), ``configured``, ``stated`` by the server or ``learned``
+    from 429s. ``retries_left`` of ``retries_room``: the retry budget (None: none). ``last_refusal``:
+    ``429`` (one that measured the pace) or ``429/503`` (one with ``Retry-After``)."""
+
+    origin: Optional[str]
+    key: str
+    cooldown: float
+    pace: Optional[float]
+    pace_source: Optional[str]
+    in_flight: int
+    retries_left: Optional[float]
+    retries_room: Optional[float]
+    last_refusal: Optional[str]
+    last_refusal_ago: Optional[float]
+    throttle_rounds: int
+
+
+def read_status(
+    fleet: Any, *, base_url: Optional[str] = None, api_key: Optional[str] = None
+) -> List[KeyStatus]:
+    """Every key ``fleet`` (a ``HostFleet``, ``RedisFleet`` or ``LocalFleet``) holds, sorted by key.
+
+    ``base_url`` and ``api_key`` name the origin of the rows that are theirs (a session's). Raises
+    ``OSError`` (no file), ``sqlite3.Error`` or a ``redis`` error when the store cannot be read.
+    """
+    if isinstance(fleet, host.HostFleet):
+        states, now = _host_states(fleet), fleet._now()
+    elif isinstance(fleet, LocalFleet):
+        states, now = _local_states(fleet), fleet._now()
+    else:  # a RedisFleet: redis is imported only where one exists
+        states, now = _redis_states(fleet)
+    origins: Dict[str, str] = {}
+    if base_url:
+        origin = origin_name(base_url)
+        origins = {fleet_key(api_key, origin): origin, fleet_key(None, origin): origin}
+    states.sort(key=itemgetter(0))
+    return [_row(kid, st, fleet._config, now, origins.get(kid)) for kid, st in states]
+
+
+def _row(kid: str, st: _core.State, cfg: _core.Config, now: int, origin: Optional[str]) -> KeyStatus:
+    """One key's state as the table shows it, at ``now`` (µs on the state's clock)."""
+    interval, _ = _core.pace(st, cfg, now)
+    source = None
+    if interval:
+        source = "learned" if interval == st.learned_interval else "configured"
+        if interval == st.stated_interval and interval != cfg.interval:
+            source = "stated"
+    left = room = None
+    if cfg.retries is not None:
+        _core.retry_wait(st, cfg.retries, now, _core.FIRST)  # decays this copy's counts to now
+        allowance = cfg.retries
+        room = max(allowance.ratio * st.recent_firsts, allowance.floor * allowance.window / _core.SECOND)
+        left = max(0.0, room - st.recent_retries)
+    # The state keeps when a cooldown began and when a 429 last measured the pace, not every status.
+    began = st.cooldown_until - st.cooldown_length if st.cooldown_length else 0
+    measured = st.measured_at and st.measured_at >= began
+    refusal, at = ("429", st.measured_at) if measured else ("429/503", began)
+    return KeyStatus(
+        origin, kid, max(0, st.cooldown_until - now) / _core.SECOND,
+        _core.SECOND / interval if interval else None, source,
+        sum(1 for end in st.flight.values() if end > now), left, room,
+        refusal if at else None, max(0, now - at) / _core.SECOND if at else None, st.epoch,
+    )
+
+
+def _local_states(fleet: LocalFleet) -> List[Tuple[str, _core.State]]:
+    """A copy of every key's state in this process's fleet (each key's lock held for the copy)."""
+    states = []
+    for kid, key in dict(fleet._keys).items():
+        with key.lock:
+            states.append((kid, copy.deepcopy(key.state)))
+    return states
+
+
+def _host_states(fleet: host.HostFleet) -> List[Tuple[str, _core.State]]:
+    """Every key's state in the fleet's file, read in one read-only transaction."""
+    import sqlite3
+
+    if not os.path.exists(fleet.path):
+        raise FileNotFoundError(f"no host fleet file at {fleet.path}")
+    # mode=ro: this connection never writes, so it never takes the write lock nor checkpoints.
+    db = sqlite3.connect(pathlib.Path(fleet.path).as_uri() + "?mode=ro", uri=True, timeout=1.0)
+    try:
+        boot = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
+        rows = db.execute("SELECT kid, state FROM keys").fetchall()
+    finally:
+        db.close()
+    if boot is None or boot[0] != host._boot_id():
+        return []  # written before a reboot, on a clock that has started again: the next writer drops it
+    prefix = host._LAYOUT + ":"
+    decoded = [(kid[len(prefix):], host.decode_state(text)) for kid, text in rows if kid.startswith(prefix)]
+    return [(kid, st) for kid, st in decoded if st is not None]
+
+
+def _redis_states(fleet: Any) -> Tuple[List[Tuple[str, _core.State]], int]:
+    """Every key's state in the fleet's Redis, and Redis's clock (µs), by read-only commands."""
+    from ..contrib.redis import _scripts
+
+    client = fleet._client
+    now, skew = fleet._common_args()[:2]
+    if not now:
+        seconds, micros = client.time()
+        now = int(seconds) * _core.SECOND + int(micros)
+    head = "{" + fleet._prefix + ":" + _scripts.LAYOUT + ":"
+    fields = _scripts.fields()
+    states = []
+    for name in client.scan_iter(match=head + "*}:s", count=1000):
+        kid = _text(name)[len(head):-3]
+        state_key, flight_key, _ = _scripts.keys(fleet._prefix, kid)
+        raw = {_text(k): _text(v) for k, v in client.hgetall(state_key).items()}
+        try:
+            values = {f: type(d)(float(raw[f])) if f in raw else d for f, d in fields.items()}
+        except ValueError:
+            continue  # not a state of this layout
+        st = _core.State(**values)  # type: ignore[arg-type]
+        st.flight = {_text(m): int(end) for m, end in client.zrange(flight_key, 0, -1, withscores=True)}
+        states.append((kid, st))
+    return states, now + skew
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+_COLUMNS = ("origin", "key", "cooldown", "pace", "in flight", "retry budget", "last 429/503")
+
+
+def render_table(rows: Iterable[KeyStatus]) -> str:
+    """The rows as an aligned text table, one line per key (``no keys`` for none)."""
+    lines = [_COLUMNS, *(_cells(row) for row in rows)]
+    if len(lines) == 1:
+        return "no keys\n"
+    widths = [max(len(line[i]) for line in lines) for i in range(len(_COLUMNS))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() + "\n" for line in lines)
+
+
+def _cells(row: KeyStatus) -> Tuple[str, ...]:
+    """A row's cells as the table and the admin page show them."""
+    pace = f"{describe_rate(row.pace)} {row.pace_source}" if row.pace else "-"
+    budget = "-" if row.retries_room is None else f"{int(row.retries_left or 0)} of {row.retries_room:.0f}"
+    last = "-" if row.last_refusal_ago is None else f"{row.last_refusal} {row.last_refusal_ago:.1f}s ago"
+    cooldown = f"{row.cooldown:.1f}s" if row.cooldown else "-"
+    return (row.origin or "?", row.key, cooldown, pace, str(row.in_flight), budget, last)
+
+
+def render_json(rows: Iterable[KeyStatus]) -> str:
+    """The rows as one line of JSON: ``{"keys": [{field: value}, ...]}``."""
+    return json.dumps({"keys": [row._asdict() for row in rows]}, sort_keys=True) + "\n"
+
+
+__all__ = ["KeyStatus", "read_status", "render_json", "render_table"]
