@@ -4,6 +4,7 @@ checks alike (the rate, the burst)."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import logging
@@ -297,6 +298,11 @@ class StoreFleet:
     def _why(self, kid: str, source: str) -> str:
         """What holds a refused turn, in words."""
         return source
+
+    def _snapshot(self) -> Tuple[List[Tuple[str, _core.State]], int]:
+        """A copy of every key's state and the store's clock (µs), read without writing anything
+        and without waiting on a writer (``pacing.status``)."""
+        raise TypeError(f"{type(self).__name__} keeps no state that can be read from outside")
 
     def _now(self) -> int:
         """The fleet's clock in the core's microseconds."""
@@ -649,6 +655,10 @@ class LocalFleet(StoreFleet):
             if len(self._keys) > self._max_keys or (acquiring and now >= self._sweep_at):
                 self._sweep(now, kid)
         return result
+
+    def _snapshot(self) -> Tuple[List[Tuple[str, _core.State]], int]:
+        with self._lock:
+            return [(kid, copy.deepcopy(key.state)) for kid, key in self._keys.items()], self._now()
 
     def _why(self, kid: str, source: str) -> str:
         """What holds a refused turn, in words (the rule and, with a pace, its rate and origin)."""

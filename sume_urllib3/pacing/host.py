@@ -420,6 +420,27 @@ class HostFleet(StoreFleet):
             self._open.pop(kid, None)
         return False
 
+    def _snapshot(self) -> Tuple[List[Tuple[str, _pacing.State]], int]:
+        """Every key's state in the file, read in one read-only transaction (in WAL mode a reader
+        and a writer never wait for each other)."""
+        import pathlib
+        import sqlite3
+
+        if not os.path.exists(self._path):
+            raise FileNotFoundError(f"no host fleet file at {self._path}")
+        # mode=ro: this connection never writes, so it never takes the write lock nor checkpoints.
+        db = sqlite3.connect(pathlib.Path(self._path).as_uri() + "?mode=ro", uri=True, timeout=1.0)
+        try:
+            boot = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
+            rows = db.execute("SELECT kid, state FROM keys").fetchall()
+        finally:
+            db.close()
+        if boot is None or boot[0] != _boot_id():
+            return [], self._now()  # written before a reboot: the next writer drops it
+        prefix = _LAYOUT + ":"
+        decoded = [(kid[len(prefix) :], decode_state(text)) for kid, text in rows if kid.startswith(prefix)]
+        return [(kid, st) for kid, st in decoded if st is not None], self._now()
+
     def _housekeeping(self, db: sqlite3.Connection, now: int) -> None:
         """Stamp this process as a client (once a second) and sweep idle keys (every ttl / 4)."""
         if now - self._client_at >= _CLIENT_EVERY:

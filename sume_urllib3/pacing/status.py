@@ -1,19 +1,16 @@
 """What a fleet holds for each API key, read without changing it (``python -m sume_urllib3 status``,
-``manage.py sume_status``, the admin's pace page): a ``HostFleet``'s file opened read-only (in WAL
-mode a reader and a writer never wait for each other), a ``RedisFleet``'s keys read with ``SCAN``,
-``HGETALL`` and ``ZRANGE`` only; each key's state decoded as its fleet stores it."""
+``manage.py sume_status``, the admin's pace page): each store reads its own state (its
+``_snapshot``: a ``HostFleet``'s file opened read-only, a ``RedisFleet``'s keys by ``SCAN``,
+``HGETALL`` and ``ZRANGE``); this module turns a state into what the table shows."""
 
 from __future__ import annotations
 
-import copy
 import json
-import os
-import pathlib
 from operator import itemgetter
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
-from . import _core, host
-from ._fleet import LocalFleet, describe_rate
+from . import _core
+from ._fleet import describe_rate
 from ._signals import fleet_key, origin_name
 
 
@@ -43,14 +40,10 @@ def read_status(
     """Every key ``fleet`` (a ``HostFleet``, ``RedisFleet`` or ``LocalFleet``) holds, sorted by key.
 
     ``base_url`` and ``api_key`` name the origin of the rows that are theirs (a session's). Raises
-    ``OSError`` (no file), ``sqlite3.Error`` or a ``redis`` error when the store cannot be read.
+    ``OSError`` (no file), ``sqlite3.Error`` or a ``redis`` error when the store cannot be read,
+    ``TypeError`` for a store that keeps nothing readable from outside.
     """
-    if isinstance(fleet, host.HostFleet):
-        states, now = _host_states(fleet), fleet._now()
-    elif isinstance(fleet, LocalFleet):
-        states, now = _local_states(fleet), fleet._now()
-    else:  # a RedisFleet: redis is imported only where one exists
-        states, now = _redis_states(fleet)
+    states, now = fleet._snapshot()
     origins: Dict[str, str] = {}
     if base_url:
         origin = origin_name(base_url)
@@ -83,65 +76,6 @@ def _row(kid: str, st: _core.State, cfg: _core.Config, now: int, origin: Optiona
         sum(1 for end in st.flight.values() if end > now), left, room,
         refusal if at else None, max(0, now - at) / _core.SECOND if at else None, st.epoch,
     )
-
-
-def _local_states(fleet: LocalFleet) -> List[Tuple[str, _core.State]]:
-    """A copy of every key's state in this process's fleet (each key's lock held for the copy)."""
-    states = []
-    for kid, key in dict(fleet._keys).items():
-        with key.lock:
-            states.append((kid, copy.deepcopy(key.state)))
-    return states
-
-
-def _host_states(fleet: host.HostFleet) -> List[Tuple[str, _core.State]]:
-    """Every key's state in the fleet's file, read in one read-only transaction."""
-    import sqlite3
-
-    if not os.path.exists(fleet.path):
-        raise FileNotFoundError(f"no host fleet file at {fleet.path}")
-    # mode=ro: this connection never writes, so it never takes the write lock nor checkpoints.
-    db = sqlite3.connect(pathlib.Path(fleet.path).as_uri() + "?mode=ro", uri=True, timeout=1.0)
-    try:
-        boot = db.execute("SELECT value FROM meta WHERE name = 'boot'").fetchone()
-        rows = db.execute("SELECT kid, state FROM keys").fetchall()
-    finally:
-        db.close()
-    if boot is None or boot[0] != host._boot_id():
-        return []  # written before a reboot, on a clock that has started again: the next writer drops it
-    prefix = host._LAYOUT + ":"
-    decoded = [(kid[len(prefix):], host.decode_state(text)) for kid, text in rows if kid.startswith(prefix)]
-    return [(kid, st) for kid, st in decoded if st is not None]
-
-
-def _redis_states(fleet: Any) -> Tuple[List[Tuple[str, _core.State]], int]:
-    """Every key's state in the fleet's Redis, and Redis's clock (µs), by read-only commands."""
-    from ..contrib.redis import _scripts
-
-    client = fleet._client
-    now, skew = fleet._common_args()[:2]
-    if not now:
-        seconds, micros = client.time()
-        now = int(seconds) * _core.SECOND + int(micros)
-    head = "{" + fleet._prefix + ":" + _scripts.LAYOUT + ":"
-    fields = _scripts.fields()
-    states = []
-    for name in client.scan_iter(match=head + "*}:s", count=1000):
-        kid = _text(name)[len(head):-3]
-        state_key, flight_key, _ = _scripts.keys(fleet._prefix, kid)
-        raw = {_text(k): _text(v) for k, v in client.hgetall(state_key).items()}
-        try:
-            values = {f: type(d)(float(raw[f])) if f in raw else d for f, d in fields.items()}
-        except ValueError:
-            continue  # not a state of this layout
-        st = _core.State(**values)  # type: ignore[arg-type]
-        st.flight = {_text(m): int(end) for m, end in client.zrange(flight_key, 0, -1, withscores=True)}
-        states.append((kid, st))
-    return states, now + skew
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 _COLUMNS = ("origin", "key", "cooldown", "pace", "in flight", "retry budget", "last 429/503")

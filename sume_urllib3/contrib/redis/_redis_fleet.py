@@ -264,6 +264,29 @@ class RedisFleet(StoreFleet):
         keys = list(_scripts.keys(self._prefix, kid)[:2])
         return int(self._release_script(keys=keys, args=_scripts.as_args(args))) == 1
 
+    def _snapshot(self) -> Tuple[List[Tuple[str, _pacing.State]], int]:
+        """Every key's state and Redis's clock (µs), read with SCAN, HGETALL and ZRANGE only."""
+        client = self._client
+        now, skew = self._common_args()[:2]
+        if not now:
+            seconds, micro = client.time()
+            now = int(seconds) * _pacing.SECOND + int(micro)
+        head = "{" + self._prefix + ":" + _scripts.LAYOUT + ":"
+        fields = _scripts.fields()
+        states = []
+        for name in client.scan_iter(match=head + "*}:s", count=1000):
+            kid = _text(name)[len(head) : -3]
+            state_key, flight_key, _ = _scripts.keys(self._prefix, kid)
+            raw = {_text(k): _text(v) for k, v in client.hgetall(state_key).items()}
+            try:
+                values = {f: type(d)(float(raw[f])) if f in raw else d for f, d in fields.items()}
+            except ValueError:
+                continue  # not a state of this layout
+            st = _pacing.State(**values)  # type: ignore[arg-type]
+            st.flight = {_text(m): int(end) for m, end in client.zrange(flight_key, 0, -1, withscores=True)}
+            states.append((kid, st))
+        return states, now + skew
+
     def __repr__(self) -> str:
         pace = "learned" if self._rate is None else f"{self._rate:g}/s burst {self._burst}"
         return f"RedisFleet({self._source.describe()}, prefix={self._prefix!r}, pace={pace})"
@@ -416,3 +439,7 @@ def _tell_at_exit() -> None:
     _fork.check()  # a child forked without at-fork hooks holds its parent's lessons: they are not its own
     for fleet in _flusher.fleets():
         fleet._flush_due(math.inf)  # one call per key, dropped once Redis fails
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
