@@ -114,8 +114,8 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
 def _secret_forms(value: Any) -> Iterator[str]:
     """A key as a message may show it: raw and stripped, each also as ``!r`` escapes it.
 
-    Not ``secrets_of``'s header rules: those skip a bytearray and any value under
-    ``MIN_SECRET``, and a setting's key is looked for whatever it is."""
+    Not ``secrets_of``'s header rules: those leave out a bytearray and a key shorter than
+    ``MIN_SECRET``, which a setting's message would still echo."""
     if isinstance(value, (bytes, bytearray)):
         value = bytes(value).decode("latin-1")
     if isinstance(value, str):
