@@ -240,7 +240,12 @@ JOB_EVENTS = tuple("polls" if kind == "poll" else kind for kind in JOB_EVENT_KIN
 def retry_reason(event: RetryEvent, seen: Collection[str] = ()) -> str:
     """The label a retry is counted under: error code, else status, else error class; "other"
     when it is new and ``seen`` (the labels counted so far) already holds MAX_REASONS."""
-    reason = event.code or (event.error or "unknown" if event.status is None else str(event.status))
+    if event.code:
+        reason = event.code
+    elif event.status is not None:
+        reason = str(event.status)
+    else:
+        reason = event.error or "unknown"
     return reason if reason in seen or len(seen) < MAX_REASONS else "other"
 
 
