@@ -82,9 +82,7 @@ def sume_record(response_or_error: Any) -> Optional[SumeRecord]:
     ``response.sume`` and ``exc.sume`` are set at run time, so type checkers cannot see
     them; this reads either, and the ``record`` of a :class:`SumeRetryError`.
     """
-    record = getattr(response_or_error, "sume", None)
-    if record is None:
-        record = getattr(response_or_error, "record", None)
+    record = getattr(response_or_error, "sume", None) or getattr(response_or_error, "record", None)
     return record if isinstance(record, SumeRecord) else None
 
 
@@ -108,15 +106,9 @@ def summary(record: SumeRecord) -> Dict[str, Any]:
     signature must not land in a result store), whatever record it is given; everything
     else is the record's own fields.
     """
-    out: Dict[str, Any] = {}
-    for field in dataclasses.fields(SumeRecord):
-        value = getattr(record, field.name)
-        if isinstance(value, Outcome):
-            value = value.value
-        elif isinstance(value, tuple):
-            value = list(value)
-        out[field.name] = value
-    out["url"] = redact_url(record.url)
+    out = {field.name: getattr(record, field.name) for field in dataclasses.fields(SumeRecord)}
+    out.update(outcome=Outcome(record.outcome).value, url=redact_url(record.url))
+    out.update(request_ids=list(record.request_ids), waits=list(record.waits))
     return out
 
 

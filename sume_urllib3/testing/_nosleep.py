@@ -8,10 +8,6 @@ from typing import Iterator, List
 
 from .. import _sleeping
 
-#: The clock FakeSume's quota and the clients' fleets share: real time, or under ``no_sleep()``
-#: the virtual time the recorded waits advance.
-shared_monotonic = _sleeping.shared_monotonic
-
 
 class SleepRecorder:
     """Collects the waits retries asked for, and lets time appear to pass by that much.
@@ -27,7 +23,8 @@ class SleepRecorder:
         self._lock = threading.Lock()
         self._waits: List[float] = []
         self._local = threading.local()
-        self._horizon = 0.0  # the most seconds any thread has recorded (its time furthest on)
+        #: The furthest any thread's time has reached (what :meth:`catch_up` moves a thread to).
+        self.horizon = 0.0
 
     @property
     def waits(self) -> List[float]:
@@ -41,11 +38,6 @@ class SleepRecorder:
         with self._lock:
             return sum(self._waits)
 
-    @property
-    def horizon(self) -> float:
-        """The furthest any thread's time has reached (what :meth:`catch_up` moves a thread to)."""
-        return self._horizon
-
     def slept_here(self) -> float:
         """Seconds this thread would have slept; its retries add it to their clock."""
         return float(getattr(self._local, "slept", 0.0))
@@ -56,11 +48,11 @@ class SleepRecorder:
         self._local.slept = slept
         with self._lock:
             self._waits.append(seconds)
-            self._horizon = max(self._horizon, slept)
+            self.horizon = max(self.horizon, slept)
 
     def catch_up(self) -> float:
         """Move this thread's time up to the furthest any thread has reached; its seconds slept."""
-        slept = max(self.slept_here(), self._horizon)
+        slept = max(self.slept_here(), self.horizon)
         self._local.slept = slept
         return slept
 
