@@ -112,26 +112,15 @@ def summary(record: SumeRecord) -> Dict[str, Any]:
     return out
 
 
-#: What a record without a summary says: a give-up with nothing known.
-_UNKNOWN: Dict[str, Any] = {
-    "idempotency_key": None,
-    "attempts": 0,
-    "outcome": Outcome.GAVE_UP,
-    "status": None,
-    "code": None,
-    "request_id": None,
-    "request_ids": (),
-    "waits": (),
-    "elapsed": 0.0,
-}
-
-
 def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecord:
     """A :class:`SumeRecord` again from :func:`summary`'s output; tolerant of missing fields.
 
     A summary with nothing usable still gives a record whose reason is ``message``.
     """
-    values = {**_UNKNOWN, "reason": message or "unknown (rebuilt without a record)"}
+    # What the summary does not say is a give-up with nothing known.
+    values: Dict[str, Any] = {"attempts": 0, "outcome": Outcome.GAVE_UP, "elapsed": 0.0}
+    values.update(dict.fromkeys(("idempotency_key", "status", "code", "request_id", "request_ids", "waits")))
+    values["reason"] = message or "unknown (rebuilt without a record)"
     values.update((f.name, data[f.name]) for f in dataclasses.fields(SumeRecord) if f.name in data)
     for name in ("request_ids", "waits"):
         values[name] = tuple(values[name] or ())

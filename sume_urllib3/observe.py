@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextvars
+import functools
 import logging
 import threading
 import weakref
@@ -143,22 +144,8 @@ class Observers(Tuple[SumeObserver, ...]):
         if changed:
             _SET_BY_START.set(_SET_BY_START.get() | changed)
 
-    def on_retry(self, event: RetryEvent) -> None:
-        """Tell every observer with ``on_retry`` about a retry that is about to happen."""
-        self._tell("on_retry", event)
-
-    def on_outcome(self, record: SumeRecord) -> None:
-        """Tell every observer with ``on_outcome`` how a logical request ended."""
-        self._tell("on_outcome", record)
-
-    def on_job(self, event: Any) -> None:
-        """Tell every observer with ``on_job`` about a job event (a ``JobEvent``)."""
-        self._tell("on_job", event)
-
-    # The names the adapter, the retry and the session call them by.
-    start, retry, outcome = on_start, on_retry, on_outcome
-
     def _tell(self, hook: str, value: Any) -> None:
+        """Call ``hook`` of every observer that has it."""
         for observer in self:
             call = getattr(observer, hook, None)
             if call is not None:
@@ -166,6 +153,13 @@ class Observers(Tuple[SumeObserver, ...]):
                     call(value)
                 except Exception:
                     _failed(observer, hook)
+
+    on_retry = functools.partialmethod(_tell, "on_retry")
+    on_outcome = functools.partialmethod(_tell, "on_outcome")
+    on_job = functools.partialmethod(_tell, "on_job")
+
+    # The names the adapter, the retry and the session call them by.
+    start, retry, outcome = on_start, on_retry, on_outcome
 
 
 _T = TypeVar("_T")
