@@ -140,10 +140,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             parts: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline(1024).split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    break
+            while size := int(self.rfile.readline(1024).split(b";", 1)[0].strip(), 16):
                 parts.append(self._read_exactly(size))
                 self.rfile.readline(1024)
             while self.rfile.readline(65536) not in (b"\r\n", b"\n", b""):
@@ -217,7 +214,6 @@ class FakeSume:
         burst: int = 1,
     ) -> None:
         self._address = (host, port)
-        self._quota: Quota | None = None
         self.quota(quota, burst)
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
