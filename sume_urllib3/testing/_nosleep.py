@@ -8,6 +8,9 @@ from typing import Iterator, List
 
 from .. import _sleeping
 
+#: The clock FakeSume's quota and the clients' fleets share (see ``_sleeping.shared_monotonic``).
+shared_monotonic = _sleeping.shared_monotonic
+
 
 class SleepRecorder:
     """Collects the waits retries asked for, and lets time appear to pass by that much.
@@ -23,8 +26,8 @@ class SleepRecorder:
         self._lock = threading.Lock()
         self._waits: List[float] = []
         self._local = threading.local()
-        #: The furthest any thread's time has reached (what :meth:`catch_up` moves a thread to).
         self.horizon = 0.0
+        """The furthest any thread's time has reached (what :meth:`catch_up` moves a thread to)."""
 
     @property
     def waits(self) -> List[float]:

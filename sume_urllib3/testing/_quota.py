@@ -7,8 +7,8 @@ import math
 import threading
 from typing import Callable, Dict, Mapping, Optional, Tuple, Union
 
-from .._sleeping import shared_monotonic
 from ..pacing.store import parse_rate
+from ._nosleep import shared_monotonic
 from ._reply import Reply
 
 

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     else:
         from typing_extensions import Self
 
-from .._sleeping import shared_monotonic
 from ._jobs import ScriptedJob
+from ._nosleep import shared_monotonic
 from ._quota import Quota
 from ._reply import Headers, Reply, as_reply
 
