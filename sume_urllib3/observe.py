@@ -408,8 +408,7 @@ class _Line:
         self.key = f"idempotency key {self.fields['key_prefix']}" if self.fields["key_prefix"] else ""
 
     def extra(self, **values: Any) -> Dict[str, Any]:
-        """The ``sume_*`` attributes of the log record: prefixed, so they stay apart from
-        LogRecord's own attributes (which logging refuses to overwrite) and other libraries'."""
+        """The record's ``sume_*`` attributes: prefixed, as logging refuses to overwrite its own."""
         return {f"sume_{name}": value for name, value in {**_EXTRAS, **self.fields, **values}.items()}
 
 
