@@ -70,11 +70,19 @@ def _stand_in_one(part: str, templates: Sequence[Any], copies: int) -> None:
         Policy.decide = lambda self, *args, **kwargs: decision  # type: ignore[method-assign]
     elif part == "counters":
         spares = {id(template): [template.new() for _ in range(copies)] for template in templates}
-        _retry.SumeRetry._count_response = lambda self, method, url, raw: spares[id(self)].pop()  # type: ignore[method-assign]
+
+        class Counted:  # urllib3's Retry as _retry calls it, its increment answered by a copy
+            DEFAULT_ALLOWED_METHODS = _retry.Retry.DEFAULT_ALLOWED_METHODS
+
+            @staticmethod
+            def increment(retry: Any, *args: Any) -> Any:
+                return spares[id(retry)].pop()
+
+        _retry.Retry = Counted  # type: ignore[misc,assignment]
     elif part == "let-go":
         _retry.let_go = lambda raw, limit=0: None  # type: ignore[assignment]
     elif part == "announce":
-        _retry.announce_retry = lambda *args: None  # type: ignore[assignment]
+        _retry.SumeRetry.announce_retry = lambda *args: None  # type: ignore[method-assign]
     elif part == "budget":
         _budget.RetryBudget.reserve = lambda self, time_left=0.0: 0.0  # type: ignore[method-assign]
     elif part != "none":

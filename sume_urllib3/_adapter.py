@@ -49,21 +49,7 @@ class Default:
 DEFAULT_FLEET: Any = Default()
 
 
-def check_fleet(fleet: Any) -> Optional[Fleet]:
-    """The fleet to use: the process-wide one for the default, None for no pacing."""
-    if fleet is DEFAULT_FLEET:
-        return LocalFleet.default()
-    if fleet is not None and (
-        isinstance(fleet, type)  # LocalFleet rather than LocalFleet(): its methods need an instance
-        or not (callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None)))
-    ):
-        raise ConfigurationError(
-            f"fleet must be a Fleet (LocalFleet, RedisFleet) or None, got {type(fleet).__name__}"
-        )
-    return fleet
-
-
-# urllib3 2 enforces Content-Length by default; 1.26 only when asked (see _send).
+# urllib3 2 enforces Content-Length by default; 1.26 only when asked (see _transmit).
 _ENFORCE_LENGTH = not hasattr(urllib3, "BaseHTTPResponse")  # added in urllib3 2.0
 
 
@@ -119,27 +105,26 @@ class SumeAdapter(HTTPAdapter):
         **adapter_kwargs: Any,
     ) -> None:
         # What this adapter was given itself: mounted on a SumeSession, it keeps these and
-        # takes the session's for the rest (see serve_as).
-        no_observers = isinstance(observers, (tuple, list)) and not observers  # never consume an iterator
-        retry_given = not no_observers or any(
+        # takes the session's for the rest (see serve_as). An iterator of observers is not consumed.
+        retry_given = not (isinstance(observers, (tuple, list)) and not observers) or any(
             value is not None for value in (policy, max_retries, retry_budget, sleep, clock, rng)
         )
-        self._own_settings = frozenset(
-            name
-            for name, given in (
-                ("retry", retry_given),
-                ("timeout", timeout is not None),
-                ("fleet", fleet is not DEFAULT_FLEET),
-                ("raise_on_give_up", raise_on_give_up is not True),
-            )
-            if given
-        )
+        own = {"retry": retry_given, "timeout": timeout is not None, "fleet": fleet is not DEFAULT_FLEET}
+        own["raise_on_give_up"] = raise_on_give_up is not True
+        self._own_settings = frozenset(name for name, given in own.items() if given)
         self.timeout = check_timeout(timeout)
-        if fleet is DEFAULT_FLEET and clock is not None:
-            # Paced on the adapter's own clock, as SumeSession does: a fleet on real time would
-            # hold requests that a test's virtual clock has long let through.
-            fleet = LocalFleet(clock=clock, rng=rng)
-        self.fleet = check_fleet(fleet)
+        if fleet is DEFAULT_FLEET:
+            # On the adapter's own clock, as SumeSession does: a fleet on real time would hold
+            # requests that a test's virtual clock has long let through.
+            fleet = LocalFleet.default() if clock is None else LocalFleet(clock=clock, rng=rng)
+        elif fleet is not None and (
+            isinstance(fleet, type)  # LocalFleet rather than LocalFleet(): its methods need an instance
+            or not (callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None)))
+        ):
+            raise ConfigurationError(
+                f"fleet must be a Fleet (LocalFleet, RedisFleet) or None, got {type(fleet).__name__}"
+            )
+        self.fleet = fleet
         if max_retries is None:
             max_retries = SumeRetry(
                 policy=policy,  # by name: SumeRetry(5) would be urllib3's total=5
@@ -165,9 +150,8 @@ class SumeAdapter(HTTPAdapter):
         super().__init__(max_retries=max_retries, **adapter_kwargs)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # Libraries reconfigure mounted adapters in place (requests-futures' adapter_kwargs sets
-        # max_retries to a urllib3 Retry): refused here, by name, rather than failing every
-        # later request with an AttributeError deep in a retry.
+        # A library reconfiguring a mounted adapter (requests-futures sets max_retries to a urllib3
+        # Retry) is refused by name, rather than failing every later request deep in a retry.
         if name == "max_retries":
             if not isinstance(value, SumeRetry):
                 raise ConfigurationError(
@@ -199,14 +183,8 @@ class SumeAdapter(HTTPAdapter):
         serves with the session's policy, observers, budget, timeout, fleet and
         ``raise_on_give_up``; ``SumeAdapter(Policy(...))`` keeps its policy)."""
         own: FrozenSet[str] = getattr(self, "_own_settings", frozenset())  # unpickled: gave none
-        if "retry" not in own:
-            self.max_retries = other.max_retries
-        if "timeout" not in own:
-            self.timeout = other.timeout
-        if "fleet" not in own:
-            self.fleet = other.fleet
-        if "raise_on_give_up" not in own:
-            self.raise_on_give_up = other.raise_on_give_up
+        for name in {"retry", "timeout", "fleet", "raise_on_give_up"} - own:
+            setattr(self, "max_retries" if name == "retry" else name, getattr(other, name))
 
     @property
     def policy(self) -> Policy:
@@ -278,15 +256,9 @@ class SumeAdapter(HTTPAdapter):
                 key_id = context.key_id or key_ids.for_request(request.url or "", request.headers)
                 turn = context.take_turn(context.now(), key_id=key_id, rng=retry.rng)
                 if turn.refused is not None:  # the turn would cross the deadline: nothing is sent
-                    decision = Decision(Verdict.STOP, reason=f"not sent: {turn.refused}")
-                    at, retry_in = context.now(), turn.retry_in
-                    refused = Attempt(None, None, None, None, decision, at=at, retry_in=retry_in)
-                    context.add(refused)
-                    raise SumeRetryError(self._finish(context, request, None, None))
+                    self._refuse(context, request, f"not sent: {turn.refused}", Verdict.STOP, turn.retry_in)
                 if turn.wait > 0 and turn.grant.source == "slow_start":
-                    # Waiting for responses in flight, which arrive in real time even when a
-                    # test's sleep and clock are virtual: this pause must really pass.
-                    time.sleep(turn.wait)
+                    time.sleep(turn.wait)  # for responses in flight, in real time even in a test
                 elif turn.wait > 0:
                     _sleeping.wait(turn.wait, retry.sleep_function)
                 if not turn.grant.again:
@@ -302,9 +274,7 @@ class SumeAdapter(HTTPAdapter):
             response = self._transmit(context, request, policy, sent)
             return self._conclude(context, request, response, sent["stream"])
         except BaseException as exc:
-            if not isinstance(exc, Exception):
-                # An interrupt (Ctrl-C, a SIGTERM handler's SystemExit) is the caller's, not the
-                # server's: the request ends without a record, and no outcome is told or counted.
+            if not isinstance(exc, Exception):  # an interrupt is the caller's: no record, no outcome
                 context.record = context.stream = None
             elif context.record is None and context.adapter is self:
                 # Something other than the transport broke: the record still ends the request.
@@ -330,8 +300,7 @@ class SumeAdapter(HTTPAdapter):
         if context.hops:
             strip(request.headers, left_behind(context.url, request.url or "", request.method))
             if context.owned and _has_both_auth(request.headers):
-                # SumeSession refuses both before the first send; an auth handler (requests'
-                # HTTPDigestAuth answering a 401 challenge) may add Authorization to a resend.
+                # SumeSession refuses both before the first send; an auth handler may add one later.
                 raise ConfigurationError(
                     "both x-api-key and Authorization are set on this request (an auth handler "
                     "added Authorization to a resend): send only one"
@@ -355,9 +324,7 @@ class SumeAdapter(HTTPAdapter):
             if retry.observers.starts:
                 retry.observers.start(RequestStart(method, context.shown_url, key))
             if followed is None:
-                if not context.replayable and taken_before(request.body):
-                    # An auth handler's resend outside a SumeSession (or a caller's own): a new
-                    # request here, with a body an earlier send took.
+                if not context.replayable and taken_before(request.body):  # a resend outside a session
                     self._refuse(context, request, TAKEN_BEFORE)
                 return
             status = followed[1]
@@ -376,16 +343,13 @@ class SumeAdapter(HTTPAdapter):
                 response = super().send(request, **sent)
             except requests.exceptions.RequestException as exc:
                 if broken is not None:
-                    # The resend of a body that broke failed too: the caller asked for one response
-                    # and hears of its body's error, as requests reports it (ChunkedEncodingError);
-                    # the resend's failure is the cause, its attempts are in the record.
+                    # The resend failed too: the caller hears of the first body's error (as requests
+                    # reports it), the resend's failure its cause, its attempts in the record.
                     record = self._finish(context, request, None, None, error=type(broken).__name__)
                     raise raisable(broken, record) from redact(exc)
                 # A give-up that is also requests' own class: its except clauses still work.
                 throw(timeout_for(context.watch, exc), self._finish(context, request, None, None))
-            if _ENFORCE_LENGTH:
-                # 1.26 hands back a body cut short as if whole (an error body, a gzip one, a
-                # stream): told to, it raises at the cut, as 2.x does, on every read of it.
+            if _ENFORCE_LENGTH:  # 1.26 hands back a body cut short as if whole, unless told
                 response.raw.enforce_content_length = True
             if context.grant is not None:
                 context.end_turn(response.status_code, response.headers)
@@ -424,12 +388,16 @@ class SumeAdapter(HTTPAdapter):
         if status >= 400 and (last is None or last.decision.retry or last.status != status):
             # urllib3 never showed this response to the retry (requests < 2.29 streams
             # chunked bodies around urllib3): decide once here, but nothing was resent.
-            self._consult_late(context, response)
+            seen = self.retry.decide_response(context, response.raw)
+            if seen.decision.retry:
+                why = f"{seen.label}: not retried: the transport did not consult the retry"
+                seen = seen._replace(decision=Decision(Verdict.NO_RETRY, reason=why))
+            context.add(seen)
         if status in REDIRECT_STATI or not context.owned:
             answered(request, response, context.url, note=not context.owned)
         if context.owned and status >= 400:
-            # The answer a refused resend leaves the caller with (a 401 challenge an auth handler
-            # answers): held weakly, as only the caller may hold a streamed response (StreamWatch).
+            # What a refused resend (an auth handler's answer to a 401) leaves the caller with:
+            # held weakly, as only the caller may hold a streamed response.
             context.answered = weakref.ref(response)
         record = self._finish(context, request, status, response.headers)
         response.sume = record  # type: ignore[attr-defined]
@@ -442,16 +410,12 @@ class SumeAdapter(HTTPAdapter):
                 # and the connection goes back to the pool whether or not they do.
                 try:
                     response.content  # noqa: B018
-                except BODY_ERRORS as exc:
-                    # The give-up stands, without a body to hand over (none came whole): a body
-                    # that broke or stalled frees its slot, and is the give-up's cause.
+                except BODY_ERRORS as exc:  # no body came whole: the give-up stands, this its cause
                     response.close()
                     raise SumeRetryError(record) from redact(exc)
             else:
-                # Handed over on an exception, a streamed body is easily dropped unread, and a
-                # blocking pool would never see its connection again: one that ends within the
-                # drain's limit is read into memory now (the caller reads it as before), and its
-                # connection goes back. A longer one is the caller's to read or close.
+                # A streamed body handed over on an exception is easily dropped unread, its
+                # connection lost to a blocking pool: one within the drain's limit is read now.
                 hold_whole(response.raw, DRAIN_LIMIT, lambda: context.now() >= context.deadline)
             raise SumeRetryError(record, response)
         if not stream and status >= 400:
@@ -467,12 +431,13 @@ class SumeAdapter(HTTPAdapter):
         request: requests.PreparedRequest,
         reason: str,
         verdict: Verdict = Verdict.NO_RETRY,
+        retry_in: Optional[float] = None,
     ) -> NoReturn:
         """End the request unsent for ``reason``, with the response a hop got before, if any."""
         previous = context.answered() if context.answered is not None else None
         status = None if previous is None else previous.status_code
         decision = Decision(verdict, reason=reason)
-        context.add(Attempt(status, None, None, None, decision, at=context.now()))
+        context.add(Attempt(status, None, None, None, decision, at=context.now(), retry_in=retry_in))
         headers = None if previous is None else previous.headers
         raise SumeRetryError(self._finish(context, request, status, headers), previous)
 
@@ -506,15 +471,6 @@ class SumeAdapter(HTTPAdapter):
         record = self._finish(context, request, response.status_code, response.headers, error=error)
         response.sume = record  # type: ignore[attr-defined]
         return record
-
-    def _consult_late(self, context: RequestContext, response: requests.Response) -> None:
-        seen = self.retry.decide_response(context, response.raw)
-        if seen.decision.retry:
-            decision = Decision(
-                Verdict.NO_RETRY, reason=f"{seen.label}: not retried: the transport did not consult the retry"
-            )
-            seen = seen._replace(decision=decision)
-        context.add(seen)
 
     def _finish(
         self,

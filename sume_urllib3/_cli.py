@@ -6,8 +6,10 @@ import argparse
 import math
 import os
 import random
+import runpy
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO, Tuple
 
 from ._envelope import ErrorEnvelope, parse_retry_after
@@ -15,6 +17,9 @@ from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict, seconds
 from ._version import __version__
 
 PROG = "python -m sume_urllib3"
+REPOSITORY = "https://github.com/sume/sume-urllib3"
+#: ``python -m sume_urllib3 demo`` runs this script of a source checkout.
+DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo.py"
 
 
 class UsageError(Exception):
@@ -49,9 +54,16 @@ def run(
             out.write(render_table(policy))
             return 0
         if args.command == "demo":
-            from .testing import _demo  # the fake server, loaded only for the demo
-
-            return _demo.run(out, scale=args.scale)
+            # The demo is an example script of a source checkout (the folder with setup.cfg): an
+            # installed package has none, and its site-packages may hold another project's examples/.
+            if not (DEMO.is_file() and (DEMO.parents[1] / "setup.cfg").is_file()):
+                err.write(
+                    f"{PROG} demo: the demo is examples/demo.py in the source repository, not in the "
+                    f"installed package: clone {REPOSITORY} and run `python examples/demo.py` there\n"
+                )
+                return 2
+            demo_run: Callable[..., int] = runpy.run_path(str(DEMO), run_name="sume_urllib3_demo")["run"]
+            return demo_run(out, scale=args.scale)
         if args.command == "status":
             return show_status(_status_fleet(args), out, err, as_json=args.json, watch=args.watch)
         decision = explain_decision(args, policy)

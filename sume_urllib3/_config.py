@@ -1,10 +1,9 @@
 """Checks of the values constructors are given: refuse at construction what would fail later.
 
-A value a constructor accepts must work on every request: ``Policy(max_elapsed=1e10)``
-made every request raise ``OverflowError`` (the socket timeout it became is past what a
-socket accepts), ``SumeSession(rng=5)`` turned the first 503 into "internal error while
-deciding". Each check raises :class:`ConfigurationError` naming the argument and what it
-accepts, and never echoes a value that may be a secret.
+A value a constructor accepts must work on every request (a ``max_elapsed`` past what a socket
+timeout accepts would make each one raise ``OverflowError``). Each check raises
+:class:`ConfigurationError` naming the argument and what it accepts, and never echoes a value
+that may be a secret.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import math
 import os
 import random
 import threading
-from typing import Any, Callable, Dict, Iterable, Optional, TypeVar, overload
+from typing import Any, Callable, Dict, Optional, TypeVar
 from urllib.parse import urlsplit
 
 from urllib3.exceptions import LocationParseError
@@ -59,15 +58,7 @@ def check_seconds(
     raise ConfigurationError(f"{name} must be {span} {high:g}{' ' + unit if unit else ''}, got {value!r}")
 
 
-@overload
-def as_seconds(value: Any, default: float = ...) -> float: ...
-
-
-@overload
-def as_seconds(value: Any, default: Optional[float]) -> Optional[float]: ...
-
-
-def as_seconds(value: Any, default: Optional[float] = 0.0) -> Optional[float]:
+def as_seconds(value: Any, default: float = 0.0) -> float:
     """Seconds someone else's object holds (the parts of a urllib3 ``Timeout``): a number below 0
     is 0, anything that is not a number (None, NaN, a bool, urllib3's markers) is ``default``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
@@ -103,31 +94,9 @@ def check_rng(value: Any, name: str = "rng") -> Any:
     )
 
 
-#: urllib3's retry counters: None (no limit of its own), False (``total``/``redirect``: no
-#: retries, errors raised as they are) or an int (negative ones are urllib3's own "exhausted").
-RETRY_COUNTERS = ("total", "connect", "read", "redirect", "status", "other")
 #: The most connections (or pools) an adapter may keep: requests' default is 10; each pool
 #: fills a queue of ``pool_maxsize`` slots up front.
 MAX_POOL = 10_000
-
-
-def check_retry_arguments(kwargs: Dict[str, Any]) -> None:
-    """urllib3's own ``Retry`` arguments that would fail only when a request first retries."""
-    for name in RETRY_COUNTERS:
-        value = kwargs.get(name)
-        if value is not None and not isinstance(value, (bool, int)):
-            raise ConfigurationError(
-                f"{name} must be None, True/False or an int (a urllib3 retry counter), got {value!r}"
-            )
-    headers = kwargs.get("remove_headers_on_redirect")
-    if headers is not None and (
-        isinstance(headers, (str, bytes))
-        or not isinstance(headers, Iterable)
-        or not all(isinstance(h, str) for h in headers)
-    ):
-        raise ConfigurationError(
-            f"remove_headers_on_redirect must be a collection of header names (str), got {headers!r}"
-        )
 
 
 def check_pool_arguments(kwargs: Dict[str, Any]) -> None:

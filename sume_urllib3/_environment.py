@@ -1,19 +1,12 @@
 """requests' reading of the environment, done again only when the environment changes.
 
 With ``trust_env`` on (its default), every ``requests.Session.request`` scans the whole of
-``os.environ`` for ``*_proxy`` variables (twice: the bypass check, then the proxies), decoding
-each name and value, before it sends a byte: 92 µs per request with the 35 variables of the
-project's 2-core machine, a quarter of an in-memory request (the command is in
-benchmarks/RESULTS-retry.md), and linear in their count (a Kubernetes pod holds one set per
-service in its namespace: psf/requests#5600, python/cpython#91539).
-
-``EnvironmentSettings`` keeps what requests' ``merge_environment_settings`` returned for the
-same inputs (the URL's origin, the call's and the session's proxies, stream, verify and cert)
-while ``os.environ`` holds exactly what it held then (one comparison of two dicts in C), and
-asks requests again the moment a variable is set, changed or removed. What requests decides
-is unchanged, version by version: a miss asks requests itself. Only where urllib reads
-proxies from nothing but the environment (not on macOS or Windows, whose system settings can
-change without it) is anything kept.
+``os.environ`` for ``*_proxy`` variables, twice, before it sends a byte: a cost linear in the
+variables' count, which a Kubernetes pod multiplies (psf/requests#5600, python/cpython#91539).
+``EnvironmentSession`` keeps requests' answer for the same inputs while ``os.environ`` holds
+exactly what it held then, and asks requests again once a variable is set, changed or removed
+(a miss asks requests itself). Only where urllib reads proxies from the environment alone (not
+on macOS or Windows) is anything kept.
 """
 
 from __future__ import annotations
@@ -21,8 +14,10 @@ from __future__ import annotations
 import os
 import threading
 import urllib.request
-from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Tuple
+from typing import Any, Dict, Hashable, Optional, Tuple
 from urllib.parse import urlsplit
+
+import requests
 
 #: True where urllib's proxies come from the environment alone (Linux, the BSDs).
 ENVIRONMENT_ONLY = urllib.request.getproxies is urllib.request.getproxies_environment and (
@@ -32,89 +27,61 @@ ENVIRONMENT_ONLY = urllib.request.getproxies is urllib.request.getproxies_enviro
 #: Origins × settings kept per session: a session calls a handful; more starts afresh.
 MAX_KEPT = 64
 
-Merge = Callable[..., Any]  # requests.Session.merge_environment_settings, bound
-
-
 #: One kept answer: requests' settings, and what it added to the caller's proxies dict.
-_Kept = Tuple[Dict[str, Any], Dict[str, Any]]
+_Kept = Tuple[Any, Dict[str, Any]]
 
 
-class EnvironmentSettings:
-    """One session's memo of ``merge_environment_settings``, valid while ``os.environ`` is."""
-
-    __slots__ = ("_lock", "_state")
+class EnvironmentSession(requests.Session):
+    """A ``requests.Session`` whose ``merge_environment_settings`` is kept while ``os.environ`` is."""
 
     def __init__(self) -> None:
+        super().__init__()
         # What os.environ held (a copy) and the answers kept under it, swapped as one
         # attribute: a reader never pairs one environment with another's answers.
-        self._state: Tuple[Optional[Dict[bytes, bytes]], Dict[Hashable, _Kept]] = (None, {})
-        self._lock = threading.Lock()
+        self._environment: Tuple[Optional[Dict[bytes, bytes]], Dict[Hashable, _Kept]] = (None, {})
+        self._environment_lock = threading.Lock()
 
-    def merge(
-        self, merge: Merge, session: Any, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
-    ) -> Any:
-        """What ``merge(url, proxies, stream, verify, cert)`` returns; asked only on a change.
-
-        ``merge`` is requests' own method; ``session`` gives the session-wide settings it
-        merges in, part of what a kept answer depends on.
-        """
+    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
+        """As requests merges them, with the environment read again only when it changed."""
         environ = getattr(os.environ, "_data", None)  # read afresh: os.environ may be replaced
-        if not ENVIRONMENT_ONLY or not session.trust_env or not isinstance(environ, dict):
-            return merge(url, proxies, stream, verify, cert)
+        if not ENVIRONMENT_ONLY or not self.trust_env or not isinstance(environ, dict):
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
         try:
             key = (
                 # no_proxy matches a host and port; the proxies found are per scheme, all kept
-                None if url is None else urlsplit(url).netloc,
-                _frozen(proxies),
+                urlsplit(url).netloc,
+                frozenset(proxies.items()),
                 stream,
                 verify,
                 cert,
-                _frozen(session.proxies),
-                session.stream,
-                session.verify,
-                session.cert,
+                frozenset(self.proxies.items()),
+                self.stream,
+                self.verify,
+                self.cert,
             )
             hash(key)
-        except (TypeError, ValueError):  # an unhashable setting, a URL urlsplit refuses
-            return merge(url, proxies, stream, verify, cert)
-        held, kept = self._state
+        except (AttributeError, TypeError, ValueError):  # no URL or mapping, a setting unhashable
+            return super().merge_environment_settings(url, proxies, stream, verify, cert)
+        held, kept = self._environment
         answer = kept.get(key) if environ == held else None
-        if answer is not None:
-            settings, added = answer
-            for name, value in added.items():  # requests fills the caller's own dict in; so do we
+        if answer is None:
+            before = dict(proxies)
+            snapshot = dict(environ)
+            merged = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if environ != snapshot:  # changed meanwhile: nothing kept
+                return merged
+            answer = (merged, {k: v for k, v in proxies.items() if k not in before})
+            with self._environment_lock:
+                held, kept = self._environment
+                if snapshot != held or len(kept) >= MAX_KEPT:
+                    kept = {}
+                    self._environment = (snapshot, kept)
+                kept[key] = answer
+        else:
+            for name, value in answer[1].items():  # requests fills the caller's own dict in; so do we
                 proxies.setdefault(name, value)
-            return _fresh(settings)
-        before = dict(proxies) if isinstance(proxies, Mapping) else None
-        snapshot = dict(environ)
-        settings = merge(url, proxies, stream, verify, cert)
-        if before is None or environ != snapshot:  # no dict to fill in, or changed meanwhile
-            return settings
-        added = {k: v for k, v in proxies.items() if k not in before}
-        with self._lock:
-            held, kept = self._state
-            if snapshot != held:
-                kept = {}
-                self._state = (snapshot, kept)
-            elif len(kept) >= MAX_KEPT:
-                kept = {}
-                self._state = (held, kept)
-            kept[key] = (settings, added)
-        return _fresh(settings)
-
-
-def _frozen(value: Any) -> Hashable:
-    """A mapping as a hashable key (TypeError for what cannot be one)."""
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        return tuple(sorted(value.items(), key=repr))
-    raise TypeError(f"not a mapping: {type(value).__name__}")
-
-
-def _fresh(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """A copy the caller may change (requests passes the proxies dict on)."""
-    out = dict(settings)
-    proxies = out.get("proxies")
-    if isinstance(proxies, dict):
-        out["proxies"] = dict(proxies)
-    return out
+        # A copy the caller may change (requests passes the proxies dict on).
+        settings: Dict[str, Any] = dict(answer[0])
+        if isinstance(settings.get("proxies"), dict):
+            settings["proxies"] = dict(settings["proxies"])
+        return settings

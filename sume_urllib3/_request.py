@@ -38,7 +38,6 @@ class Attempt(NamedTuple):
 
     @property
     def label(self) -> str:
-        """ "503 queue_full", "402", or "no response" for a transport error."""
         return status_label(self.status, self.code)
 
 
@@ -52,11 +51,8 @@ class Turn(NamedTuple):
 
 
 class RequestContext:
-    """Mutable state of one logical request; owned by the thread that sends it.
-
-    Its attributes are written here, by its own operations; everything but the start has a
-    class-level default, so a request sets only what its path needs.
-    """
+    """Mutable state of one logical request, owned by the thread that sends it and written by
+    its own operations; every attribute but the start has a class-level default."""
 
     #: The request's policy: a per-call one (``session.post(..., policy=...)``), else the
     #: retry's own from the first hop on.
@@ -103,26 +99,18 @@ class RequestContext:
     ) -> None:
         self.start = start
         self.now = now  # the request's clock, chosen as it starts (see SumeRetry.timer)
+        self.owned, self.fleet, self.method = owned, fleet, method
         if policy is not None:
             self.policy, self.deadline = policy, start + policy.max_elapsed
-        if owned:
-            self.owned = owned
-        if fleet is not None:
-            self.fleet = fleet
-        if method:
-            self.method = method
         if url:
             self.url, self.shown_url = url, redact_url(url)
 
     def join(
         self, adapter: Any, method: str, url: str, key: Union[str, bytes, None], body: Any
     ) -> Optional[str]:
-        """The first hop: who serves it, under which policy, with which key, and whether its body
-        can be sent again (bytes, text or a seekable file can; a generator cannot).
-
-        ``key`` is the request's own Idempotency-Key header (checked), else a POST or PATCH gets
-        a new one, a random (version 4) UUID as Stripe's clients send; returns the key to send.
-        """
+        """The first hop: who serves it, under which policy, whether its body can be sent again
+        (bytes, text or a seekable file can; a generator cannot), and the key it sends (returned):
+        its own Idempotency-Key header (checked), else for a POST or PATCH a new random UUID."""
         self.adapter, self.method, self.url = adapter, method, url
         # Redacted only when there is something to take out: nearly every URL has none.
         self.shown_url = redact_url(url) if ("?" in url or "@" in url or "#" in url) else url
@@ -162,12 +150,9 @@ class RequestContext:
             self.retries += 1
 
     def refuse(self, by: Any, *, raise_now: bool) -> None:
-        """Note that the retry ``by`` refused the response, and whether urllib3 must raise.
-
-        urllib3 asks ``by.raise_on_status`` next, and other threads may share ``by`` (a
-        template): the answer waits here, made current for a lone retry's request (an
-        adapter's is current already).
-        """
+        """Note that the retry ``by`` refused the response, and whether urllib3 must raise: the
+        answer to ``by.raise_on_status`` (``by`` may be a template other threads share), made
+        current for a lone retry's request (an adapter's is current already)."""
         if self.adapter is None:
             current.set(self)
         self.raised_by, self.raise_now = by, raise_now
@@ -186,12 +171,11 @@ class RequestContext:
     ) -> Turn:
         """The fleet's turn for the next attempt, at least ``wait`` (the policy's) from ``now``.
 
-        A retry (``retry`` "throttle" or "error") the server paced (a 429, or a Retry-After)
-        waits its turn without spending the retry ``budget``: the server, not an outage,
-        asked for it. Any other retry waits, when the budget is spent, until a unit of it is
-        free, and is refused only when that comes after the deadline. The fleet may make the
-        wait longer (the pace of every sender of this key) or refuse the turn when it would
-        cross the deadline; its grant is held until :meth:`end_turn`.
+        A "throttle" retry (the server paced it: a 429, a Retry-After) does not spend the retry
+        ``budget``; an "error" retry waits, when the budget is spent, until a unit of it is
+        free, refused only when that comes after the deadline. The fleet may make the wait
+        longer (the pace of every sender of this key) or refuse a turn that would cross the
+        deadline; its grant is held until :meth:`end_turn`.
         """
         if budget is not None and retry == "error":
             hold = budget.reserve(self.deadline - now)
@@ -208,8 +192,11 @@ class RequestContext:
         if grant.fallback:
             self.fallbacks += 1
         if grant.refused:
+            # Every caller refused at one moment hears of the same next turn X; told X, a queue
+            # of refused tasks would come back at one instant and be refused together again:
+            # drawn from [X, 2X], they come back over a window the pace then serves one by one.
             self.fleet_refused = True
-            return Turn(wait, grant.refused, refused_retry_in(max(grant.wait, wait), rng))
+            return Turn(wait, grant.refused, max(grant.wait, wait) * uniform(rng, 1.0, 2.0))
         if grant.wait > wait + HELD:
             self.paced += grant.wait - wait
             wait = grant.wait
@@ -241,8 +228,8 @@ class RequestContext:
         """The record of this request, ending with ``status`` (None: no response); kept as ``record``.
 
         ``error`` names a failure after the last decision (a body that broke mid-read);
-        ``auth_conflict`` adds the "send only one auth header" hint to a 401; ``retry_in``
-        is used when nothing the request met says when to try again.
+        ``auth_conflict`` adds the "send only one auth header" hint to a 401; ``retry_in`` is
+        used when nothing the request met says when to try again.
         """
         retries, tail = self.retries, self.attempts[-1] if self.attempts else None
         # The attempt that decided this status (None: the final response was not consulted).
@@ -260,10 +247,12 @@ class RequestContext:
                     break
         stopped = None  # the attempt whose retry_in stands
         if ok:
-            outcome = Outcome.OK if retries == 0 else Outcome.RETRIED_OK
-            reason = "succeeded"
-            if retries:
-                reason = f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
+            outcome = Outcome.RETRIED_OK if retries else Outcome.OK
+            reason = (
+                f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
+                if retries
+                else "succeeded"
+            )
             retry_in = None
         elif error is not None:
             outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
@@ -322,27 +311,14 @@ class RequestContext:
 def body_refusal(method: Optional[str], replayable: bool, lone: bool = False) -> Optional[str]:
     """Why this request's body may not be sent again (a retry, a 307/308, a resend), or None.
 
-    Through ``SumeAdapter`` the body was seen before the first send (``replayable``, see
-    :meth:`RequestContext.join`). A ``lone`` ``SumeRetry`` never sees it (urllib3 hands a
-    Retry the method and URL only), so it cannot tell bytes from a consumed generator: it
-    does not resend a method with a body.
+    ``replayable`` is what :meth:`RequestContext.join` saw; a ``lone`` ``SumeRetry`` never sees
+    the body (urllib3 hands a Retry the method and URL only), so it resends no method with one.
     """
     if lone and (method or "").upper() in BODY_METHODS:
         return "a lone SumeRetry cannot see the request body, so it never sends it twice"
     if not replayable:
         return "the request body cannot be replayed (a generator or a stream without seek)"
     return None
-
-
-def refused_retry_in(wait: float, rng: RandomSource) -> float:
-    """``retry_in`` after the fleet refused a turn: the next turn, spread over one more of it.
-
-    Every caller refused at one moment hears the same "next turn in X s". Told X, a queue
-    of refused tasks would come back at one instant and be refused together again; drawn
-    from [X, 2X] they come back over a window as long as the backlog ahead of them, which
-    the pace then serves one by one.
-    """
-    return wait * uniform(rng, 1.0, 2.0)
 
 
 def _outcome(verdict: Verdict, retries: int) -> Outcome:

@@ -10,14 +10,14 @@ import ssl
 import time
 from typing import Any, Callable, Collection, Dict, Iterable, NoReturn, Optional, Tuple
 
-import urllib3.response
+import requests
 from urllib3.exceptions import MaxRetryError, ResponseError
 from urllib3.response import HTTPResponse
 from urllib3.util.retry import Retry
 
 from . import _sleeping
 from ._body import let_go, peek_body
-from ._config import check_retry_arguments, check_rng
+from ._config import check_rng
 from ._envelope import ErrorEnvelope, parse_envelope, parse_retry_after
 from ._errors import ConfigurationError
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS
@@ -48,11 +48,10 @@ class SumeRetry(Retry):
     Use it through ``SumeAdapter``/``SumeSession`` (which give it the request's start
     time, idempotency key and whether its body can be replayed), or alone on any
     ``HTTPAdapter`` or ``PoolManager``, where a method with a body (POST, PUT, PATCH) is
-    never resent and the deadline counts from the first failure. Error responses that are not retried are
-    returned, not raised; giving up raises ``MaxRetryError`` when ``raise_on_status``
-    (the default, as in urllib3) after at least one retry; a first response the policy
-    refuses to retry, and a 413/429/503 with Retry-After out of retries, are returned
-    (as urllib3 returns the latter).
+    never resent and the deadline counts from the first failure. Error responses not retried
+    are returned; giving up after at least one retry raises ``MaxRetryError`` when
+    ``raise_on_status`` (the default, as in urllib3), but a 413/429/503 with Retry-After out of
+    retries is returned, as urllib3 returns it.
 
     :param args: by position, as urllib3 takes them: ``SumeRetry(3)`` is ``total=3`` and
         the rest follow urllib3's order; a :class:`Policy` may come first instead
@@ -76,8 +75,8 @@ class SumeRetry(Retry):
         (resend every method, POST without a key included) is refused.
     """
 
-    # urllib3's own Retry predicates are used as a subclass uses them (``_is_connection_error``,
-    # ``_is_read_error``; ``_is_method_retryable`` is overridden): alike on 1.26.x and 2.0-2.7.
+    # urllib3's predicates ``_is_connection_error`` and ``_is_read_error`` are used, and
+    # ``_is_method_retryable`` overridden, as a subclass uses them: alike on 1.26.x and 2.0-2.8.
 
     #: The wait ``increment`` decided for the retry this object was made for (None: none).
     _sume_wait: Optional[float] = None
@@ -95,24 +94,15 @@ class SumeRetry(Retry):
         observers: Iterable[Any] = (),
         **retry_kwargs: Any,
     ) -> None:
-        checked = retry_kwargs.pop("_checked", False)  # a copy new() made for urllib3's increment
-        if not checked or policy is None:
-            policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
-            redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
-        raise_on_give_up = bool(retry_kwargs.pop("raise_on_status", True))
+        policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
+        redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
-        extras = {}
-        for name in _PORTABLE_EXTRAS:
-            if name in retry_kwargs:
-                extras[name] = retry_kwargs.pop(name)
-        super().__init__(raise_on_status=raise_on_give_up, **retry_kwargs)
+        extras = {name: retry_kwargs.pop(name) for name in _PORTABLE_EXTRAS if name in retry_kwargs}
+        super().__init__(**retry_kwargs)
         self.__dict__.update(extras)
-        if not checked:
-            # urllib3 strips Authorization by default; a caller who takes it off the list keeps it.
-            self.remove_headers_on_redirect = frozenset(
-                {h.lower() for h in self.remove_headers_on_redirect} | {"x-api-key"}
-            )
+        # urllib3 strips Authorization by default; a caller who takes it off the list keeps it.
+        self.remove_headers_on_redirect = self.remove_headers_on_redirect | {"x-api-key"}
         self.policy = policy
         self.sleep_function = sleep or _sleeping.default_sleep
         self.clock = clock or time.monotonic
@@ -120,17 +110,14 @@ class SumeRetry(Retry):
         self.retry_budget = retry_budget
         self.observers = observers if isinstance(observers, Observers) else Observers(observers)
 
-    # -- construction --------------------------------------------------------------
-
     @property
     def raise_on_status(self) -> bool:
         """Whether giving up raises ``MaxRetryError`` (else the last response is returned).
 
-        As set (True by default, as in urllib3). Only on the object whose ``increment`` just
-        refused does it answer for that refusal: urllib3 reads it there, and it may be the
-        shared template, so the answer sits in this thread's request, named by the object.
-        A refusal that is the answer itself (the first response, one the policy does not
-        retry, a Retry-After status out of retries) is then returned, as urllib3 returns it.
+        As set (True by default). urllib3 reads it on the object whose ``increment`` just
+        refused, which may be a shared template: the answer for that refusal sits in this
+        thread's request, and a refusal that is the answer itself (the first response, one the
+        policy does not retry, a Retry-After status out of retries) is returned.
         """
         if not self._raise_on_give_up:
             return False  # an adapter's retry: the adapter raises the give-up itself
@@ -142,9 +129,23 @@ class SumeRetry(Retry):
         self._raise_on_give_up = bool(value)
 
     def new(self, **kw: Any) -> SumeRetry:
-        """A copy carrying the policy and the injected parts (urllib3 calls it per retry)."""
-        # urllib3's increment moves only the counters: the rest was checked when this was made.
-        kw.setdefault("_checked", kw.keys() <= _COUNTERS)
+        """A copy carrying the policy and the injected parts (urllib3 calls it per retry).
+
+        urllib3's ``increment`` passes the counters and the history only: the copy takes them as
+        ``Retry.__init__`` would, the rest as checked when this retry was made. A subclass with
+        an ``__init__`` of its own, and any other change, is built through ``__init__``.
+        """
+        if kw.keys() <= _COUNTERS and type(self).__init__ is SumeRetry.__init__:
+            state = self.__dict__.copy()
+            state.update(kw)
+            state.pop("_sume_wait", None)  # the decision's, and its request's, not the copy's
+            state.pop("_sume_request", None)
+            if state["total"] is False or state["redirect"] is False:
+                state["redirect"], state["raise_on_redirect"] = 0, False
+            state["history"] = state["history"] or ()
+            new = object.__new__(type(self))
+            new.__dict__ = state
+            return new
         kw.setdefault("raise_on_status", self._raise_on_give_up)
         kw.setdefault("policy", self.policy)
         kw.setdefault("sleep", self.sleep_function)
@@ -167,8 +168,6 @@ class SumeRetry(Retry):
             f"max_retries={self.policy.max_retries}, max_elapsed={self.policy.max_elapsed})"
         )
 
-    # -- what urllib3 asks -----------------------------------------------------------
-
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
         """Whether ``increment`` should see this response: urllib3's rule, the policy's rows added.
 
@@ -190,9 +189,11 @@ class SumeRetry(Retry):
             return False  # a success or redirect: asked on every response, answered first
         if self.refusal(self._joined() or _FRESH, method) is not None:
             return False  # a method that may not be resent
-        if forced and status_code in forced:
+        if (forced and status_code in forced) or (
+            status_code >= 400 and not forced and self.policy.trust_body
+        ):
             return True
-        if status_code >= 400 and ((not forced and self.policy.trust_body) or self._retry_row(status_code)):
+        if any(rule.status == status_code and rule.verdict is Verdict.RETRY for rule in self.policy.rules):
             return True
         return bool(
             self.total is not False
@@ -202,36 +203,31 @@ class SumeRetry(Retry):
             and status_code in self.RETRY_AFTER_STATUS_CODES
         )
 
-    def _retry_row(self, status: int) -> bool:
-        return any(rule.status == status and rule.verdict is Verdict.RETRY for rule in self.policy.rules)
-
     def _is_method_retryable(self, method: str) -> bool:
         return self.refusal(self._joined() or _FRESH, method) is None
 
     def _joined(self) -> Optional[RequestContext]:
-        """The request this retry serves: the adapter's, or a lone retry's own once it began.
-
-        A lone retry's request rides on the object its first ``increment`` returned (urllib3
-        carries that object to the next attempt), not on the thread: nothing is left behind on
-        the thread for the next request, and no context variable is set per decision.
-        """
+        """The request this retry serves: the adapter's, or a lone retry's own once it began (on
+        the object its first ``increment`` returned, which urllib3 carries on: not on the thread)."""
         context = current.get()
         if context is not None and context.adapter is not None:
             return context
         return self._sume_request
 
     def get_backoff_time(self) -> float:
-        """The wait decided for the retry this object was made for (0.0 for any other object).
-
-        ``increment`` stores the policy's wait (backoff, Retry-After or the fleet's pace) on
-        the object it returns, so the answer belongs to the object, not to the thread.
-        """
+        """The wait ``increment`` decided (backoff, Retry-After or the fleet's pace) for the retry
+        this object was made for (0.0 for any other object)."""
         wait = self._sume_wait
         return wait if wait is not None else 0.0
 
     def get_retry_after(self, response: Any) -> Optional[float]:
-        """Retry-After in seconds, or None; never raises on garbage (urllib3 does)."""
-        return _asked_wait(response)
+        """Retry-After in seconds (from the response's own Date for an HTTP-date), or None; never
+        raises on garbage (urllib3 does)."""
+        headers: Any = getattr(response, "headers", None)
+        value = headers.get("Retry-After") if headers is not None else None
+        if not isinstance(value, str):
+            return None
+        return parse_retry_after(value, date=headers.get("Date"))
 
     def sleep_for_retry(self, response: Any = None) -> bool:
         """Honour Retry-After on the redirect path, never past the deadline, never raising."""
@@ -255,17 +251,12 @@ class SumeRetry(Retry):
             self.sleep_for_retry(response)
             return
         self.__dict__.pop("_sume_wait", None)
-        if context is None:
-            _sleeping.wait(wait, self.sleep_function)
-            return
-        context.next_wait = None
-        # The decision refused waits that cross the deadline (increment checks again once the
-        # old body is read): this only keeps a late wait from going past it.
-        wait = min(wait, max(context.deadline - context.now(), 0.0))
-        if wait > 0 or context.now is not time.monotonic:
+        if context is not None:
+            # The decision refused waits that cross the deadline: this keeps a late one short of it.
+            context.next_wait = None
+            wait = min(wait, max(context.deadline - context.now(), 0.0))
+        if wait > 0 or context is None or context.now is not time.monotonic:
             _sleeping.wait(wait, self.sleep_function)  # a test's time: no_sleep records even 0 s
-
-    # -- the decision ----------------------------------------------------------------
 
     def increment(
         self,
@@ -279,19 +270,15 @@ class SumeRetry(Retry):
         """Decide with the policy, then let urllib3 count; refuse with ``MaxRetryError``.
 
         A retry the policy allows must also pass urllib3's counters, the retry budget and the
-        fleet's turn (each can turn it into STOP; see :meth:`RequestContext.take_turn`), and
-        still fit before the deadline once the rest of the old body is read.
+        fleet's turn (:meth:`RequestContext.take_turn`), and still fit before the deadline once
+        the rest of the old body is read.
         """
-        raw = response
-        if not isinstance(raw, _URLLIB3_RESPONSE) and hasattr(raw, "status_code") and hasattr(raw, "raw"):
-            raw = raw.raw  # responses 0.21 hands increment a requests.Response; urllib3 its own
+        raw = response.raw if isinstance(response, requests.Response) else response  # responses 0.21's
         if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
             return self._redirect(method, url, raw, _pool, _stacktrace)
-        if error is None:
-            if raw is None:
-                # A bare count (no response, no error): urllib3's own rules apply.
-                return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
-        elif self.total is False:
+        if error is None and raw is None:  # a bare count: urllib3's own rules apply
+            return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
+        if error is not None and self.total is False:
             raise error.with_traceback(_stacktrace)
         context = self._joined() or self._lone_request(method, url)
         if context.grant is not None:
@@ -322,9 +309,7 @@ class SumeRetry(Retry):
                 new, attempt = None, _stop(attempt, turn.refused, turn.retry_in)
             else:
                 let_go(raw)  # drained through urllib3, so its connection goes back to the pool
-            if new is not None and context.now() + wait > context.deadline:
-                # Reading the rest of the old body took the time the wait had: no attempt
-                # starts once the deadline has passed.
+            if new is not None and context.now() + wait > context.deadline:  # reading the old body took it
                 context.end_turn(None, None)  # the turn taken for it goes unused
                 new, attempt = None, _stop(attempt, "the deadline passed while the rest of its body was read")
         context.add(attempt)
@@ -333,7 +318,7 @@ class SumeRetry(Retry):
         context.next_wait = new._sume_wait = wait  # what sleep and get_backoff_time answer
         if context.adapter is None:
             new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
-        self.announce_retry(context, policy, attempt, method, url)
+        self.announce_retry(context, policy, attempt, method)
         return new
 
     def _give_up(
@@ -346,40 +331,34 @@ class SumeRetry(Retry):
         _pool: Any,
         _stacktrace: Any,
     ) -> NoReturn:
-        """No retry: raise what tells urllib3 to hand the response back, or to raise."""
+        """No retry: raise what tells urllib3 to hand the response back, or to raise.
+
+        A give-up after retries (or on urllib3's own counters) follows ``raise_on_status``, as
+        urllib3's does; a refusal of the first response is the answer itself, and so is a
+        413/429/503 with Retry-After (not in ``status_forcelist``) out of retries, as in urllib3.
+        A transport error not resent is raised itself, so requests maps it as without retries.
+        """
         decision = attempt.decision
         if error is None:
-            # A give-up after retries (or on urllib3's own counters) follows raise_on_status,
-            # as urllib3's Retry does; a refusal of the first response is the answer itself,
-            # and so is a 413/429/503 with Retry-After out of retries (urllib3 returns those:
-            # a status it retries for its Retry-After alone, not listed in status_forcelist).
             status, forced = status_of(raw), self.status_forcelist
             paced = (
                 status in self.RETRY_AFTER_STATUS_CODES
                 and not (forced and status in forced)
-                and bool(_retry_after(raw))
+                and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
             )
             counted_out = decision.reason.endswith(COUNTERS_OUT)
             given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
             context.refuse(self, raise_now=given_up and not paced)
-            # The URL's query (a presigned signature) stays out of the message (see _redact).
             raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
         if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
-            # Retries ran out: MaxRetryError, as urllib3 raises it.
-            raise MaxRetryError(_pool, redact_url(url), error) from error
-        # Not resent (a request that is not replay-safe), or a read failure under SumeAdapter:
-        # the transport error itself, so requests maps it to ReadTimeout / ConnectionError
-        # exactly as it would without retries.
+            raise MaxRetryError(_pool, redact_url(url), error) from error  # out of retries, as urllib3
         raise error.with_traceback(_stacktrace)
 
     def _redirect(
         self, method: Optional[str], url: Optional[str], raw: Any, _pool: Any, _stacktrace: Any
     ) -> SumeRetry:
-        """A redirect urllib3 follows itself (or one requests would resend a body on).
-
-        Counted by urllib3's own rules; a 307/308 that would send a body this request cannot
-        send again is refused with ``MaxRetryError`` naming the body and the redirect.
-        """
+        """A redirect urllib3 follows itself, counted by its rules; one that would send a body this
+        request cannot send again (a 307/308) is refused with ``MaxRetryError`` naming both."""
         context = self._joined() or self._lone_request(method, url)
         why = redirect_refusal(
             method or context.method, status_of(raw), context.replayable, context.adapter is None
@@ -394,11 +373,11 @@ class SumeRetry(Retry):
         return new
 
     def _lone_request(self, method: Optional[str], url: Optional[str]) -> RequestContext:
-        """A lone retry's request (a PoolManager, a plain HTTPAdapter), at its first failure:
-        the deadline counts from now."""
+        """A lone retry's request, at its first failure: the deadline counts from now."""
         now = self.timer()
-        method = (method or "").upper()
-        context = RequestContext(now(), now=now, policy=self.policy, method=method, url=url or "")
+        context = RequestContext(
+            now(), now=now, policy=self.policy, method=(method or "").upper(), url=url or ""
+        )
         context.hops = 1
         return context
 
@@ -417,8 +396,6 @@ class SumeRetry(Retry):
             return f"{verb} is not in allowed_methods"  # narrowed (SumeRetry made it a frozenset)
         return refusal
 
-    # -- the decision: what this attempt got, and whether another may follow --------
-
     def decide_response(
         self,
         context: RequestContext,
@@ -426,12 +403,8 @@ class SumeRetry(Retry):
         method: Optional[str] = None,
         policy: Optional[Policy] = None,
     ) -> Attempt:
-        """Peek at an error body and ask the policy what to do about this attempt.
-
-        A retry the request cannot take (a POST without a key, a body that cannot be
-        replayed) becomes NO_RETRY here. The adapter asks this too, for a response that
-        urllib3 never showed the retry (old requests streaming around urllib3).
-        """
+        """Peek at an error body and ask the policy what to do about this attempt; a retry the
+        request cannot take (see :meth:`refusal`) becomes NO_RETRY."""
         policy = policy or context.policy or self.policy
         status = status_of(raw) or 0
         envelope = _NO_HINTS
@@ -443,17 +416,15 @@ class SumeRetry(Retry):
             )
         # Measured after the peek: reading a slow body is part of the elapsed time.
         now = context.now()
-        retry_after = _asked_wait(raw) if self.respect_retry_after_header else None
+        retry_after = self.get_retry_after(raw) if self.respect_retry_after_header else None
         decision = policy.decide(
             status, envelope.code, retry_after, context.retries, now - context.start, envelope, rng=self.rng
         )
         retry_in = None
-        if decision.verdict is Verdict.RETRY:
-            refusal = self.refusal(context, method)
-            if refusal:
-                reason = f"{status_label(status, envelope.code)}: {refusal}"
-                decision = Decision(Verdict.NO_RETRY, reason=reason)
-        if decision.verdict is Verdict.STOP or decision.verdict is Verdict.NO_RETRY:
+        refusal = self.refusal(context, method) if decision.verdict is Verdict.RETRY else None
+        if refusal:
+            decision = Decision(Verdict.NO_RETRY, reason=f"{status_label(status, envelope.code)}: {refusal}")
+        if decision.verdict in _GIVE_UP:
             # When trying again could succeed: the server's Retry-After, else the next backoff.
             retry_in = retry_after if retry_after is not None else policy.backoff(context.retries, self.rng)
         return Attempt(
@@ -467,9 +438,8 @@ class SumeRetry(Retry):
         now = context.now()
         refused_with = tunnel_status(error)
         if refused_with is not None:
-            # Through a plain-http origin a proxy's refusal arrives as a response, decided by the
-            # table; through a tunnel as this error. The same row decides both (a 407 is not
-            # retried, a proxy's 503 is), and nothing reached the API: any request may go again.
+            # Decided by the row a plain-http proxy's refusal (a response) meets: nothing reached
+            # the API, so any request may go again.
             elapsed = now - context.start
             decided = policy.decide(refused_with, None, None, context.retries, elapsed, rng=self.rng)
             reason = f"the proxy refused the tunnel: {decided.reason}"
@@ -478,9 +448,8 @@ class SumeRetry(Retry):
             if self._is_connection_error(error):
                 kind = "connect"
             elif self._is_read_error(error) or not _verification_failure(error):
-                # urllib3 resends after any other error (TLS mid-stream, a proxy); here only a
-                # request that may be sent twice, as after a read failure. A certificate that
-                # failed verification fails the same way again: not retried.
+                # Any other error (TLS mid-stream, a proxy) resends only what may be sent twice; a
+                # certificate that failed verification fails the same way again.
                 kind = "read"
             else:
                 kind = "other"
@@ -492,7 +461,6 @@ class SumeRetry(Retry):
                 kind, context.retries, now - context.start, replay_safe=refusal is None, rng=self.rng
             )
             if refusal is not None and decision.verdict is Verdict.NO_RETRY and kind == "read":
-                # Which rule keeps it from going again (no key, a body sent once), as for a response.
                 decision = Decision(Verdict.NO_RETRY, reason=f"{decision.reason}: {refusal}")
         retry_in = policy.backoff(context.retries, self.rng) if decision.verdict is Verdict.STOP else None
         return Attempt(
@@ -504,74 +472,54 @@ class SumeRetry(Retry):
     ) -> bool:
         """A body that broke mid-read after urllib3 handed the response back: resend it?
 
-        The same decision as a read failure inside urllib3's loop (``decide_error("read")``),
-        bounded by urllib3's counters, the body (``rewind`` puts a file body back, False when
-        it cannot), the retry budget and the fleet's turn. Records the attempt; on a resend
-        the wait is in ``context.next_wait`` for :meth:`sleep`.
+        Decided as a read failure inside urllib3's loop, within urllib3's counters (``total``,
+        ``read``: the adapter's resend starts urllib3 afresh), the body (``rewind`` puts a
+        file body back, False when it cannot), the retry budget and the fleet's turn. Records
+        the attempt; on a resend the wait is in ``context.next_wait`` for :meth:`sleep`.
         """
-        now = context.now()
-        why = "the body failed mid-read"
-        replay_safe = self.refusal(context, context.method) is None
-        decision = policy.decide_error(
-            "read", context.retries, now - context.start, replay_safe=replay_safe, rng=self.rng
-        )
-        # urllib3's own counters (total, read) must leave room for one more retry, as in its loop.
-        counters = [c for c in (self.total, self.read) if c is False or type(c) is int]
-        if decision.retry and any(c is False or context.retries >= c for c in counters):
-            decision = Decision(Verdict.STOP, reason=f"{why}: {COUNTERS_OUT}")
-        if decision.retry and not rewind():
-            decision = Decision(Verdict.NO_RETRY, reason=f"{why}; the request body cannot be rewound")
-        wait = decision.wait or 0.0
-        retry_in: Optional[float] = None  # on a give-up: when trying again could succeed
-        if decision.retry:  # a resend waits its turn and spends the budget like any retry
-            turn = context.take_turn(now, wait, retry="error", budget=self.retry_budget, rng=self.rng)
-            wait, retry_in = turn.wait, turn.retry_in
+        attempt = self.decide_error(context, policy, context.method, error)
+        retry = attempt.decision.retry
+        if retry and any(
+            c is False or (type(c) is int and context.retries >= c) for c in (self.total, self.read)
+        ):
+            attempt, retry = _stop(attempt, COUNTERS_OUT), False
+        elif retry and not rewind():
+            why = f"{attempt.decision.reason}; the request body cannot be rewound"
+            attempt, retry = attempt._replace(decision=Decision(Verdict.NO_RETRY, reason=why)), False
+        if retry:
+            wait = attempt.decision.wait or 0.0
+            turn = context.take_turn(attempt.at, wait, retry="error", budget=self.retry_budget, rng=self.rng)
             if turn.refused is not None:
-                decision = Decision(Verdict.STOP, reason=f"{why}: {turn.refused}")
-        if decision.verdict is Verdict.STOP and retry_in is None:
-            retry_in = decision.wait
-            if retry_in is None:
-                retry_in = policy.backoff(context.retries, self.rng)
-        attempt = Attempt(
-            None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
-        )
+                attempt, retry = _stop(attempt, turn.refused, turn.retry_in), False
+            context.next_wait = turn.wait
         context.add(attempt)
-        if decision.retry:
-            context.next_wait = wait
-            # A retry like any other: the observers (metrics, the log line) hear of it before its wait.
-            self.announce_retry(context, policy, attempt, context.method, context.url)
-        return decision.retry
+        if retry:
+            self.announce_retry(context, policy, attempt, context.method)
+        return retry
 
     def announce_retry(
-        self,
-        context: RequestContext,
-        policy: Policy,
-        attempt: Attempt,
-        method: Optional[str],
-        url: Optional[str],
+        self, context: RequestContext, policy: Policy, attempt: Attempt, method: Optional[str]
     ) -> None:
         """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
-        decision, wait = attempt.decision, context.next_wait
+        decision, wait = attempt.decision, context.next_wait or 0.0
         if self.observers:
             # Where the wait came from: the policy's source, or "pace" when the fleet made it longer.
-            longer = wait is not None and decision.wait is not None and wait > decision.wait + HELD
-            source = "pace" if longer else decision.source or "backoff"
-            self.observers.retry(
-                RetryEvent(
-                    method=(method or context.method or "").upper(),
-                    url=context.shown_url or redact_url(url or ""),
-                    attempt=context.retries,
-                    max_retries=policy.max_retries,
-                    wait=context.next_wait or 0.0,
-                    wait_source=source,
-                    status=attempt.status,
-                    code=attempt.code,
-                    request_id=attempt.request_id,
-                    key_prefix=key_prefix(context.key),
-                    reason=decision.reason,
-                    error=attempt.error,
-                )
+            longer = decision.wait is not None and wait > decision.wait + HELD
+            event = RetryEvent(
+                method=(method or context.method or "").upper(),
+                url=context.shown_url,
+                attempt=context.retries,
+                max_retries=policy.max_retries,
+                wait=wait,
+                wait_source="pace" if longer else decision.source or "backoff",
+                status=attempt.status,
+                code=attempt.code,
+                request_id=attempt.request_id,
+                key_prefix=key_prefix(context.key),
+                reason=decision.reason,
+                error=attempt.error,
             )
+            self.observers.retry(event)
         log.debug("%s", decision.reason)
 
     def timer(self) -> Callable[[], float]:
@@ -605,20 +553,34 @@ def _checked_policy(
     retry_budget: Any,
     kwargs: Dict[str, Any],
 ) -> Policy:
-    """The policy to carry out, every argument checked, urllib3's own ones absorbed."""
-    policy = _positional(args, policy, kwargs)
+    """The policy to carry out, every argument checked, urllib3's own placed and absorbed.
+
+    ``SumeRetry(Policy(...), ...)`` gives the policy first; anything else first is urllib3's
+    ``total`` (``Retry(3)``, ``Retry(0, read=False)``), and the rest follow urllib3's order.
+    """
+    if args and isinstance(args[0], Policy):
+        if policy is not None:
+            raise ConfigurationError("give the policy once: positionally or as policy=")
+        policy, args = args[0], args[1:]
+    elif args and args[0] is not None and not isinstance(args[0], int):  # nor urllib3's total
+        raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
+    positional = _retry_parameters()
+    if len(args) > len(positional):
+        raise ConfigurationError(f"SumeRetry takes at most {len(positional)} urllib3 arguments by position")
+    for name, value in zip(positional, args):
+        if name in kwargs:
+            raise ConfigurationError(f"SumeRetry got {name} by position and by name")
+        kwargs[name] = value
     if policy is None:
         policy = DEFAULT_POLICY
-    if not isinstance(policy, Policy):
+    elif not isinstance(policy, Policy):
         raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-    if sleep is not None and not callable(sleep):
-        raise ConfigurationError("sleep must be callable")
-    if clock is not None and not callable(clock):
-        raise ConfigurationError("clock must be callable")
+    for name, given in (("sleep", sleep), ("clock", clock)):
+        if given is not None and not callable(given):
+            raise ConfigurationError(f"{name} must be callable")
     if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
         raise ConfigurationError("retry_budget must be a RetryBudget or None")
     check_rng(rng)
-    check_retry_arguments(kwargs)
     return _absorb_urllib3_arguments(policy, kwargs)
 
 
@@ -627,7 +589,23 @@ _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other"
 
 
 def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
-    """Honour the urllib3 arguments that mean something here; refuse the rest by name."""
+    """Honour the urllib3 arguments that mean something here, checked now rather than at the
+    first retry; refuse the rest by name."""
+    for name in _COUNTERS - {"history"}:
+        value = kwargs.get(name)  # None: no limit; False: no retries, errors raised as they are
+        if value is not None and not isinstance(value, (bool, int)):
+            raise ConfigurationError(
+                f"{name} must be None, True/False or an int (a urllib3 retry counter), got {value!r}"
+            )
+    headers = kwargs.get("remove_headers_on_redirect")
+    if headers is not None and (
+        isinstance(headers, (str, bytes))
+        or not isinstance(headers, Iterable)
+        or not all(isinstance(h, str) for h in headers)
+    ):
+        raise ConfigurationError(
+            f"remove_headers_on_redirect must be a collection of header names (str), got {headers!r}"
+        )
     for name, (default, field) in _REPLACED.items():
         if name in kwargs and kwargs[name] not in (default, None):
             raise ConfigurationError(
@@ -650,25 +628,16 @@ def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
         if unknown:
             raise ConfigurationError(f"allowed_methods: {', '.join(sorted(unknown))} may never be resent")
     forcelist = kwargs.get("status_forcelist")
-    if forcelist:
-        if isinstance(forcelist, (str, bytes)) or not isinstance(forcelist, Iterable):
-            raise ConfigurationError(
-                f"status_forcelist must be a collection of int statuses, got {forcelist!r}"
-            )
-        forcelist = frozenset(forcelist)
-        wrong = sorted(repr(s) for s in forcelist if isinstance(s, bool) or not isinstance(s, int))
-        if wrong:
-            # urllib3 would never match these (it compares ints): say so rather than retry nothing.
-            raise ConfigurationError(f"status_forcelist: {', '.join(wrong)} are not int statuses")
-        kwargs["status_forcelist"] = forcelist  # kept: is_retry and raise_on_status read it as urllib3 does
-        policy = _with_forced_statuses(policy, forcelist)
-    return policy
-
-
-def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
-    """Add a RETRY row (Retry-After, else backoff) for each forced status without a row."""
-    added = []
-    for status in sorted(statuses):
+    if not forcelist:
+        return policy
+    if isinstance(forcelist, (str, bytes)) or not isinstance(forcelist, Iterable):
+        raise ConfigurationError(f"status_forcelist must be a collection of int statuses, got {forcelist!r}")
+    forcelist = kwargs["status_forcelist"] = frozenset(forcelist)  # is_retry reads it as urllib3 does
+    wrong = sorted(repr(s) for s in forcelist if isinstance(s, bool) or not isinstance(s, int))
+    if wrong:  # urllib3 would never match these (it compares ints): said, rather than retry nothing
+        raise ConfigurationError(f"status_forcelist: {', '.join(wrong)} are not int statuses")
+    added = []  # a RETRY row (Retry-After, else backoff) for each forced status without a row
+    for status in sorted(forcelist):
         rule = policy.match(status, None)
         if rule is None:
             added.append(Rule(status, ANY, Verdict.RETRY))
@@ -680,9 +649,6 @@ def _with_forced_statuses(policy: Policy, statuses: Collection[int]) -> Policy:
     return policy.replace(rules=(*policy.rules, *added)) if added else policy
 
 
-#: urllib3's positional arguments, in its order (``Retry(3)`` is ``total=3``).
-
-
 @functools.lru_cache(maxsize=None)
 def _retry_parameters() -> Tuple[str, ...]:
     """urllib3's own ``Retry`` arguments, in order (inspect is imported when first needed)."""
@@ -691,32 +657,7 @@ def _retry_parameters() -> Tuple[str, ...]:
     return tuple(name for name in inspect.signature(Retry.__init__).parameters if name != "self")
 
 
-def _positional(args: Any, policy: Optional[Policy], kwargs: Dict[str, Any]) -> Optional[Policy]:
-    """The policy, with positional arguments placed as urllib3 places them.
-
-    ``SumeRetry(Policy(...), ...)`` gives the policy first; anything else first is urllib3's
-    ``total`` (``Retry(3)``, ``Retry(0, read=False)``), and the rest follow urllib3's order.
-    """
-    if args and isinstance(args[0], Policy):
-        if policy is not None:
-            raise ConfigurationError("give the policy once: positionally or as policy=")
-        policy, args = args[0], args[1:]
-    elif args and args[0] is not None and not isinstance(args[0], int):
-        # Neither a Policy nor urllib3's total (an int, False or None).
-        raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
-    positional = _retry_parameters()
-    if len(args) > len(positional):
-        raise ConfigurationError(f"SumeRetry takes at most {len(positional)} urllib3 arguments by position")
-    for name, value in zip(positional, args):
-        if name in kwargs:
-            raise ConfigurationError(f"SumeRetry got {name} by position and by name")
-        kwargs[name] = value
-    return policy
-
-
-#: urllib3's response class (``BaseHTTPResponse`` on 2.x, ``HTTPResponse`` on 1.26), and the
-#: statuses its ``get_redirect_location`` answers for.
-_URLLIB3_RESPONSE: Any = getattr(urllib3.response, "BaseHTTPResponse", HTTPResponse)
+#: The statuses urllib3's responses redirect with.
 _REDIRECTS = frozenset(HTTPResponse.REDIRECT_STATUSES)
 
 
@@ -729,11 +670,8 @@ def _redirect_location(raw: Any) -> Any:
 
 
 def tunnel_status(error: BaseException) -> Optional[int]:
-    """The status a proxy refused an https request's tunnel with, or None.
-
-    http.client raises ``OSError("Tunnel connection failed: 407 Proxy Authentication Required")``
-    and urllib3 wraps it in a ``ProxyError``: its text is the only place the status is kept.
-    """
+    """The status a proxy refused an https request's tunnel with, or None: http.client's
+    ``OSError("Tunnel connection failed: 407 ...")`` text, which urllib3 wraps, is all that keeps it."""
     for cause in cause_chain(error):
         if type(cause) is OSError:
             found = _TUNNEL_REFUSED.match(str(cause))
@@ -768,18 +706,3 @@ def status_of(raw: Any) -> Optional[int]:
     """The status of a urllib3 response (None for anything without an int status)."""
     status = getattr(raw, "status", None)
     return status if isinstance(status, int) else None
-
-
-def _retry_after(raw: Any) -> Optional[str]:
-    """A response's Retry-After, or None (urllib3's and requests' header dicts are case-insensitive)."""
-    headers = getattr(raw, "headers", None)
-    value = headers.get("Retry-After") if headers is not None else None
-    return value if isinstance(value, str) else None
-
-
-def _asked_wait(raw: Any) -> Optional[float]:
-    """The wait a response's Retry-After asks for, measured from its own Date when it has one."""
-    value = _retry_after(raw)
-    if value is None:
-        return None
-    return parse_retry_after(value, date=(getattr(raw, "headers", None) or {}).get("Date"))

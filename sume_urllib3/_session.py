@@ -16,7 +16,7 @@ from requests.utils import default_user_agent, select_proxy
 from ._adapter import DEFAULT_FLEET, Default, SumeAdapter
 from ._config import AUTH_HEADERS, check_api_key, check_auth_header, check_base_url, setting
 from ._deadline import TimeoutSpec, check_timeout
-from ._environment import EnvironmentSettings
+from ._environment import EnvironmentSession
 from ._errors import ConfigurationError
 from ._jobs import Jobs
 from ._policy import Policy
@@ -89,7 +89,7 @@ def _no_auth(request: requests.PreparedRequest) -> requests.PreparedRequest:
     return request
 
 
-class SumeSession(requests.Session):
+class SumeSession(EnvironmentSession):
     """A ``requests.Session`` whose every call follows the Sume retry policy.
 
     A URL without a scheme is appended to the base URL (``"/jobs"`` becomes
@@ -177,7 +177,6 @@ class SumeSession(requests.Session):
         # a call that sends another key (a tenant's) is paced under that key's entry.
         self._origin_name = origin_name(self.base_url)
         self._key_id = key_ids(self._origin_name, self._api_key)
-        self._environment = EnvironmentSettings()
         if metrics is not None and not isinstance(metrics, SumeMetrics):
             raise ConfigurationError(f"metrics must be a SumeMetrics, got {type(metrics).__name__}")
         self.metrics = metrics if metrics is not None else SumeMetrics()
@@ -363,14 +362,6 @@ class SumeSession(requests.Session):
         if refusal:
             raise ConfigurationError(refusal)
         return prepared
-
-    def merge_environment_settings(
-        self, url: Union[str, bytes, None], proxies: Any, stream: Any, verify: Any, cert: Any
-    ) -> Any:
-        """As requests merges them, with the environment read again only when it changed."""
-        return self._environment.merge(
-            super().merge_environment_settings, self, url, proxies, stream, verify, cert
-        )
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         """Send as requests does; a key over plain http goes through no proxy but a loopback one

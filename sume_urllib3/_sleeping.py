@@ -33,11 +33,6 @@ def install_recorder(recorder: Optional[VirtualTime]) -> Optional[VirtualTime]:
     return previous
 
 
-def active_recorder() -> Optional[VirtualTime]:
-    """The recorder in force, if tests switched sleeping off."""
-    return _virtual
-
-
 def wait(seconds: float, sleep: Callable[[float], None]) -> None:
     """Sleep ``seconds`` with ``sleep`` (or record them in test mode)."""
     virtual = _virtual  # read once: another thread may flip the switch meanwhile
@@ -51,17 +46,6 @@ def now(clock: Callable[[], float]) -> float:
     """``clock()``, plus in test mode the seconds this thread recorded, so deadlines hold."""
     virtual = _virtual
     return clock() if virtual is None else clock() + virtual.slept_here()
-
-
-def monotonic() -> float:
-    """:func:`now` on ``time.monotonic``."""
-    return now(time.monotonic)
-
-
-def shared_monotonic() -> float:
-    """The clock of state every thread shares (a fleet's turns): ``time.monotonic()``, plus
-    in test mode the time of the thread furthest on, which the calling thread catches up to."""
-    return time.monotonic() + virtual_offset()
 
 
 def virtual_offset() -> float:

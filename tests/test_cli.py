@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, List
+from typing import List
 
 import pytest
 
@@ -261,23 +262,63 @@ def test_bad_arguments_exit_2_with_one_line(
 # --- demo ---------------------------------------------------------------------------------
 
 
-def test_demo_options_reach_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``demo --scale 0`` calls ``_demo.run`` with that scale and the CLI's output stream."""
-    seen: List[float] = []
-
-    def fake_run(out: Any, *, scale: float) -> int:
-        seen.append(scale)
-        return 0
-
-    monkeypatch.setattr("sume_urllib3.testing._demo.run", fake_run)
-    assert 0 == main(["demo", "--scale", "0"])
-    assert [0.0] == seen
+def a_checkout(root: Path, demo: str) -> Path:
+    """A source checkout's shape under ``root``: setup.cfg and ``examples/demo.py`` holding ``demo``."""
+    (root / "examples").mkdir()
+    (root / "setup.cfg").write_text("[metadata]\nname = sume-urllib3\n", encoding="utf-8")
+    script = root / "examples" / "demo.py"
+    script.write_text(demo, encoding="utf-8")
+    return script
 
 
-def test_demo_exit_status_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_options_reach_the_demo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``demo --scale 0`` runs the checkout's demo script with that scale and the CLI's output stream."""
+    script = a_checkout(
+        tmp_path, "def run(out, *, scale):\n    out.write(f'scale {scale!r}\\n')\n    return 0\n"
+    )
+    monkeypatch.setattr("sume_urllib3._cli.DEMO", script)
+    out, err = io.StringIO(), io.StringIO()
+
+    assert 0 == run(["demo", "--scale", "0"], Policy(), out, err)
+    assert "scale 0.0\n" == out.getvalue()
+    assert "" == err.getvalue()
+
+
+def test_demo_exit_status_is_returned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The demo's own exit status becomes main's return value."""
-    monkeypatch.setattr("sume_urllib3.testing._demo.run", lambda out, scale: 1)
+    monkeypatch.setattr(
+        "sume_urllib3._cli.DEMO", a_checkout(tmp_path, "def run(out, scale):\n    return 1\n")
+    )
     assert 1 == main(["demo"])
+
+
+def test_demo_outside_a_checkout_says_where_the_demo_is(tmp_path: Path) -> None:
+    """An installed package has no demo: exit 2, one line naming the repository and the script to run.
+
+    A site-packages folder may hold another project's ``examples/demo.py``: it is not run.
+    """
+    site = tmp_path / "site-packages"
+    shutil.copytree(
+        ROOT / "sume_urllib3", site / "sume_urllib3", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (site / "examples").mkdir()
+    (site / "examples" / "demo.py").write_text("print('another project')\n", encoding="utf-8")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "sume_urllib3", "demo"],
+        cwd=site,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert 2 == done.returncode
+    assert "" == done.stdout
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("python -m sume_urllib3 demo: ")
+    assert "https://github.com/sume/sume-urllib3" in line
+    assert "`python examples/demo.py`" in line
 
 
 def test_demo_refuses_unknown_options() -> None:

@@ -91,4 +91,4 @@ def test_what_is_kept_is_bounded(environment_reads: List[str]) -> None:
         session.merge_environment_settings(f"https://host{n}.test/", {}, None, None, None)
         session.merge_environment_settings(f"https://host{n}.test/", {}, None, None, None)  # kept
     assert len(environment_reads) == MAX_KEPT * 3  # each origin asked once
-    assert len(session._environment._state[1]) <= MAX_KEPT
+    assert len(session._environment[1]) <= MAX_KEPT

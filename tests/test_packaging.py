@@ -15,7 +15,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_the_sdist_ships_the_package_with_its_urls_and_no_test_suite(tmp_path: pathlib.Path) -> None:
-    """The suite needs the repository (benchmarks/, fixtures): an sdist carries the package only."""
+    """The suite needs the repository (benchmarks/, fixtures): an sdist carries the package and the
+    examples (the demo among them), not the tests."""
     pytest.importorskip("setuptools")  # not in a Python 3.12+ venv unless installed
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     code = f"from setuptools import build_meta; print(build_meta.build_sdist({str(tmp_path)!r}))"
@@ -32,5 +33,6 @@ def test_the_sdist_ships_the_package_with_its_urls_and_no_test_suite(tmp_path: p
     assert any(member.endswith("sume_urllib3/contrib/redis/acquire.lua") for member in members)
     template = "sume_urllib3/contrib/django/templates/sume_urllib3/pace.html"  # the admin's pace page
     assert any(member.endswith(template) for member in members)
+    assert any(member.endswith("/examples/demo.py") for member in members)
     urls = dict(value.split(", ", 1) for value in metadata.get_all("Project-URL") or [])
     assert {"Source", "Changelog", "Issues", "Documentation"} <= set(urls)

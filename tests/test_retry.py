@@ -106,6 +106,30 @@ def test_custom_state_survives_new_and_increment(retry: SumeRetry) -> None:
     assert 1 == len(after.history)
 
 
+def test_the_copy_for_urllib3s_increment_is_what_init_would_build() -> None:
+    """new() with counters and history only (urllib3's increment) copies without __init__, to the
+    same state __init__ builds; a subclass with an __init__ of its own is built through it."""
+    original = SumeRetry(Policy(max_retries=4), total=5, status_forcelist=[503], allowed_methods=["GET"])
+    original._sume_wait = 1.5  # the decision's, not the copy's
+    for counters in ({"total": 4, "history": ("h",)}, {"total": False}, {"redirect": False, "history": None}):
+        built = original.new(**counters, observers=original.observers)  # not counters only: __init__
+        assert vars(built) == vars(original.new(**counters))
+        expected = (0, False) if False in counters.values() else (10, True)
+        assert expected == (built.redirect, built.raise_on_redirect)
+
+    class Counted(SumeRetry):
+        built = 0
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            type(self).built += 1
+            super().__init__(*args, **kwargs)
+
+    counted = Counted(total=3)
+    made = counted.new(total=2, history=())
+    assert (2, 2) == (Counted.built, made.total)
+    assert made.policy is counted.policy
+
+
 def test_pickle_copy_and_repr_work(retry: SumeRetry) -> None:
     """A SumeRetry pickles, copies and has an informative repr."""
     clone = pickle.loads(pickle.dumps(SumeRetry(Policy(max_retries=3))))

@@ -31,7 +31,7 @@ from typing import (
 )
 
 from .. import _fork, _sleeping
-from .._config import as_seconds, check_clock, check_int, check_rng, check_seconds
+from .._config import check_clock, check_int, check_rng, check_seconds
 from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
@@ -131,6 +131,13 @@ class Fleet(Protocol):
         ...
 
 
+def shared_monotonic() -> float:
+    """The fleets' clock, the one every thread shares: ``time.monotonic()``, plus in test mode
+    (``_sleeping``'s one switch) the time of the thread furthest on, which the caller catches up to."""
+    virtual = _sleeping._virtual
+    return time.monotonic() if virtual is None else time.monotonic() + virtual.catch_up()
+
+
 def read_response(
     status: Optional[int], headers: Optional[Mapping[str, str]], wall: Callable[[], float] = time.time
 ) -> Lesson:
@@ -226,7 +233,7 @@ class StoreFleet:
                 f"retry_budget must be a RetryBudget or None, got {type(retry_budget).__name__}"
             )
         self._retry_budget = retry_budget
-        for name, value, default in (("clock", clock, _sleeping.shared_monotonic), ("wall", wall, time.time)):
+        for name, value, default in (("clock", clock, shared_monotonic), ("wall", wall, time.time)):
             if value is not default:  # reading the shared clock under no_sleep() moves this thread's time
                 check_clock(value, name)
         check_rng(rng)
@@ -335,7 +342,8 @@ class StoreFleet:
             if os.getpid() != _fork.pid:  # before any lock or outage: a parent's belong to the parent
                 _fork.check()
             kid = _safe_key_id(key_id) if self._shared else key_id
-            floor, left = as_seconds(not_before), as_seconds(time_left, math.inf)
+            floor = not_before if not_before > 0 else 0.0  # NaN or below 0: no floor
+            left = max(time_left, 0.0) if time_left == time_left else math.inf  # NaN: no deadline
             if self._down_until and self._clock() < self._down_until:
                 return self._fallback(kid, time_left, retry, not_before)
             kind = _core.RETRY_KINDS.get(retry, _core.ERROR)
@@ -537,7 +545,7 @@ class LocalFleet(StoreFleet):
         rate: Rate = None,
         burst: Optional[int] = None,
         *,
-        clock: Callable[[], float] = _sleeping.shared_monotonic,
+        clock: Callable[[], float] = shared_monotonic,
         rng: Union[random.Random, Callable[[], float], None] = None,
         initial_window: int = 4,
         wall: Callable[[], float] = time.time,

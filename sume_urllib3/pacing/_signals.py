@@ -48,21 +48,15 @@ def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Opti
     from ``wall`` (see :func:`server_time`), so a client whose clock is off waits what was asked.
     """
     try:
-        return _read(_collect(headers), lambda: server_time(header_value(headers, "date"), wall))
+        found: Dict[str, str] = {}
+        for name, value in headers.items() if hasattr(headers, "items") else ():
+            lname = name.lower() if isinstance(name, str) else ""
+            if lname.startswith(_PREFIXES) and isinstance(value, str) and len(value) <= _MAX_VALUE_LENGTH:
+                found[lname] = found[lname] + ", " + value if lname in found else value
+        # Most responses carry no quota fields: nothing to read.
+        return _read(found, lambda: server_time(header_value(headers, "date"), wall)) if found else None
     except Exception:  # a malformed header must never break a request
         return None
-
-
-def _collect(headers: Any) -> Dict[str, str]:
-    items = headers.items() if hasattr(headers, "items") else ()
-    found: Dict[str, str] = {}
-    for name, value in items:
-        if not isinstance(name, str):
-            continue
-        lname = name.lower()
-        if lname.startswith(_PREFIXES) and isinstance(value, str) and len(value) <= _MAX_VALUE_LENGTH:
-            found[lname] = found[lname] + ", " + value if lname in found else value
-    return found
 
 
 def _read(found: Dict[str, str], now: Callable[[], float]) -> Optional[Reading]:

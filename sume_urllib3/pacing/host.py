@@ -27,11 +27,10 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 if TYPE_CHECKING:  # at run time sqlite3 is imported by the functions that use it, when first used
     import sqlite3
 
-from .. import _sleeping
 from .._config import check_int
 from .._errors import ConfigurationError
 from . import _core as _pacing
-from ._fleet import RetryBudget, StoreFleet, check_name, check_timeout, check_ttl
+from ._fleet import RetryBudget, StoreFleet, check_name, check_timeout, check_ttl, shared_monotonic
 
 log = logging.getLogger("sume_urllib3")
 _T = TypeVar("_T")
@@ -208,7 +207,7 @@ class HostFleet(StoreFleet):
         max_size: int = MAX_SIZE,
         backoff: float = 1.0,
         max_backoff: float = 30.0,
-        clock: Callable[[], float] = _sleeping.shared_monotonic,
+        clock: Callable[[], float] = shared_monotonic,
         wall: Callable[[], float] = time.time,
         rng: Union[random.Random, Callable[[], float], None] = None,
     ) -> None:

@@ -7,9 +7,9 @@ import threading
 from typing import Iterator, List
 
 from .. import _sleeping
+from ..pacing._fleet import shared_monotonic
 
-#: The clock FakeSume's quota and the clients' fleets share (see ``_sleeping.shared_monotonic``).
-shared_monotonic = _sleeping.shared_monotonic
+__all__ = ["SleepRecorder", "no_sleep", "shared_monotonic"]  # the clock FakeSume's quota shares
 
 
 class SleepRecorder:

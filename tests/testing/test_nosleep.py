@@ -8,8 +8,7 @@ from typing import List
 
 import pytest
 
-from sume_urllib3 import Policy, SumeRecord, SumeRetryError, SumeSession
-from sume_urllib3._sleeping import active_recorder
+from sume_urllib3 import Policy, SumeRecord, SumeRetryError, SumeSession, _sleeping
 from sume_urllib3.testing import FakeSume, Reply, SleepRecorder, no_sleep
 
 
@@ -47,20 +46,18 @@ def test_the_previous_mode_is_restored() -> None:
     """Leaving the block switches real sleeping back on, even when nested."""
     with no_sleep() as outer:
         with no_sleep() as inner:
-            assert active_recorder() is inner
-        assert active_recorder() is outer
-    assert active_recorder() is None
+            assert _sleeping._virtual is inner
+        assert _sleeping._virtual is outer
+    assert _sleeping._virtual is None
 
 
-def test_the_fixtures_come_from_the_plugin(
-    fake_sume: FakeSume, sume_no_sleep: SleepRecorder
-) -> None:
+def test_the_fixtures_come_from_the_plugin(fake_sume: FakeSume, sume_no_sleep: SleepRecorder) -> None:
     """fake_sume is a started server; sume_no_sleep is the active recorder."""
     fake_sume.script("GET", "/v1/me", 503, 200)
 
     SumeSession("sk_test", base_url=fake_sume.url + "/v1").get("/me")
 
-    assert active_recorder() is sume_no_sleep
+    assert _sleeping._virtual is sume_no_sleep
     assert 1 == len(sume_no_sleep.waits)
 
 

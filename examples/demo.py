@@ -1,17 +1,29 @@
-"""``python -m sume_urllib3 demo``: the policy at work against an embedded fake Sume API."""
+"""The retry policy at work against a fake Sume API on 127.0.0.1: no network, no key.
+
+Six scripted requests, a job polled to the end, and a herd of threads with and without pacing,
+each told as it happens, then the counters. From a clone of the repository:
+
+    python -m sume_urllib3 demo          # runs this script
+    python examples/demo.py --scale 0    # the same, directly; --scale F multiplies every wait
+
+It uses only the public API: ``SumeSession``, the observers, ``LocalFleet``, and
+``sume_urllib3.testing.FakeSume`` for the server.
+"""
 
 from __future__ import annotations
 
+import argparse
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, TextIO, Tuple
+from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
-from .. import Job, Policy, SumeRecord, SumeRetryError, SumeSession
-from ..observe import JobEvent, RetryEvent, SumeMetrics
-from ..pacing import LocalFleet
-from ._server import FakeSume, Reply
+from sume_urllib3 import Job, Policy, SumeRetryError, SumeSession, sume_record
+from sume_urllib3.observe import JobEvent, RetryEvent, SumeMetrics
+from sume_urllib3.pacing import LocalFleet
+from sume_urllib3.testing import FakeSume, Reply
 
 DEMO_KEY = "sk_demo_not_a_real_key"
 
@@ -231,14 +243,16 @@ def _tell(demo: Demo, number: int, scenario: Scenario, session: SumeSession) -> 
     started = time.monotonic()
     raised = ""
     try:
-        response = session.request(
-            scenario.method,
-            scenario.path[len("/v1") :],
-            json={} if scenario.method == "POST" else None,
+        record = sume_record(
+            session.request(
+                scenario.method,
+                scenario.path[len("/v1") :],
+                json={} if scenario.method == "POST" else None,
+            )
         )
-        record: SumeRecord = getattr(response, "sume")  # noqa: B009 - set by SumeAdapter
     except SumeRetryError as error:
         record, raised = error.record, f"      raised SumeRetryError: {error}\n"
+    assert record is not None  # every response a SumeSession returns carries its record
     took = time.monotonic() - started
     final = f"{record.status} {record.code or ''}".strip()
     out.write(f"   attempt {record.attempts}  {final:<34} {record.request_id or '-':<8}\n")
@@ -250,3 +264,21 @@ def _tell(demo: Demo, number: int, scenario: Scenario, session: SumeSession) -> 
         f"(slept {sum(record.waits) * demo.scale:.2f}s, call took {took:.2f}s), "
         f"same Idempotency-Key on every attempt: {same}\n{raised}"
     )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python examples/demo.py [--scale F]``: the demo on standard output."""
+    parser = argparse.ArgumentParser(
+        prog="python examples/demo.py", description="The Sume retry policy against a fake Sume API."
+    )
+    parser.add_argument(
+        "--scale", metavar="F", type=float, default=0.1, help="multiply every wait by F, 0..1 (default 0.1)"
+    )
+    scale: float = parser.parse_args(argv).scale
+    if not 0 <= scale <= 1:
+        parser.error(f"argument --scale: must be a number between 0 and 1, got {scale!r}")
+    return run(sys.stdout, scale=scale)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
