@@ -124,7 +124,8 @@ class RedisFleet(StoreFleet):
         except (ValueError, TypeError) as exc:  # redis-py's verdict on the URL; never echo the URL
             why = type(exc).__name__
             raise ConfigurationError(f"url_or_client is not a valid Redis URL ({why})") from None
-        _instances.add(self)
+        with _flusher._lock:
+            _instances.add(self)
 
     def _start_process(self) -> None:
         """Connections, scripts and lessons told late of this process."""
@@ -391,6 +392,8 @@ class _Flusher:
 
     def _after_fork(self) -> None:
         """No thread yet (again in a forked child: threads do not cross a fork)."""
+        # Also guards adding to _instances: a WeakSet listed while another thread adds to it
+        # raises RuntimeError, which would end the thread.
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -411,14 +414,19 @@ class _Flusher:
         while True:
             # Cleared before the look at what is due: a lesson kept after it wakes the next wait.
             self._wake.clear()
-            for fleet in list(_instances):
+            for fleet in self.fleets():
                 try:
                     fleet._flush_due(time.monotonic())
                 except Exception:  # a bug here must not end the thread every fleet relies on
                     log.exception("telling Redis the lessons told late failed")
-            dues = [fleet._next_due() for fleet in list(_instances)]
+            dues = [fleet._next_due() for fleet in self.fleets()]
             due = min((d for d in dues if d is not None), default=None)
             self._wake.wait(None if due is None else max(0.0, due - time.monotonic()))
+
+    def fleets(self) -> List[RedisFleet]:
+        """Every RedisFleet of this process now."""
+        with self._lock:
+            return list(_instances)
 
 
 _flusher = _Flusher()
@@ -429,7 +437,7 @@ def _tell_at_exit() -> None:
     """What this process learned and has not told Redis yet, before it goes (fail-open, bounded
     by ``timeout`` per key; once Redis fails the rest is dropped)."""
     _fork.check()  # a child forked without at-fork hooks holds its parent's lessons: they are not its own
-    for fleet in list(_instances):
+    for fleet in _flusher.fleets():
         fleet._flush_due(math.inf)  # one call per key, dropped once Redis fails
 
 
