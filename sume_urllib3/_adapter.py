@@ -14,7 +14,7 @@ from requests.adapters import HTTPAdapter
 from requests.models import REDIRECT_STATI
 
 from . import _deadline, _fork, _sleeping
-from ._body import BODY_ERRORS, DRAIN_LIMIT, hold_whole, watch_stream
+from ._body import BODY_ERRORS, DRAIN_LIMIT, StreamWatch, hold_whole
 from ._config import check_flag, check_pool_arguments
 from ._deadline import DeadlineTimeout, TimeoutSpec, Watch, check_timeout, timeout_for
 from ._errors import ConfigurationError, SumeRetryError, raisable, redact, throw
@@ -403,7 +403,7 @@ class SumeAdapter(HTTPAdapter):
         response.sume = record  # type: ignore[attr-defined]
         if stream and record.outcome is not Outcome.GAVE_UP:
             on_break = functools.partial(self._broken, context, request)  # not the response: see StreamWatch
-            context.stream = watch_stream(response, record, on_break, context.watch)
+            context.stream = StreamWatch(response, record, on_break, context.watch)
         if record.outcome is Outcome.GAVE_UP and self.raise_on_give_up:
             if not stream:
                 # As requests reads every body it returns: the caller reads error.response.content

@@ -436,7 +436,3 @@ class StreamedResponse(requests.Response):
             super().close()
         finally:
             self._sume_watch.end()
-
-
-#: Watch a streamed response: from now on its body's end decides the request's outcome.
-watch_stream = StreamWatch

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import socket
 import threading
 import time
@@ -32,7 +33,7 @@ from urllib3.exceptions import EmptyPoolError, ReadTimeoutError
 from urllib3.util.timeout import Timeout
 
 from . import _fork
-from ._config import MAX_SECONDS
+from ._config import MAX_SECONDS, as_seconds
 from ._errors import ConfigurationError
 from ._request import current
 from ._util import cause_chain
@@ -274,6 +275,19 @@ def check_timeout(timeout: Any, name: str = "timeout") -> TimeoutSpec:
             f"connect, read and total are, got {timeout!r}"
         )
     return timeout  # type: ignore[no-any-return]
+
+
+def timeout_limits(timeout: TimeoutSpec) -> Tuple[float, float]:
+    """The (connect, read) limits in seconds of a timeout in any form ``check_timeout`` accepts;
+    inf: no limit."""
+    if isinstance(timeout, Timeout):
+        # Its parts as given: ``read_timeout`` answers only once a connection has started.
+        connect, read, total = timeout._connect, timeout._read, timeout.total
+    else:
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        total = None
+    cap = as_seconds(total, math.inf)
+    return min(as_seconds(connect, math.inf), cap), min(as_seconds(read, math.inf), cap)
 
 
 def _seconds(value: Any) -> bool:

@@ -13,8 +13,8 @@ from urllib.parse import quote
 import requests
 
 from . import _sleeping
-from ._config import as_seconds, check_rng, check_seconds
-from ._deadline import DeadlineTimeout
+from ._config import check_rng, check_seconds
+from ._deadline import timeout_limits
 from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, status_label, sume_record
@@ -383,9 +383,15 @@ class Jobs:
             "code": code,
             "request_id": job.request_id,
         }
+        # One template for every wait, its values apart: handlers group lines by ``record.msg``.
         logger.info(
-            f"job {job.id} {kind.replace('_', ' ')} after {plural(event.polls, 'poll', 'polls')} in "
-            f"{event.elapsed:.1f}s: status {_say(job.status)}{told}",
+            "job %s %s after %s in %.1fs: status %s%s",
+            job.id,
+            kind.replace("_", " "),
+            plural(event.polls, "poll", "polls"),
+            event.elapsed,
+            _say(job.status),
+            told,
             extra={f"sume_{name}": value for name, value in fields.items()},
         )
 
@@ -660,11 +666,3 @@ def poll_timeout(base: Any, left: float) -> Tuple[float, float]:
 def cut_by_deadline(base: Any, left: float) -> bool:
     """True when the time left, not the session's own timeout ``base``, limited the poll."""
     return any(left < part for part in timeout_limits(base))
-
-
-def timeout_limits(base: Any) -> Tuple[float, float]:
-    """The (connect, read) limits of a session timeout in any form requests takes; inf: no limit."""
-    # Its parts as given: a Timeout's ``read_timeout`` answers only once a connection has started.
-    parts = DeadlineTimeout(base, math.inf)
-    connect, read, total = (as_seconds(part, math.inf) for part in (parts._connect, parts._read, parts.total))
-    return min(connect, total), min(read, total)

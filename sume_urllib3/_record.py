@@ -82,9 +82,7 @@ def sume_record(response_or_error: Any) -> Optional[SumeRecord]:
     ``response.sume`` and ``exc.sume`` are set at run time, so type checkers cannot see
     them; this reads either, and the ``record`` of a :class:`SumeRetryError`.
     """
-    record = getattr(response_or_error, "sume", None)
-    if record is None:
-        record = getattr(response_or_error, "record", None)
+    record = getattr(response_or_error, "sume", None) or getattr(response_or_error, "record", None)
     return record if isinstance(record, SumeRecord) else None
 
 
@@ -108,30 +106,10 @@ def summary(record: SumeRecord) -> Dict[str, Any]:
     signature must not land in a result store), whatever record it is given; everything
     else is the record's own fields.
     """
-    out: Dict[str, Any] = {}
-    for field in dataclasses.fields(SumeRecord):
-        value = getattr(record, field.name)
-        if isinstance(value, Outcome):
-            value = value.value
-        elif isinstance(value, tuple):
-            value = list(value)
-        out[field.name] = value
-    out["url"] = redact_url(record.url)
+    out = {field.name: getattr(record, field.name) for field in dataclasses.fields(SumeRecord)}
+    out.update(outcome=Outcome(record.outcome).value, url=redact_url(record.url))
+    out.update(request_ids=list(record.request_ids), waits=list(record.waits))
     return out
-
-
-#: What a record without a summary says: a give-up with nothing known.
-_UNKNOWN: Dict[str, Any] = {
-    "idempotency_key": None,
-    "attempts": 0,
-    "outcome": Outcome.GAVE_UP,
-    "status": None,
-    "code": None,
-    "request_id": None,
-    "request_ids": (),
-    "waits": (),
-    "elapsed": 0.0,
-}
 
 
 def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecord:
@@ -139,7 +117,10 @@ def record_from_summary(data: Mapping[str, Any], message: str = "") -> SumeRecor
 
     A summary with nothing usable still gives a record whose reason is ``message``.
     """
-    values = {**_UNKNOWN, "reason": message or "unknown (rebuilt without a record)"}
+    # What the summary does not say is a give-up with nothing known.
+    values: Dict[str, Any] = {"attempts": 0, "outcome": Outcome.GAVE_UP, "elapsed": 0.0}
+    values.update(dict.fromkeys(("idempotency_key", "status", "code", "request_id", "request_ids", "waits")))
+    values["reason"] = message or "unknown (rebuilt without a record)"
     values.update((f.name, data[f.name]) for f in dataclasses.fields(SumeRecord) if f.name in data)
     for name in ("request_ids", "waits"):
         values[name] = tuple(values[name] or ())

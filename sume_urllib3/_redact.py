@@ -36,8 +36,9 @@ MIN_SECRET = 6
 #: redacted query so the message keeps its shape ("... url: /x?<redacted> (Caused by ...").
 _CLOSERS = "'\")]}>,.;:!"
 
-#: Words that may carry a URL: with a query (``?``) or a scheme (``://``).
-_URL_WORD = re.compile(r"\S*(?:\?|://)\S*")
+#: Words that may carry a URL: with a query (``?``) or a scheme (``://``). Tried only where a
+#: word starts: from every position, a long word without either would cost its length squared.
+_URL_WORD = re.compile(r"(?<!\S)\S*(?:\?|://)\S*")
 
 #: URL attributes of urllib3's and requests' errors (``MaxRetryError.url``, ``LocationParseError.location``).
 _URL_ATTRIBUTES = ("url", "location", "redirect_location")

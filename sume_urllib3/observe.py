@@ -1,17 +1,15 @@
 """Observability: what a request tells its observers, and the observers the library ships.
 
-An observer is any object with one or more of the hooks ``on_start(RequestStart)``,
-``on_retry(RetryEvent)``, ``on_outcome(SumeRecord)`` and ``on_job(JobEvent)``, called on the
-requesting thread (see :class:`SumeObserver`). :class:`Observers` calls them so that a broken
-observer never breaks a request. :class:`SumeMetrics` counts; :class:`LoggingObserver`
-writes one line a person can act on per retry and per give-up or caller error;
-:func:`redact_urllib3_logs` keeps secrets out of urllib3's own lines.
+An observer has some of the hooks of :class:`SumeObserver`; :class:`Observers` calls them so that a
+broken observer never breaks a request. :class:`SumeMetrics` counts; :class:`LoggingObserver` writes
+the lines a person can act on; :func:`redact_urllib3_logs` keeps secrets out of urllib3's own lines.
 """
 
 from __future__ import annotations
 
 import collections
 import contextvars
+import functools
 import logging
 import threading
 import weakref
@@ -146,22 +144,8 @@ class Observers(Tuple[SumeObserver, ...]):
         if changed:
             _SET_BY_START.set(_SET_BY_START.get() | changed)
 
-    def on_retry(self, event: RetryEvent) -> None:
-        """Tell every observer with ``on_retry`` about a retry that is about to happen."""
-        self._tell("on_retry", event)
-
-    def on_outcome(self, record: SumeRecord) -> None:
-        """Tell every observer with ``on_outcome`` how a logical request ended."""
-        self._tell("on_outcome", record)
-
-    def on_job(self, event: Any) -> None:
-        """Tell every observer with ``on_job`` about a job event (a ``JobEvent``)."""
-        self._tell("on_job", event)
-
-    # The names the adapter, the retry and the session call them by.
-    start, retry, outcome = on_start, on_retry, on_outcome
-
     def _tell(self, hook: str, value: Any) -> None:
+        """Call ``hook`` of every observer that has it."""
         for observer in self:
             call = getattr(observer, hook, None)
             if call is not None:
@@ -169,6 +153,13 @@ class Observers(Tuple[SumeObserver, ...]):
                     call(value)
                 except Exception:
                     _failed(observer, hook)
+
+    on_retry = functools.partialmethod(_tell, "on_retry")
+    on_outcome = functools.partialmethod(_tell, "on_outcome")
+    on_job = functools.partialmethod(_tell, "on_job")
+
+    # The names the adapter, the retry and the session call them by.
+    start, retry, outcome = on_start, on_retry, on_outcome
 
 
 _T = TypeVar("_T")
@@ -240,7 +231,12 @@ JOB_EVENTS = tuple("polls" if kind == "poll" else kind for kind in JOB_EVENT_KIN
 def retry_reason(event: RetryEvent, seen: Collection[str] = ()) -> str:
     """The label a retry is counted under: error code, else status, else error class; "other"
     when it is new and ``seen`` (the labels counted so far) already holds MAX_REASONS."""
-    reason = event.code or (event.error or "unknown" if event.status is None else str(event.status))
+    if event.code:
+        reason = event.code
+    elif event.status is not None:
+        reason = str(event.status)
+    else:
+        reason = event.error or "unknown"
     return reason if reason in seen or len(seen) < MAX_REASONS else "other"
 
 
@@ -253,18 +249,14 @@ class SumeMetrics:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reset()
+        self._after_fork()
         _fork.track(self)
 
     def _reset(self) -> None:
         self._outcomes = collections.Counter(dict.fromkeys((o.value for o in Outcome), 0))
         self._retries: collections.Counter[str] = collections.Counter()
         self._attempts: collections.Counter[int] = collections.Counter()
-        self._held = 0
-        self._paced = 0.0
-        self._refused = 0
-        self._fallbacks = 0
+        self._pacing: Dict[str, float] = {"held": 0, "wait_seconds": 0.0, "refused": 0, "fleet_fallbacks": 0}
         self._jobs = collections.Counter(dict.fromkeys(JOB_EVENTS, 0))
 
     def _after_fork(self) -> None:
@@ -282,12 +274,10 @@ class SumeMetrics:
         with self._lock:
             self._outcomes[record.outcome.value] += 1
             self._attempts[record.attempts] += 1
-            if record.paced:
-                self._held += 1
-                self._paced += record.paced
-            if record.fleet_refused:
-                self._refused += 1
-            self._fallbacks += record.fleet_fallbacks
+            # In _pacing's order: held, wait_seconds, refused, fleet_fallbacks.
+            pacing = (bool(record.paced), record.paced, record.fleet_refused, record.fleet_fallbacks)
+            for name, value in zip(self._pacing, pacing):
+                self._pacing[name] += value
 
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``): a poll, or a wait that completed, failed or timed out."""
@@ -311,12 +301,7 @@ class SumeMetrics:
                 "outcomes": dict(self._outcomes),
                 "retries": dict(sorted(self._retries.items())),
                 "attempts": {str(n): self._attempts[n] for n in sorted(self._attempts)},
-                "pacing": {
-                    "held": self._held,
-                    "wait_seconds": round(self._paced, 6),
-                    "refused": self._refused,
-                    "fleet_fallbacks": self._fallbacks,
-                },
+                "pacing": {**self._pacing, "wait_seconds": round(self._pacing["wait_seconds"], 6)},
                 "jobs": dict(self._jobs),
             }
 
@@ -428,8 +413,7 @@ class _Line:
         self.key = f"idempotency key {self.fields['key_prefix']}" if self.fields["key_prefix"] else ""
 
     def extra(self, **values: Any) -> Dict[str, Any]:
-        """The ``sume_*`` attributes of the log record: prefixed, so they stay apart from
-        LogRecord's own attributes (which logging refuses to overwrite) and other libraries'."""
+        """The record's ``sume_*`` attributes: prefixed, as logging refuses to overwrite its own."""
         return {f"sume_{name}": value for name, value in {**_EXTRAS, **self.fields, **values}.items()}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import decimal
 import fractions
+import math
 import socket
 import time
 from typing import Any, Callable, Iterable, Iterator
@@ -25,7 +26,7 @@ import urllib3
 from urllib3.util.timeout import Timeout
 
 from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeRetry, SumeRetryError, SumeSession, sume_record
-from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, check_timeout
+from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, check_timeout, timeout_limits
 from sume_urllib3.exceptions import ConfigurationError, SumeReadTimeout
 from sume_urllib3.testing import FakeSume, no_sleep
 
@@ -280,6 +281,25 @@ def test_the_error_names_the_field(timeout: Any) -> None:
     assert message.startswith("SUME['TIMEOUT'] must be")
     assert repr(timeout) in message
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "limits"),
+    [
+        (None, (math.inf, math.inf)),
+        (7, (7.0, 7.0)),
+        ((3.05, None), (3.05, math.inf)),
+        (Timeout(connect=2, read=5), (2.0, 5.0)),
+        (Timeout(total=3, read=5), (3.0, 3.0)),
+        (Timeout(read=5), (math.inf, 5.0)),
+        (Timeout(), (math.inf, math.inf)),
+    ],
+    ids=repr,
+)
+def test_timeout_limits_reads_every_form_check_timeout_accepts(timeout: Any, limits: Any) -> None:
+    """(connect, read) in seconds, inf for no limit (None, urllib3's default); a total caps both."""
+    assert check_timeout(timeout) is timeout
+    assert limits == timeout_limits(timeout)
 
 
 # --- DeadlineTimeout.clone -------------------------------------------------------------------

@@ -980,6 +980,8 @@ def test_a_failed_job_log_line_names_its_code(
 
     (line,) = [r for r in caplog.records if getattr(r, "sume_event", None) == "job"]
     assert "job job_1 failed after 1 poll in 0.0s: status 'failed', error code nsfw" == line.getMessage()
+    # The template is every wait's, the values apart, so handlers group job lines as one message.
+    assert ("job %s %s after %s in %.1fs: status %s%s", "job_1") == (line.msg, line.args[0])  # type: ignore[index]
 
 
 # -- the objects ----------------------------------------------------------------------------------

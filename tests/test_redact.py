@@ -91,6 +91,21 @@ def test_urllib3_log_lines_are_redacted() -> None:
     assert '"GET /x?<redacted>" 200' == record.getMessage()
 
 
+def test_a_long_word_costs_its_length_not_its_length_squared() -> None:
+    """A message with one long word (a token, a base64 blob) is redacted in linear time: run in a
+    process of its own, which a search from every position of the word would keep for minutes."""
+    script = (
+        "from sume_urllib3._redact import redact_text\n"
+        "blob = 'A' * 200_000\n"
+        "assert redact_text(blob) == blob\n"
+        "assert redact_text(blob + ' /x?sig=1') == blob + ' /x?<redacted>'\n"
+        "assert redact_text('/x?' + blob) == '/x?<redacted>'\n"
+        "print('done')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert "done" == done.stdout.strip(), done.stderr
+
+
 def test_the_urllib3_filter_is_installed_by_the_first_retry_not_by_the_import() -> None:
     """``import sume_urllib3`` leaves urllib3's loggers alone; making a SumeRetry (every session
     has one) installs the filter once, and calling redact_urllib3_logs again adds none."""

@@ -16,8 +16,8 @@ Two functions for a bound task (``@app.task(bind=True)``)::
 
 The key comes from the task's id, which Celery keeps across ``self.retry()``,
 ``autoretry_for`` and a redelivery after a lost worker (``acks_late``), so no argument
-carries it and every retry is the same request to the server. Celery 5.3 to 5.7 are tested
-the same way.
+carries it and every retry is the same request to the server. The retry is sent with the
+task's own arguments, never with ``args=``/``kwargs=``; Celery 5.3 to 5.7 are tested the same way.
 """
 
 from __future__ import annotations

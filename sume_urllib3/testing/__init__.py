@@ -32,12 +32,10 @@ def reset_fleets() -> None:
 
     The process-wide ``LocalFleet.default()`` and every fleet built by the code under test (a
     module-level ``LocalFleet(rate="10/min")`` or ``HostFleet()``, the one ``SUME["FLEET"]``
-    builds) start again knowing nothing (see ``sume_urllib3.pacing.reset_fleets``), and
-    Django's ``get_session()`` builds new sessions (a fresh retry budget) in every thread.
-    The pytest plugin calls it around every test; call it in ``setUp`` under unittest or
-    Django's test runner. A ``RedisFleet`` keeps its
-    state in Redis, shared with other processes, and is left alone: give a test's
-    ``RedisFleet`` a ``prefix`` of its own.
+    builds) start again knowing nothing (see ``sume_urllib3.pacing.reset_fleets``: a
+    ``RedisFleet`` is left alone), and Django's ``get_session()`` builds new sessions (a fresh
+    retry budget) in every thread. The pytest plugin calls it around every test; call it in
+    ``setUp`` under unittest or Django's test runner.
     """
     pacing.reset_fleets()
     # Only when the code under test loaded the Django integration: never import Django here.

@@ -90,7 +90,9 @@ class ScriptedJob:
         self.every = None if every is None else check_seconds(every, "every", positive=True)
         self.clock = clock
         self.retry_after = None if retry_after is None else str(retry_after)
-        self.poll_interval = None if poll_interval is None else check_seconds(poll_interval, "poll_interval")
+        if poll_interval is not None:
+            check_seconds(poll_interval, "poll_interval")  # checked, then sent as given: 2 stays 2
+        self.poll_interval = poll_interval
         self.route = f"{prefix}/jobs/{quote(job_id, safe='')}"
         self._created = clock()
 

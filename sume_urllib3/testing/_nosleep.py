@@ -26,7 +26,8 @@ class SleepRecorder:
         self._lock = threading.Lock()
         self._waits: List[float] = []
         self._local = threading.local()
-        self._horizon = 0.0  # the most seconds any thread has recorded (its time furthest on)
+        self.horizon = 0.0
+        """The furthest any thread's time has reached (what :meth:`catch_up` moves a thread to)."""
 
     @property
     def waits(self) -> List[float]:
@@ -40,11 +41,6 @@ class SleepRecorder:
         with self._lock:
             return sum(self._waits)
 
-    @property
-    def horizon(self) -> float:
-        """The furthest any thread's time has reached (what :meth:`catch_up` moves a thread to)."""
-        return self._horizon
-
     def slept_here(self) -> float:
         """Seconds this thread would have slept; its retries add it to their clock."""
         return float(getattr(self._local, "slept", 0.0))
@@ -55,11 +51,11 @@ class SleepRecorder:
         self._local.slept = slept
         with self._lock:
             self._waits.append(seconds)
-            self._horizon = max(self._horizon, slept)
+            self.horizon = max(self.horizon, slept)
 
     def catch_up(self) -> float:
         """Move this thread's time up to the furthest any thread has reached; its seconds slept."""
-        slept = max(self.slept_here(), self._horizon)
+        slept = max(self.slept_here(), self.horizon)
         self._local.slept = slept
         return slept
 

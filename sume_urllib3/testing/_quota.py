@@ -13,12 +13,11 @@ from ._reply import Reply
 
 
 class Quota:
-    """Admits ``rate`` requests per second per API key with ``burst`` at once (GCRA).
+    """Admits ``rate`` requests per second per API key (see :meth:`FakeSume.quota`) with ``burst`` at once.
 
-    The key is the ``x-api-key`` header, else ``Authorization`` (kept only as a hash); requests
-    with neither share one anonymous quota. ``RateLimit-Limit`` is the burst, ``-Reset`` whole
-    seconds until the quota is whole again, a refusal's ``Retry-After`` whole seconds until the
-    next turn (at least 1). Thread-safe; ``clock``: see :meth:`FakeSume.quota`.
+    Keys are kept only as hashes. ``RateLimit-Limit`` is the burst, ``-Reset`` whole seconds until
+    the quota is whole again, a refusal's ``Retry-After`` whole seconds until the next turn (at
+    least 1). Thread-safe.
     """
 
     def __init__(

@@ -26,14 +26,8 @@ _CODES = {
 }
 
 
-class _Missing:
-    """Sentinel type for "no JSON body" (``None`` is a valid JSON document)."""
-
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING: Any = _Missing()
+#: "No JSON body" (``None`` is a valid JSON document; ``...`` is none).
+_MISSING: Any = ...
 
 
 class _AutoRequestId(str):
@@ -169,10 +163,8 @@ class Reply:
             "message": message if message is not None else http.client.responses.get(status, "Error"),
             "details": dict(details or {}),
         }
-        if retryable is not None:
-            error["retryable"] = retryable
-        if next_action is not None:
-            error["next_action"] = next_action
+        optional = {"retryable": retryable, "next_action": next_action}
+        error.update((name, value) for name, value in optional.items() if value is not None)
         headers = dict(Headers(kwargs.pop("headers", {})))
         if retry_after is not None:
             headers = {k: v for k, v in headers.items() if k.lower() != "retry-after"}

@@ -140,10 +140,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             parts: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline(1024).split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    break
+            while size := int(self.rfile.readline(1024).split(b";", 1)[0].strip(), 16):
                 parts.append(self._read_exactly(size))
                 self.rfile.readline(1024)
             while self.rfile.readline(65536) not in (b"\r\n", b"\n", b""):
@@ -203,12 +200,8 @@ class FakeSume:
     start it (or use ``with``), send requests to :attr:`url`, then inspect :attr:`requests`.
     Unscripted routes answer 404 ``not_found``. Every method is thread-safe.
 
-    Quota mode (``FakeSume(quota="10/s", burst=10)`` or ``fake.quota("10/min")``) rate
-    limits each API key (``x-api-key``, else ``Authorization``) with GCRA, as the real
-    API does: every reply carries ``RateLimit-Limit/-Remaining/-Reset`` and
-    ``RateLimit-Policy``, and a request over the quota gets 429 ``rate_limit_exceeded``
-    with ``Retry-After`` instead of its scripted reply (scripts do not advance). Use it
-    to reproduce a herd of clients against one quota.
+    Quota mode (``FakeSume(quota="10/s", burst=10)`` or :meth:`quota`) rate limits each API
+    key as the real API does, to reproduce a herd of clients against one quota.
     """
 
     def __init__(
@@ -221,7 +214,6 @@ class FakeSume:
         burst: int = 1,
     ) -> None:
         self._address = (host, port)
-        self._quota: Quota | None = None
         self.quota(quota, burst)
         self._lock = threading.Lock()
         self._lifecycle = threading.Lock()
@@ -352,11 +344,14 @@ class FakeSume:
             return self._connections
 
     def quota(self, rate: str | float | None, burst: int = 1, *, clock: Any = shared_monotonic) -> Self:
-        """Rate limit each API key to ``rate`` ("10/s", "10/min", or per second) with ``burst``.
+        """Rate limit each API key to ``rate`` ("10/s", "10/min", or per second) with ``burst`` (GCRA).
 
-        ``None`` turns quota mode off. Returns self. The :class:`~._quota.Quota` in use is
-        :attr:`quota_state` (its ``admitted`` and ``refused`` counts). ``clock`` defaults to
-        the clients' fleet clock: under ``no_sleep()`` the quota refills in virtual time.
+        The key is the ``x-api-key`` header, else ``Authorization``; requests with neither share
+        one quota. Every reply carries ``RateLimit-Limit/-Remaining/-Reset`` and ``RateLimit-Policy``;
+        a request over the quota gets 429 ``rate_limit_exceeded`` with ``Retry-After`` instead of
+        its scripted reply, and the scripts do not advance. ``None`` turns quota mode off. Returns
+        self. ``clock`` defaults to the clients' fleet clock: under ``no_sleep()`` the quota
+        refills in virtual time.
         """
         self._quota = None if rate is None else Quota(rate, burst, clock=clock)
         return self
@@ -367,23 +362,16 @@ class FakeSume:
         return self._quota
 
     def _answer(self, request: RecordedRequest) -> tuple[Reply, str]:
-        """The reply and its request id; in quota mode a request over the quota gets a 429.
-
-        Both carry the quota's RateLimit headers (a script's own headers win). A refused
-        request is recorded like any other but does not advance the scripts.
-        """
+        """The reply and its request id, with the quota's headers (a script's own win)."""
         quota = self._quota
         admitted, extra = quota.take(request.headers) if quota is not None else (True, {})
         with self._lock:
             self._request_ids += 1
             self._requests.append(request)
             request_id = f"req_{self._request_ids}"
-            reply = self._scripted(request) if admitted else None
-        if quota is not None:
-            if reply is None:
-                return quota.refusal(extra), request_id
+            reply = self._scripted(request) if admitted or quota is None else quota.refusal(extra)
+        if extra:
             reply = dataclasses.replace(reply, headers={**extra, **reply.headers})
-        assert reply is not None  # admitted: no quota, or within it
         return reply, reply.headers.get("x-sume-request-id", request_id)
 
     def _scripted(self, request: RecordedRequest) -> Reply:

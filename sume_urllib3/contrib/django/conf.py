@@ -14,16 +14,14 @@ import inspect
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
 from ... import Policy, SumeSession
 from ..._config import check_api_key, check_auth_header, check_base_url, check_flag
-from ..._deadline import check_timeout
-from ..._jobs import timeout_limits
-from ..._redact import secrets_of
+from ..._deadline import check_timeout, timeout_limits
 from ..._session import DEFAULT_BASE_URL
 from ..._util import plain_http_refusal
 from . import fleet, observers
@@ -40,6 +38,8 @@ ENV_KEY = "SUME_API_KEY"
 ENV_BASE_URL = "SUME_API_BASE_URL"
 _DEFAULT_TIMEOUT = inspect.signature(SumeSession.__init__).parameters["timeout"].default
 _POLICY_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Policy)}
+# Shorter strings are not plausible keys, and masking them would garble whole messages.
+_MIN_SECRET = 4
 
 
 @dataclass(frozen=True)
@@ -102,12 +102,26 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
     if policy is not None and ("TIMEOUT" not in raw or "timeout" in kwargs):
         _check_deadline(policy, kwargs, problems)
     # Validation messages echo the offending value, and a key pasted into the wrong setting
-    # would be echoed with them. A malformed key is still a secret: as a header value,
-    # secrets_of knows it stripped and escaped too.
+    # would be echoed with them. A malformed key is still a secret: a stray space or newline
+    # around it must not let the rest through.
     keys = (raw.get("API_KEY"), environ.get(ENV_KEY))
-    secrets = secrets_of(None, *({"x-api-key": key} for key in keys if isinstance(key, (str, bytes))))
+    forms = {form for key in keys for form in _secret_forms(key) if len(form) >= _MIN_SECRET}
+    secrets = sorted(forms, key=len, reverse=True)  # a form that holds another goes whole
     clean = tuple(Problem(p.code, _redact(p.msg, secrets), _redact(p.hint, secrets)) for p in problems)
     return SumeSettings(kwargs, policy, retry_budget, clean)
+
+
+def _secret_forms(value: Any) -> Iterator[str]:
+    """A key as a message may show it: raw and stripped, each also as ``!r`` escapes it.
+
+    Not ``secrets_of``'s header rules: those leave out a bytearray and a key shorter than
+    ``MIN_SECRET``, which a setting's message would still echo."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("latin-1")
+    if isinstance(value, str):
+        for form in (value, value.strip()):
+            yield form
+            yield repr(form)[1:-1]
 
 
 def setting_name(key: Any) -> str:

@@ -99,7 +99,8 @@ class RedisFleet(StoreFleet):
                         initial_window=initial_window, retry_budget=retry_budget, ttl=ttl, backoff=backoff,
                         max_backoff=max_backoff)
         super().__init__(settings, clock=clock, wall=time.time, rng=rng)
-        _instances.add(self)
+        with _flusher._lock:
+            _instances.add(self)
 
     def _after_fork(self) -> None:
         """Connections, scripts and lessons told late of this process."""
@@ -365,6 +366,8 @@ class _Flusher:
 
     def _after_fork(self) -> None:
         """No thread yet (again in a forked child: threads do not cross a fork)."""
+        # Also guards adding to _instances: a WeakSet listed while another thread adds to it
+        # raises RuntimeError, which would end the thread.
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -386,12 +389,17 @@ class _Flusher:
             # Cleared before the look at what is due: a lesson kept after it wakes the next wait.
             self._wake.clear()
             due = math.inf
-            for fleet in list(_instances):
+            for fleet in self.fleets():
                 try:
                     due = min(due, fleet._flush_due(time.monotonic()))
                 except Exception:  # a bug here must not end the thread every fleet relies on
                     log.exception("telling Redis the lessons told late failed")
             self._wake.wait(None if due == math.inf else max(0.0, due - time.monotonic()))
+
+    def fleets(self) -> List[RedisFleet]:
+        """Every RedisFleet of this process now."""
+        with self._lock:
+            return list(_instances)
 
 
 _flusher = _Flusher()
@@ -402,7 +410,7 @@ def _tell_at_exit() -> None:
     """What this process learned and has not told Redis yet, before it goes (fail-open, bounded
     by ``timeout`` per key; once Redis fails the rest is dropped)."""
     _fork.check()  # a child forked without at-fork hooks holds its parent's lessons: they are not its own
-    for fleet in list(_instances):
+    for fleet in _flusher.fleets():
         fleet._flush_due(math.inf)  # one call per key, dropped once Redis fails
 
 

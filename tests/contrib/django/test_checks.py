@@ -17,6 +17,7 @@ from urllib3 import Timeout
 
 from sume_urllib3.contrib.django import get_session
 from sume_urllib3.contrib.django.checks import CHECK_IDS, check_settings
+from sume_urllib3.contrib.django.conf import resolve
 
 from .settings import API_KEY
 
@@ -363,6 +364,25 @@ def test_the_api_key_never_appears_in_check_output(
         for message in messages:
             assert secret not in message.msg
             assert secret not in (message.hint or "")
+    assert "***" in text
+
+
+@pytest.mark.parametrize(
+    ("api_key", "pasted"),
+    [
+        ("sk_x1", "sk_x1"),  # a short key, as test keys are
+        (bytearray(b"sk_live_BYTES_42"), "sk_live_BYTES_42"),
+        ("sk_live\tTAB_42\n", "sk_live\tTAB_42"),  # malformed, pasted elsewhere stripped
+    ],
+    ids=["short", "bytearray", "stripped-with-escapes"],
+)
+def test_a_key_in_any_form_is_never_echoed_by_another_setting(api_key: Any, pasted: str) -> None:
+    """Validation echoes a value (its repr), so every form of the key is masked in every message."""
+    problems = resolve({"API_KEY": api_key, "MAX_RETRIES": pasted, "TIMEOUT": pasted}, {}).problems
+    assert {"E003", "E004"} <= {problem.code for problem in problems}
+    text = "\n".join(f"{problem.msg} {problem.hint}" for problem in problems)
+    for shown in (pasted, repr(pasted)[1:-1]):
+        assert shown not in text
     assert "***" in text
 
 
