@@ -332,7 +332,8 @@ class StoreFleet:
         if lone and self._is_open(key_id):  # a retry's own wait is its turn
             return Grant(wait=not_before) if not_before else GRANT_NOW
         try:
-            _fork.check()  # before any lock or outage: a parent's belong to the parent
+            if os.getpid() != _fork.pid:  # before any lock or outage: a parent's belong to the parent
+                _fork.check()
             kid = _safe_key_id(key_id) if self._shared else key_id
             floor = not_before if not_before > 0 else 0.0  # NaN or below 0: no floor
             left = max(time_left, 0.0) if time_left == time_left else math.inf  # NaN: no deadline
@@ -381,7 +382,8 @@ class StoreFleet:
             need = release_need(token, code, lesson)
             if need == RELEASE_NEVER:
                 return  # nothing to free, nothing learned: no second transaction
-            _fork.check()
+            if os.getpid() != _fork.pid:
+                _fork.check()
             if self._down_until and self._clock() < self._down_until and not (token and token.entry):
                 return  # the store is failing and there is no in-flight entry to free
             kid = _safe_key_id(key_id) if self._shared else key_id
@@ -601,7 +603,8 @@ class LocalFleet(StoreFleet):
 
     def pace(self, key_id: str) -> Optional[float]:
         """The pace a key is held to now, in requests per second, or None while unknown."""
-        _fork.check()
+        if os.getpid() != _fork.pid:
+            _fork.check()
         key = self._keys.get(key_id)
         if key is None:
             return self._rate
@@ -668,7 +671,8 @@ class LocalFleet(StoreFleet):
         """Every _SWEEP_EVERY lock-free acquires of a key: a look at the clock, and a sweep when due."""
         key.ticks = _SWEEP_EVERY - 1  # counting again, and still marked used
         try:
-            _fork.check()
+            if os.getpid() != _fork.pid:
+                _fork.check()
             now = self._now()
             if now >= self._sweep_at:
                 with self._lock:

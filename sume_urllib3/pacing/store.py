@@ -6,7 +6,8 @@ on one key's state that runs ``step(state, now)`` (the rules of ``sume_urllib3.p
 (RedisFleet's Lua) implements ``_reserve(kid, retry, not_before, time_left, rand) -> Turn``
 (``_core.acquire``) and ``_learn(kid, turn, status, lesson, need) -> bool`` (``_core.release``;
 True when a cooldown started; ``need`` is :func:`release_need`'s answer: RELEASE_LATER lets a
-store tell it later) instead.
+store tell it later) instead. ``_snapshot()`` (every key's state and the store's clock, read
+without writing) lets ``python -m sume_urllib3 status`` show it.
 The base does the rest once for every store: the Fleet protocol, the grants, what a response
 teaches (:func:`read_response`, a :class:`Lesson`), failing open to local pacing, the reset
 in a forked child, and the counters. The settings checks are the ones the built-in fleets
