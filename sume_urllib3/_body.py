@@ -76,18 +76,14 @@ class PrefixedFP:
         if self._rest:
             return self._take(len(self._rest) if amt is None or amt < 0 else amt)
         self._raise_pending()
-        if amt is None or amt < 0:
-            return bytes(self.inner.read1())
-        return bytes(self.inner.read1(amt))
+        return bytes(self.inner.read1(-1 if amt is None or amt < 0 else amt))
 
     def readinto(self, buffer: Any) -> int:
-        """Fill ``buffer`` from the prefix and the stream."""
         data = self.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
 
     def readable(self) -> bool:
-        """Always readable, like the response it wraps."""
         return True
 
     def flush(self) -> None:
@@ -97,7 +93,6 @@ class PrefixedFP:
             flush()
 
     def fileno(self) -> int:
-        """The wrapped stream's file descriptor."""
         return int(self.inner.fileno())
 
     def close(self) -> None:

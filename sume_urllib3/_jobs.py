@@ -411,10 +411,8 @@ class _Waiting:
 
 def job_id_of(job: Any) -> str:
     """The job id named by ``job`` (an id, a Job or a Response), checked; nothing is sent."""
-    if isinstance(job, Job):
-        return check_job_id(job.id)
-    if isinstance(job, str):
-        return check_job_id(job)
+    if isinstance(job, (Job, str)):
+        return check_job_id(job.id if isinstance(job, Job) else job)
     if not isinstance(job, requests.Response):
         raise ConfigurationError(
             f"job must be a job id (str), a Job or a requests.Response, got {type(job).__name__}"
@@ -422,10 +420,8 @@ def job_id_of(job: Any) -> str:
     doc = _json(job)
     for path in JOB_ID_PATHS:  # the first there, in order
         value = _dig(doc, path)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, (int, str)) and not isinstance(value, bool) and value != "":
             return check_job_id(str(value))
-        if isinstance(value, str) and value:
-            return check_job_id(value)
     request_id = _dig(doc, "data.request_id")
     if isinstance(request_id, str) and request_id.startswith("job_"):
         return check_job_id(request_id)
