@@ -280,14 +280,9 @@ def check_timeout(timeout: Any, name: str = "timeout") -> TimeoutSpec:
 def timeout_limits(timeout: TimeoutSpec) -> Tuple[float, float]:
     """The (connect, read) limits in seconds of a timeout in any form ``check_timeout`` accepts;
     inf: no limit."""
-    if isinstance(timeout, Timeout):
-        # Its parts as given: ``read_timeout`` answers only once a connection has started.
-        connect, read, total = timeout._connect, timeout._read, timeout.total
-    else:
-        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
-        total = None
-    cap = as_seconds(total, math.inf)
-    return min(as_seconds(connect, math.inf), cap), min(as_seconds(read, math.inf), cap)
+    parts = DeadlineTimeout(timeout, math.inf)  # the parts as given, no deadline
+    cap = as_seconds(parts.total, math.inf)
+    return min(as_seconds(parts._connect, math.inf), cap), min(as_seconds(parts._read, math.inf), cap)
 
 
 def _seconds(value: Any) -> bool:
@@ -317,6 +312,7 @@ class DeadlineTimeout(Timeout):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(timeout, Timeout):
+            # Its parts as given: ``read_timeout`` answers only once a connection has started.
             connect, read, total = timeout._connect, timeout._read, timeout.total
         else:
             connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
