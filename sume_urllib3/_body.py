@@ -353,7 +353,7 @@ class StreamWatch:
         self.record = record
         self._broken = broken
         self._report: Optional[Callable[[SumeRecord], None]] = None
-        self._context: Optional[contextvars.Context] = None
+        self._context = contextvars.Context()  # the call's, where ``_report`` runs
         self._ended = False
 
     def report_with(self, report: Callable[[SumeRecord], None]) -> None:
@@ -363,13 +363,12 @@ class StreamWatch:
         the request's context variables (a span their ``on_start`` made current, a logger's
         bound fields) on whichever thread ends the body, and change nothing on that thread.
         """
-        self._report = report
         response = self._response()
         if self._ended or response is None:
             self._ended = True
             report(self.record)
         else:
-            self._context = contextvars.copy_context()
+            self._report, self._context = report, contextvars.copy_context()
             weakref.finalize(response, self.end)
 
     def end(self) -> None:
@@ -380,10 +379,7 @@ class StreamWatch:
         if self._deadline is not None:
             self._deadline.end()
         if self._report is not None:
-            if self._context is not None:
-                self._context.run(self._report, self.record)
-            else:
-                self._report(self.record)
+            self._context.run(self._report, self.record)
 
     def fail(self, error: Exception) -> Exception:
         """The body broke: the give-up to raise, with the failure's record, told to the observers."""
