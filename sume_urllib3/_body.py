@@ -62,9 +62,7 @@ class PrefixedFP:
             if not self._rest:
                 return self._read_inner()  # no concatenation: a drain holds the body once
             head = self._take(len(self._rest))
-            if self._error is not None:
-                self._raise_pending(whole=True)
-            return head + self._read_inner()
+            return head + self._read_inner()  # a pending error raises here, as in http.client
         head = self._take(amt)
         if len(head) < amt and self._error is None:
             more = self._read_inner(amt - len(head))
