@@ -277,9 +277,7 @@ def let_go(raw: Any, limit: int = DRAIN_LIMIT) -> None:
     and hands the connection back at the end) up to ``limit`` bytes; a longer body, or one
     that breaks, closes the connection instead. Either way the pool gets its slot back.
     """
-    if raw is None:
-        return
-    fp = getattr(raw, "_fp", None)
+    fp = getattr(raw, "_fp", None)  # None too when there is no response
     if isinstance(fp, WholeBody):
         # The peek read the whole body: what is left is in memory, and dropping it is the drain.
         fp.close()

@@ -302,9 +302,6 @@ class DeadlineTimeout(Timeout):
     measures time that did not really pass).
     """
 
-    deadline: float
-    clock: Callable[[], float]
-
     def __init__(
         self,
         timeout: TimeoutSpec,
