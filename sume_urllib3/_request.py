@@ -246,16 +246,13 @@ class RequestContext:
                 if request_id:
                     break
         stopped = None  # the attempt whose retry_in stands
+        outcome = Outcome.GAVE_UP if retries else Outcome.NO_RETRY
         if ok:
             outcome = Outcome.RETRIED_OK if retries else Outcome.OK
-            reason = (
-                f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
-                if retries
-                else "succeeded"
-            )
+            word = "retry" if retries == 1 else "retries"
+            reason = f"succeeded after {retries} {word}" if retries else "succeeded"
             retry_in = None
         elif error is not None:
-            outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
             reason = (
                 f"{status_label(status)}: the body failed mid-read ({error})"
                 if status is not None
@@ -264,11 +261,13 @@ class RequestContext:
             # The body broke and the policy had stopped (deadline, counters): a later try may do.
             stopped = tail if tail is not None and tail.decision.verdict is Verdict.STOP else None
         elif last is not None:
-            outcome = _outcome(last.decision.verdict, retries)
-            reason = last.decision.reason
+            verdict, reason = last.decision.verdict, last.decision.reason
+            if verdict is Verdict.FIX or verdict is Verdict.POLL:
+                outcome = Outcome(verdict.value)
+            elif verdict is Verdict.STOP:
+                outcome = Outcome.GAVE_UP  # the policy stopped even the first retry (deadline, cap)
             stopped = last if outcome is Outcome.GAVE_UP else None
         else:
-            outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
             reason = "transport error before any response" if status is None else status_label(status)
         if stopped is not None and stopped.retry_in is not None:
             retry_in = max(stopped.retry_in - (now - stopped.at), 0.0)
@@ -319,16 +318,6 @@ def body_refusal(method: Optional[str], replayable: bool, lone: bool = False) ->
     if not replayable:
         return "the request body cannot be replayed (a generator or a stream without seek)"
     return None
-
-
-def _outcome(verdict: Verdict, retries: int) -> Outcome:
-    if verdict is Verdict.FIX:
-        return Outcome.FIX
-    if verdict is Verdict.POLL:
-        return Outcome.POLL
-    if verdict is Verdict.NO_RETRY and retries == 0:
-        return Outcome.NO_RETRY
-    return Outcome.GAVE_UP
 
 
 #: The context of the logical request this thread is sending, if any.

@@ -8,7 +8,7 @@ import math
 import re
 import ssl
 import time
-from typing import Any, Callable, Collection, Dict, Iterable, NoReturn, Optional, Tuple
+from typing import Any, Callable, Collection, Dict, Iterable, Optional, Tuple
 
 import requests
 from urllib3.exceptions import MaxRetryError, ResponseError
@@ -94,7 +94,32 @@ class SumeRetry(Retry):
         observers: Iterable[Any] = (),
         **retry_kwargs: Any,
     ) -> None:
-        policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
+        if args and isinstance(args[0], Policy):
+            if policy is not None:
+                raise ConfigurationError("give the policy once: positionally or as policy=")
+            policy, args = args[0], args[1:]
+        elif args and args[0] is not None and not isinstance(args[0], int):  # nor urllib3's total
+            raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
+        positional = _retry_parameters()
+        if len(args) > len(positional):
+            raise ConfigurationError(
+                f"SumeRetry takes at most {len(positional)} urllib3 arguments by position"
+            )
+        for name, value in zip(positional, args):
+            if name in retry_kwargs:
+                raise ConfigurationError(f"SumeRetry got {name} by position and by name")
+            retry_kwargs[name] = value
+        if policy is None:
+            policy = DEFAULT_POLICY
+        elif not isinstance(policy, Policy):
+            raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
+        for name, given in (("sleep", sleep), ("clock", clock)):
+            if given is not None and not callable(given):
+                raise ConfigurationError(f"{name} must be callable")
+        if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
+            raise ConfigurationError("retry_budget must be a RetryBudget or None")
+        check_rng(rng)
+        policy = _absorb_urllib3_arguments(policy, retry_kwargs)
         redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
@@ -217,8 +242,7 @@ class SumeRetry(Retry):
     def get_backoff_time(self) -> float:
         """The wait ``increment`` decided (backoff, Retry-After or the fleet's pace) for the retry
         this object was made for (0.0 for any other object)."""
-        wait = self._sume_wait
-        return wait if wait is not None else 0.0
+        return self._sume_wait or 0.0
 
     def get_retry_after(self, response: Any) -> Optional[float]:
         """Retry-After in seconds (from the response's own Date for an HTTP-date), or None; never
@@ -314,45 +338,33 @@ class SumeRetry(Retry):
                 new, attempt = None, _stop(attempt, "the deadline passed while the rest of its body was read")
         context.add(attempt)
         if new is None:
-            self._give_up(context, attempt, url, raw, error, _pool, _stacktrace)
+            # No retry: tell urllib3 to hand the response back, or to raise. A give-up after
+            # retries (or on urllib3's own counters) follows ``raise_on_status``, as urllib3's does;
+            # a refusal of the first response is the answer itself, and so is a 413/429/503 with
+            # Retry-After (not in ``status_forcelist``) out of retries, as in urllib3. A transport
+            # error not resent is raised itself, so requests maps it as without retries.
+            decision = attempt.decision
+            if error is None:
+                status, forced = status_of(raw), self.status_forcelist
+                paced = (
+                    status in self.RETRY_AFTER_STATUS_CODES
+                    and not (forced and status in forced)
+                    and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
+                )
+                counted_out = decision.reason.endswith(COUNTERS_OUT)
+                given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
+                context.refuse(self, raise_now=given_up and not paced)
+                raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
+            if decision.verdict is Verdict.STOP and (
+                self._is_connection_error(error) or context.adapter is None
+            ):
+                raise MaxRetryError(_pool, redact_url(url), error) from error  # out of retries, as urllib3
+            raise error.with_traceback(_stacktrace)
         context.next_wait = new._sume_wait = wait  # what sleep and get_backoff_time answer
         if context.adapter is None:
             new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
         self.announce_retry(context, policy, attempt, method)
         return new
-
-    def _give_up(
-        self,
-        context: RequestContext,
-        attempt: Attempt,
-        url: Optional[str],
-        raw: Any,
-        error: Optional[Exception],
-        _pool: Any,
-        _stacktrace: Any,
-    ) -> NoReturn:
-        """No retry: raise what tells urllib3 to hand the response back, or to raise.
-
-        A give-up after retries (or on urllib3's own counters) follows ``raise_on_status``, as
-        urllib3's does; a refusal of the first response is the answer itself, and so is a
-        413/429/503 with Retry-After (not in ``status_forcelist``) out of retries, as in urllib3.
-        A transport error not resent is raised itself, so requests maps it as without retries.
-        """
-        decision = attempt.decision
-        if error is None:
-            status, forced = status_of(raw), self.status_forcelist
-            paced = (
-                status in self.RETRY_AFTER_STATUS_CODES
-                and not (forced and status in forced)
-                and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
-            )
-            counted_out = decision.reason.endswith(COUNTERS_OUT)
-            given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
-            context.refuse(self, raise_now=given_up and not paced)
-            raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
-        if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
-            raise MaxRetryError(_pool, redact_url(url), error) from error  # out of retries, as urllib3
-        raise error.with_traceback(_stacktrace)
 
     def _redirect(
         self, method: Optional[str], url: Optional[str], raw: Any, _pool: Any, _stacktrace: Any
@@ -542,46 +554,6 @@ def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attem
     if retry_in is None:
         retry_in = attempt.decision.wait
     return attempt._replace(decision=decision, retry_in=retry_in)
-
-
-def _checked_policy(
-    args: Any,
-    policy: Optional[Policy],
-    sleep: Any,
-    clock: Any,
-    rng: Any,
-    retry_budget: Any,
-    kwargs: Dict[str, Any],
-) -> Policy:
-    """The policy to carry out, every argument checked, urllib3's own placed and absorbed.
-
-    ``SumeRetry(Policy(...), ...)`` gives the policy first; anything else first is urllib3's
-    ``total`` (``Retry(3)``, ``Retry(0, read=False)``), and the rest follow urllib3's order.
-    """
-    if args and isinstance(args[0], Policy):
-        if policy is not None:
-            raise ConfigurationError("give the policy once: positionally or as policy=")
-        policy, args = args[0], args[1:]
-    elif args and args[0] is not None and not isinstance(args[0], int):  # nor urllib3's total
-        raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
-    positional = _retry_parameters()
-    if len(args) > len(positional):
-        raise ConfigurationError(f"SumeRetry takes at most {len(positional)} urllib3 arguments by position")
-    for name, value in zip(positional, args):
-        if name in kwargs:
-            raise ConfigurationError(f"SumeRetry got {name} by position and by name")
-        kwargs[name] = value
-    if policy is None:
-        policy = DEFAULT_POLICY
-    elif not isinstance(policy, Policy):
-        raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-    for name, given in (("sleep", sleep), ("clock", clock)):
-        if given is not None and not callable(given):
-            raise ConfigurationError(f"{name} must be callable")
-    if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
-        raise ConfigurationError("retry_budget must be a RetryBudget or None")
-    check_rng(rng)
-    return _absorb_urllib3_arguments(policy, kwargs)
 
 
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
