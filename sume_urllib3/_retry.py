@@ -298,13 +298,30 @@ class SumeRetry(Retry):
         the rest of the old body is read.
         """
         raw = response.raw if isinstance(response, requests.Response) else response  # responses 0.21's
-        if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
-            return self._redirect(method, url, raw, _pool, _stacktrace)
         if error is None and raw is None:  # a bare count: urllib3's own rules apply
             return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         if error is not None and self.total is False:
             raise error.with_traceback(_stacktrace)
-        context = self._joined() or self._lone_request(method, url)
+        context = self._joined()
+        if context is None:  # a lone retry's request, at its first failure: the deadline counts from now
+            now = self.timer()
+            context = RequestContext(
+                now(), now=now, policy=self.policy, method=(method or "").upper(), url=url or ""
+            )
+            context.hops = 1
+        if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
+            # A redirect urllib3 follows itself, counted by its rules, unless it would send a body
+            # this request cannot send again (a 307/308).
+            why = redirect_refusal(
+                method or context.method, status_of(raw), context.replayable, context.adapter is None
+            )
+            if why is not None:
+                context.refuse(self, raise_now=True)
+                raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
+            hop = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
+            if context.adapter is None:
+                hop._sume_request = context  # the hop after the redirect continues this request
+            return hop
         if context.grant is not None:
             context.end_turn(status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
         policy = context.policy or self.policy
@@ -365,33 +382,6 @@ class SumeRetry(Retry):
             new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
         self.announce_retry(context, policy, attempt, method)
         return new
-
-    def _redirect(
-        self, method: Optional[str], url: Optional[str], raw: Any, _pool: Any, _stacktrace: Any
-    ) -> SumeRetry:
-        """A redirect urllib3 follows itself, counted by its rules; one that would send a body this
-        request cannot send again (a 307/308) is refused with ``MaxRetryError`` naming both."""
-        context = self._joined() or self._lone_request(method, url)
-        why = redirect_refusal(
-            method or context.method, status_of(raw), context.replayable, context.adapter is None
-        )
-        if why is not None:
-            context.refuse(self, raise_now=True)
-            raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
-        new = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
-        assert isinstance(new, SumeRetry)  # made by self.new
-        if context.adapter is None:
-            new._sume_request = context  # the hop after the redirect continues this request
-        return new
-
-    def _lone_request(self, method: Optional[str], url: Optional[str]) -> RequestContext:
-        """A lone retry's request, at its first failure: the deadline counts from now."""
-        now = self.timer()
-        context = RequestContext(
-            now(), now=now, policy=self.policy, method=(method or "").upper(), url=url or ""
-        )
-        context.hops = 1
-        return context
 
     def refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
         """Why this request may not be sent again (its method, its key, its body, ``allowed_methods``),
