@@ -150,9 +150,8 @@ class RequestContext:
             self.retries += 1
 
     def refuse(self, by: Any, *, raise_now: bool) -> None:
-        """Note that the retry ``by`` refused the response, and whether urllib3 must raise: the
-        answer to ``by.raise_on_status`` (``by`` may be a template other threads share), made
-        current for a lone retry's request (an adapter's is current already)."""
+        """Note that the retry ``by`` refused the response, and whether ``by.raise_on_status`` is
+        to say raise; made current for a lone retry's request (an adapter's is current already)."""
         if self.adapter is None:
             current.set(self)
         self.raised_by, self.raise_now = by, raise_now

@@ -49,9 +49,9 @@ class SumeRetry(Retry):
     time, idempotency key and whether its body can be replayed), or alone on any
     ``HTTPAdapter`` or ``PoolManager``, where a method with a body (POST, PUT, PATCH) is
     never resent and the deadline counts from the first failure. Error responses not retried
-    are returned; giving up after at least one retry raises ``MaxRetryError`` when
-    ``raise_on_status`` (the default, as in urllib3), but a 413/429/503 with Retry-After out of
-    retries is returned, as urllib3 returns it.
+    are returned; giving up after at least one retry, or on urllib3's counters, raises
+    ``MaxRetryError`` when ``raise_on_status`` (the default, as in urllib3), but a 413/429/503
+    with Retry-After out of retries is returned, as urllib3 returns it.
 
     :param args: by position, as urllib3 takes them: ``SumeRetry(3)`` is ``total=3`` and
         the rest follow urllib3's order; a :class:`Policy` may come first instead
@@ -94,12 +94,10 @@ class SumeRetry(Retry):
         observers: Iterable[Any] = (),
         **retry_kwargs: Any,
     ) -> None:
-        if args and isinstance(args[0], Policy):
+        if args and not (args[0] is None or isinstance(args[0], int)):  # the policy, not urllib3's total
             if policy is not None:
                 raise ConfigurationError("give the policy once: positionally or as policy=")
             policy, args = args[0], args[1:]
-        elif args and args[0] is not None and not isinstance(args[0], int):  # nor urllib3's total
-            raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
         positional = _retry_parameters()
         if len(args) > len(positional):
             raise ConfigurationError(
@@ -137,12 +135,10 @@ class SumeRetry(Retry):
 
     @property
     def raise_on_status(self) -> bool:
-        """Whether giving up raises ``MaxRetryError`` (else the last response is returned).
+        """Whether giving up raises ``MaxRetryError`` (else the last response is returned), as set.
 
-        As set (True by default). urllib3 reads it on the object whose ``increment`` just
-        refused, which may be a shared template: the answer for that refusal sits in this
-        thread's request, and a refusal that is the answer itself (the first response, one the
-        policy does not retry, a Retry-After status out of retries) is returned.
+        urllib3 reads it on the object whose ``increment`` just refused, which may be a shared
+        template: the answer for that refusal sits in this thread's request.
         """
         if not self._raise_on_give_up:
             return False  # an adapter's retry: the adapter raises the give-up itself
@@ -355,11 +351,8 @@ class SumeRetry(Retry):
                 new, attempt = None, _stop(attempt, "the deadline passed while the rest of its body was read")
         context.add(attempt)
         if new is None:
-            # No retry: tell urllib3 to hand the response back, or to raise. A give-up after
-            # retries (or on urllib3's own counters) follows ``raise_on_status``, as urllib3's does;
-            # a refusal of the first response is the answer itself, and so is a 413/429/503 with
-            # Retry-After (not in ``status_forcelist``) out of retries, as in urllib3. A transport
-            # error not resent is raised itself, so requests maps it as without retries.
+            # No retry: urllib3 hands the response back or raises, as the class docstring says; a
+            # transport error not resent is raised itself, so requests maps it as without retries.
             decision = attempt.decision
             if error is None:
                 status, forced = status_of(raw), self.status_forcelist
