@@ -197,28 +197,22 @@ class SumeRetry(Retry):
         Added: a status the policy has a retry row for, and, without a ``status_forcelist``
         and with ``Policy.trust_body``, every error status (its body may make it a retry).
         """
-        forced = self.status_forcelist
+        forcelist = self.status_forcelist
+        forced = status_code in forcelist if forcelist else False
         if status_code in (307, 308) and self._joined() is None and (method or "").upper() in BODY_METHODS:
             # requests follows redirects itself (urllib3's redirect=False) and would resend a
             # body this retry cannot see: increment refuses it (see redirect_refusal).
             return True
-        if (
-            status_code < 400
-            and not (forced and status_code in forced)
-            and status_code not in self.RETRY_AFTER_STATUS_CODES
-        ):
+        if status_code < 400 and not forced and status_code not in self.RETRY_AFTER_STATUS_CODES:
             return False  # a success or redirect: asked on every response, answered first
         if self.refusal(self._joined() or _FRESH, method) is not None:
             return False  # a method that may not be resent
-        if (forced and status_code in forced) or (
-            status_code >= 400 and not forced and self.policy.trust_body
-        ):
+        if forced or (status_code >= 400 and not forcelist and self.policy.trust_body):
             return True
         if any(rule.status == status_code and rule.verdict is Verdict.RETRY for rule in self.policy.rules):
             return True
         return bool(
-            self.total is not False
-            and (self.total is None or self.total)
+            (self.total is None or self.total)  # None: no limit; False or 0: none left
             and self.respect_retry_after_header
             and has_retry_after
             and status_code in self.RETRY_AFTER_STATUS_CODES
@@ -405,9 +399,8 @@ class SumeRetry(Retry):
         envelope = _NO_HINTS
         if status >= 400:
             prefix, decoded = peek_body(raw, policy.peek_limit, lambda: context.now() >= context.deadline)
-            headers = getattr(raw, "headers", None)
             envelope = parse_envelope(
-                headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False
+                getattr(raw, "headers", None), prefix, limit=policy.peek_limit, decoded=decoded, message=False
             )
         # Measured after the peek: reading a slow body is part of the elapsed time.
         now = context.now()
