@@ -314,12 +314,11 @@ class SumeRetry(Retry):
             return hop
         if context.grant is not None:
             context.end_turn(status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
-        policy = context.policy or self.policy
         if error is not None:
-            attempt = self.decide_error(context, policy, method, error)
+            attempt = self.decide_error(context, method, error)
         else:
             try:
-                attempt = self.decide_response(context, raw, method, policy)
+                attempt = self.decide_response(context, raw, method)
             except Exception:  # a bug here must not leak the connection or the response
                 log.exception("failed to decide on a response; not retrying")
                 decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
@@ -367,7 +366,7 @@ class SumeRetry(Retry):
         context.next_wait = new._sume_wait = wait  # what sleep and get_backoff_time answer
         if context.adapter is None:
             new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
-        self.announce_retry(context, policy, attempt, method)
+        self.announce_retry(context, attempt, method)
         return new
 
     def refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
@@ -385,16 +384,10 @@ class SumeRetry(Retry):
             return f"{verb} is not in allowed_methods"  # narrowed (SumeRetry made it a frozenset)
         return refusal
 
-    def decide_response(
-        self,
-        context: RequestContext,
-        raw: Any,
-        method: Optional[str] = None,
-        policy: Optional[Policy] = None,
-    ) -> Attempt:
+    def decide_response(self, context: RequestContext, raw: Any, method: Optional[str] = None) -> Attempt:
         """Peek at an error body and ask the policy what to do about this attempt; a retry the
         request cannot take (see :meth:`refusal`) becomes NO_RETRY."""
-        policy = policy or context.policy or self.policy
+        policy = context.policy or self.policy
         status = status_of(raw) or 0
         envelope = _NO_HINTS
         if status >= 400:
@@ -419,10 +412,9 @@ class SumeRetry(Retry):
             status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
         )
 
-    def decide_error(
-        self, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
-    ) -> Attempt:
+    def decide_error(self, context: RequestContext, method: Optional[str], error: Exception) -> Attempt:
         """What the policy says of a transport error (connect, read, a refused tunnel)."""
+        policy = context.policy or self.policy
         now = context.now()
         refused_with = tunnel_status(error)
         if refused_with is not None:
@@ -456,7 +448,7 @@ class SumeRetry(Retry):
         )
 
     def resend_broken_body(
-        self, context: RequestContext, policy: Policy, error: Exception, rewind: Callable[[], bool]
+        self, context: RequestContext, error: Exception, rewind: Callable[[], bool]
     ) -> bool:
         """A body that broke mid-read after urllib3 handed the response back: resend it?
 
@@ -465,7 +457,7 @@ class SumeRetry(Retry):
         file body back, False when it cannot), the retry budget and the fleet's turn. Records
         the attempt; on a resend the wait is in ``context.next_wait`` for :meth:`sleep`.
         """
-        attempt = self.decide_error(context, policy, context.method, error)
+        attempt = self.decide_error(context, context.method, error)
         retry = attempt.decision.retry
         if retry and any(
             c is False or (type(c) is int and context.retries >= c) for c in (self.total, self.read)
@@ -482,12 +474,10 @@ class SumeRetry(Retry):
             context.next_wait = turn.wait
         context.add(attempt)
         if retry:
-            self.announce_retry(context, policy, attempt, context.method)
+            self.announce_retry(context, attempt, context.method)
         return retry
 
-    def announce_retry(
-        self, context: RequestContext, policy: Policy, attempt: Attempt, method: Optional[str]
-    ) -> None:
+    def announce_retry(self, context: RequestContext, attempt: Attempt, method: Optional[str]) -> None:
         """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
         decision, wait = attempt.decision, context.next_wait or 0.0
         if self.observers:
@@ -497,7 +487,7 @@ class SumeRetry(Retry):
                 method=(method or context.method or "").upper(),
                 url=context.shown_url,
                 attempt=context.retries,
-                max_retries=policy.max_retries,
+                max_retries=(context.policy or self.policy).max_retries,
                 wait=wait,
                 wait_source="pace" if longer else decision.source or "backoff",
                 status=attempt.status,
