@@ -6,6 +6,7 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import time
@@ -128,19 +129,16 @@ class RequestContext:
         self.key = key
         if body is None or isinstance(body, (bytes, bytearray, str)):
             return key  # sent whole every time
-        if not (isinstance(body, io.IOBase) or hasattr(body, "read")):
-            self.replayable = False  # generators and other iterables are consumed by the first send
-            return key
-        try:
-            if hasattr(body, "seekable"):
-                replayable = bool(body.seekable())
-            else:
-                replayable = hasattr(body, "tell") and hasattr(body, "seek")
-            if replayable and hasattr(body, "tell"):
-                self.body_pos = body.tell()  # where a file body starts, to send it whole again
-        except Exception:
-            replayable = False
-        self.replayable = replayable
+        self.replayable = False  # until a file shows it can: generators are consumed by the first send
+        if isinstance(body, io.IOBase) or hasattr(body, "read"):
+            with contextlib.suppress(Exception):  # a file that fails to say is not sent twice
+                if hasattr(body, "seekable"):
+                    replayable = bool(body.seekable())
+                else:
+                    replayable = hasattr(body, "tell") and hasattr(body, "seek")
+                if replayable and hasattr(body, "tell"):
+                    self.body_pos = body.tell()  # where a file body starts, to send it whole again
+                self.replayable = replayable
         return key
 
     def add(self, attempt: Attempt) -> None:
