@@ -177,9 +177,7 @@ class SumeRetry(Retry):
         for name in _PORTABLE_EXTRAS:
             if name not in _retry_parameters() and hasattr(self, name):
                 kw.setdefault(name, getattr(self, name))
-        new = super().new(**kw)
-        assert isinstance(new, SumeRetry)
-        return new
+        return super().new(**kw)
 
     def __repr__(self) -> str:
         """urllib3's repr (its five counters, in its order), then ``other`` and the policy's caps."""
