@@ -298,8 +298,7 @@ class SumeRetry(Retry):
             )
             context.hops = 1
         if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
-            # A redirect urllib3 follows itself, counted by its rules, unless it would send a body
-            # this request cannot send again (a 307/308).
+            # urllib3 follows a redirect itself (its counters), unless it resends a body it cannot (307/308).
             why = redirect_refusal(
                 method or context.method, status_of(raw), context.replayable, context.adapter is None
             )
@@ -344,7 +343,6 @@ class SumeRetry(Retry):
         if new is None:
             # No retry: urllib3 hands the response back or raises, as the class docstring says; a
             # transport error not resent is raised itself, so requests maps it as without retries.
-            decision = attempt.decision
             if error is None:
                 status, forced = status_of(raw), self.status_forcelist
                 paced = (
@@ -352,11 +350,11 @@ class SumeRetry(Retry):
                     and not (forced and status in forced)
                     and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
                 )
-                counted_out = decision.reason.endswith(COUNTERS_OUT)
-                given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
+                counted_out = attempt.decision.reason.endswith(COUNTERS_OUT)
+                given_up = attempt.decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
                 context.refuse(self, raise_now=given_up and not paced)
-                raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
-            if decision.verdict is Verdict.STOP and (
+                raise MaxRetryError(_pool, redact_url(url), ResponseError(attempt.decision.reason))
+            if attempt.decision.verdict is Verdict.STOP and (
                 self._is_connection_error(error) or context.adapter is None
             ):
                 raise MaxRetryError(_pool, redact_url(url), error) from error  # out of retries, as urllib3
