@@ -54,7 +54,9 @@ class Rule:
         if isinstance(self.status, bool) or not isinstance(self.status, int):
             raise ConfigurationError(f"rules: status must be an int, got {self.status!r}")
         if not 100 <= self.status <= 599:
-            raise ConfigurationError(f"rules: status {self.status} is not an HTTP status (100 to 599)")
+            raise ConfigurationError(
+                f"rules: status {self.status} is not an HTTP status (must be 100 to 599)"
+            )
         if self.code is not None and not isinstance(self.code, str):
             raise ConfigurationError(f"rules: code must be a str or ANY, got {self.code!r}")
         if self.code is not None and self.code.lower() == "any":
