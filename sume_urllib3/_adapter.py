@@ -365,7 +365,7 @@ class SumeAdapter(HTTPAdapter):
                 # A body that cannot be decoded comes the same way again: recorded, not resent.
                 undecodable = isinstance(exc, requests.exceptions.ContentDecodingError)
                 rewind = functools.partial(_rewind, request.body, context.body_pos)
-                if undecodable or not self.retry.resend_broken_body(context, policy, exc, rewind):
+                if undecodable or not self.retry.resend_broken_body(context, exc, rewind):
                     self._broke(context, request, response, exc)
                 response.close()
                 broken = exc

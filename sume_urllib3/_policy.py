@@ -176,8 +176,7 @@ class Policy:
     def backoff(self, attempt: int, rng: RandomSource = None) -> float:
         """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""
         ceiling = min(self.backoff_max, self.backoff_base * 2.0 ** min(max(attempt, 0), 64))
-        low, high = self.jitter
-        return ceiling * uniform(rng, low, high)
+        return ceiling * uniform(rng, *self.jitter)
 
     def decide(
         self,

@@ -6,6 +6,7 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import time
@@ -128,19 +129,16 @@ class RequestContext:
         self.key = key
         if body is None or isinstance(body, (bytes, bytearray, str)):
             return key  # sent whole every time
-        if not (isinstance(body, io.IOBase) or hasattr(body, "read")):
-            self.replayable = False  # generators and other iterables are consumed by the first send
-            return key
-        try:
-            if hasattr(body, "seekable"):
-                replayable = bool(body.seekable())
-            else:
-                replayable = hasattr(body, "tell") and hasattr(body, "seek")
-            if replayable and hasattr(body, "tell"):
-                self.body_pos = body.tell()  # where a file body starts, to send it whole again
-        except Exception:
-            replayable = False
-        self.replayable = replayable
+        self.replayable = False  # until a file shows it can: generators are consumed by the first send
+        if isinstance(body, io.IOBase) or hasattr(body, "read"):
+            with contextlib.suppress(Exception):  # a file that fails to say is not sent twice
+                if hasattr(body, "seekable"):
+                    replayable = bool(body.seekable())
+                else:
+                    replayable = hasattr(body, "tell") and hasattr(body, "seek")
+                if replayable and hasattr(body, "tell"):
+                    self.body_pos = body.tell()  # where a file body starts, to send it whole again
+                self.replayable = replayable
         return key
 
     def add(self, attempt: Attempt) -> None:
@@ -150,9 +148,8 @@ class RequestContext:
             self.retries += 1
 
     def refuse(self, by: Any, *, raise_now: bool) -> None:
-        """Note that the retry ``by`` refused the response, and whether urllib3 must raise: the
-        answer to ``by.raise_on_status`` (``by`` may be a template other threads share), made
-        current for a lone retry's request (an adapter's is current already)."""
+        """Note that the retry ``by`` refused the response, and whether ``by.raise_on_status`` is
+        to say raise; made current for a lone retry's request (an adapter's is current already)."""
         if self.adapter is None:
             current.set(self)
         self.raised_by, self.raise_now = by, raise_now
@@ -246,16 +243,13 @@ class RequestContext:
                 if request_id:
                     break
         stopped = None  # the attempt whose retry_in stands
+        outcome = Outcome.GAVE_UP if retries else Outcome.NO_RETRY
         if ok:
             outcome = Outcome.RETRIED_OK if retries else Outcome.OK
-            reason = (
-                f"succeeded after {retries} {'retry' if retries == 1 else 'retries'}"
-                if retries
-                else "succeeded"
-            )
+            word = "retry" if retries == 1 else "retries"
+            reason = f"succeeded after {retries} {word}" if retries else "succeeded"
             retry_in = None
         elif error is not None:
-            outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
             reason = (
                 f"{status_label(status)}: the body failed mid-read ({error})"
                 if status is not None
@@ -264,11 +258,13 @@ class RequestContext:
             # The body broke and the policy had stopped (deadline, counters): a later try may do.
             stopped = tail if tail is not None and tail.decision.verdict is Verdict.STOP else None
         elif last is not None:
-            outcome = _outcome(last.decision.verdict, retries)
-            reason = last.decision.reason
+            verdict, reason = last.decision.verdict, last.decision.reason
+            if verdict is Verdict.FIX or verdict is Verdict.POLL:
+                outcome = Outcome(verdict.value)
+            elif verdict is Verdict.STOP:
+                outcome = Outcome.GAVE_UP  # the policy stopped even the first retry (deadline, cap)
             stopped = last if outcome is Outcome.GAVE_UP else None
         else:
-            outcome = Outcome.NO_RETRY if retries == 0 else Outcome.GAVE_UP
             reason = "transport error before any response" if status is None else status_label(status)
         if stopped is not None and stopped.retry_in is not None:
             retry_in = max(stopped.retry_in - (now - stopped.at), 0.0)
@@ -319,16 +315,6 @@ def body_refusal(method: Optional[str], replayable: bool, lone: bool = False) ->
     if not replayable:
         return "the request body cannot be replayed (a generator or a stream without seek)"
     return None
-
-
-def _outcome(verdict: Verdict, retries: int) -> Outcome:
-    if verdict is Verdict.FIX:
-        return Outcome.FIX
-    if verdict is Verdict.POLL:
-        return Outcome.POLL
-    if verdict is Verdict.NO_RETRY and retries == 0:
-        return Outcome.NO_RETRY
-    return Outcome.GAVE_UP
 
 
 #: The context of the logical request this thread is sending, if any.

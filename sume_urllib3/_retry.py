@@ -8,7 +8,7 @@ import math
 import re
 import ssl
 import time
-from typing import Any, Callable, Collection, Dict, Iterable, NoReturn, Optional, Tuple
+from typing import Any, Callable, Collection, Dict, Iterable, Optional, Tuple
 
 import requests
 from urllib3.exceptions import MaxRetryError, ResponseError
@@ -49,9 +49,9 @@ class SumeRetry(Retry):
     time, idempotency key and whether its body can be replayed), or alone on any
     ``HTTPAdapter`` or ``PoolManager``, where a method with a body (POST, PUT, PATCH) is
     never resent and the deadline counts from the first failure. Error responses not retried
-    are returned; giving up after at least one retry raises ``MaxRetryError`` when
-    ``raise_on_status`` (the default, as in urllib3), but a 413/429/503 with Retry-After out of
-    retries is returned, as urllib3 returns it.
+    are returned; giving up after at least one retry, or on urllib3's counters, raises
+    ``MaxRetryError`` when ``raise_on_status`` (the default, as in urllib3), but a 413/429/503
+    with Retry-After out of retries is returned, as urllib3 returns it.
 
     :param args: by position, as urllib3 takes them: ``SumeRetry(3)`` is ``total=3`` and
         the rest follow urllib3's order; a :class:`Policy` may come first instead
@@ -94,7 +94,30 @@ class SumeRetry(Retry):
         observers: Iterable[Any] = (),
         **retry_kwargs: Any,
     ) -> None:
-        policy = _checked_policy(args, policy, sleep, clock, rng, retry_budget, retry_kwargs)
+        if args and not (args[0] is None or isinstance(args[0], int)):  # the policy, not urllib3's total
+            if policy is not None:
+                raise ConfigurationError("give the policy once: positionally or as policy=")
+            policy, args = args[0], args[1:]
+        positional = _retry_parameters()
+        if len(args) > len(positional):
+            raise ConfigurationError(
+                f"SumeRetry takes at most {len(positional)} urllib3 arguments by position"
+            )
+        for name, value in zip(positional, args):
+            if name in retry_kwargs:
+                raise ConfigurationError(f"SumeRetry got {name} by position and by name")
+            retry_kwargs[name] = value
+        if policy is None:
+            policy = DEFAULT_POLICY
+        elif not isinstance(policy, Policy):
+            raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
+        for name, given in (("sleep", sleep), ("clock", clock)):
+            if given is not None and not callable(given):
+                raise ConfigurationError(f"{name} must be callable")
+        if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
+            raise ConfigurationError("retry_budget must be a RetryBudget or None")
+        check_rng(rng)
+        policy = _absorb_urllib3_arguments(policy, retry_kwargs)
         redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
@@ -112,12 +135,10 @@ class SumeRetry(Retry):
 
     @property
     def raise_on_status(self) -> bool:
-        """Whether giving up raises ``MaxRetryError`` (else the last response is returned).
+        """Whether giving up raises ``MaxRetryError`` (else the last response is returned), as set.
 
-        As set (True by default). urllib3 reads it on the object whose ``increment`` just
-        refused, which may be a shared template: the answer for that refusal sits in this
-        thread's request, and a refusal that is the answer itself (the first response, one the
-        policy does not retry, a Retry-After status out of retries) is returned.
+        urllib3 reads it on the object whose ``increment`` just refused, which may be a shared
+        template: the answer for that refusal sits in this thread's request.
         """
         if not self._raise_on_give_up:
             return False  # an adapter's retry: the adapter raises the give-up itself
@@ -156,9 +177,7 @@ class SumeRetry(Retry):
         for name in _PORTABLE_EXTRAS:
             if name not in _retry_parameters() and hasattr(self, name):
                 kw.setdefault(name, getattr(self, name))
-        new = super().new(**kw)
-        assert isinstance(new, SumeRetry)
-        return new
+        return super().new(**kw)
 
     def __repr__(self) -> str:
         """urllib3's repr (its five counters, in its order), then ``other`` and the policy's caps."""
@@ -176,28 +195,22 @@ class SumeRetry(Retry):
         Added: a status the policy has a retry row for, and, without a ``status_forcelist``
         and with ``Policy.trust_body``, every error status (its body may make it a retry).
         """
-        forced = self.status_forcelist
+        forcelist = self.status_forcelist
+        forced = status_code in forcelist if forcelist else False
         if status_code in (307, 308) and self._joined() is None and (method or "").upper() in BODY_METHODS:
             # requests follows redirects itself (urllib3's redirect=False) and would resend a
             # body this retry cannot see: increment refuses it (see redirect_refusal).
             return True
-        if (
-            status_code < 400
-            and not (forced and status_code in forced)
-            and status_code not in self.RETRY_AFTER_STATUS_CODES
-        ):
+        if status_code < 400 and not forced and status_code not in self.RETRY_AFTER_STATUS_CODES:
             return False  # a success or redirect: asked on every response, answered first
         if self.refusal(self._joined() or _FRESH, method) is not None:
             return False  # a method that may not be resent
-        if (forced and status_code in forced) or (
-            status_code >= 400 and not forced and self.policy.trust_body
-        ):
+        if forced or (status_code >= 400 and not forcelist and self.policy.trust_body):
             return True
         if any(rule.status == status_code and rule.verdict is Verdict.RETRY for rule in self.policy.rules):
             return True
         return bool(
-            self.total is not False
-            and (self.total is None or self.total)
+            (self.total is None or self.total)  # None: no limit; False or 0: none left
             and self.respect_retry_after_header
             and has_retry_after
             and status_code in self.RETRY_AFTER_STATUS_CODES
@@ -217,8 +230,7 @@ class SumeRetry(Retry):
     def get_backoff_time(self) -> float:
         """The wait ``increment`` decided (backoff, Retry-After or the fleet's pace) for the retry
         this object was made for (0.0 for any other object)."""
-        wait = self._sume_wait
-        return wait if wait is not None else 0.0
+        return self._sume_wait or 0.0
 
     def get_retry_after(self, response: Any) -> Optional[float]:
         """Retry-After in seconds (from the response's own Date for an HTTP-date), or None; never
@@ -274,21 +286,36 @@ class SumeRetry(Retry):
         the rest of the old body is read.
         """
         raw = response.raw if isinstance(response, requests.Response) else response  # responses 0.21's
-        if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
-            return self._redirect(method, url, raw, _pool, _stacktrace)
         if error is None and raw is None:  # a bare count: urllib3's own rules apply
             return Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
         if error is not None and self.total is False:
             raise error.with_traceback(_stacktrace)
-        context = self._joined() or self._lone_request(method, url)
+        context = self._joined()
+        if context is None:  # a lone retry's request, at its first failure: the deadline counts from now
+            now = self.timer()
+            context = RequestContext(
+                now(), now=now, policy=self.policy, method=(method or "").upper(), url=url or ""
+            )
+            context.hops = 1
+        if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
+            # urllib3 follows a redirect itself (its counters), unless it resends a body it cannot (307/308).
+            why = redirect_refusal(
+                method or context.method, status_of(raw), context.replayable, context.adapter is None
+            )
+            if why is not None:
+                context.refuse(self, raise_now=True)
+                raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
+            hop = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
+            if context.adapter is None:
+                hop._sume_request = context  # the hop after the redirect continues this request
+            return hop
         if context.grant is not None:
             context.end_turn(status_of(raw), getattr(raw, "headers", None))  # the attempt that just ended
-        policy = context.policy or self.policy
         if error is not None:
-            attempt = self.decide_error(context, policy, method, error)
+            attempt = self.decide_error(context, method, error)
         else:
             try:
-                attempt = self.decide_response(context, raw, method, policy)
+                attempt = self.decide_response(context, raw, method)
             except Exception:  # a bug here must not leak the connection or the response
                 log.exception("failed to decide on a response; not retrying")
                 decision = Decision(Verdict.NO_RETRY, reason="internal error while deciding")
@@ -314,72 +341,29 @@ class SumeRetry(Retry):
                 new, attempt = None, _stop(attempt, "the deadline passed while the rest of its body was read")
         context.add(attempt)
         if new is None:
-            self._give_up(context, attempt, url, raw, error, _pool, _stacktrace)
+            # No retry: urllib3 hands the response back or raises, as the class docstring says; a
+            # transport error not resent is raised itself, so requests maps it as without retries.
+            if error is None:
+                status, forced = status_of(raw), self.status_forcelist
+                paced = (
+                    status in self.RETRY_AFTER_STATUS_CODES
+                    and not (forced and status in forced)
+                    and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
+                )
+                counted_out = attempt.decision.reason.endswith(COUNTERS_OUT)
+                given_up = attempt.decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
+                context.refuse(self, raise_now=given_up and not paced)
+                raise MaxRetryError(_pool, redact_url(url), ResponseError(attempt.decision.reason))
+            if attempt.decision.verdict is Verdict.STOP and (
+                self._is_connection_error(error) or context.adapter is None
+            ):
+                raise MaxRetryError(_pool, redact_url(url), error) from error  # out of retries, as urllib3
+            raise error.with_traceback(_stacktrace)
         context.next_wait = new._sume_wait = wait  # what sleep and get_backoff_time answer
         if context.adapter is None:
             new._sume_request = context  # a lone retry: the object urllib3 carries on continues it
-        self.announce_retry(context, policy, attempt, method)
+        self.announce_retry(context, attempt, method)
         return new
-
-    def _give_up(
-        self,
-        context: RequestContext,
-        attempt: Attempt,
-        url: Optional[str],
-        raw: Any,
-        error: Optional[Exception],
-        _pool: Any,
-        _stacktrace: Any,
-    ) -> NoReturn:
-        """No retry: raise what tells urllib3 to hand the response back, or to raise.
-
-        A give-up after retries (or on urllib3's own counters) follows ``raise_on_status``, as
-        urllib3's does; a refusal of the first response is the answer itself, and so is a
-        413/429/503 with Retry-After (not in ``status_forcelist``) out of retries, as in urllib3.
-        A transport error not resent is raised itself, so requests maps it as without retries.
-        """
-        decision = attempt.decision
-        if error is None:
-            status, forced = status_of(raw), self.status_forcelist
-            paced = (
-                status in self.RETRY_AFTER_STATUS_CODES
-                and not (forced and status in forced)
-                and bool((getattr(raw, "headers", None) or {}).get("Retry-After"))
-            )
-            counted_out = decision.reason.endswith(COUNTERS_OUT)
-            given_up = decision.verdict in _GIVE_UP and (context.retries > 0 or counted_out)
-            context.refuse(self, raise_now=given_up and not paced)
-            raise MaxRetryError(_pool, redact_url(url), ResponseError(decision.reason))
-        if decision.verdict is Verdict.STOP and (self._is_connection_error(error) or context.adapter is None):
-            raise MaxRetryError(_pool, redact_url(url), error) from error  # out of retries, as urllib3
-        raise error.with_traceback(_stacktrace)
-
-    def _redirect(
-        self, method: Optional[str], url: Optional[str], raw: Any, _pool: Any, _stacktrace: Any
-    ) -> SumeRetry:
-        """A redirect urllib3 follows itself, counted by its rules; one that would send a body this
-        request cannot send again (a 307/308) is refused with ``MaxRetryError`` naming both."""
-        context = self._joined() or self._lone_request(method, url)
-        why = redirect_refusal(
-            method or context.method, status_of(raw), context.replayable, context.adapter is None
-        )
-        if why is not None:
-            context.refuse(self, raise_now=True)
-            raise MaxRetryError(_pool, redact_url(url), ResponseError(why))
-        new = Retry.increment(self, method, url, raw, None, _pool, _stacktrace)
-        assert isinstance(new, SumeRetry)  # made by self.new
-        if context.adapter is None:
-            new._sume_request = context  # the hop after the redirect continues this request
-        return new
-
-    def _lone_request(self, method: Optional[str], url: Optional[str]) -> RequestContext:
-        """A lone retry's request, at its first failure: the deadline counts from now."""
-        now = self.timer()
-        context = RequestContext(
-            now(), now=now, policy=self.policy, method=(method or "").upper(), url=url or ""
-        )
-        context.hops = 1
-        return context
 
     def refusal(self, context: RequestContext, method: Optional[str]) -> Optional[str]:
         """Why this request may not be sent again (its method, its key, its body, ``allowed_methods``),
@@ -396,23 +380,16 @@ class SumeRetry(Retry):
             return f"{verb} is not in allowed_methods"  # narrowed (SumeRetry made it a frozenset)
         return refusal
 
-    def decide_response(
-        self,
-        context: RequestContext,
-        raw: Any,
-        method: Optional[str] = None,
-        policy: Optional[Policy] = None,
-    ) -> Attempt:
+    def decide_response(self, context: RequestContext, raw: Any, method: Optional[str] = None) -> Attempt:
         """Peek at an error body and ask the policy what to do about this attempt; a retry the
         request cannot take (see :meth:`refusal`) becomes NO_RETRY."""
-        policy = policy or context.policy or self.policy
+        policy = context.policy or self.policy
         status = status_of(raw) or 0
         envelope = _NO_HINTS
         if status >= 400:
             prefix, decoded = peek_body(raw, policy.peek_limit, lambda: context.now() >= context.deadline)
-            headers = getattr(raw, "headers", None)
             envelope = parse_envelope(
-                headers, prefix, limit=policy.peek_limit, decoded=decoded, message=False
+                getattr(raw, "headers", None), prefix, limit=policy.peek_limit, decoded=decoded, message=False
             )
         # Measured after the peek: reading a slow body is part of the elapsed time.
         now = context.now()
@@ -431,10 +408,9 @@ class SumeRetry(Retry):
             status, envelope.code, envelope.request_id, envelope.next_action, decision, None, now, retry_in
         )
 
-    def decide_error(
-        self, context: RequestContext, policy: Policy, method: Optional[str], error: Exception
-    ) -> Attempt:
+    def decide_error(self, context: RequestContext, method: Optional[str], error: Exception) -> Attempt:
         """What the policy says of a transport error (connect, read, a refused tunnel)."""
+        policy = context.policy or self.policy
         now = context.now()
         refused_with = tunnel_status(error)
         if refused_with is not None:
@@ -468,7 +444,7 @@ class SumeRetry(Retry):
         )
 
     def resend_broken_body(
-        self, context: RequestContext, policy: Policy, error: Exception, rewind: Callable[[], bool]
+        self, context: RequestContext, error: Exception, rewind: Callable[[], bool]
     ) -> bool:
         """A body that broke mid-read after urllib3 handed the response back: resend it?
 
@@ -477,7 +453,7 @@ class SumeRetry(Retry):
         file body back, False when it cannot), the retry budget and the fleet's turn. Records
         the attempt; on a resend the wait is in ``context.next_wait`` for :meth:`sleep`.
         """
-        attempt = self.decide_error(context, policy, context.method, error)
+        attempt = self.decide_error(context, context.method, error)
         retry = attempt.decision.retry
         if retry and any(
             c is False or (type(c) is int and context.retries >= c) for c in (self.total, self.read)
@@ -494,12 +470,10 @@ class SumeRetry(Retry):
             context.next_wait = turn.wait
         context.add(attempt)
         if retry:
-            self.announce_retry(context, policy, attempt, context.method)
+            self.announce_retry(context, attempt, context.method)
         return retry
 
-    def announce_retry(
-        self, context: RequestContext, policy: Policy, attempt: Attempt, method: Optional[str]
-    ) -> None:
+    def announce_retry(self, context: RequestContext, attempt: Attempt, method: Optional[str]) -> None:
         """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
         decision, wait = attempt.decision, context.next_wait or 0.0
         if self.observers:
@@ -509,7 +483,7 @@ class SumeRetry(Retry):
                 method=(method or context.method or "").upper(),
                 url=context.shown_url,
                 attempt=context.retries,
-                max_retries=policy.max_retries,
+                max_retries=(context.policy or self.policy).max_retries,
                 wait=wait,
                 wait_source="pace" if longer else decision.source or "backoff",
                 status=attempt.status,
@@ -542,46 +516,6 @@ def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attem
     if retry_in is None:
         retry_in = attempt.decision.wait
     return attempt._replace(decision=decision, retry_in=retry_in)
-
-
-def _checked_policy(
-    args: Any,
-    policy: Optional[Policy],
-    sleep: Any,
-    clock: Any,
-    rng: Any,
-    retry_budget: Any,
-    kwargs: Dict[str, Any],
-) -> Policy:
-    """The policy to carry out, every argument checked, urllib3's own placed and absorbed.
-
-    ``SumeRetry(Policy(...), ...)`` gives the policy first; anything else first is urllib3's
-    ``total`` (``Retry(3)``, ``Retry(0, read=False)``), and the rest follow urllib3's order.
-    """
-    if args and isinstance(args[0], Policy):
-        if policy is not None:
-            raise ConfigurationError("give the policy once: positionally or as policy=")
-        policy, args = args[0], args[1:]
-    elif args and args[0] is not None and not isinstance(args[0], int):  # nor urllib3's total
-        raise ConfigurationError(f"policy must be a Policy, got {type(args[0]).__name__}")
-    positional = _retry_parameters()
-    if len(args) > len(positional):
-        raise ConfigurationError(f"SumeRetry takes at most {len(positional)} urllib3 arguments by position")
-    for name, value in zip(positional, args):
-        if name in kwargs:
-            raise ConfigurationError(f"SumeRetry got {name} by position and by name")
-        kwargs[name] = value
-    if policy is None:
-        policy = DEFAULT_POLICY
-    elif not isinstance(policy, Policy):
-        raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
-    for name, given in (("sleep", sleep), ("clock", clock)):
-        if given is not None and not callable(given):
-            raise ConfigurationError(f"{name} must be callable")
-    if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
-        raise ConfigurationError("retry_budget must be a RetryBudget or None")
-    check_rng(rng)
-    return _absorb_urllib3_arguments(policy, kwargs)
 
 
 #: The arguments urllib3's ``increment`` passes to ``new()``: counters and history only.
