@@ -231,9 +231,8 @@ class SumeAdapter(HTTPAdapter):
     def _serve(
         self, joined: Optional[RequestContext], request: requests.PreparedRequest, sent: Dict[str, Any]
     ) -> requests.Response:
-        """One hop of a session's request (``joined``), else of a logical request of its own: join
-        it (or leave behind what a redirect must not carry), take the fleet's turn, send it with
-        the deadline's timeouts (urllib3's loop driven by the retry), and record how it ended."""
+        """One hop of a session's request (``joined``), else of a logical request of its own, sent
+        in the fleet's turn with the deadline's timeouts, and recorded."""
         retry = self.retry
         context = joined
         if context is None:

@@ -40,10 +40,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def run(
-    argv: Sequence[str],
-    policy: Policy,
-    out: Optional[TextIO] = None,
-    err: Optional[TextIO] = None,
+    argv: Sequence[str], policy: Policy, out: Optional[TextIO] = None, err: Optional[TextIO] = None
 ) -> int:
     """``main`` with the policy and the streams given, so tests can use their own."""
     out = out if out is not None else sys.stdout

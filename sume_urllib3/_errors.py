@@ -52,10 +52,7 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
     response: Optional[requests.Response]
 
     def __init__(
-        self,
-        record: Union[SumeRecord, str, object],
-        response: Any = None,
-        request: Any = None,
+        self, record: Union[SumeRecord, str, object], response: Any = None, request: Any = None
     ) -> None:
         message = None
         first: Tuple[object, ...] = ()
@@ -144,13 +141,10 @@ _TRANSPORT: Dict[type, Type[SumeRetryError]] = {
 
 
 def raisable(error: Exception, record: SumeRecord) -> Exception:
-    """What to raise (``from error``, see :func:`throw`) for a transport error that ended a request.
-
-    In place of requests' own transport error, the give-up that is also an instance of its
-    class, with its request and response, saying what requests said after the record's
-    message; any other error (of a class someone else defined too) as it is. Either is tagged
-    with ``record`` (``exc.sume``), and ``error``'s chain is redacted first (:func:`redact`):
-    the give-up repeats urllib3's message, and the traceback shows the original's."""
+    """What to raise (``from error``, see :func:`throw`) for a transport error that ended a request:
+    for requests' own class the give-up that is also one (saying what requests said after the
+    record's message), any other error as it is; either tagged ``exc.sume``. ``error``'s chain is
+    redacted first: the give-up repeats urllib3's message, and the traceback shows the original's."""
     setattr(error, "sume", record)
     redact(error)
     cls = _TRANSPORT.get(type(error))
