@@ -314,8 +314,10 @@ class SumeSession(EnvironmentSession):
 
         The key goes only to the base URL's origin, in exactly one auth header (checked).
         """
-        if isinstance(request.url, (str, bytes)):
-            request.url = self.url_for(_text(request.url))
+        if isinstance(request.url, bytes):
+            request.url = request.url.decode("utf-8")
+        if isinstance(request.url, str):
+            request.url = self.url_for(request.url)
         url = request.url if isinstance(request.url, str) else ""
         # On the base URL's origin: the only one the key goes to.
         ours = url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
