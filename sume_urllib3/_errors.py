@@ -151,9 +151,10 @@ def raisable(error: Exception, record: SumeRecord) -> Exception:
     if cls is None:
         return error
     give_up = cls(record, getattr(error, "response", None), getattr(error, "request", None))
-    detail = _first_line(str(error))
+    # requests' own message, its first line kept short (urllib3's can repeat itself at length).
+    detail = (str(error).strip().splitlines() or [""])[0]
     if detail:
-        give_up.message = f"{give_up.message}: {detail}"
+        give_up.message = f"{give_up.message}: {detail if len(detail) <= 300 else detail[:299] + '…'}"
     # args[0] stays urllib3's error, as requests put it (see SumeRetryError).
     give_up.args = (*error.args[:1], give_up.message, give_up.args[-1])
     return give_up
@@ -174,12 +175,6 @@ def redact(error: BaseException) -> BaseException:
     request = getattr(error, "request", None)
     secrets = secrets_of(getattr(request, "url", None), getattr(request, "headers", None))
     return redact_error(error, secrets)
-
-
-def _first_line(text: str, limit: int = 300) -> str:
-    """requests' own message, kept short (urllib3's can repeat itself at length)."""
-    line = (text.strip().splitlines() or [""])[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _picklable(value: object) -> object:
