@@ -70,15 +70,13 @@ class SumeAdapter(HTTPAdapter):
         return the last response with ``response.sume.outcome == "gave_up"``.
     :param observers: objects with ``on_retry``/``on_outcome`` hooks.
     :param retry_budget: a shared :class:`RetryBudget`, or None (default) for none.
-    :param timeout: the timeout of a request sent without one (requests' forms: seconds,
-        ``(connect, read)`` with None for no limit, or a urllib3 ``Timeout``); None (the
-        default here) leaves such a request without a timeout, as requests does.
+    :param timeout: the timeout of a request sent without one, in requests' forms; None (the
+        default here) leaves it without one, as requests does.
     :param fleet: the :class:`Fleet` asked for a turn before every attempt; by default
         the process-wide ``LocalFleet.default()`` (one entry per origin and key sent, by
         a hash of the pair); None for no pacing.
-    :param sleep: how to wait (default ``time.sleep``), for tests.
-    :param clock: a monotonic clock (default ``time.monotonic``), for tests.
-    :param rng: the jitter source, a ``random.Random`` or a callable returning [0, 1).
+    :param sleep: how to wait; :param clock: a monotonic clock; :param rng: the jitter source
+        (a ``random.Random`` or a callable returning [0, 1)): all three as for SumeSession.
     :param max_retries: a ready :class:`SumeRetry` instead of the arguments above.
     :param adapter_kwargs: ``HTTPAdapter`` arguments (``pool_connections``, ...).
     """
@@ -178,10 +176,8 @@ class SumeAdapter(HTTPAdapter):
         return manager
 
     def serve_as(self, other: SumeAdapter) -> None:
-        """Serve with ``other``'s settings wherever this adapter was given none of its own:
-        how a SumeSession adopts an adapter mounted on it (``SumeAdapter(pool_maxsize=32)``
-        serves with the session's policy, observers, budget, timeout, fleet and
-        ``raise_on_give_up``; ``SumeAdapter(Policy(...))`` keeps its policy)."""
+        """Serve with ``other``'s settings wherever this adapter was given none of its own
+        (see ``SumeSession.mount``; ``SumeAdapter(Policy(...))`` keeps its policy)."""
         own: FrozenSet[str] = getattr(self, "_own_settings", frozenset())  # unpickled: gave none
         for name in {"retry", "timeout", "fleet", "raise_on_give_up"} - own:
             setattr(self, "max_retries" if name == "retry" else name, getattr(other, name))
@@ -235,9 +231,8 @@ class SumeAdapter(HTTPAdapter):
     def _serve(
         self, joined: Optional[RequestContext], request: requests.PreparedRequest, sent: Dict[str, Any]
     ) -> requests.Response:
-        """One hop of a session's request (``joined``), else of a logical request of its own: join
-        it (or leave behind what a redirect must not carry), take the fleet's turn, send it with
-        the deadline's timeouts (urllib3's loop driven by the retry), and record how it ended."""
+        """One hop of a session's request (``joined``), else of a logical request of its own, sent
+        in the fleet's turn with the deadline's timeouts, and recorded."""
         retry = self.retry
         context = joined
         if context is None:
@@ -485,13 +480,9 @@ class SumeAdapter(HTTPAdapter):
         if context.watch is not None and context.watch.fired:
             # The caller's deadline ended it, not the server: another try may go after a backoff.
             retry_in = (context.policy or self.policy).backoff(context.retries, self.retry.rng)
+        conflict = status == 401 and _has_both_auth(request.headers)
         return context.finish(
-            status,
-            headers,
-            context.now(),
-            error=error,
-            auth_conflict=status == 401 and _has_both_auth(request.headers),
-            retry_in=retry_in,
+            status, headers, context.now(), error=error, auth_conflict=conflict, retry_in=retry_in
         )
 
     def _after_fork(self) -> None:

@@ -10,10 +10,10 @@ import runpy
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO, Tuple
+from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO
 
 from ._envelope import ErrorEnvelope, parse_retry_after
-from ._policy import IN_USE_WAIT, Decision, Policy, Rule, Verdict, seconds
+from ._policy import IN_USE_WAIT, Policy, Rule, Verdict, seconds
 from ._version import __version__
 
 PROG = "python -m sume_urllib3"
@@ -40,10 +40,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def run(
-    argv: Sequence[str],
-    policy: Policy,
-    out: Optional[TextIO] = None,
-    err: Optional[TextIO] = None,
+    argv: Sequence[str], policy: Policy, out: Optional[TextIO] = None, err: Optional[TextIO] = None
 ) -> int:
     """``main`` with the policy and the streams given, so tests can use their own."""
     out = out if out is not None else sys.stdout
@@ -66,30 +63,12 @@ def run(
             return demo_run(out, scale=args.scale)
         if args.command == "status":
             return show_status(_status_fleet(args), out, err, as_json=args.json, watch=args.watch)
-        decision = explain_decision(args, policy)
+        return explain(args, policy, out)
     except UsageError as exc:
         err.write(f"{exc}\n")
         return 2
     except SystemExit as exc:  # --help prints and exits through argparse
         return exc.code if isinstance(exc.code, int) else 0
-    out.write(render_decision(decision, policy, args.attempt))
-    if args.retry_after is not None and parse_retry_after(args.retry_after) is None:
-        out.write(
-            f"note: Retry-After {args.retry_after!r} is neither delta-seconds nor an HTTP-date; ignored\n"
-        )
-    if (
-        args.seed is None
-        and decision.verdict in (Verdict.RETRY, Verdict.STOP)
-        and decision.source != "retry_after"
-    ):
-        low, high = _backoff_range(policy, args.attempt)
-        left = policy.max_elapsed - args.elapsed
-        if low <= left < high:
-            out.write(
-                f"note: the backoff is drawn from {seconds(low, '')}..{seconds(high, '')} s and only "
-                f"{seconds(max(left, 0.0), '')} s are left, so the verdict varies; pass --seed N to fix it\n"
-            )
-    return 0
 
 
 def _status_fleet(args: argparse.Namespace) -> Any:
@@ -173,34 +152,35 @@ def render_table(policy: Policy) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def explain_decision(args: argparse.Namespace, policy: Policy) -> Decision:
-    """The policy's decision for the status, code and hints on an ``explain`` command line."""
+def explain(args: argparse.Namespace, policy: Policy, out: TextIO) -> int:
+    """Print the policy's decision for an ``explain`` command line: verdict, wait (with its source)
+    and reason, one per line. A backoff wait is one random draw, so the range it came from is named."""
     hints = None
     if args.retryable is not None or args.next_action is not None:
         hints = ErrorEnvelope(code=args.code, retryable=args.retryable, next_action=args.next_action)
     rng = random.Random(args.seed) if args.seed is not None else None
-    return policy.decide(args.status, args.code, args.retry_after, args.attempt, args.elapsed, hints, rng=rng)
-
-
-def render_decision(decision: Decision, policy: Optional[Policy] = None, attempt: int = 0) -> str:
-    """Verdict, wait (with its source) and reason, one per line.
-
-    A backoff wait is one random draw, so the line also names the range it came from.
-    """
+    decision = policy.decide(
+        args.status, args.code, args.retry_after, args.attempt, args.elapsed, hints, rng=rng
+    )
+    low, high = policy.backoff(args.attempt, lambda: 0.0), policy.backoff(args.attempt, lambda: 1.0)
+    drawn = f"{seconds(low, '')}..{seconds(high, '')} s"
+    wait = "none"
     if decision.retry and decision.wait is not None:
-        wait = f"{seconds(decision.wait, '')} s ({decision.source}"
-        if decision.source == "backoff" and policy is not None:
-            low, high = _backoff_range(policy, attempt)
-            wait += f", jitter range {seconds(low, '')}..{seconds(high, '')} s"
-        wait += ")"
-    else:
-        wait = "none"
-    return f"verdict: {decision.verdict.value}\nwait: {wait}\nreason: {decision.reason}\n"
-
-
-def _backoff_range(policy: Policy, attempt: int) -> Tuple[float, float]:
-    """The shortest and the longest backoff the jitter may draw before retry ``attempt``."""
-    return policy.backoff(attempt, lambda: 0.0), policy.backoff(attempt, lambda: 1.0)
+        jitter = f", jitter range {drawn}" if decision.source == "backoff" else ""
+        wait = f"{seconds(decision.wait, '')} s ({decision.source}{jitter})"
+    out.write(f"verdict: {decision.verdict.value}\nwait: {wait}\nreason: {decision.reason}\n")
+    if args.retry_after is not None and parse_retry_after(args.retry_after) is None:
+        out.write(
+            f"note: Retry-After {args.retry_after!r} is neither delta-seconds nor an HTTP-date; ignored\n"
+        )
+    left = policy.max_elapsed - args.elapsed
+    varies = decision.verdict in (Verdict.RETRY, Verdict.STOP) and decision.source != "retry_after"
+    if args.seed is None and varies and low <= left < high:
+        out.write(
+            f"note: the backoff is drawn from {drawn} and only "
+            f"{seconds(max(left, 0.0), '')} s are left, so the verdict varies; pass --seed N to fix it\n"
+        )
+    return 0
 
 
 def _parser() -> _Parser:

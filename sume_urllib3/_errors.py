@@ -52,10 +52,7 @@ class SumeRetryError(SumeError, requests.exceptions.RetryError):
     response: Optional[requests.Response]
 
     def __init__(
-        self,
-        record: Union[SumeRecord, str, object],
-        response: Any = None,
-        request: Any = None,
+        self, record: Union[SumeRecord, str, object], response: Any = None, request: Any = None
     ) -> None:
         message = None
         first: Tuple[object, ...] = ()
@@ -144,22 +141,20 @@ _TRANSPORT: Dict[type, Type[SumeRetryError]] = {
 
 
 def raisable(error: Exception, record: SumeRecord) -> Exception:
-    """What to raise (``from error``, see :func:`throw`) for a transport error that ended a request.
-
-    In place of requests' own transport error, the give-up that is also an instance of its
-    class, with its request and response, saying what requests said after the record's
-    message; any other error (of a class someone else defined too) as it is. Either is tagged
-    with ``record`` (``exc.sume``), and ``error``'s chain is redacted first (:func:`redact`):
-    the give-up repeats urllib3's message, and the traceback shows the original's."""
+    """What to raise (``from error``, see :func:`throw`) for a transport error that ended a request:
+    for requests' own class the give-up that is also one (saying what requests said after the
+    record's message), any other error as it is; either tagged ``exc.sume``. ``error``'s chain is
+    redacted first: the give-up repeats urllib3's message, and the traceback shows the original's."""
     setattr(error, "sume", record)
     redact(error)
     cls = _TRANSPORT.get(type(error))
     if cls is None:
         return error
     give_up = cls(record, getattr(error, "response", None), getattr(error, "request", None))
-    detail = _first_line(str(error))
+    # requests' own message, its first line kept short (urllib3's can repeat itself at length).
+    detail = (str(error).strip().splitlines() or [""])[0]
     if detail:
-        give_up.message = f"{give_up.message}: {detail}"
+        give_up.message = f"{give_up.message}: {detail if len(detail) <= 300 else detail[:299] + '…'}"
     # args[0] stays urllib3's error, as requests put it (see SumeRetryError).
     give_up.args = (*error.args[:1], give_up.message, give_up.args[-1])
     return give_up
@@ -180,12 +175,6 @@ def redact(error: BaseException) -> BaseException:
     request = getattr(error, "request", None)
     secrets = secrets_of(getattr(request, "url", None), getattr(request, "headers", None))
     return redact_error(error, secrets)
-
-
-def _first_line(text: str, limit: int = 300) -> str:
-    """requests' own message, kept short (urllib3's can repeat itself at length)."""
-    line = (text.strip().splitlines() or [""])[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _picklable(value: object) -> object:
