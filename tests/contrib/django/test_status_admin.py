@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[3]
 PAGE = "/admin/sume_urllib3/pace/"
 
 
+@pytest.mark.slow  # a held herd on loopback
 def test_sume_status_reads_the_fleet_the_settings_give(dj_settings: Any, tmp_path: Path) -> None:
     path = str(tmp_path / "app.fleet")
     with HeldHerd(HostFleet(path)) as herd:
@@ -194,7 +195,7 @@ def _chromium() -> Tuple[str, str]:
         except ImportError:
             browser = None
     if not (browser and driver):
-        reason = "Chromium, chromedriver or selenium is missing (apt-get install chromium chromium-driver)"
+        reason = "Chromium, chromedriver or selenium is missing (apt-get install chromium chromium-driver; the browser extra)"
         if os.environ.get("SUME_REQUIRE_CHROMIUM") == "1":
             pytest.fail(f"SUME_REQUIRE_CHROMIUM=1 but {reason}", pytrace=False)
         pytest.skip(reason)
