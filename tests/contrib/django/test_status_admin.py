@@ -195,7 +195,10 @@ def _chromium() -> Tuple[str, str]:
         except ImportError:
             browser = None
     if not (browser and driver):
-        reason = "Chromium, chromedriver or selenium is missing (apt-get install chromium chromium-driver; the browser extra)"
+        reason = (
+            "Chromium, chromedriver or selenium is missing "
+            "(apt-get install chromium chromium-driver; the browser extra)"
+        )
         if os.environ.get("SUME_REQUIRE_CHROMIUM") == "1":
             pytest.fail(f"SUME_REQUIRE_CHROMIUM=1 but {reason}", pytrace=False)
         pytest.skip(reason)
