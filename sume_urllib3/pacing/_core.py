@@ -167,14 +167,29 @@ def retry_wait(counts: RetryCounts, allowance: RetryAllowance, now: int, retry: 
     decay = math.exp(-max(0, now - counts.counted_at) / allowance.window)
     counts.recent_firsts, counts.recent_retries = counts.recent_firsts * decay, counts.recent_retries * decay
     counts.counted_at = now
-    floor = allowance.floor * allowance.window / SECOND
-    room = max(allowance.ratio * counts.recent_firsts, floor) + EPSILON
-    if retry != ERROR or counts.recent_retries + 1 <= room:
+    if retry != ERROR or counts.recent_retries + 1 <= retry_room(counts, allowance) + EPSILON:
         return 0
+    floor = allowance.floor * allowance.window / SECOND
     if floor <= 1:
         return -1
     # When recent_retries * exp(-wait / window) + 1 <= floor.
     return math.ceil(allowance.window * math.log(counts.recent_retries / (floor - 1)))
+
+
+def retry_room(counts: RetryCounts, allowance: RetryAllowance) -> float:
+    """Retries the budget allows at the counts' time: ``ratio`` of recent first attempts, or the
+    floor over a window, whichever is more."""
+    return max(allowance.ratio * counts.recent_firsts, allowance.floor * allowance.window / SECOND)
+
+
+def pace_source(st: State, cfg: Config, interval: int) -> str:
+    """Whose pace ``interval`` (:func:`pace`'s) is: ``learned`` from 429s, ``stated`` by the
+    server's quota headers, or ``configured``."""
+    if interval == st.learned_interval:
+        return "learned"
+    if interval == st.stated_interval and interval != cfg.interval:
+        return "stated"
+    return "configured"
 
 
 def pace(st: State, cfg: Config, now: int) -> Tuple[int, int]:

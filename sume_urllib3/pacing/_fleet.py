@@ -66,6 +66,8 @@ _MAX_WINDOW = 10_000
 # Lock-free acquires of a key between two looks at the clock (is a sweep due?): a counter in
 # the key's slots stands in for the clock on the path that answers GRANT_NOW.
 _SWEEP_EVERY = 1024
+#: How a refusal names whose pace held it (``_core.pace_source``).
+_WHOSE = {"learned": "learned from 429s", "stated": "stated by the server", "configured": "configured"}
 # Entries a sweep for room leaves, as a share of max_keys: the next one is that many new keys
 # away, so its O(n log n) sorting is paid once per tenth of the cap, not per new key.
 _ROOM = 0.9
@@ -657,12 +659,7 @@ class LocalFleet(StoreFleet):
         interval, _ = _core.pace(st, self._config, now)
         if not interval:
             return "pace"
-        if interval == st.learned_interval:
-            origin = "learned from 429s"
-        elif interval == st.stated_interval and interval != self._config.interval:
-            origin = "stated by the server"
-        else:
-            origin = "configured"
+        origin = _WHOSE[_core.pace_source(st, self._config, interval)]
         return f"pace {describe_rate(_core.SECOND / interval)} ({origin})"
 
     # -- bounded state ---------------------------------------------------------------------
@@ -818,8 +815,7 @@ class RetryBudget:
             counts, allowance = self._counts, self._allowance
             _core.retry_wait(counts, allowance, self._now(), _core.FIRST)
             counts.recent_firsts += requests
-            floor = allowance.floor * allowance.window / _core.SECOND
-            return max(floor, allowance.ratio * counts.recent_firsts) - counts.recent_retries
+            return _core.retry_room(counts, allowance) - counts.recent_retries
 
     def reserve(self, time_left: float = math.inf) -> Optional[float]:
         """Spend one unit for a retry: the seconds it waits for the unit to be free (0: now), or

@@ -55,16 +55,11 @@ def read_status(
 def _row(kid: str, st: _core.State, cfg: _core.Config, now: int, origin: Optional[str]) -> KeyStatus:
     """One key's state as the table shows it, at ``now`` (µs on the state's clock)."""
     interval, _ = _core.pace(st, cfg, now)
-    source = None
-    if interval:
-        source = "learned" if interval == st.learned_interval else "configured"
-        if interval == st.stated_interval and interval != cfg.interval:
-            source = "stated"
+    source = _core.pace_source(st, cfg, interval) if interval else None
     left = room = None
     if cfg.retries is not None:
         _core.retry_wait(st, cfg.retries, now, _core.FIRST)  # decays this copy's counts to now
-        allowance = cfg.retries
-        room = max(allowance.ratio * st.recent_firsts, allowance.floor * allowance.window / _core.SECOND)
+        room = _core.retry_room(st, cfg.retries)
         left = max(0.0, room - st.recent_retries)
     # The state keeps when a cooldown began and when a 429 last measured the pace, not every status.
     began = st.cooldown_until - st.cooldown_length if st.cooldown_length else 0

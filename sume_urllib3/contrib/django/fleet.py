@@ -122,7 +122,7 @@ def _construct(arguments: Dict[str, Any]) -> Any:
     cls = _redis_fleet() if url is not None else HostFleet if host is not None else LocalFleet
     try:
         if host is not None:
-            return HostFleet(**_host_place(host), **arguments)
+            return cls(**_host_place(host), **arguments)
         return cls(**arguments) if url is None else cls(url, **arguments)
     except (TypeError, ValueError) as exc:  # ConfigurationError is a ValueError
         # The fleet names its argument first ("burst must be ..."): name the setting's key too.
