@@ -64,9 +64,8 @@ class ScriptedJob:
         if (prefix and not prefix.startswith("/")) or prefix.endswith("/"):
             raise ValueError(f"prefix must be '' or start with '/' and not end with one, got {prefix!r}")
         self._lock = threading.Lock()
-        self._polls = 0
         self._canceled = False
-        self._history: List[str] = []
+        self._history: List[str] = []  # what each status poll was answered
         self._steps: Tuple[Step, ...] = tuple(steps)
         # The status and the fields merged so far at each step (a verbatim reply keeps them).
         states: List[Tuple[Optional[str], Dict[str, Any]]] = []
@@ -103,7 +102,7 @@ class ScriptedJob:
     def polls(self) -> int:
         """Status requests answered so far."""
         with self._lock:
-            return self._polls
+            return len(self._history)
 
     @property
     def status(self) -> str:
@@ -136,7 +135,6 @@ class ScriptedJob:
             step, (status, fields) = self._steps[index], self._states[index]
             job, details = Job(self.id, status), {"status": status}
             if action == "status":
-                self._polls += 1
                 if isinstance(step, Reply) and not self._canceled:
                     self._history.append(f"HTTP {step.status}")
                     return step
@@ -163,5 +161,5 @@ class ScriptedJob:
     def _index(self) -> int:
         """The step the job is at: one per status poll, or one per ``every`` seconds of ``clock``."""
         elapsed = max(self.clock() - self._created, 0.0)
-        position = self._polls if self.every is None else int(elapsed // self.every)
+        position = len(self._history) if self.every is None else int(elapsed // self.every)
         return min(position, len(self._steps) - 1)

@@ -38,8 +38,7 @@ class SleepRecorder:
     @property
     def total(self) -> float:
         """Seconds that would have been slept, by every thread."""
-        with self._lock:
-            return sum(self._waits)
+        return sum(self.waits)
 
     def slept_here(self) -> float:
         """Seconds this thread would have slept; its retries add it to their clock."""

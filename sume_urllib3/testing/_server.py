@@ -26,10 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    if sys.version_info >= (3, 11):
-        from typing import Self
-    else:
-        from typing_extensions import Self
+    from typing_extensions import Self  # mypy's own stubs: no runtime dependency
 
 from ._jobs import ScriptedJob
 from ._nosleep import shared_monotonic
@@ -75,8 +72,7 @@ def _shut(sock: socket.socket) -> None:
 _MAX_REQUEST_BODY = 1 << 30
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
+class _Server(http.server.ThreadingHTTPServer):  # daemon handler threads
     # stop() closes connections and joins the handlers itself, with a time cap.
     block_on_close = False
     request_queue_size = 128  # a backlog of 5 drops SYNs under 32 concurrent clients

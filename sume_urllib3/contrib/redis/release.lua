@@ -5,5 +5,4 @@
 -- Returns 1 when a lesson started a cooldown, else 0.
 local started = learn_from(RELEASE_ARGV)
 save(arg(ARGV[6]))
-if started then return 1 end
-return 0
+return started and 1 or 0

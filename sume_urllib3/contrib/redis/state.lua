@@ -42,8 +42,7 @@ end
 local function pace(t)
   local interval = math.max(cfg, st.stated_interval, st.learned_interval)
   if interval == 0 then return 0, 1 end
-  local burst = 1
-  if cfg > 0 then burst = cfg_burst end
+  local burst = cfg > 0 and cfg_burst or 1
   if st.stated_interval > 0 and t < st.budget_until then
     if cfg > 0 then burst = math.min(burst, st.stated_limit) else burst = st.stated_limit end
   end
