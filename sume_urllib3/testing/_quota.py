@@ -7,7 +7,7 @@ import math
 import threading
 from typing import Callable, Dict, Mapping, Optional, Tuple, Union
 
-from ..pacing.store import parse_rate
+from ..pacing.store import check_burst, parse_rate
 from ._nosleep import shared_monotonic
 from ._reply import Reply
 
@@ -30,10 +30,8 @@ class Quota:
         per_second = parse_rate(rate)
         if per_second is None:
             raise ValueError("quota needs a rate such as '10/s' or '10/min'")
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
-            raise ValueError(f"burst must be an int >= 1, got {burst!r}")
         self.rate = per_second
-        self.burst = burst
+        self.burst = check_burst(burst)
         self._step = 1.0 / per_second
         self._clock = clock
         self._lock = threading.Lock()

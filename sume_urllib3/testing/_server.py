@@ -12,7 +12,6 @@ Script replies per ``METHOD /path``, point your client at ``fake.url`` and inspe
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import http.server
 import itertools
 import json as _json
@@ -128,8 +127,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         headers = Headers(self.headers.items())
         request = RecordedRequest(self.command, self.path, headers, body, arrived, self.conn_id)
-        reply, request_id = self.server.fake._answer(request)
-        self._respond(reply, request_id)
+        self._respond(*self.server.fake._answer(request))
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_TRACE = _serve
 
@@ -152,7 +150,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise ConnectionAbortedError("client closed mid-body")
         return data
 
-    def _respond(self, reply: Reply, request_id: str) -> None:
+    def _respond(self, reply: Reply, request_id: str, quota: Mapping[str, str]) -> None:
         stopping = self.server.stopping
         if (reply.delay and stopping.wait(reply.delay)) or reply.drop == "before_headers":
             self.close_connection = True
@@ -160,6 +158,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         defaults = [
             ("Server", self.version_string()),
             ("Date", self.date_time_string()),
+            *quota.items(),
             *reply.body_headers(request_id),
         ]
         if self.close_connection:
@@ -357,8 +356,8 @@ class FakeSume:
         """The quota in force (``admitted``/``refused`` counts), or None outside quota mode."""
         return self._quota
 
-    def _answer(self, request: RecordedRequest) -> tuple[Reply, str]:
-        """The reply and its request id, with the quota's headers (a script's own win)."""
+    def _answer(self, request: RecordedRequest) -> tuple[Reply, str, Mapping[str, str]]:
+        """The reply, its request id and the quota's headers (sent unless the reply has its own)."""
         quota = self._quota
         admitted, extra = quota.take(request.headers) if quota is not None else (True, {})
         with self._lock:
@@ -366,9 +365,7 @@ class FakeSume:
             self._requests.append(request)
             request_id = f"req_{self._request_ids}"
             reply = self._scripted(request) if admitted or quota is None else quota.refusal(extra)
-        if extra:
-            reply = dataclasses.replace(reply, headers={**extra, **reply.headers})
-        return reply, reply.headers.get("x-sume-request-id", request_id)
+        return reply, reply.headers.get("x-sume-request-id", request_id), extra
 
     def _scripted(self, request: RecordedRequest) -> Reply:
         path = _route(request.path)
