@@ -15,7 +15,7 @@ import requests
 from . import _sleeping
 from ._config import check_rng, check_seconds
 from ._deadline import timeout_limits
-from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
+from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, _document, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, status_label, sume_record
 from ._util import RandomSource, plural, uniform
@@ -120,6 +120,10 @@ class JobNotCompleted(JobError):
     """The result was asked for before the job finished; ``job.status`` says where it is."""
 
 
+#: How a wait that raised ended, as observers and the log name it (anything else: "error").
+_ENDINGS: Dict[type, str] = {JobFailed: "failed", JobTimeout: "timed_out"}
+
+
 class Jobs:
     """Read, wait for, fetch and cancel jobs through a session (``session.jobs``).
 
@@ -163,9 +167,7 @@ class Jobs:
         response = self._send("GET", job_id, "status")
         seen = _seen(job_id, response)
         if seen is None:
-            if _ok(response):
-                raise _unreadable(job_id, response, "status response has no readable status")
-            raise _error_for(response)
+            raise _unanswered(job_id, response, "status response has no readable status")
         self.session.observers.on_job(JobEvent("poll", seen, 1, 0.0))
         return seen
 
@@ -189,7 +191,7 @@ class Jobs:
             raise JobNotCompleted(f"job {job_id} has no result yet: {why}", seen)
         doc = _json(response)
         if not isinstance(doc, dict):
-            raise _unreadable(job_id, response, "result response is not a JSON object")
+            raise _unanswered(job_id, response, "result response is not a JSON object")
         return _data_of(doc)
 
     def cancel(self, job: JobRef) -> Job:
@@ -277,9 +279,9 @@ class Jobs:
                     reported = seen.status
                     on_status(seen)
                 if seen is not None and seen.finished:
-                    self._end("completed" if seen.done else "failed", waiting)
                     if seen.failed:
                         raise _failed(seen)
+                    self._end("completed", waiting)
                     return seen
                 next_pause, why = plan.next_poll(self._now(), _hint(response), jitter)
                 if next_pause is None:
@@ -287,12 +289,10 @@ class Jobs:
                         got = " without a readable status" if _ok(response) else ""
                         why += f" (the last poll got {_label(response, with_id=False)}{got})"
                     raise self._timed_out(waiting, why, response)
-        except (JobFailed, JobTimeout):
-            raise  # told and logged where they were raised
-        except Exception:
-            # Anything else that ends the wait (an answer polling cannot fix, a transport
-            # failure, the caller's on_status raising) ends it as an error, told once too.
-            self._end("error", waiting)
+        except Exception as exc:
+            # Told once however the wait ended: failed, timed out, or anything else (an answer
+            # polling cannot fix, a transport failure, the caller's on_status raising): an error.
+            self._end(_ENDINGS.get(type(exc), "error"), waiting)
             raise
 
     def _poll(
@@ -356,7 +356,6 @@ class Jobs:
     ) -> JobTimeout:
         """The wait's end at its deadline, naming the request id of ``answer`` (the last poll's
         response, a 429 asking for a pause past the deadline say), else of the last status."""
-        self._end("timed_out", waiting)
         last = waiting.last
         request_id = (_request_id(answer) if answer is not None else None) or last.request_id
         said = f" (request id {request_id})" if request_id else ""
@@ -479,10 +478,9 @@ def _dig(doc: Any, path: str) -> Any:
 
 
 def _json(response: requests.Response) -> Any:
+    """The body's one JSON value, read as every body is (``_envelope._document``), or None."""
     try:
-        if nests_too_deep(response.content or b""):
-            return None  # not a job document, and nesting that deep can crash json's scanner
-        return response.json()
+        return _document(response.content or b"")
     except (ValueError, RuntimeError):  # not JSON, or a consumed stream
         return None
 
@@ -537,8 +535,11 @@ def _failed(job: Job) -> JobFailed:
     return JobFailed(f"job {job.id} ended {_say(job.status)}: {what}{said}", job)
 
 
-def _unreadable(job_id: str, response: requests.Response, what: str) -> JobError:
-    """A 2xx that does not say what was asked (``what``)."""
+def _unanswered(job_id: str, response: requests.Response, what: str) -> Exception:
+    """The error for an answer that does not say what was asked: a 2xx missing ``what``, else
+    the error the answer is (:func:`_error_for`)."""
+    if not _ok(response):
+        return _error_for(response)
     return JobError(
         f"job {job_id}: the {what} ({_label(response)})",
         Job(job_id, request_id=_request_id(response)),
