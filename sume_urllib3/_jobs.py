@@ -209,10 +209,10 @@ class Jobs:
         if response.status_code != 409 and _error_code(response) not in CANCEL_REFUSALS:
             raise _error_for(response)
         seen = self._read(job_id)
-        if seen is not None and (seen.status or "").lower() in _CANCELED:
-            return seen  # already canceled: what the cancel asked for
         if seen is None:
             why = "its status could not be read"
+        elif (seen.status or "").lower() in _CANCELED:
+            return seen  # already canceled: what the cancel asked for
         elif seen.done:
             why = f"it already ended {_say(seen.status)}; fetch its result with jobs.result"
         elif seen.failed:

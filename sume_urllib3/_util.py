@@ -71,10 +71,8 @@ def origin(url: str) -> Tuple[str, str, Optional[int]]:
 def leaves_origin(previous: str, url: str) -> bool:
     """True when going from ``previous`` to ``url`` leaves its origin (an https upgrade stays)."""
     old, new = origin(previous), origin(url)
-    if old == new:
-        return False
-    upgrade = old == ("http", new[1], 80) and new[0] == "https" and new[2] == 443
-    return not upgrade
+    upgrade = old == ("http", new[1], 80) and new == ("https", new[1], 443)
+    return old != new and not upgrade
 
 
 def header_value(headers: Any, name: str) -> Any:
