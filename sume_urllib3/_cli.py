@@ -14,6 +14,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence, TextIO
 
 from ._envelope import ErrorEnvelope, parse_retry_after
 from ._policy import IN_USE_WAIT, Policy, Rule, Verdict, seconds
+from ._util import columns
 from ._version import __version__
 
 PROG = "python -m sume_urllib3"
@@ -127,10 +128,7 @@ def render_table(policy: Policy) -> str:
         (str(r.status), "any" if r.code is None else r.code, r.verdict.value, _wait_text(r, policy))
         for r in policy.rules
     )
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3] for row in rows
-    ]
+    lines = columns(rows)
     low, high = policy.jitter
     lines += [
         "",

@@ -122,34 +122,6 @@ def setting(value: Any, variable: str, check: Callable[[Any], T], default: Any =
         raise ConfigurationError(f"the {variable} environment variable: {exc}") from None
 
 
-#: What RFC 3986 allows in a host name besides letters and digits (non-ASCII is IDNA's to check).
-_HOST_CHARS = "-._~%!$&'()*+,;="
-
-
-def check_url(url: str, name: str) -> None:
-    """``url`` parses as requests will parse it when sending: a port from 1 to 65535, a valid
-    host. The URL may carry credentials, so the message names the part, never the URL."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # "http://host:abc", "http://host:99999", "http://[::1"
-        raise ConfigurationError(
-            f"{name} must be a URL with a valid host and, if any, a port from 1 to 65535"
-        ) from None
-    if port == 0:
-        raise ConfigurationError(f"{name} must have a port from 1 to 65535, got port 0")
-    host = parts.hostname or ""
-    if ":" not in host and any(ch.isascii() and not (ch.isalnum() or ch in _HOST_CHARS) for ch in host):
-        # urllib3 1.26 lets "exa mple.com" through to a DNS lookup that fails on every request.
-        raise ConfigurationError(f"{name} must be a URL with a valid host name (letters, digits, '-', '.')")
-    try:
-        parse_url(url)
-    except LocationParseError:  # what every request would raise (requests' InvalidURL)
-        raise ConfigurationError(
-            f"{name} must be a URL with a valid host (urllib3 cannot parse it)"
-        ) from None
-
-
 def check_clock(clock: Any, name: str) -> None:
     """A clock must be callable and read as a finite number: checked once, here, not per request."""
     if not callable(clock):
@@ -189,14 +161,37 @@ def check_api_key(key: Any) -> Optional[str]:
     return key
 
 
+#: What RFC 3986 allows in a host name besides letters and digits (non-ASCII is IDNA's to check).
+_HOST_CHARS = "-._~%!$&'()*+,;="
+
+
 def check_base_url(url: Any) -> str:
-    """An http(s) base URL with a host and nothing secret in it, without the trailing slash."""
+    """An http(s) base URL with a host and nothing secret in it, without the trailing slash,
+    that parses as requests will parse it when sending (a bad port or host would fail every
+    request with InvalidURL). The URL may carry credentials, so a message names the part,
+    never the URL."""
     if not isinstance(url, str):
         raise ConfigurationError(f"base_url must be a str, got {type(url).__name__}")
-    check_url(url, "base_url")  # a bad port or host would fail every request (InvalidURL)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # "http://host:abc", "http://host:99999", "http://[::1"
+        raise ConfigurationError(
+            "base_url must be a URL with a valid host and, if any, a port from 1 to 65535"
+        ) from None
+    if port == 0:
+        raise ConfigurationError("base_url must have a port from 1 to 65535, got port 0")
+    host = parts.hostname or ""
+    if ":" not in host and any(ch.isascii() and not (ch.isalnum() or ch in _HOST_CHARS) for ch in host):
+        # urllib3 1.26 lets "exa mple.com" through to a DNS lookup that fails on every request.
+        raise ConfigurationError("base_url must be a URL with a valid host name (letters, digits, '-', '.')")
+    try:
+        parse_url(url)
+    except LocationParseError:  # what every request would raise (requests' InvalidURL)
+        raise ConfigurationError(
+            "base_url must be a URL with a valid host (urllib3 cannot parse it)"
+        ) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        # The URL may carry credentials: name only the parts that are wrong.
         raise ConfigurationError(
             f"base_url must be an http(s) URL with a host, got scheme {parts.scheme!r}"
             f" and host {parts.hostname!r}"

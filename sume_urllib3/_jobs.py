@@ -15,7 +15,7 @@ import requests
 from . import _sleeping
 from ._config import check_rng, check_seconds
 from ._deadline import timeout_limits
-from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
+from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, _document, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, status_label, sume_record
 from ._util import RandomSource, plural, uniform
@@ -120,6 +120,10 @@ class JobNotCompleted(JobError):
     """The result was asked for before the job finished; ``job.status`` says where it is."""
 
 
+#: How a wait that raised ended, as observers and the log name it (anything else: "error").
+_ENDINGS: Dict[type, str] = {JobFailed: "failed", JobTimeout: "timed_out"}
+
+
 class Jobs:
     """Read, wait for, fetch and cancel jobs through a session (``session.jobs``).
 
@@ -163,9 +167,7 @@ class Jobs:
         response = self._send("GET", job_id, "status")
         seen = _seen(job_id, response)
         if seen is None:
-            if _ok(response):
-                raise _unreadable(job_id, response, "status response has no readable status")
-            raise _error_for(response)
+            raise _unanswered(job_id, response, "status response has no readable status")
         self.session.observers.on_job(JobEvent("poll", seen, 1, 0.0))
         return seen
 
@@ -189,7 +191,7 @@ class Jobs:
             raise JobNotCompleted(f"job {job_id} has no result yet: {why}", seen)
         doc = _json(response)
         if not isinstance(doc, dict):
-            raise _unreadable(job_id, response, "result response is not a JSON object")
+            raise _unanswered(job_id, response, "result response is not a JSON object")
         return _data_of(doc)
 
     def cancel(self, job: JobRef) -> Job:
@@ -207,10 +209,10 @@ class Jobs:
         if response.status_code != 409 and _error_code(response) not in CANCEL_REFUSALS:
             raise _error_for(response)
         seen = self._read(job_id)
-        if seen is not None and (seen.status or "").lower() in _CANCELED:
-            return seen  # already canceled: what the cancel asked for
         if seen is None:
             why = "its status could not be read"
+        elif (seen.status or "").lower() in _CANCELED:
+            return seen  # already canceled: what the cancel asked for
         elif seen.done:
             why = f"it already ended {_say(seen.status)}; fetch its result with jobs.result"
         elif seen.failed:
@@ -251,7 +253,7 @@ class Jobs:
             raise ConfigurationError("on_status must be callable or None")
         # The job as known before any poll: a Job as given, what a submit response said, else the id.
         known = Job.from_response(job, job_id) if isinstance(job, requests.Response) else Job(job_id)
-        waiting = _Waiting(job if isinstance(job, Job) else known, self._now(), timeout)
+        waiting = _Waiting(self, job if isinstance(job, Job) else known, self._now(), timeout)
         plan = PollSchedule(waiting.start + timeout, interval, max_interval, waiting.start)
         jitter = functools.partial(uniform, self.rng, *JITTER)
         reported: Optional[str] = None
@@ -263,55 +265,51 @@ class Jobs:
                     _sleeping.wait(pause, self.sleep)
                     now = self._now()
                 if now >= plan.deadline:  # a late wake-up: no poll goes after the deadline
-                    raise self._timed_out(waiting, "no time is left for another poll")
-                response = self._poll(waiting, job_id, plan.deadline - now, plan)
+                    raise waiting.timed_out("no time is left for another poll")
+                response = self._poll(waiting, plan.deadline - now, plan)
                 if response is None:
                     continue  # the fleet held it back: it goes at the API key's turn
                 plan.took(_round_trip(self._now() - now, response))
                 seen = _seen(job_id, response)
                 waiting.last = seen or waiting.last
-                self._polled(waiting)
+                waiting.polled()
                 if seen is None and not _ok(response) and not _no_news(response):
                     raise _error_for(response)  # 401, 404...: more polls would not fix it
                 if on_status is not None and seen is not None and seen.status != reported:
                     reported = seen.status
                     on_status(seen)
                 if seen is not None and seen.finished:
-                    self._end("completed" if seen.done else "failed", waiting)
                     if seen.failed:
                         raise _failed(seen)
+                    waiting.end("completed")
                     return seen
                 next_pause, why = plan.next_poll(self._now(), _hint(response), jitter)
                 if next_pause is None:
                     if seen is None:
                         got = " without a readable status" if _ok(response) else ""
                         why += f" (the last poll got {_label(response, with_id=False)}{got})"
-                    raise self._timed_out(waiting, why, response)
-        except (JobFailed, JobTimeout):
-            raise  # told and logged where they were raised
-        except Exception:
-            # Anything else that ends the wait (an answer polling cannot fix, a transport
-            # failure, the caller's on_status raising) ends it as an error, told once too.
-            self._end("error", waiting)
+                    raise waiting.timed_out(why, response)
+        except Exception as exc:
+            # Told once however the wait ended: failed, timed out, or anything else (an answer
+            # polling cannot fix, a transport failure, the caller's on_status raising): an error.
+            waiting.end(_ENDINGS.get(type(exc), "error"))
             raise
 
-    def _poll(
-        self, waiting: _Waiting, job_id: str, left: float, plan: PollSchedule
-    ) -> Optional[requests.Response]:
+    def _poll(self, waiting: _Waiting, left: float, plan: PollSchedule) -> Optional[requests.Response]:
         """One status read within ``left`` seconds: its response (the policy's last, when it gave
         up on it), or None when the fleet held it back and ``plan`` now waits for the key's turn."""
         try:
-            return self._send("GET", job_id, "status", left)
+            return self._send("GET", waiting.last.id, "status", left)
         except requests.exceptions.Timeout as exc:  # first: a timeout is a SumeRetryError too
-            self._polled(waiting)  # it went: counted, as every poll sent is
+            waiting.polled()  # it went: counted, as every poll sent is
             if cut_by_deadline(self.session.timeout, left):
-                raise self._timed_out(waiting, "the last poll ran out of time") from exc
+                raise waiting.timed_out("the last poll ran out of time") from exc
             raise
         except SumeRetryError as exc:
             if exc.response is not None:
                 return exc.response  # the policy gave up on this poll; the next one may do better
             if not exc.record.fleet_refused:  # the transport failed, after the policy's retries
-                self._polled(waiting)
+                waiting.polled()
                 raise
             # Nothing was sent: the API key's turn (a cooldown, the pace) comes later. The
             # poll's own time limit was shorter than the wait's: wait for the turn if it fits.
@@ -320,7 +318,7 @@ class Jobs:
                 return None
             why = "the API key's pace or cooldown (the fleet) has no turn for a poll before the deadline"
             later = f" (a poll could go in {turn:.1f}s)" if turn is not None else ""
-            raise self._timed_out(waiting, why + later) from exc
+            raise waiting.timed_out(why + later) from exc
 
     def _send(self, method: str, job_id: str, action: str, left: Optional[float] = None) -> requests.Response:
         """One request about the job; a poll of a wait gets ``left`` seconds."""
@@ -346,31 +344,43 @@ class Jobs:
     def _now(self) -> float:
         return _sleeping.now(self.clock)
 
-    def _polled(self, waiting: _Waiting) -> None:
-        """A poll went: counted, and told to the observers."""
-        waiting.polls += 1
-        self.session.observers.on_job(waiting.event("poll", self._now()))
 
-    def _timed_out(
-        self, waiting: _Waiting, why: str, answer: Optional[requests.Response] = None
-    ) -> JobTimeout:
+@dataclass
+class _Waiting:
+    """One wait as it goes (the job as last seen, when the wait started, the polls sent), and
+    what it tells the session's observers and the log."""
+
+    jobs: Jobs
+    last: Job
+    start: float
+    timeout: float
+    polls: int = 0
+
+    def event(self, kind: str) -> JobEvent:
+        return JobEvent(kind, self.last, self.polls, self.jobs._now() - self.start)
+
+    def polled(self) -> None:
+        """A poll went: counted, and told to the observers."""
+        self.polls += 1
+        self.jobs.session.observers.on_job(self.event("poll"))
+
+    def timed_out(self, why: str, answer: Optional[requests.Response] = None) -> JobTimeout:
         """The wait's end at its deadline, naming the request id of ``answer`` (the last poll's
         response, a 429 asking for a pause past the deadline say), else of the last status."""
-        self._end("timed_out", waiting)
-        last = waiting.last
+        last = self.last
         request_id = (_request_id(answer) if answer is not None else None) or last.request_id
         said = f" (request id {request_id})" if request_id else ""
         return JobTimeout(
-            f"job {last.id} is still {_say(last.status)} after {self._now() - waiting.start:.1f}s and "
-            f"{plural(waiting.polls, 'poll', 'polls')} ({waiting.timeout:g}s timeout): {why}; it may "
+            f"job {last.id} is still {_say(last.status)} after {self.jobs._now() - self.start:.1f}s and "
+            f"{plural(self.polls, 'poll', 'polls')} ({self.timeout:g}s timeout): {why}; it may "
             f"still finish, so wait again later with its id{said}",
             last,
         )
 
-    def _end(self, kind: str, waiting: _Waiting) -> None:
+    def end(self, kind: str) -> None:
         """Tell the observers and the log how the wait ended."""
-        event = waiting.event(kind, self._now())
-        self.session.observers.on_job(event)
+        event = self.event(kind)
+        self.jobs.session.observers.on_job(event)
         job, code = event.job, event.job.error_code
         told = f", error code {code}" if kind == "failed" and code else ""
         fields = {
@@ -394,19 +404,6 @@ class Jobs:
             told,
             extra={f"sume_{name}": value for name, value in fields.items()},
         )
-
-
-@dataclass
-class _Waiting:
-    """One wait as it goes: the job as last seen, when the wait started, the polls sent."""
-
-    last: Job
-    start: float
-    timeout: float
-    polls: int = 0
-
-    def event(self, kind: str, now: float) -> JobEvent:
-        return JobEvent(kind, self.last, self.polls, now - self.start)
 
 
 def job_id_of(job: Any) -> str:
@@ -479,10 +476,9 @@ def _dig(doc: Any, path: str) -> Any:
 
 
 def _json(response: requests.Response) -> Any:
+    """The body's one JSON value, read as every body is (``_envelope._document``), or None."""
     try:
-        if nests_too_deep(response.content or b""):
-            return None  # not a job document, and nesting that deep can crash json's scanner
-        return response.json()
+        return _document(response.content or b"")
     except (ValueError, RuntimeError):  # not JSON, or a consumed stream
         return None
 
@@ -537,8 +533,11 @@ def _failed(job: Job) -> JobFailed:
     return JobFailed(f"job {job.id} ended {_say(job.status)}: {what}{said}", job)
 
 
-def _unreadable(job_id: str, response: requests.Response, what: str) -> JobError:
-    """A 2xx that does not say what was asked (``what``)."""
+def _unanswered(job_id: str, response: requests.Response, what: str) -> Exception:
+    """The error for an answer that does not say what was asked: a 2xx missing ``what``, else
+    the error the answer is (:func:`_error_for`)."""
+    if not _ok(response):
+        return _error_for(response)
     return JobError(
         f"job {job_id}: the {what} ({_label(response)})",
         Job(job_id, request_id=_request_id(response)),
@@ -641,16 +640,13 @@ class PollSchedule:
         return pause, ""
 
     def hold(self, now: float, turn: float) -> bool:
-        """Put the next poll ``turn`` seconds (at least ``interval``) from ``now``, if it fits."""
+        """Put the next poll ``turn`` seconds (at least ``interval``) from ``now`` if it still comes
+        back by the deadline; True when it does."""
         pause = max(turn, self.interval)
-        if not self.fits(now, pause):
+        if now + pause > self.latest:
             return False
         self.decided, self.pause = now, pause
         return True
-
-    def fits(self, now: float, pause: float) -> bool:
-        """True when a poll ``pause`` seconds from ``now`` still comes back by the deadline."""
-        return now + pause <= self.latest
 
 
 def poll_timeout(base: Any, left: float) -> Tuple[float, float]:

@@ -154,10 +154,9 @@ def _redact_value(value: Any, secrets: Sequence[str], pending: List[object]) -> 
     if isinstance(value, BaseException):
         pending.append(value)  # redacted in place: the same object stays in args
         return value
-    if isinstance(value, tuple):
-        return tuple(_redact_value(item, secrets, pending) for item in value)
-    if isinstance(value, list):
-        return [_redact_value(item, secrets, pending) for item in value]
+    if isinstance(value, (tuple, list)):
+        items = [_redact_value(item, secrets, pending) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
     return value
 
 

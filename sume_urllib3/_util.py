@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import random
-from typing import Any, Callable, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 from urllib.parse import urlsplit
 
 # -- text for people ----------------------------------------------------------------------------
@@ -14,6 +14,12 @@ from urllib.parse import urlsplit
 def plural(count: int, one: str, many: str) -> str:
     """ "1 retry" or "3 retries": the count and the word that fits it."""
     return f"{count} {one if count == 1 else many}"
+
+
+def columns(rows: Sequence[Sequence[str]]) -> List[str]:
+    """Rows of cells as aligned lines: each column as wide as its widest cell, two spaces apart."""
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
 def is_visible_ascii(text: str) -> bool:
@@ -65,10 +71,8 @@ def origin(url: str) -> Tuple[str, str, Optional[int]]:
 def leaves_origin(previous: str, url: str) -> bool:
     """True when going from ``previous`` to ``url`` leaves its origin (an https upgrade stays)."""
     old, new = origin(previous), origin(url)
-    if old == new:
-        return False
-    upgrade = old == ("http", new[1], 80) and new[0] == "https" and new[2] == 443
-    return not upgrade
+    upgrade = old == ("http", new[1], 80) and new == ("https", new[1], 443)
+    return old != new and not upgrade
 
 
 def header_value(headers: Any, name: str) -> Any:

@@ -12,12 +12,12 @@ import pytest
 from sume_urllib3._config import (
     MAX_SECONDS,
     as_seconds,
+    check_base_url,
     check_clock,
     check_flag,
     check_int,
     check_rng,
     check_seconds,
-    check_url,
     setting,
 )
 from sume_urllib3.exceptions import ConfigurationError
@@ -97,7 +97,7 @@ def test_rng_and_clock() -> None:
 def test_a_url_that_cannot_be_sent_to_is_refused_without_echoing_it(url: str) -> None:
     """The message names the argument and the part, never the URL (it may carry credentials)."""
     with pytest.raises(ConfigurationError, match=r"^base_url must") as refused:
-        check_url(url, "base_url")
+        check_base_url(url)
     assert url not in str(refused.value)
 
 

@@ -117,12 +117,13 @@ def test_slow_polls_give_the_last_one_twice_the_slowest_round_trip_up_to_a_cap()
     assert 10.0 - MAX_LAST_POLL_MARGIN == pytest.approx(plan.latest)
 
 
-def test_fits_says_whether_a_poll_comes_back_before_the_deadline() -> None:
-    """A held poll (a cooldown) may go at the latest start, not after it."""
+def test_a_held_poll_may_go_at_the_latest_start_not_after_it() -> None:
+    """A held poll (a cooldown) goes when it still comes back before the deadline, else not at all."""
     plan = PollSchedule(deadline=100.0, interval=1.0, max_interval=20.0)
 
-    assert plan.fits(0.0, 100.0 - LAST_POLL_MARGIN)
-    assert not plan.fits(0.0, 100.0)
+    assert not plan.hold(0.0, 100.0)
+    assert plan.hold(0.0, 100.0 - LAST_POLL_MARGIN)
+    assert 100.0 - LAST_POLL_MARGIN == plan.due_in(0.0)
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from sume_urllib3._policy import Verdict, seconds
 from sume_urllib3._record import Outcome
 from sume_urllib3._util import (
     StrEnum,
+    columns,
     is_loopback,
     is_visible_ascii,
     leaves_origin,
@@ -20,6 +21,12 @@ from sume_urllib3._util import (
 )
 
 # --- seconds and plural ----------------------------------------------------------------------
+
+
+def test_columns_align_each_column_to_its_widest_cell() -> None:
+    """Two spaces between columns, each as wide as its widest cell; no trailing spaces."""
+    assert ["a    bb", "ccc  d"] == columns([("a", "bb"), ("ccc", "d")])
+    assert ["x  y", "z"] == columns([("x", "y"), ("z", "")])
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import json
 from operator import itemgetter
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from .._util import columns
 from . import _core
 from ._fleet import describe_rate
 from ._signals import fleet_key, origin_name
@@ -79,10 +80,7 @@ _COLUMNS = ("origin", "key", "cooldown", "pace", "in flight", "retry budget", "l
 def render_table(rows: Iterable[KeyStatus]) -> str:
     """The rows as an aligned text table, one line per key (``no keys`` for none)."""
     lines = [_COLUMNS, *(_cells(row) for row in rows)]
-    if len(lines) == 1:
-        return "no keys\n"
-    widths = [max(len(line[i]) for line in lines) for i in range(len(_COLUMNS))]
-    return "".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() + "\n" for line in lines)
+    return "no keys\n" if len(lines) == 1 else "".join(line + "\n" for line in columns(lines))
 
 
 def _cells(row: KeyStatus) -> Tuple[str, ...]:
