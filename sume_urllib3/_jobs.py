@@ -15,7 +15,7 @@ import requests
 from . import _sleeping
 from ._config import check_rng, check_seconds
 from ._deadline import timeout_limits
-from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, _document, parse_retry_after
+from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
 from ._errors import ConfigurationError, SumeError, SumeRetryError
 from ._record import Outcome, status_label, sume_record
 from ._util import RandomSource, plural, uniform
@@ -476,9 +476,11 @@ def _dig(doc: Any, path: str) -> Any:
 
 
 def _json(response: requests.Response) -> Any:
-    """The body's one JSON value, read as every body is (``_envelope._document``), or None."""
+    """The body's one JSON value as requests reads it (a job's result keeps its numbers whole), or None."""
     try:
-        return _document(response.content or b"")
+        if nests_too_deep(response.content or b""):
+            return None  # not a job document, and nesting that deep can crash json's scanner
+        return response.json()
     except (ValueError, RuntimeError):  # not JSON, or a consumed stream
         return None
 

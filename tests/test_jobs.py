@@ -750,6 +750,16 @@ def test_a_result_of_many_objects_and_brackets_is_read(fake: FakeSume, make_sess
     assert segments == jobs.result(jobs.wait("job_1"))["segments"]
 
 
+def test_a_result_keeps_its_numbers_whole(fake: FakeSume, make_session: MakeSession) -> None:
+    """A result is the caller's data: a 40-digit id and a float stay as the server sent them
+    (an error body's reader caps long integers; a result must not)."""
+    fake.job("job_1", [("completed", {"ledger_id": 10**40 + 1, "ratio": 0.1})])
+
+    result = jobs_for(make_session()).result("job_1")
+
+    assert (10**40 + 1, 0.1) == (result["ledger_id"], result["ratio"])
+
+
 def test_result_that_is_not_a_json_object_is_a_clear_error(fake: FakeSume, make_session: MakeSession) -> None:
     """A 200 result body that is not a JSON object raises a SumeError naming the job."""
     fake.script("GET", "/v1/jobs/job_1/result", Reply(200, body=b"binary"))
