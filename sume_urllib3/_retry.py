@@ -18,11 +18,10 @@ from urllib3.util.retry import Retry
 from . import _sleeping
 from ._body import let_go, peek_body
 from ._config import check_rng
-from ._envelope import ErrorEnvelope, parse_envelope, parse_retry_after
+from ._envelope import ErrorEnvelope, key_prefix, parse_envelope, parse_retry_after, status_label
 from ._errors import ConfigurationError
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
-from ._record import key_prefix, status_label
 from ._redact import redact_url, redact_urllib3_logs
 from ._redirects import redirect_refusal, redirect_wait
 from ._request import HELD, Attempt, RequestContext, body_refusal, current
