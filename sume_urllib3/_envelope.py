@@ -171,10 +171,9 @@ def parse_envelope(
     doc = None
     if body and isinstance(body, (bytes, bytearray)):
         with contextlib.suppress(Exception):  # not one JSON value, or headers that break when asked
-            text: Optional[bytes] = bytes(body[: max(limit, 0)])
             coding = None if decoded else headers.get("content-encoding")
-            if coding:
-                text = decode_prefix(text, coding, limit)
+            prefix = bytes(body[: max(limit, 0)])
+            text = decode_prefix(prefix, coding, limit) if coding else prefix
             doc = _document(text) if text else None
     top: Mapping[str, Any] = doc if isinstance(doc, dict) else _EMPTY
     error = top.get("error")
