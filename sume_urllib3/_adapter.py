@@ -6,7 +6,7 @@ import functools
 import os
 import time
 import weakref
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, NoReturn, Optional, Tuple, Union
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, NoReturn, Optional, Tuple, Union, cast
 
 import requests
 import urllib3
@@ -31,7 +31,7 @@ from ._redirects import (
     taken_before,
 )
 from ._request import Attempt, RequestContext, current
-from ._retry import SumeRetry
+from ._retry import COUNTERS_OUT, SumeRetry, stopped
 from ._util import RandomSource, leaves_origin
 from .observe import Observers, RequestStart, SumeObserver, in_own_context
 from .pacing._fleet import Fleet, LocalFleet, RetryBudget
@@ -111,18 +111,7 @@ class SumeAdapter(HTTPAdapter):
         own["raise_on_give_up"] = raise_on_give_up is not True
         self._own_settings = frozenset(name for name, given in own.items() if given)
         self.timeout = check_timeout(timeout)
-        if fleet is DEFAULT_FLEET:
-            # On the adapter's own clock, as SumeSession does: a fleet on real time would hold
-            # requests that a test's virtual clock has long let through.
-            fleet = LocalFleet.default() if clock is None else LocalFleet(clock=clock, rng=rng)
-        elif fleet is not None and (
-            isinstance(fleet, type)  # LocalFleet rather than LocalFleet(): its methods need an instance
-            or not (callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None)))
-        ):
-            raise ConfigurationError(
-                f"fleet must be a Fleet (LocalFleet, RedisFleet) or None, got {type(fleet).__name__}"
-            )
-        self.fleet = fleet
+        self.fleet = _checked_fleet(fleet, clock, rng)
         if max_retries is None:
             max_retries = SumeRetry(
                 policy=policy,  # by name: SumeRetry(5) would be urllib3's total=5
@@ -360,7 +349,7 @@ class SumeAdapter(HTTPAdapter):
                 # A body that cannot be decoded comes the same way again: recorded, not resent.
                 undecodable = isinstance(exc, requests.exceptions.ContentDecodingError)
                 rewind = functools.partial(_rewind, request.body, context.body_pos)
-                if undecodable or not self.retry.resend_broken_body(context, exc, rewind):
+                if undecodable or not _resend_broken_body(self.retry, context, exc, rewind):
                     self._broke(context, request, response, exc)
                 response.close()
                 broken = exc
@@ -491,6 +480,54 @@ class SumeAdapter(HTTPAdapter):
         self.poolmanager.clear()
         for proxy_manager in self.proxy_manager.values():
             proxy_manager.clear()
+
+
+def _checked_fleet(fleet: Any, clock: Optional[Callable[[], float]], rng: RandomSource) -> Optional[Fleet]:
+    """The fleet an adapter paces with: the given one (checked), or None, or by default the
+    process-wide ``LocalFleet.default()``, on the adapter's own clock when it was given one (as
+    SumeSession does: a fleet on real time would hold requests that a test's virtual clock has
+    long let through)."""
+    if fleet is DEFAULT_FLEET:
+        return LocalFleet.default() if clock is None else LocalFleet(clock=clock, rng=rng)
+    if fleet is not None and (
+        isinstance(fleet, type)  # LocalFleet rather than LocalFleet(): its methods need an instance
+        or not (callable(getattr(fleet, "acquire", None)) and callable(getattr(fleet, "release", None)))
+    ):
+        raise ConfigurationError(
+            f"fleet must be a Fleet (LocalFleet, RedisFleet) or None, got {type(fleet).__name__}"
+        )
+    return cast("Optional[Fleet]", fleet)
+
+
+def _resend_broken_body(
+    retry: SumeRetry, context: RequestContext, error: Exception, rewind: Callable[[], bool]
+) -> bool:
+    """A body that broke mid-read after urllib3 handed the response back: resend it?
+
+    Decided by ``retry`` as a read failure inside urllib3's loop, within urllib3's counters
+    (``total``, ``read``: the resend starts urllib3 afresh), the body (``rewind`` puts a file
+    body back, False when it cannot), the retry budget and the fleet's turn. Records the
+    attempt; on a resend the wait is in ``context.next_wait`` for :meth:`SumeRetry.sleep`.
+    """
+    attempt = retry.decide_error(context, context.method, error)
+    resend = attempt.decision.retry
+    if resend and any(
+        c is False or (type(c) is int and context.retries >= c) for c in (retry.total, retry.read)
+    ):
+        attempt, resend = stopped(attempt, COUNTERS_OUT), False
+    elif resend and not rewind():
+        why = f"{attempt.decision.reason}; the request body cannot be rewound"
+        attempt, resend = attempt._replace(decision=Decision(Verdict.NO_RETRY, reason=why)), False
+    if resend:
+        wait = attempt.decision.wait or 0.0
+        turn = context.take_turn(attempt.at, wait, retry="error", budget=retry.retry_budget, rng=retry.rng)
+        if turn.refused is not None:
+            attempt, resend = stopped(attempt, turn.refused, turn.retry_in), False
+        context.next_wait = turn.wait
+    context.add(attempt)
+    if resend:
+        retry.announce_retry(context, attempt, context.method)
+    return resend
 
 
 def _rewind(body: Any, position: Optional[int]) -> bool:

@@ -1,4 +1,5 @@
-"""Read the Sume JSON error envelope tolerantly from a bounded body prefix."""
+"""Read the Sume JSON error envelope tolerantly from a bounded body prefix, and show what a
+response said (its status and code, ids, a key's first characters) as short, printable text."""
 
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ def printable(value: Any, max_len: int = MAX_FIELD) -> Optional[str]:
     if len(text) > max_len:
         text = text[:max_len] + "…"
     return text if text.isprintable() else "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def key_prefix(key: Optional[str]) -> Optional[str]:
+    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
+    if not key:
+        return None
+    return key[:8] + "…" if len(key) > 8 else key
+
+
+def status_label(status: Optional[int], code: Optional[str] = None) -> str:
+    """How reasons and messages name a response: "503 queue_full", "503", or "no response"."""
+    if status is None:
+        return "no response"
+    return f"{status} {code}" if code else str(status)
 
 
 #: Response headers that may carry the request id, in order of preference.
@@ -157,7 +172,8 @@ def parse_envelope(
     if body and isinstance(body, (bytes, bytearray)):
         with contextlib.suppress(Exception):  # not one JSON value, or headers that break when asked
             coding = None if decoded else headers.get("content-encoding")
-            text = decode_prefix(bytes(body[:limit]), coding, limit)
+            prefix = bytes(body[: max(limit, 0)])
+            text = decode_prefix(prefix, coding, limit) if coding else prefix
             doc = _document(text) if text else None
     top: Mapping[str, Any] = doc if isinstance(doc, dict) else _EMPTY
     error = top.get("error")
@@ -168,20 +184,19 @@ def parse_envelope(
     request_id = short_text(top.get("request_id")) or short_text(error.get("request_id"))
     for name in REQUEST_ID_HEADERS:
         request_id = request_id or short_text(headers.get(name))
-    retryable = _inner_first(error, top, "retryable")
+    # The other fields inside "error", else at the top level (the Sume surfaces use both).
+    found: Dict[str, Any] = {}
+    for name in ("retryable", "message", "next_action"):
+        value = error.get(name)
+        found[name] = top.get(name) if value is None else value
+    retryable = found["retryable"]
     return ErrorEnvelope(
         code=code,
-        message=short_text(_inner_first(error, top, "message"), 500) if message else None,
+        message=short_text(found["message"], 500) if message else None,
         request_id=request_id,
         retryable=retryable if isinstance(retryable, bool) else None,
-        next_action=short_text(_inner_first(error, top, "next_action")),
+        next_action=short_text(found["next_action"]),
     )
-
-
-def _inner_first(error: Mapping[str, Any], top: Mapping[str, Any], name: str) -> Any:
-    """Field ``name`` inside ``error``, else at the top level (the Sume surfaces use both)."""
-    value = error.get(name)
-    return top.get(name) if value is None else value
 
 
 def _case_insensitive(headers: Any) -> Mapping[str, Any]:

@@ -15,9 +15,15 @@ import requests
 from . import _sleeping
 from ._config import check_rng, check_seconds
 from ._deadline import timeout_limits
-from ._envelope import REQUEST_ID_HEADERS, RETRY_AFTER_CEILING, nests_too_deep, parse_retry_after
+from ._envelope import (
+    REQUEST_ID_HEADERS,
+    RETRY_AFTER_CEILING,
+    nests_too_deep,
+    parse_retry_after,
+    status_label,
+)
 from ._errors import ConfigurationError, SumeError, SumeRetryError
-from ._record import Outcome, status_label, sume_record
+from ._record import Outcome, sume_record
 from ._util import RandomSource, plural, uniform
 
 logger = logging.getLogger("sume_urllib3")

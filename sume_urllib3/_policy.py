@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 from ._config import check_int, check_seconds
-from ._envelope import ErrorEnvelope, parse_retry_after
+from ._envelope import ErrorEnvelope, parse_retry_after, status_label
 from ._errors import ConfigurationError
-from ._record import status_label
 from ._util import RandomSource, StrEnum, plural, uniform
 
 #: A rule's ``code`` that matches any error code (or none).
@@ -171,7 +170,10 @@ class Policy:
 
     def match(self, status: int, code: Optional[str]) -> Optional[Rule]:
         """The first rule matching status and code, or None."""
-        return next((rule for rule in self.rules if rule.matches(status, code)), None)
+        for rule in self.rules:
+            if rule.matches(status, code):
+                return rule
+        return None
 
     def backoff(self, attempt: int, rng: RandomSource = None) -> float:
         """``min(backoff_max, backoff_base * 2**attempt) * U(jitter)`` for 0-based ``attempt``."""

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from ._envelope import key_prefix, status_label
 from ._redact import redact_url
 from ._util import StrEnum, plural
 
@@ -19,20 +20,6 @@ class Outcome(StrEnum):
     FIX = "fix"
     NO_RETRY = "no_retry"
     POLL = "poll"
-
-
-def key_prefix(key: Optional[str]) -> Optional[str]:
-    """The first 8 characters of an idempotency key: enough to find it, not to reuse it."""
-    if not key:
-        return None
-    return key[:8] + "…" if len(key) > 8 else key
-
-
-def status_label(status: Optional[int], code: Optional[str] = None) -> str:
-    """How reasons and messages name a response: "503 queue_full", "503", or "no response"."""
-    if status is None:
-        return "no response"
-    return f"{status} {code}" if code else str(status)
 
 
 @dataclass(frozen=True)

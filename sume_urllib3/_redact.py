@@ -7,7 +7,7 @@ result backend's JSON. The same rules apply to a URL the library keeps (:func:`r
 records, retry events, spans), to free text someone else wrote (:func:`redact_text`: urllib3's
 and requests' messages), to an exception the library raises or chains (:func:`redact_error`)
 and to urllib3's own log lines (:class:`RedactingFilter`, installed by
-:func:`redact_urllib3_logs`, not by the import). ``_record.key_prefix`` is how much of an
+:func:`redact_urllib3_logs`, not by the import). ``_envelope.key_prefix`` is how much of an
 Idempotency-Key any text may show.
 
 Redacting in place, rather than raising copies, is deliberate: the urllib3 error requests

@@ -16,8 +16,8 @@ from requests.models import REDIRECT_STATI
 from requests.structures import CaseInsensitiveDict
 from requests.utils import requote_uri
 
+from ._envelope import status_label
 from ._idempotency import IDEMPOTENCY_HEADER, KEYED_METHODS
-from ._record import status_label
 from ._request import body_refusal
 from ._util import leaves_origin
 

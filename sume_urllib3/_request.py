@@ -13,10 +13,10 @@ import time
 from contextvars import ContextVar
 from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Union
 
-from ._envelope import REQUEST_ID_HEADERS, short_text
+from ._envelope import REQUEST_ID_HEADERS, short_text, status_label
 from ._idempotency import BODY_METHODS, KEYED_METHODS, validate_idempotency_key
 from ._policy import Decision, Policy, Verdict
-from ._record import Outcome, SumeRecord, status_label
+from ._record import Outcome, SumeRecord
 from ._redact import redact_url
 from ._util import RandomSource, uniform
 from .pacing._fleet import ANONYMOUS

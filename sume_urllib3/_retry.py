@@ -18,11 +18,10 @@ from urllib3.util.retry import Retry
 from . import _sleeping
 from ._body import let_go, peek_body
 from ._config import check_rng
-from ._envelope import ErrorEnvelope, parse_envelope, parse_retry_after
+from ._envelope import ErrorEnvelope, key_prefix, parse_envelope, parse_retry_after, status_label
 from ._errors import ConfigurationError
 from ._idempotency import BODY_METHODS, KEYED_METHODS, SAFE_METHODS
 from ._policy import ANY, DEFAULT_POLICY, Decision, Policy, Rule, Verdict
-from ._record import key_prefix, status_label
 from ._redact import redact_url, redact_urllib3_logs
 from ._redirects import redirect_refusal, redirect_wait
 from ._request import HELD, Attempt, RequestContext, body_refusal, current
@@ -94,30 +93,13 @@ class SumeRetry(Retry):
         observers: Iterable[Any] = (),
         **retry_kwargs: Any,
     ) -> None:
-        if args and not (args[0] is None or isinstance(args[0], int)):  # the policy, not urllib3's total
-            if policy is not None:
-                raise ConfigurationError("give the policy once: positionally or as policy=")
-            policy, args = args[0], args[1:]
-        positional = _retry_parameters()
-        if len(args) > len(positional):
-            raise ConfigurationError(
-                f"SumeRetry takes at most {len(positional)} urllib3 arguments by position"
-            )
-        for name, value in zip(positional, args):
-            if name in retry_kwargs:
-                raise ConfigurationError(f"SumeRetry got {name} by position and by name")
-            retry_kwargs[name] = value
-        if policy is None:
-            policy = DEFAULT_POLICY
-        elif not isinstance(policy, Policy):
-            raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
+        policy = _checked_arguments(args, policy, retry_kwargs)
         for name, given in (("sleep", sleep), ("clock", clock)):
             if given is not None and not callable(given):
                 raise ConfigurationError(f"{name} must be callable")
         if retry_budget is not None and not callable(getattr(retry_budget, "reserve", None)):
             raise ConfigurationError("retry_budget must be a RetryBudget or None")
         check_rng(rng)
-        policy = _absorb_urllib3_arguments(policy, retry_kwargs)
         redact_urllib3_logs()  # urllib3 logs the URLs of the requests it retries
         retry_kwargs.setdefault("total", None)
         retry_kwargs.setdefault("redirect", 10)
@@ -325,7 +307,7 @@ class SumeRetry(Retry):
             try:
                 new = Retry.increment(self, method, url, raw, error, _pool, _stacktrace)  # urllib3 counts
             except MaxRetryError:
-                attempt = _stop(attempt, COUNTERS_OUT)
+                attempt = stopped(attempt, COUNTERS_OUT)
         wait = attempt.decision.wait or 0.0
         if new is not None:
             throttled = attempt.status == 429 or attempt.decision.source == "retry_after"
@@ -333,12 +315,13 @@ class SumeRetry(Retry):
             turn = context.take_turn(attempt.at, wait, retry=kind, budget=self.retry_budget, rng=self.rng)
             wait = turn.wait
             if turn.refused is not None:
-                new, attempt = None, _stop(attempt, turn.refused, turn.retry_in)
+                new, attempt = None, stopped(attempt, turn.refused, turn.retry_in)
             else:
                 let_go(raw)  # drained through urllib3, so its connection goes back to the pool
             if new is not None and context.now() + wait > context.deadline:  # reading the old body took it
                 context.end_turn(None, None)  # the turn taken for it goes unused
-                new, attempt = None, _stop(attempt, "the deadline passed while the rest of its body was read")
+                why = "the deadline passed while the rest of its body was read"
+                new, attempt = None, stopped(attempt, why)
         context.add(attempt)
         if new is None:
             # No retry: urllib3 hands the response back or raises, as the class docstring says; a
@@ -443,36 +426,6 @@ class SumeRetry(Retry):
             None, None, None, None, decision, error=type(error).__name__, at=now, retry_in=retry_in
         )
 
-    def resend_broken_body(
-        self, context: RequestContext, error: Exception, rewind: Callable[[], bool]
-    ) -> bool:
-        """A body that broke mid-read after urllib3 handed the response back: resend it?
-
-        Decided as a read failure inside urllib3's loop, within urllib3's counters (``total``,
-        ``read``: the adapter's resend starts urllib3 afresh), the body (``rewind`` puts a
-        file body back, False when it cannot), the retry budget and the fleet's turn. Records
-        the attempt; on a resend the wait is in ``context.next_wait`` for :meth:`sleep`.
-        """
-        attempt = self.decide_error(context, context.method, error)
-        retry = attempt.decision.retry
-        if retry and any(
-            c is False or (type(c) is int and context.retries >= c) for c in (self.total, self.read)
-        ):
-            attempt, retry = _stop(attempt, COUNTERS_OUT), False
-        elif retry and not rewind():
-            why = f"{attempt.decision.reason}; the request body cannot be rewound"
-            attempt, retry = attempt._replace(decision=Decision(Verdict.NO_RETRY, reason=why)), False
-        if retry:
-            wait = attempt.decision.wait or 0.0
-            turn = context.take_turn(attempt.at, wait, retry="error", budget=self.retry_budget, rng=self.rng)
-            if turn.refused is not None:
-                attempt, retry = _stop(attempt, turn.refused, turn.retry_in), False
-            context.next_wait = turn.wait
-        context.add(attempt)
-        if retry:
-            self.announce_retry(context, attempt, context.method)
-        return retry
-
     def announce_retry(self, context: RequestContext, attempt: Attempt, method: Optional[str]) -> None:
         """Tell the observers (metrics, the log line, the user's own) of a retry before its wait."""
         decision, wait = attempt.decision, context.next_wait or 0.0
@@ -510,7 +463,7 @@ _FRESH = RequestContext(0.0)
 _GIVE_UP = (Verdict.STOP, Verdict.NO_RETRY)
 
 
-def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
+def stopped(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attempt:
     """``attempt`` stopped for ``why``; ``retry_in`` defaults to the wait the retry would have had."""
     decision = Decision(Verdict.STOP, reason=f"{attempt.label}: {why}")
     if retry_in is None:
@@ -522,9 +475,25 @@ def _stop(attempt: Attempt, why: str, retry_in: Optional[float] = None) -> Attem
 _COUNTERS = frozenset({"total", "connect", "read", "redirect", "status", "other", "history"})
 
 
-def _absorb_urllib3_arguments(policy: Policy, kwargs: Dict[str, Any]) -> Policy:
-    """Honour the urllib3 arguments that mean something here, checked now rather than at the
-    first retry; refuse the rest by name."""
+def _checked_arguments(args: Tuple[Any, ...], policy: Optional[Policy], kwargs: Dict[str, Any]) -> Policy:
+    """The policy to carry out, and urllib3's arguments (``args`` by position, in urllib3's order,
+    joined into ``kwargs``): those that mean something here honoured, checked now rather than at
+    the first retry; the rest refused by name."""
+    if args and not (args[0] is None or isinstance(args[0], int)):  # the policy, not urllib3's total
+        if policy is not None:
+            raise ConfigurationError("give the policy once: positionally or as policy=")
+        policy, args = args[0], args[1:]
+    positional = _retry_parameters()
+    if len(args) > len(positional):
+        raise ConfigurationError(f"SumeRetry takes at most {len(positional)} urllib3 arguments by position")
+    for name, value in zip(positional, args):
+        if name in kwargs:
+            raise ConfigurationError(f"SumeRetry got {name} by position and by name")
+        kwargs[name] = value
+    if policy is None:
+        policy = DEFAULT_POLICY
+    elif not isinstance(policy, Policy):
+        raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
     for name in _COUNTERS - {"history"}:
         value = kwargs.get(name)  # None: no limit; False: no retries, errors raised as they are
         if value is not None and not isinstance(value, (bool, int)):

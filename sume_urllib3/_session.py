@@ -260,9 +260,10 @@ class SumeSession(EnvironmentSession):
         if policy is not None and not isinstance(policy, Policy):
             raise ConfigurationError(f"policy must be a Policy, got {type(policy).__name__}")
         sent = cast("Dict[str, Any]", kwargs)  # handed on as given: requests checks them
-        if any(isinstance(a, SumeAdapter) and a.retry.observers.starts for a in self.adapters.values()):
-            # Told to an observer's on_start (by the SumeAdapter serving it): its own context.
-            return in_own_context(self._request, method, url, args, policy, sent)
+        for adapter in self.adapters.values():
+            if isinstance(adapter, SumeAdapter) and adapter.retry.observers.starts:
+                # Told to an observer's on_start (by the SumeAdapter serving it): its own context.
+                return in_own_context(self._request, method, url, args, policy, sent)
         return self._request(method, url, args, policy, sent)
 
     def _request(

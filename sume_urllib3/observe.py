@@ -18,10 +18,10 @@ from typing import Any, Callable, Collection, Dict, Iterable, Optional, Protocol
 from urllib.parse import urlsplit
 
 from . import _fork
-from ._envelope import printable
+from ._envelope import key_prefix, printable
 from ._errors import ConfigurationError
 from ._jobs import JobEvent
-from ._record import Outcome, SumeRecord, key_prefix
+from ._record import Outcome, SumeRecord
 from ._redact import redact_urllib3_logs
 from ._util import plural
 
