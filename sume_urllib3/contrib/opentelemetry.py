@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterable, Iterator, Optional, Sequence, Set, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, Optional, Tuple
 from urllib.parse import urlsplit
 
 try:
@@ -40,14 +40,12 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, SumeRecord, __version__
-from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, key_prefix, retry_reason
+from ..observe import RequestStart, RetryEvent, key_prefix
+from . import _metrics
+from ._metrics import JOBS, REQUESTS, RETRIES
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"
-#: Histogram boundaries for attempts per logical request (the default policy sends at most 7).
-ATTEMPT_BUCKETS: Sequence[float] = (1, 2, 3, 4, 5, 6, 7, 10)
-#: Histogram boundaries for pacing waits, in seconds.
-PACED_BUCKETS: Sequence[float] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120)
 # Retry events kept per thread while waiting for their request's outcome: a request that
 # never reports one (an observer attached to a SumeRetry used alone) must not leak memory.
 _MAX_PENDING = 64
@@ -85,38 +83,15 @@ class OpenTelemetryObserver:
         self._providers = (tracer_provider, meter_provider)
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
-        counter = meter.create_counter
-        self._requests = counter("sume.requests", "{request}", "Logical Sume API requests by final outcome.")
-        self._retries = counter(
-            "sume.retries",
-            "{retry}",
-            "Retries by reason: error code, else HTTP status, else transport error class.",
-        )
-        self._attempts = _histogram(
-            meter,
-            "sume.attempts",
-            "{attempt}",
-            "Requests sent per logical Sume API request.",
-            ATTEMPT_BUCKETS,
-        )
-        self._paced = _histogram(
-            meter, "sume.paced", "s", "Seconds a request waited for the fleet's pace.", PACED_BUCKETS
-        )
-        self._refused = counter(
-            "sume.fleet.refused",
-            "{request}",
-            "Requests not sent: the fleet's turn would have come after the deadline.",
-        )
-        self._fallbacks = counter(
-            "sume.fleet.fallbacks",
-            "{grant}",
-            "Turns granted by local pacing because the shared fleet store failed.",
-        )
-        self._jobs = counter(
-            "sume.job.events", "{event}", "Job status polls and job waits ended, by sume.job.event."
-        )
+
+        def counter(series: _metrics.Series) -> Any:
+            return meter.create_counter(_metrics.otel_name(series), series.unit, series.description)
+
+        self._requests, self._retries, self._jobs = counter(REQUESTS), counter(RETRIES), counter(JOBS)
+        self._refused, self._fallbacks = counter(_metrics.FLEET_REFUSED), counter(_metrics.FLEET_FALLBACKS)
+        self._attempts, self._paced = _histogram(meter, _metrics.ATTEMPTS), _histogram(meter, _metrics.PACED)
         self._lock = threading.Lock()
-        self._reasons: Set[str] = set()
+        self._reasons = _metrics.Reasons()
         self._local = threading.local()
         #: Failures of the tracer or the meter so far (each one logged only the first time).
         self.failures = 0
@@ -160,10 +135,7 @@ class OpenTelemetryObserver:
             else:
                 self._pending().append((stamp, attributes))
         with self._guard("on_retry"):
-            with self._lock:
-                reason = _clean(retry_reason(event, self._reasons))
-                self._reasons.add(reason)
-            self._retries.add(1, {"sume.retry.reason": reason})
+            self._retries.add(1, {RETRIES.attribute: self._reasons.label(event, _clean)})
 
     def on_outcome(self, record: SumeRecord) -> None:
         """End the request's span (or make it, start to end) and record the request's metrics."""
@@ -181,11 +153,10 @@ class OpenTelemetryObserver:
 
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``) under its kind: a poll, or how a wait ended."""
-        kind = getattr(event, "kind", None)
-        if kind not in JOB_EVENT_KINDS:
-            return  # a kind this version does not know
-        with self._guard("on_job"):
-            self._jobs.add(1, {"sume.job.event": kind})
+        kind = _metrics.job_kind(event)
+        if kind is not None:
+            with self._guard("on_job"):
+                self._jobs.add(1, {JOBS.attribute: kind})
 
     def _announced(self, record: SumeRecord) -> Optional[Span]:
         """The span ``on_start`` made for this record's request, its entry taken out; else None.
@@ -224,7 +195,7 @@ class OpenTelemetryObserver:
         span.end(end_time=end)
 
     def _count(self, record: SumeRecord) -> None:
-        labels = {"sume.outcome": Outcome(record.outcome).value}
+        labels = {REQUESTS.attribute: Outcome(record.outcome).value}
         self._requests.add(1, labels)
         self._attempts.record(record.attempts, labels)
         if record.paced > 0:
@@ -342,10 +313,9 @@ def _clean(value: Optional[str]) -> str:
     return text[:_MAX_FIELD] + "…" if len(text) > _MAX_FIELD else text
 
 
-def _histogram(meter: Any, name: str, unit: str, description: str, buckets: Sequence[float]) -> Any:
+def _histogram(meter: Any, series: _metrics.Series) -> Any:
+    described = (_metrics.otel_name(series), series.unit, series.description)
     try:
-        return meter.create_histogram(
-            name, unit=unit, description=description, explicit_bucket_boundaries_advisory=list(buckets)
-        )
+        return meter.create_histogram(*described, explicit_bucket_boundaries_advisory=list(series.buckets))
     except TypeError:  # opentelemetry-api < 1.23 has no bucket advice
-        return meter.create_histogram(name, unit=unit, description=description)
+        return meter.create_histogram(*described)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -22,10 +22,10 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, SumeRecord
-from ..observe import JOB_EVENT_KINDS, RetryEvent, retry_reason
+from ..observe import JOB_EVENT_KINDS, RetryEvent
+from . import _metrics
+from ._metrics import ATTEMPTS, JOBS, REQUESTS, RETRIES
 
-#: Histogram buckets for attempts per logical request (the default policy sends at most 7).
-ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 10)
 #: The ``event`` label values of ``{namespace}_job_events_total`` (a JobEvent's ``kind``).
 JOB_EVENTS = JOB_EVENT_KINDS
 
@@ -34,39 +34,18 @@ class _Collectors(Collector):
     """The series of one registry and namespace, registered as one collector: all or none."""
 
     def __init__(self, registry: CollectorRegistry, namespace: str) -> None:
-        def counter(name: str, documentation: str, *labels: str) -> Counter:
-            return Counter(name, documentation, labels, namespace=namespace, registry=None)
+        def counter(series: _metrics.Series) -> Counter:
+            labels = (series.label,) if series.label else ()
+            return Counter(series.name, series.description, labels, namespace=namespace, registry=None)
 
-        self.requests = counter("requests", "Logical Sume API requests by final outcome.", "outcome")
-        self.retries = counter(
-            "retries",
-            "Retries by reason: error code, else HTTP status, else transport error class.",
-            "reason",
-        )
+        self.requests, self.retries, self.job_events = counter(REQUESTS), counter(RETRIES), counter(JOBS)
         self.attempts = Histogram(
-            "attempts",
-            "Requests sent per logical Sume API request.",
-            namespace=namespace,
-            registry=None,
-            buckets=ATTEMPT_BUCKETS,
+            ATTEMPTS.name, ATTEMPTS.description, namespace=namespace, registry=None, buckets=ATTEMPTS.buckets
         )
-        self.paced_requests = counter(
-            "paced_requests", "Requests the fleet held for their turn before sending."
-        )
-        self.paced_seconds = counter(
-            "paced_seconds", "Seconds requests waited for the fleet's turn, beyond the policy's own waits."
-        )
-        self.fleet_refused = counter(
-            "fleet_refused", "Requests not sent: the fleet's turn would have come after the deadline."
-        )
-        self.fleet_fallbacks = counter(
-            "fleet_fallbacks", "Turns granted by local pacing because the shared fleet store failed."
-        )
-        self.job_events = counter(
-            "job_events",
-            "Job status polls (poll) and job waits ended (completed, failed, timed_out, error).",
-            "event",
-        )
+        self.paced_requests = counter(_metrics.PACED_REQUESTS)
+        self.paced_seconds = counter(_metrics.PACED_SECONDS)
+        self.fleet_refused = counter(_metrics.FLEET_REFUSED)
+        self.fleet_fallbacks = counter(_metrics.FLEET_FALLBACKS)
         # Every outcome and job event is exported from the start, so rate() and alerts see a 0
         # rather than a missing series.
         for outcome in Outcome:
@@ -75,7 +54,7 @@ class _Collectors(Collector):
             self.job_events.labels(event=kind)
         self._metrics: List[Any] = list(vars(self).values())
         #: Retry reasons labelled so far (bounded, see ``observe.MAX_REASONS``).
-        self.reasons: Set[str] = set()
+        self.reasons = _metrics.Reasons()
         registry.register(self)  # refused whole when any name is taken
 
     def describe(self) -> List[Metric]:
@@ -124,11 +103,7 @@ class PrometheusObserver:
 
     def on_retry(self, event: RetryEvent) -> None:
         """Count one retry under its reason (error code, else status, else error class)."""
-        metrics = self._metrics
-        with _lock:
-            reason = retry_reason(event, metrics.reasons)
-            metrics.reasons.add(reason)
-        metrics.retries.labels(reason=reason).inc()
+        self._metrics.retries.labels(reason=self._metrics.reasons.label(event)).inc()
 
     def on_outcome(self, record: SumeRecord) -> None:
         """Count one logical request by outcome, observe its attempts, and count its pacing."""
@@ -145,6 +120,6 @@ class PrometheusObserver:
 
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``) under its kind; an unknown kind is skipped."""
-        kind = getattr(event, "kind", None)
-        if kind in JOB_EVENTS:
+        kind = _metrics.job_kind(event)
+        if kind is not None:
             self._metrics.job_events.labels(event=kind).inc()
