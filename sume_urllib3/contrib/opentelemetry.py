@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
 try:
@@ -40,7 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, SumeRecord, __version__
-from ..observe import RequestStart, RetryEvent, key_prefix
+from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, key_prefix, retry_reason
 from . import _metrics
 from ._metrics import JOBS, REQUESTS, RETRIES
 
@@ -85,13 +85,13 @@ class OpenTelemetryObserver:
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
 
         def counter(series: _metrics.Series) -> Any:
-            return meter.create_counter(_metrics.otel_name(series), series.unit, series.description)
+            return meter.create_counter(series.otel_name, series.unit, series.description)
 
         self._requests, self._retries, self._jobs = counter(REQUESTS), counter(RETRIES), counter(JOBS)
         self._refused, self._fallbacks = counter(_metrics.FLEET_REFUSED), counter(_metrics.FLEET_FALLBACKS)
         self._attempts, self._paced = _histogram(meter, _metrics.ATTEMPTS), _histogram(meter, _metrics.PACED)
         self._lock = threading.Lock()
-        self._reasons = _metrics.Reasons()
+        self._reasons: Set[str] = set()
         self._local = threading.local()
         #: Failures of the tracer or the meter so far (each one logged only the first time).
         self.failures = 0
@@ -135,7 +135,10 @@ class OpenTelemetryObserver:
             else:
                 self._pending().append((stamp, attributes))
         with self._guard("on_retry"):
-            self._retries.add(1, {RETRIES.attribute: self._reasons.label(event, _clean)})
+            with self._lock:
+                reason = _clean(retry_reason(event, self._reasons))
+                self._reasons.add(reason)
+            self._retries.add(1, {RETRIES.attribute: reason})
 
     def on_outcome(self, record: SumeRecord) -> None:
         """End the request's span (or make it, start to end) and record the request's metrics."""
@@ -153,8 +156,8 @@ class OpenTelemetryObserver:
 
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``) under its kind: a poll, or how a wait ended."""
-        kind = _metrics.job_kind(event)
-        if kind is not None:
+        kind = getattr(event, "kind", None)
+        if kind in JOB_EVENT_KINDS:  # else a kind this version does not know
             with self._guard("on_job"):
                 self._jobs.add(1, {JOBS.attribute: kind})
 
@@ -314,7 +317,7 @@ def _clean(value: Optional[str]) -> str:
 
 
 def _histogram(meter: Any, series: _metrics.Series) -> Any:
-    described = (_metrics.otel_name(series), series.unit, series.description)
+    described = (series.otel_name, series.unit, series.description)
     try:
         return meter.create_histogram(*described, explicit_bucket_boundaries_advisory=list(series.buckets))
     except TypeError:  # opentelemetry-api < 1.23 has no bucket advice

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -22,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from .. import Outcome, SumeRecord
-from ..observe import JOB_EVENT_KINDS, RetryEvent
+from ..observe import JOB_EVENT_KINDS, RetryEvent, retry_reason
 from . import _metrics
 from ._metrics import ATTEMPTS, JOBS, REQUESTS, RETRIES
 
@@ -54,7 +54,7 @@ class _Collectors(Collector):
             self.job_events.labels(event=kind)
         self._metrics: List[Any] = list(vars(self).values())
         #: Retry reasons labelled so far (bounded, see ``observe.MAX_REASONS``).
-        self.reasons = _metrics.Reasons()
+        self.reasons: Set[str] = set()
         registry.register(self)  # refused whole when any name is taken
 
     def describe(self) -> List[Metric]:
@@ -103,7 +103,11 @@ class PrometheusObserver:
 
     def on_retry(self, event: RetryEvent) -> None:
         """Count one retry under its reason (error code, else status, else error class)."""
-        self._metrics.retries.labels(reason=self._metrics.reasons.label(event)).inc()
+        metrics = self._metrics
+        with _lock:
+            reason = retry_reason(event, metrics.reasons)
+            metrics.reasons.add(reason)
+        metrics.retries.labels(reason=reason).inc()
 
     def on_outcome(self, record: SumeRecord) -> None:
         """Count one logical request by outcome, observe its attempts, and count its pacing."""
@@ -120,6 +124,6 @@ class PrometheusObserver:
 
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``) under its kind; an unknown kind is skipped."""
-        kind = _metrics.job_kind(event)
-        if kind is not None:
+        kind = getattr(event, "kind", None)
+        if kind in JOB_EVENTS:
             self._metrics.job_events.labels(event=kind).inc()

@@ -135,7 +135,7 @@ def reset() -> None:
 def _build(generation: int) -> SumeSession:
     resolved = conf.read()
     if resolved.errors:
-        details = "; ".join(str(problem) for problem in resolved.errors)
+        details = "; ".join(f"{problem.id}: {problem.msg}" for problem in resolved.errors)
         raise ConfigurationError(f"invalid settings.{conf.SUME_SETTING}: {details}")
     shared = _generation_shared(generation)
     budget = shared.budget if resolved.retry_budget else None
