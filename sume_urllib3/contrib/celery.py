@@ -26,12 +26,10 @@ import random
 import uuid
 from typing import Any, Callable, Union
 
-try:
+from . import needs_extra
+
+with needs_extra(__name__, "Celery"):
     import celery  # noqa: F401 - fail here, naming the extra, when Celery is missing
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "sume_urllib3.contrib.celery needs Celery: pip install 'sume-urllib3[celery]'"
-    ) from exc
 
 from .. import idempotency_key_for
 from ..exceptions import ConfigurationError, SumeRetryError
