@@ -89,11 +89,9 @@ def get_session() -> SumeSession:
     # and changes to it send no signal: compare it on every call (two dict lookups).
     built_from = (shared, os.environ.get(conf.ENV_KEY), os.environ.get(conf.ENV_BASE_URL))
     session: Optional[SumeSession] = getattr(_local, "session", None)
-    if session is not None:
-        if _local.built_from == built_from:
-            return session
-        _local.session = None
-        session.close()
+    if session is not None and _local.built_from == built_from:
+        return session
+    close_session()
     session = _build(shared)
     _local.session, _local.built_from = session, built_from
     return session
