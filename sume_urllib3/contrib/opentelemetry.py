@@ -34,7 +34,7 @@ from . import needs_extra
 with needs_extra(__name__, "opentelemetry-api"):
     from opentelemetry import context as otel_context
     from opentelemetry import metrics, trace
-    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+    from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from .. import Outcome, SumeRecord, __version__
 from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, key_prefix, retry_reason
@@ -191,7 +191,7 @@ class OpenTelemetryObserver:
         for stamp, event_attributes in events:
             span.add_event("retry", event_attributes, timestamp=stamp)
         if "error.type" in attributes:
-            span.set_status(Status(StatusCode.ERROR, _clean(record.reason)))
+            span.set_status(StatusCode.ERROR, _clean(record.reason))
         span.end(end_time=end)
 
     def _count(self, record: SumeRecord) -> None:
