@@ -26,10 +26,12 @@ import random
 import uuid
 from typing import Any, Callable, Union
 
-from . import needs_extra
-
-with needs_extra(__name__, "Celery"):
+try:
     import celery  # noqa: F401 - fail here, naming the extra, when Celery is missing
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "sume_urllib3.contrib.celery needs Celery: pip install 'sume-urllib3[celery]'"
+    ) from exc
 
 from .. import idempotency_key_for
 from ..exceptions import ConfigurationError, SumeRetryError

@@ -29,12 +29,15 @@ from collections import deque
 from typing import Any, Deque, Dict, Iterable, Iterator, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
-from . import needs_extra
-
-with needs_extra(__name__, "opentelemetry-api"):
+try:
     from opentelemetry import context as otel_context
     from opentelemetry import metrics, trace
     from opentelemetry.trace import Span, SpanKind, StatusCode
+except ImportError as exc:  # pragma: no cover - exercised by a test that hides the module
+    raise ImportError(
+        "sume_urllib3.contrib.opentelemetry needs opentelemetry-api: "
+        "pip install 'sume-urllib3[opentelemetry]'"
+    ) from exc
 
 from .. import Outcome, SumeRecord, __version__
 from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, key_prefix, retry_reason

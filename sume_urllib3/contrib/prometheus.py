@@ -12,12 +12,14 @@ import threading
 import weakref
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from . import needs_extra
-
-with needs_extra(__name__, "prometheus_client"):
+try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import Collector
+except ImportError as exc:  # pragma: no cover - exercised by a test that hides the module
+    raise ImportError(
+        "sume_urllib3.contrib.prometheus needs prometheus_client: pip install 'sume-urllib3[prometheus]'"
+    ) from exc
 
 from .. import Outcome, SumeRecord
 from ..observe import JOB_EVENT_KINDS, RetryEvent, retry_reason

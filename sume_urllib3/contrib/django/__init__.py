@@ -11,10 +11,10 @@ retry budget, the observers of ``SUME["OBSERVERS"]`` and the fleet of ``SUME["FL
 
 from __future__ import annotations
 
-from .. import needs_extra
-
-with needs_extra(__name__, "Django"):
+try:
     import django  # noqa: F401 - fail here, naming the extra, when Django is missing
+except ImportError as exc:
+    raise ImportError("sume_urllib3.contrib.django needs Django: pip install 'sume-urllib3[django]'") from exc
 
 from .sessions import close_session, get_session
 
