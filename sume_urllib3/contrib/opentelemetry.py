@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterable, Iterator, Optional, Set, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, Optional, Sequence, Set, Tuple
 from urllib.parse import urlsplit
 
 try:
@@ -41,11 +41,12 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 
 from .. import Outcome, SumeRecord, __version__
 from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, key_prefix, retry_reason
-from . import _metrics
-from ._metrics import JOBS, REQUESTS, RETRIES
+from ._metrics import ATTEMPT_BUCKETS, otel
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"
+#: Histogram boundaries for pacing waits, in seconds.
+PACED_BUCKETS: Sequence[float] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120)
 # Retry events kept per thread while waiting for their request's outcome: a request that
 # never reports one (an observer attached to a SumeRetry used alone) must not leak memory.
 _MAX_PENDING = 64
@@ -83,13 +84,12 @@ class OpenTelemetryObserver:
         self._providers = (tracer_provider, meter_provider)
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
-
-        def counter(series: _metrics.Series) -> Any:
-            return meter.create_counter(series.otel_name, series.unit, series.description)
-
-        self._requests, self._retries, self._jobs = counter(REQUESTS), counter(RETRIES), counter(JOBS)
-        self._refused, self._fallbacks = counter(_metrics.FLEET_REFUSED), counter(_metrics.FLEET_FALLBACKS)
-        self._attempts, self._paced = _histogram(meter, _metrics.ATTEMPTS), _histogram(meter, _metrics.PACED)
+        self._requests, self._retries, self._jobs, self._refused, self._fallbacks = (
+            meter.create_counter(*otel(name))
+            for name in ("requests", "retries", "job_events", "fleet_refused", "fleet_fallbacks")
+        )
+        self._attempts = _histogram(meter, "attempts", ATTEMPT_BUCKETS)
+        self._paced = _histogram(meter, "paced", PACED_BUCKETS)
         self._lock = threading.Lock()
         self._reasons: Set[str] = set()
         self._local = threading.local()
@@ -138,7 +138,7 @@ class OpenTelemetryObserver:
             with self._lock:
                 reason = _clean(retry_reason(event, self._reasons))
                 self._reasons.add(reason)
-            self._retries.add(1, {RETRIES.attribute: reason})
+            self._retries.add(1, {"sume.retry.reason": reason})
 
     def on_outcome(self, record: SumeRecord) -> None:
         """End the request's span (or make it, start to end) and record the request's metrics."""
@@ -159,7 +159,7 @@ class OpenTelemetryObserver:
         kind = getattr(event, "kind", None)
         if kind in JOB_EVENT_KINDS:  # else a kind this version does not know
             with self._guard("on_job"):
-                self._jobs.add(1, {JOBS.attribute: kind})
+                self._jobs.add(1, {"sume.job.event": kind})
 
     def _announced(self, record: SumeRecord) -> Optional[Span]:
         """The span ``on_start`` made for this record's request, its entry taken out; else None.
@@ -198,7 +198,7 @@ class OpenTelemetryObserver:
         span.end(end_time=end)
 
     def _count(self, record: SumeRecord) -> None:
-        labels = {REQUESTS.attribute: Outcome(record.outcome).value}
+        labels = {"sume.outcome": Outcome(record.outcome).value}
         self._requests.add(1, labels)
         self._attempts.record(record.attempts, labels)
         if record.paced > 0:
@@ -316,9 +316,8 @@ def _clean(value: Optional[str]) -> str:
     return text[:_MAX_FIELD] + "…" if len(text) > _MAX_FIELD else text
 
 
-def _histogram(meter: Any, series: _metrics.Series) -> Any:
-    described = (series.otel_name, series.unit, series.description)
+def _histogram(meter: Any, name: str, buckets: Sequence[float]) -> Any:
     try:
-        return meter.create_histogram(*described, explicit_bucket_boundaries_advisory=list(series.buckets))
+        return meter.create_histogram(*otel(name), explicit_bucket_boundaries_advisory=list(buckets))
     except TypeError:  # opentelemetry-api < 1.23 has no bucket advice
-        return meter.create_histogram(*described)
+        return meter.create_histogram(*otel(name))

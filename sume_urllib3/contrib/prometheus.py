@@ -23,8 +23,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 
 from .. import Outcome, SumeRecord
 from ..observe import JOB_EVENT_KINDS, RetryEvent, retry_reason
-from . import _metrics
-from ._metrics import ATTEMPTS, JOBS, REQUESTS, RETRIES
+from ._metrics import ATTEMPT_BUCKETS, SERIES
 
 #: The ``event`` label values of ``{namespace}_job_events_total`` (a JobEvent's ``kind``).
 JOB_EVENTS = JOB_EVENT_KINDS
@@ -34,18 +33,19 @@ class _Collectors(Collector):
     """The series of one registry and namespace, registered as one collector: all or none."""
 
     def __init__(self, registry: CollectorRegistry, namespace: str) -> None:
-        def counter(series: _metrics.Series) -> Counter:
-            labels = (series.label,) if series.label else ()
-            return Counter(series.name, series.description, labels, namespace=namespace, registry=None)
+        def counter(name: str, *labels: str) -> Counter:
+            return Counter(name, SERIES[name][0], labels, namespace=namespace, registry=None)
 
-        self.requests, self.retries, self.job_events = counter(REQUESTS), counter(RETRIES), counter(JOBS)
+        self.requests = counter("requests", "outcome")
+        self.retries = counter("retries", "reason")
         self.attempts = Histogram(
-            ATTEMPTS.name, ATTEMPTS.description, namespace=namespace, registry=None, buckets=ATTEMPTS.buckets
+            "attempts", SERIES["attempts"][0], namespace=namespace, registry=None, buckets=ATTEMPT_BUCKETS
         )
-        self.paced_requests = counter(_metrics.PACED_REQUESTS)
-        self.paced_seconds = counter(_metrics.PACED_SECONDS)
-        self.fleet_refused = counter(_metrics.FLEET_REFUSED)
-        self.fleet_fallbacks = counter(_metrics.FLEET_FALLBACKS)
+        self.paced_requests = counter("paced_requests")
+        self.paced_seconds = counter("paced_seconds")
+        self.fleet_refused = counter("fleet_refused")
+        self.fleet_fallbacks = counter("fleet_fallbacks")
+        self.job_events = counter("job_events", "event")
         # Every outcome and job event is exported from the start, so rate() and alerts see a 0
         # rather than a missing series.
         for outcome in Outcome:
