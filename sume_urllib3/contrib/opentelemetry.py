@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import metrics, trace
-    from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+    from opentelemetry.trace import Span, SpanKind, StatusCode
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the module
     raise ImportError(
         "sume_urllib3.contrib.opentelemetry needs opentelemetry-api: "
@@ -41,11 +41,10 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 
 from .. import Outcome, SumeRecord, __version__
 from ..observe import JOB_EVENT_KINDS, RequestStart, RetryEvent, key_prefix, retry_reason
+from ._metrics import ATTEMPT_BUCKETS, otel
 
 #: The instrumentation scope of the tracer and the meter.
 SCOPE = "sume_urllib3"
-#: Histogram boundaries for attempts per logical request (the default policy sends at most 7).
-ATTEMPT_BUCKETS: Sequence[float] = (1, 2, 3, 4, 5, 6, 7, 10)
 #: Histogram boundaries for pacing waits, in seconds.
 PACED_BUCKETS: Sequence[float] = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120)
 # Retry events kept per thread while waiting for their request's outcome: a request that
@@ -85,36 +84,12 @@ class OpenTelemetryObserver:
         self._providers = (tracer_provider, meter_provider)
         self._tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
-        counter = meter.create_counter
-        self._requests = counter("sume.requests", "{request}", "Logical Sume API requests by final outcome.")
-        self._retries = counter(
-            "sume.retries",
-            "{retry}",
-            "Retries by reason: error code, else HTTP status, else transport error class.",
+        self._requests, self._retries, self._jobs, self._refused, self._fallbacks = (
+            meter.create_counter(*otel(name))
+            for name in ("requests", "retries", "job_events", "fleet_refused", "fleet_fallbacks")
         )
-        self._attempts = _histogram(
-            meter,
-            "sume.attempts",
-            "{attempt}",
-            "Requests sent per logical Sume API request.",
-            ATTEMPT_BUCKETS,
-        )
-        self._paced = _histogram(
-            meter, "sume.paced", "s", "Seconds a request waited for the fleet's pace.", PACED_BUCKETS
-        )
-        self._refused = counter(
-            "sume.fleet.refused",
-            "{request}",
-            "Requests not sent: the fleet's turn would have come after the deadline.",
-        )
-        self._fallbacks = counter(
-            "sume.fleet.fallbacks",
-            "{grant}",
-            "Turns granted by local pacing because the shared fleet store failed.",
-        )
-        self._jobs = counter(
-            "sume.job.events", "{event}", "Job status polls and job waits ended, by sume.job.event."
-        )
+        self._attempts = _histogram(meter, "attempts", ATTEMPT_BUCKETS)
+        self._paced = _histogram(meter, "paced", PACED_BUCKETS)
         self._lock = threading.Lock()
         self._reasons: Set[str] = set()
         self._local = threading.local()
@@ -182,10 +157,9 @@ class OpenTelemetryObserver:
     def on_job(self, event: Any) -> None:
         """Count one job event (a ``JobEvent``) under its kind: a poll, or how a wait ended."""
         kind = getattr(event, "kind", None)
-        if kind not in JOB_EVENT_KINDS:
-            return  # a kind this version does not know
-        with self._guard("on_job"):
-            self._jobs.add(1, {"sume.job.event": kind})
+        if kind in JOB_EVENT_KINDS:  # else a kind this version does not know
+            with self._guard("on_job"):
+                self._jobs.add(1, {"sume.job.event": kind})
 
     def _announced(self, record: SumeRecord) -> Optional[Span]:
         """The span ``on_start`` made for this record's request, its entry taken out; else None.
@@ -220,7 +194,7 @@ class OpenTelemetryObserver:
         for stamp, event_attributes in events:
             span.add_event("retry", event_attributes, timestamp=stamp)
         if "error.type" in attributes:
-            span.set_status(Status(StatusCode.ERROR, _clean(record.reason)))
+            span.set_status(StatusCode.ERROR, _clean(record.reason))
         span.end(end_time=end)
 
     def _count(self, record: SumeRecord) -> None:
@@ -342,10 +316,8 @@ def _clean(value: Optional[str]) -> str:
     return text[:_MAX_FIELD] + "…" if len(text) > _MAX_FIELD else text
 
 
-def _histogram(meter: Any, name: str, unit: str, description: str, buckets: Sequence[float]) -> Any:
+def _histogram(meter: Any, name: str, buckets: Sequence[float]) -> Any:
     try:
-        return meter.create_histogram(
-            name, unit=unit, description=description, explicit_bucket_boundaries_advisory=list(buckets)
-        )
+        return meter.create_histogram(*otel(name), explicit_bucket_boundaries_advisory=list(buckets))
     except TypeError:  # opentelemetry-api < 1.23 has no bucket advice
-        return meter.create_histogram(name, unit=unit, description=description)
+        return meter.create_histogram(*otel(name))

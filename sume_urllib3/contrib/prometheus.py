@@ -23,9 +23,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
 
 from .. import Outcome, SumeRecord
 from ..observe import JOB_EVENT_KINDS, RetryEvent, retry_reason
+from ._metrics import ATTEMPT_BUCKETS, SERIES
 
-#: Histogram buckets for attempts per logical request (the default policy sends at most 7).
-ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 6, 7, 10)
 #: The ``event`` label values of ``{namespace}_job_events_total`` (a JobEvent's ``kind``).
 JOB_EVENTS = JOB_EVENT_KINDS
 
@@ -34,39 +33,19 @@ class _Collectors(Collector):
     """The series of one registry and namespace, registered as one collector: all or none."""
 
     def __init__(self, registry: CollectorRegistry, namespace: str) -> None:
-        def counter(name: str, documentation: str, *labels: str) -> Counter:
-            return Counter(name, documentation, labels, namespace=namespace, registry=None)
+        def counter(name: str, *labels: str) -> Counter:
+            return Counter(name, SERIES[name][0], labels, namespace=namespace, registry=None)
 
-        self.requests = counter("requests", "Logical Sume API requests by final outcome.", "outcome")
-        self.retries = counter(
-            "retries",
-            "Retries by reason: error code, else HTTP status, else transport error class.",
-            "reason",
-        )
+        self.requests = counter("requests", "outcome")
+        self.retries = counter("retries", "reason")
         self.attempts = Histogram(
-            "attempts",
-            "Requests sent per logical Sume API request.",
-            namespace=namespace,
-            registry=None,
-            buckets=ATTEMPT_BUCKETS,
+            "attempts", SERIES["attempts"][0], namespace=namespace, registry=None, buckets=ATTEMPT_BUCKETS
         )
-        self.paced_requests = counter(
-            "paced_requests", "Requests the fleet held for their turn before sending."
-        )
-        self.paced_seconds = counter(
-            "paced_seconds", "Seconds requests waited for the fleet's turn, beyond the policy's own waits."
-        )
-        self.fleet_refused = counter(
-            "fleet_refused", "Requests not sent: the fleet's turn would have come after the deadline."
-        )
-        self.fleet_fallbacks = counter(
-            "fleet_fallbacks", "Turns granted by local pacing because the shared fleet store failed."
-        )
-        self.job_events = counter(
-            "job_events",
-            "Job status polls (poll) and job waits ended (completed, failed, timed_out, error).",
-            "event",
-        )
+        self.paced_requests = counter("paced_requests")
+        self.paced_seconds = counter("paced_seconds")
+        self.fleet_refused = counter("fleet_refused")
+        self.fleet_fallbacks = counter("fleet_fallbacks")
+        self.job_events = counter("job_events", "event")
         # Every outcome and job event is exported from the start, so rate() and alerts see a 0
         # rather than a missing series.
         for outcome in Outcome:

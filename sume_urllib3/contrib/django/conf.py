@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core import checks
 
 from ... import Policy, SumeSession
 from ..._config import check_api_key, check_auth_header, check_base_url, check_flag
@@ -42,25 +43,11 @@ _POLICY_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Po
 _MIN_SECRET = 4
 
 
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong (``E...``) or suspicious (``W...``) with ``settings.SUME``."""
-
-    code: str
-    msg: str
-    hint: str
-
-    @property
-    def id(self) -> str:
-        """The system check id, e.g. ``sume_urllib3.E003``."""
-        return f"{CHECK_TAG}.{self.code}"
-
-    @property
-    def is_error(self) -> bool:
-        return self.code.startswith("E")
-
-    def __str__(self) -> str:
-        return f"{self.id}: {self.msg}"
+def _problem(code: str, msg: str, hint: str) -> checks.CheckMessage:
+    """One thing wrong (``E...``: a ``checks.Error``) or suspicious (``W...``) with ``settings.SUME``,
+    as the system check ``sume_urllib3.{code}``."""
+    kind = checks.Error if code.startswith("E") else checks.Warning
+    return kind(msg, hint=hint, id=f"{CHECK_TAG}.{code}")
 
 
 @dataclass(frozen=True)
@@ -75,12 +62,12 @@ class SumeSettings:
     session_kwargs: Mapping[str, Any]
     policy: Optional[Policy]
     retry_budget: bool
-    problems: Tuple[Problem, ...]
+    problems: Tuple[checks.CheckMessage, ...]
 
     @property
-    def errors(self) -> Tuple[Problem, ...]:
+    def errors(self) -> Tuple[checks.CheckMessage, ...]:
         """The problems that make the settings unusable."""
-        return tuple(problem for problem in self.problems if problem.is_error)
+        return tuple(problem for problem in self.problems if problem.is_serious())
 
 
 def read() -> SumeSettings:
@@ -93,8 +80,8 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
     if not isinstance(raw, Mapping):
         message = f"{SUME_SETTING} must be a dict, got {type(raw).__name__}"
         hint = f'Set {SUME_SETTING} = {{"API_KEY": ..., "MAX_RETRIES": ...}}, or remove it for the defaults.'
-        return SumeSettings({}, None, True, (Problem("E001", message, hint),))
-    problems: List[Problem] = []
+        return SumeSettings({}, None, True, (_problem("E001", message, hint),))
+    problems: List[checks.CheckMessage] = []
     _check_keys(raw, problems)
     policy = _resolve_policy(raw, problems)
     kwargs = _resolve_session(raw, environ, problems)
@@ -107,7 +94,7 @@ def resolve(raw: Any, environ: Mapping[str, str]) -> SumeSettings:
     keys = (raw.get("API_KEY"), environ.get(ENV_KEY))
     forms = {form for key in keys for form in _secret_forms(key) if len(form) >= _MIN_SECRET}
     secrets = sorted(forms, key=len, reverse=True)  # a form that holds another goes whole
-    clean = tuple(Problem(p.code, _redact(p.msg, secrets), _redact(p.hint, secrets)) for p in problems)
+    clean = tuple(type(p)(_redact(p.msg, secrets), _redact(p.hint, secrets), id=p.id) for p in problems)
     return SumeSettings(kwargs, policy, retry_budget, clean)
 
 
@@ -129,17 +116,17 @@ def setting_name(key: Any) -> str:
     return f'{SUME_SETTING}["{key}"]' if isinstance(key, str) else f"{SUME_SETTING}[{key!r}]"
 
 
-def _check_keys(raw: Mapping[Any, Any], problems: List[Problem]) -> None:
+def _check_keys(raw: Mapping[Any, Any], problems: List[checks.CheckMessage]) -> None:
     # An unknown key is an error, not ignored: a typo would silently keep the default.
     for key in raw:
         if key not in VALID_KEYS:
             close = difflib.get_close_matches(key.upper(), VALID_KEYS, n=1) if isinstance(key, str) else []
             hint = f"Did you mean {setting_name(close[0])}? " if close else ""
             hint += f"Valid keys: {', '.join(VALID_KEYS)}."
-            problems.append(Problem("E002", f"{setting_name(key)} is not a known setting", hint))
+            problems.append(_problem("E002", f"{setting_name(key)} is not a known setting", hint))
 
 
-def _resolve_policy(raw: Mapping[Any, Any], problems: List[Problem]) -> Optional[Policy]:
+def _resolve_policy(raw: Mapping[Any, Any], problems: List[checks.CheckMessage]) -> Optional[Policy]:
     fields = {key.lower(): raw[key] for key in POLICY_KEYS if key in raw}
     reported = len(problems)
     # One field at a time, so each failure names its own key and all are reported at once.
@@ -150,21 +137,20 @@ def _resolve_policy(raw: Mapping[Any, Any], problems: List[Problem]) -> Optional
             name = setting_name(field.upper())
             default = "the default table" if field == "rules" else repr(_POLICY_DEFAULTS[field])
             hint = f"Fix {name} (Policy.{field}), or remove it to use {default}."
-            problems.append(Problem("E003", f"{name}: {exc}", hint))
+            problems.append(_problem("E003", f"{name}: {exc}", hint))
     if len(problems) > reported:
         return None
     try:
         return Policy(**fields)
     except (TypeError, ValueError) as exc:
         # Only a rule that ties fields together can fail here.
-        problems.append(
-            Problem("E003", f"{SUME_SETTING}: {exc}", "Make the policy values in SUME agree with each other.")
-        )
+        hint = "Make the policy values in SUME agree with each other."
+        problems.append(_problem("E003", f"{SUME_SETTING}: {exc}", hint))
         return None
 
 
 def _resolve_session(
-    raw: Mapping[Any, Any], environ: Mapping[str, str], problems: List[Problem]
+    raw: Mapping[Any, Any], environ: Mapping[str, str], problems: List[checks.CheckMessage]
 ) -> Dict[str, Any]:
     """Check every session key (``SESSION_FIELDS``); the keyword arguments of the keys that are set."""
     kwargs: Dict[str, Any] = {}
@@ -183,7 +169,7 @@ def _resolve_session(
             checked = field.check(value)
         except (TypeError, ValueError) as exc:
             text = str(exc).replace(field.arg, source, 1) if field.renames else f"{source}: {exc}"
-            problems.append(Problem(field.code, text, field.hint))
+            problems.append(_problem(field.code, text, field.hint))
             continue
         if passed:
             kwargs[field.arg] = checked
@@ -196,14 +182,14 @@ def _resolve_session(
             f"Set {key} (e.g. from an environment variable or a secret store) or {ENV_KEY}; "
             "without a key every call fails with 401."
         )
-        problems.append(Problem("W001", message, hint))
+        problems.append(_problem("W001", message, hint))
     return kwargs
 
 
-def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
+def _check_plain_http(url: str, source: str, problems: List[checks.CheckMessage]) -> None:
     if plain_http_refusal(url):
         problems.append(
-            Problem(
+            _problem(
                 "E005",
                 f"{source} uses plain http to {urlsplit(url).hostname}, which is not a loopback host: "
                 "SumeSession refuses to send the API key unencrypted",
@@ -213,7 +199,7 @@ def _check_plain_http(url: str, source: str, problems: List[Problem]) -> None:
         )
 
 
-def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Problem]) -> None:
+def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[checks.CheckMessage]) -> None:
     read_timeout = timeout_limits(kwargs.get("timeout", _DEFAULT_TIMEOUT))[1]
     if policy.max_elapsed <= read_timeout < math.inf:
         elapsed, timeout = setting_name("MAX_ELAPSED"), setting_name("TIMEOUT")
@@ -223,7 +209,7 @@ def _check_deadline(policy: Policy, kwargs: Mapping[str, Any], problems: List[Pr
             f"({read_timeout:g}s, {source}): an attempt that times out leaves no time for a retry"
         )
         hint = f"Raise {elapsed} well above the read timeout, or lower the read timeout in {timeout}."
-        problems.append(Problem("W002", message, hint))
+        problems.append(_problem("W002", message, hint))
 
 
 def _redact(text: str, secrets: Sequence[str]) -> str:
@@ -251,7 +237,7 @@ class SessionField:
     env: Optional[str] = None
     unset: Tuple[Any, ...] = ()
     renames: bool = False
-    then: Optional[Callable[[Any, str, List[Problem]], None]] = None
+    then: Optional[Callable[[Any, str, List[checks.CheckMessage]], None]] = None
 
     def is_unset(self, value: Any) -> bool:
         """True when ``value`` means "not set" for this key (None or "" for the API key)."""

@@ -10,9 +10,10 @@ setting builds them again.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import Any, Optional, Sequence, Tuple
+
+from django.utils.module_loading import import_string
 
 from ...exceptions import ConfigurationError
 
@@ -57,7 +58,10 @@ def _build(entry: Any, index: int) -> object:
     where = f"entry {index}"
     if isinstance(entry, str):
         where = f"{where} ({entry!r})"
-        entry = _import(entry, where)
+        try:
+            entry = import_string(entry)
+        except Exception as exc:  # ImportError, or the module itself failing as it loads
+            raise ConfigurationError(f"{where}: cannot import it: {_describe(exc)}") from exc
     if _is_observer(entry) and not isinstance(entry, type):
         return entry
     if not callable(entry):
@@ -74,20 +78,6 @@ def _build(entry: Any, index: int) -> object:
             f"{where} made a {type(observer).__name__}, which has none of {', '.join(_HOOKS)}"
         )
     return observer
-
-
-def _import(path: str, where: str) -> Any:
-    module_name, _, attribute = path.rpartition(".")
-    if not module_name or not attribute:
-        raise ConfigurationError(f"{where} is not a dotted path such as 'package.module.ObserverClass'")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or the module itself failing as it loads
-        raise ConfigurationError(f"{where}: cannot import {module_name}: {_describe(exc)}") from exc
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise ConfigurationError(f"{where}: module {module_name} has no attribute {attribute!r}") from None
 
 
 def _is_observer(value: Any) -> bool:

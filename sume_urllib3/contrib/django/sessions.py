@@ -29,10 +29,9 @@ from ...observe import SumeMetrics
 from ...pacing import LocalFleet, RetryBudget
 from . import conf, fleet
 
-# A setting_changed receiver bumps the generation; a thread notices on its next call.
 _local = threading.local()
 _lock = threading.Lock()
-_generation = 0
+
 
 class _Generation:
     """What every thread's session of one setting generation shares.
@@ -42,8 +41,7 @@ class _Generation:
     ``proxy_manager``) every later session of the generation sends through.
     """
 
-    def __init__(self, number: int) -> None:
-        self.number = number
+    def __init__(self) -> None:
         self.budget = RetryBudget()
         self.pools: Optional[SumeAdapter] = None
 
@@ -56,7 +54,8 @@ class _Generation:
         session.adapter.proxy_manager = self.pools.proxy_manager
 
 
-_shared: Optional[_Generation] = None
+# A setting_changed receiver starts a new generation; a thread notices on its next call.
+_shared = _Generation()
 # Counters are cumulative for the whole process, like a Prometheus counter: a settings
 # change does not reset them. A child process made by fork starts from zero, or every
 # worker of a preloaded server would report the parent's requests again.
@@ -69,10 +68,10 @@ def _after_fork_in_child() -> None:
 
     The shared ``SumeMetrics`` and every ``RetryBudget`` start afresh in a child by themselves.
     """
-    global _generation, _lock
+    global _shared, _lock
     # Only this thread survives a fork: a lock another thread held would stay held forever.
     _lock = threading.Lock()
-    _generation += 1
+    _shared = _Generation()
 
 
 def get_session() -> SumeSession:
@@ -85,17 +84,15 @@ def get_session() -> SumeSession:
     Raises ``ConfigurationError`` naming the system check id when the settings are
     invalid (``manage.py check`` lists every problem).
     """
-    generation = _generation
+    shared = _shared
     # The environment is part of the configuration too (SUME_API_KEY, SUME_API_BASE_URL),
     # and changes to it send no signal: compare it on every call (two dict lookups).
-    built_from = (generation, os.environ.get(conf.ENV_KEY), os.environ.get(conf.ENV_BASE_URL))
+    built_from = (shared, os.environ.get(conf.ENV_KEY), os.environ.get(conf.ENV_BASE_URL))
     session: Optional[SumeSession] = getattr(_local, "session", None)
-    if session is not None:
-        if _local.built_from == built_from:
-            return session
-        _local.session = None
-        session.close()
-    session = _build(generation)
+    if session is not None and _local.built_from == built_from:
+        return session
+    close_session()
+    session = _build(shared)
     _local.session, _local.built_from = session, built_from
     return session
 
@@ -125,19 +122,17 @@ def on_setting_changed(sender: Any = None, setting: str = "", **kwargs: Any) -> 
 def reset() -> None:
     """Make every thread build a new session on its next ``get_session()`` call, with a fleet
     that knows nothing (``on_setting_changed``; ``testing.reset_fleets()`` calls it too)."""
-    global _generation
-    with _lock:
-        _generation += 1
+    global _shared
+    _shared = _Generation()
     fleet.forget()
     LocalFleet.default().reset()
 
 
-def _build(generation: int) -> SumeSession:
+def _build(shared: _Generation) -> SumeSession:
     resolved = conf.read()
     if resolved.errors:
-        details = "; ".join(str(problem) for problem in resolved.errors)
+        details = "; ".join(f"{problem.id}: {problem.msg}" for problem in resolved.errors)
         raise ConfigurationError(f"invalid settings.{conf.SUME_SETTING}: {details}")
-    shared = _generation_shared(generation)
     budget = shared.budget if resolved.retry_budget else None
     kwargs = dict(resolved.session_kwargs)
     try:
@@ -151,14 +146,6 @@ def _build(generation: int) -> SumeSession:
         ) from exc
     shared.share_pools(session)
     return session
-
-
-def _generation_shared(generation: int) -> _Generation:
-    global _shared
-    with _lock:
-        if _shared is None or _shared.number != generation:
-            _shared = _Generation(generation)
-        return _shared
 
 
 def process_metrics() -> SumeMetrics:

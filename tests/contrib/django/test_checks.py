@@ -379,7 +379,7 @@ def test_the_api_key_never_appears_in_check_output(
 def test_a_key_in_any_form_is_never_echoed_by_another_setting(api_key: Any, pasted: str) -> None:
     """Validation echoes a value (its repr), so every form of the key is masked in every message."""
     problems = resolve({"API_KEY": api_key, "MAX_RETRIES": pasted, "TIMEOUT": pasted}, {}).problems
-    assert {"E003", "E004"} <= {problem.code for problem in problems}
+    assert {"sume_urllib3.E003", "sume_urllib3.E004"} <= {problem.id for problem in problems}
     text = "\n".join(f"{problem.msg} {problem.hint}" for problem in problems)
     for shown in (pasted, repr(pasted)[1:-1]):
         assert shown not in text

@@ -142,9 +142,9 @@ def test_prometheus_by_dotted_path(fake: FakeSume, dj_settings: Any) -> None:
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
-        ("tests.contrib.django.no_such_module.Observer", "cannot import tests.contrib.django.no_such_module"),
-        (f"{PATH}.Missing", "has no attribute 'Missing'"),
-        ("CountingObserver", "is not a dotted path"),
+        ("tests.contrib.django.no_such_module.Observer", "No module named 'tests.contrib.django.no_such"),
+        (f"{PATH}.Missing", 'does not define a "Missing" attribute'),
+        ("CountingObserver", "doesn't look like a module path"),
         (f"{PATH}.NotAnObserver", "which has none of on_start, on_retry, on_outcome, on_job"),
         (f"{PATH}.NeedsArguments", "calling it with no arguments failed: TypeError"),
         (f"{PATH}.NUMBER", "is a int"),
