@@ -330,7 +330,7 @@ class StoreFleet:
             kind = _core.RETRY_KINDS.get(retry, _core.ERROR)
             limit = -1 if math.isinf(left) else round(left * _core.SECOND)
             entry = f"{self._client_id}.{next(self._entries)}" if self._shared else str(next(self._entries))
-            turn = self._transact(
+            turn: _core.Turn = self._transact(
                 kid, _core.acquire, retry=kind, not_before=round(floor * _core.SECOND), time_left=limit,
                 rand=self._random(), entry=entry,
             )
