@@ -36,7 +36,7 @@ from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
 from ._core import Lesson
-from ._signals import ANONYMOUS, Reading, fleet_key, parse_ratelimit
+from ._signals import ANONYMOUS, fleet_key, parse_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
@@ -85,6 +85,7 @@ RELEASE_LATER = 1
 #: A call of its own, at once: other clients must know now.
 RELEASE_NOW = 2
 _QUOTA_NAME = re.compile(r"rate-?limit", re.IGNORECASE)
+_SAYS_NOTHING = Lesson(0, -1, -1, -1, -1)
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
           "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
@@ -146,22 +147,15 @@ def read_response(
 ) -> Lesson:
     """What one response teaches the rules: its Retry-After and RateLimit fields, in the core's units."""
     if headers is None:
-        return Lesson(0, -1, -1, -1, -1)
-    retry_after = 0
+        return _SAYS_NOTHING
+    # Every name parse_ratelimit reads holds one of these; most responses carry none.
+    found = parse_ratelimit(headers, wall) if _QUOTA_NAME.search(" ".join(map(str, headers))) else None
+    lesson = found or _SAYS_NOTHING
     if status == 429 or status == 503:
         seconds = parse_retry_after(headers.get("Retry-After"), wall, date=headers.get("Date"))
         if seconds is not None and seconds > 0:
-            retry_after = round(min(seconds, MAX_COOLDOWN) * _core.SECOND)
-    # Every name parse_ratelimit reads holds one of these; most responses carry none.
-    found = parse_ratelimit(headers, wall) if _QUOTA_NAME.search(" ".join(map(str, headers))) else None
-    limit, remaining, reset, window = found or Reading(None, None, None, None)
-    return Lesson(
-        retry_after,
-        -1 if limit is None else int(min(limit, 1e12)),
-        -1 if remaining is None else int(min(remaining, 1e12)),
-        -1 if reset is None else round(min(reset, 1e7) * _core.SECOND),
-        -1 if window is None else round(min(window, 1e7) * _core.SECOND),
-    )
+            return lesson._replace(retry_after=round(min(seconds, MAX_COOLDOWN) * _core.SECOND))
+    return lesson
 
 
 def release_need(turn: Optional[_core.Turn], status: int, lesson: Lesson) -> int:
