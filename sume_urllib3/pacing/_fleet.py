@@ -42,10 +42,6 @@ log = logging.getLogger("sume_urllib3")
 
 Rate = Union[str, float, int, None]
 
-#: The longest cooldown one Retry-After can start (seconds): an absurd value (a year, a
-#: bug) must not hold every request of a key for that long; the policy still refuses to
-#: wait the full value and gives up, with the server's figure in its reason.
-MAX_COOLDOWN = _core.MAX_COOLDOWN_US / _core.SECOND
 #: Keys (origin and API key pairs) a LocalFleet holds state for at most, by default (about
 #: 1 KB each): past it, the least recently used idle entry goes first.
 MAX_KEYS = 10_000
@@ -154,7 +150,7 @@ def read_response(
     if status == 429 or status == 503:
         seconds = parse_retry_after(headers.get("Retry-After"), wall, date=headers.get("Date"))
         if seconds is not None and seconds > 0:
-            return lesson._replace(retry_after=round(min(seconds, MAX_COOLDOWN) * _core.SECOND))
+            return lesson._replace(retry_after=round(min(seconds * _core.SECOND, _core.MAX_COOLDOWN_US)))
     return lesson
 
 
