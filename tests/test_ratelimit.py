@@ -12,7 +12,8 @@ from urllib3._collections import HTTPHeaderDict
 
 from sume_urllib3 import SumeSession
 from sume_urllib3.pacing import LocalFleet
-from sume_urllib3.pacing._signals import Reading, parse_ratelimit
+from sume_urllib3.pacing._core import Lesson
+from sume_urllib3.pacing._signals import parse_ratelimit
 from sume_urllib3.testing import FakeSume, Reply
 
 from .conftest import VirtualTime
@@ -27,13 +28,13 @@ def wall() -> float:
 def test_ratelimit_limit_remaining_reset() -> None:
     """The three RateLimit-* headers give limit, remaining and reset; no window."""
     headers = {"RateLimit-Limit": "10", "RateLimit-Remaining": "7", "RateLimit-Reset": "3"}
-    assert parse_ratelimit(headers) == Reading(10.0, 7.0, 3.0, None)
+    assert parse_ratelimit(headers) == Lesson(0, 10, 7, 3_000_000, -1)
 
 
 def test_limit_with_window_parameter() -> None:
     """A limit written as a quota policy list (``10, 10;w=1``) carries its window."""
     headers = {"RateLimit-Limit": "10, 10;w=1, 1000;w=3600", "RateLimit-Remaining": "9"}
-    assert parse_ratelimit(headers) == Reading(10.0, 9.0, None, 1.0)
+    assert parse_ratelimit(headers) == Lesson(0, 10, 9, -1, 1_000_000)
 
 
 def test_x_ratelimit_reset_as_unix_time_becomes_a_delta() -> None:
@@ -43,15 +44,15 @@ def test_x_ratelimit_reset_as_unix_time_becomes_a_delta() -> None:
         "X-RateLimit-Remaining": "0",
         "X-RateLimit-Reset": str(int(WALL) + 42),
     }
-    assert parse_ratelimit(headers, wall) == Reading(5000.0, 0.0, 42.0, None)
+    assert parse_ratelimit(headers, wall) == Lesson(0, 5000, 0, 42_000_000, -1)
 
 
 def test_reset_in_unix_milliseconds_and_in_the_past() -> None:
     """A Reset in Unix milliseconds is understood; one in the past means now."""
     ms = {"X-Rate-Limit-Reset": str(int(WALL * 1000) + 5000)}
     past = {"X-RateLimit-Reset": str(int(WALL) - 100)}
-    assert parse_ratelimit(ms, wall) == Reading(None, None, 5.0, None)
-    assert parse_ratelimit(past, wall) == Reading(None, None, 0.0, None)
+    assert parse_ratelimit(ms, wall) == Lesson(0, -1, -1, 5_000_000, -1)
+    assert parse_ratelimit(past, wall) == Lesson(0, -1, -1, 0, -1)
 
 
 def http_date(stamp: float) -> str:
@@ -71,9 +72,9 @@ def test_an_epoch_reset_is_measured_from_the_response_date(skew: float) -> None:
     combined = {"Date": date, "RateLimit": f"limit=10, remaining=0, reset={int(server_now) + 2}"}
     undated = {"Date": "yesterday", "X-RateLimit-Reset": str(int(server_now) + 2)}
     for headers in (seconds, millis, combined, HTTPHeaderDict(seconds), CaseInsensitiveDict(seconds)):
-        assert 2.0 == parse_ratelimit(headers, wall).reset  # type: ignore[union-attr]
-    assert max(2.0 - skew, 0.0) == parse_ratelimit(undated, wall).reset  # type: ignore[union-attr]
-    assert 30.0 == parse_ratelimit({"Date": date, "X-RateLimit-Reset": "30"}, wall).reset  # type: ignore[union-attr]
+        assert 2_000_000 == parse_ratelimit(headers, wall).reset  # type: ignore[union-attr]
+    assert max(2 - skew, 0) * 1_000_000 == parse_ratelimit(undated, wall).reset  # type: ignore[union-attr]
+    assert 30_000_000 == parse_ratelimit({"Date": date, "X-RateLimit-Reset": "30"}, wall).reset  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("skew", [-300, 300], ids=["client behind", "client ahead"])
@@ -103,13 +104,13 @@ def test_a_session_waits_for_an_epoch_reset_by_the_server_clock(
 def test_draft_07_combined_header_and_policy() -> None:
     """``RateLimit: limit=.., remaining=.., reset=..`` with ``RateLimit-Policy: 10;w=60``."""
     headers = {"RateLimit": "limit=10, remaining=4, reset=30", "RateLimit-Policy": "10;w=60"}
-    assert parse_ratelimit(headers) == Reading(10.0, 4.0, 30.0, 60.0)
+    assert parse_ratelimit(headers) == Lesson(0, 10, 4, 30_000_000, 60_000_000)
 
 
 def test_later_draft_structured_fields() -> None:
     """``RateLimit: "default";r=9;t=5`` with ``RateLimit-Policy: "default";q=10;w=60``."""
     headers = {"RateLimit": '"default";r=9;t=5', "RateLimit-Policy": '"default";q=10;w=60'}
-    assert parse_ratelimit(headers) == Reading(10.0, 9.0, 5.0, 60.0)
+    assert parse_ratelimit(headers) == Lesson(0, 10, 9, 5_000_000, 60_000_000)
 
 
 def test_several_policies_the_slowest_decides() -> None:
@@ -119,13 +120,13 @@ def test_several_policies_the_slowest_decides() -> None:
         "RateLimit-Policy": '"burst";q=100;w=1, "daily";q=1000;w=86400',
         "RateLimit": '"burst";r=50;t=1, "daily";r=3;t=7200',
     }
-    assert parse_ratelimit(headers) == Reading(1000.0, 3.0, 7200.0, 86400.0)
+    assert parse_ratelimit(headers) == Lesson(0, 1000, 3, 7_200_000_000, 86_400_000_000)
 
 
 def test_remaining_never_exceeds_the_limit() -> None:
     """A Remaining above the Limit is read as the Limit."""
     headers = {"RateLimit-Limit": "10", "RateLimit-Remaining": "50"}
-    assert parse_ratelimit(headers) == Reading(10.0, 10.0, None, None)
+    assert parse_ratelimit(headers) == Lesson(0, 10, 10, -1, -1)
 
 
 def test_no_ratelimit_headers_is_none() -> None:
@@ -154,7 +155,7 @@ def test_no_ratelimit_headers_is_none() -> None:
 def test_garbage_never_raises_and_says_nothing(headers: Dict[Any, Any]) -> None:
     """Malformed values are ignored field by field; parsing never raises."""
     reading = parse_ratelimit(headers)
-    assert reading is None or all(v is None or v >= 0 for v in reading)
+    assert reading is None or all(v == -1 or v >= 0 for v in reading)  # -1: unknown
 
 
 def test_a_mapping_that_fails_is_none() -> None:
@@ -171,4 +172,4 @@ def test_urllib3_and_requests_header_types() -> None:
     """urllib3's HTTPHeaderDict and requests' CaseInsensitiveDict are read alike, any case."""
     raw = HTTPHeaderDict({"ratelimit-limit": "20", "RATELIMIT-REMAINING": "3", "RateLimit-Reset": "1"})
     cid: CaseInsensitiveDict[str] = CaseInsensitiveDict(raw)
-    assert parse_ratelimit(raw) == parse_ratelimit(cid) == Reading(20.0, 3.0, 1.0, None)
+    assert parse_ratelimit(raw) == parse_ratelimit(cid) == Lesson(0, 20, 3, 1_000_000, -1)

@@ -13,7 +13,9 @@ from typing import Dict, NamedTuple, Optional, Tuple, Union
 
 # contrib/redis/_scripts.py writes every upper-case number here into the Lua scripts' header.
 SECOND, MILLISECOND = 1_000_000, 1_000
-#: The longest cooldown one Retry-After can start (microseconds).
+#: The longest cooldown one Retry-After can start (microseconds): an absurd value (a year, a bug)
+#: must not hold every request of a key for that long; the policy still refuses to wait the full
+#: value and gives up, with the server's figure in its reason.
 MAX_COOLDOWN_US = 600 * SECOND
 #: With no pace known, held attempts are spread over at most this long after a cooldown.
 SPREAD_US = SECOND

@@ -28,7 +28,6 @@ from typing import (
     Protocol,
     Tuple,
     Union,
-    cast,
 )
 
 from .. import _fork, _sleeping
@@ -37,16 +36,12 @@ from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
 from ._core import Lesson
-from ._signals import ANONYMOUS, Reading, fleet_key, parse_ratelimit
+from ._signals import ANONYMOUS, fleet_key, parse_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
 Rate = Union[str, float, int, None]
 
-#: The longest cooldown one Retry-After can start (seconds): an absurd value (a year, a
-#: bug) must not hold every request of a key for that long; the policy still refuses to
-#: wait the full value and gives up, with the server's figure in its reason.
-MAX_COOLDOWN = _core.MAX_COOLDOWN_US / _core.SECOND
 #: Keys (origin and API key pairs) a LocalFleet holds state for at most, by default (about
 #: 1 KB each): past it, the least recently used idle entry goes first.
 MAX_KEYS = 10_000
@@ -85,6 +80,8 @@ RELEASE_NEVER = 0
 RELEASE_LATER = 1
 #: A call of its own, at once: other clients must know now.
 RELEASE_NOW = 2
+_QUOTA_NAME = re.compile(r"rate-?limit", re.IGNORECASE)
+_SAYS_NOTHING = Lesson(0, -1, -1, -1, -1)
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
           "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "d": 86400.0, "day": 86400.0}
@@ -146,20 +143,15 @@ def read_response(
 ) -> Lesson:
     """What one response teaches the rules: its Retry-After and RateLimit fields, in the core's units."""
     if headers is None:
-        return Lesson(0, -1, -1, -1, -1)
-    retry_after = 0
+        return _SAYS_NOTHING
+    # Every name parse_ratelimit reads holds one of these; most responses carry none.
+    found = parse_ratelimit(headers, wall) if _QUOTA_NAME.search(" ".join(map(str, headers))) else None
+    lesson = found or _SAYS_NOTHING
     if status == 429 or status == 503:
         seconds = parse_retry_after(headers.get("Retry-After"), wall, date=headers.get("Date"))
         if seconds is not None and seconds > 0:
-            retry_after = round(min(seconds, MAX_COOLDOWN) * _core.SECOND)
-    limit, remaining, reset, window = parse_ratelimit(headers, wall) or Reading(None, None, None, None)
-    return Lesson(
-        retry_after,
-        -1 if limit is None else int(min(limit, 1e12)),
-        -1 if remaining is None else int(min(remaining, 1e12)),
-        -1 if reset is None else round(min(reset, 1e7) * _core.SECOND),
-        -1 if window is None else round(min(window, 1e7) * _core.SECOND),
-    )
+            return lesson._replace(retry_after=round(min(seconds * _core.SECOND, _core.MAX_COOLDOWN_US)))
+    return lesson
 
 
 def release_need(turn: Optional[_core.Turn], status: int, lesson: Lesson) -> int:
@@ -263,38 +255,22 @@ class StoreFleet:
         self._fallbacks = self._errors = 0
         self._local_fleet: Optional[LocalFleet] = None
         self._entries = itertools.count(1)
+        # Keys seen with nothing pacing them, as the store knows them (``_is_open`` confirms one).
+        self._open: Dict[str, Any] = {}
         # This process, as a shared store's other clients see it (a forked child is another).
         self._client_id = f"{os.getpid()}-{os.urandom(6).hex()}"
 
     # -- the store's part -------------------------------------------------------------------
 
-    def _transact(self, kid: str, step: Callable[[_core.State, int], Any], *, acquiring: bool) -> Any:
-        """``step(state, now)`` on the key's state in one transaction, storing what it left; a
-        release (not ``acquiring``) may answer False without it for a key the store forgot."""
+    def _transact(self, kid: str, rule: Callable[..., Any], **args: Any) -> Any:
+        """``rule(state, config, now, **args)`` (``_core.acquire`` or ``_core.release``) on the key's
+        state in one transaction, storing what it left; a release may answer False without it for a
+        key the store forgot. A store running a port of the rules runs the rule's port instead."""
         raise NotImplementedError
 
-    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _core.Turn:
-        """``_core.acquire`` on the key's state, in one transaction."""
-        entry = f"{self._client_id}.{next(self._entries)}" if self._shared else str(next(self._entries))
-
-        def step(st: _core.State, now: int) -> _core.Turn:
-            return _core.acquire(
-                st, self._config, now, retry=retry, not_before=not_before, time_left=time_left, rand=rand,
-                entry=entry,
-            )
-
-        return cast(_core.Turn, self._transact(kid, step, acquiring=True))
-
-    def _learn(self, kid: str, turn: Optional[_core.Turn], status: int, lesson: Lesson, need: int) -> bool:
-        """``_core.release`` on the key's state, in one transaction (``need``: :func:`release_need`'s
-        answer, for a store that tells some lessons later)."""
-        def step(st: _core.State, now: int) -> bool:
-            return _core.release(st, self._config, now, turn=turn, status=status, lesson=lesson)
-
-        return cast(bool, self._transact(kid, step, acquiring=False))
-
     def _is_open(self, key_id: str) -> bool:
-        """Nothing paces the key (``_core.is_open``), as the store knows without a transaction."""
+        """Whether a key in ``_open`` (the keys a store saw nothing pace) still is: an acquire then
+        answers without a transaction."""
         return False
 
     def _why(self, kid: str, source: str) -> str:
@@ -331,7 +307,7 @@ class StoreFleet:
     ) -> Grant:
         """Reserve a turn for one attempt; never raises, never waits on the store past its timeout."""
         lone = not not_before or (retry is not None and 0.0 < not_before <= time_left)
-        if lone and self._is_open(key_id):  # a retry's own wait is its turn
+        if lone and key_id in self._open and self._is_open(key_id):  # a retry's own wait is its turn
             return Grant(wait=not_before) if not_before else GRANT_NOW
         try:
             if os.getpid() != _fork.pid:  # before any lock or outage: a parent's belong to the parent
@@ -343,7 +319,11 @@ class StoreFleet:
                 return self._fallback(kid, time_left, retry, not_before)
             kind = _core.RETRY_KINDS.get(retry, _core.ERROR)
             limit = -1 if math.isinf(left) else round(left * _core.SECOND)
-            turn = self._reserve(kid, kind, round(floor * _core.SECOND), limit, self._random())
+            entry = f"{self._client_id}.{next(self._entries)}" if self._shared else str(next(self._entries))
+            turn: _core.Turn = self._transact(
+                kid, _core.acquire, retry=kind, not_before=round(floor * _core.SECOND), time_left=limit,
+                rand=self._random(), entry=entry,
+            )
         except Exception as exc:  # any trouble with the store: fail open at once
             self._failed(exc)
             return self._fallback(key_id, time_left, retry, not_before)
@@ -381,15 +361,14 @@ class StoreFleet:
                 return  # not a turn of this kind of fleet
             lesson = read_response(status, headers, self._wall)
             code = status or 0
-            need = release_need(token, code, lesson)
-            if need == RELEASE_NEVER:
+            if release_need(token, code, lesson) == RELEASE_NEVER:
                 return  # nothing to free, nothing learned: no second transaction
             if os.getpid() != _fork.pid:
                 _fork.check()
             if self._down_until and self._clock() < self._down_until and not (token and token.entry):
                 return  # the store is failing and there is no in-flight entry to free
             kid = _safe_key_id(key_id) if self._shared else key_id
-            started = self._learn(kid, token, code, lesson, need)
+            started = self._transact(kid, _core.release, turn=token, status=code, lesson=lesson)
         except Exception as exc:
             self._failed(exc)
             return
@@ -486,16 +465,14 @@ class StoreFleet:
 
 
 class _Key:
-    """One key's state in a LocalFleet, guarded by the fleet's lock. ``open``: nothing paces the key
-    (acquire answers without the lock). ``ticks`` counts its lock-free acquires down from
-    _SWEEP_EVERY (at 0 one looks at the clock); a sweep finding it moved stamps ``seen``, so a key
-    used only lock-free is not idle."""
+    """One key's state in a LocalFleet, guarded by the fleet's lock. ``ticks`` counts its lock-free
+    acquires down from _SWEEP_EVERY (at 0 one looks at the clock); a sweep finding it moved stamps
+    ``seen``, so a key used only lock-free is not idle."""
 
-    __slots__ = ("open", "seen", "state", "ticks")
+    __slots__ = ("seen", "state", "ticks")
 
     def __init__(self, now: int) -> None:
         self.state = _core.State()
-        self.open = False
         self.ticks = _SWEEP_EVERY
         self.seen = now
 
@@ -600,6 +577,7 @@ class LocalFleet(StoreFleet):
         super().reset()
         with self._lock:
             self._keys: Dict[str, _Key] = {}
+            self._open = {}
             self._sweep_at = 0  # the fleet's clock (µs) from which the next acquire sweeps
             self._warned_live = False
 
@@ -617,18 +595,19 @@ class LocalFleet(StoreFleet):
     # -- the store: one lock ------------------------------------------------------------------
 
     def _is_open(self, key_id: str) -> bool:
-        """The lock-free path: one look-up (and a tick counted) for a key nothing paces."""
-        key = self._keys.get(key_id)
-        if key is None or not key.open:
+        """The lock-free path: a tick counted for a key nothing paces."""
+        key = self._open.get(key_id)
+        if key is None:  # swept meanwhile
             return False
         key.ticks -= 1  # marks it used (racy, and fine: a lost decrement delays one clock look)
         if key.ticks <= 0:
             self._tick(key)
         return True
 
-    def _transact(self, kid: str, step: Callable[[_core.State, int], Any], *, acquiring: bool) -> Any:
-        """``step`` under the fleet's lock; only an acquire makes an entry (a release for a key
+    def _transact(self, kid: str, rule: Callable[..., Any], **args: Any) -> Any:
+        """``rule`` under the fleet's lock; only an acquire makes an entry (a release for a key
         forgotten since, by a reset, a fork or a sweep, has nothing of ours to account)."""
+        acquiring = rule is _core.acquire
         with self._lock:
             now = self._now()
             key = self._keys.get(kid)
@@ -636,8 +615,11 @@ class LocalFleet(StoreFleet):
                 if not acquiring:
                     return False
                 key = self._keys[kid] = _Key(now)
-            result = step(key.state, now)
-            key.open = _core.is_open(key.state, self._config, now)
+            result = rule(key.state, self._config, now, **args)
+            if _core.is_open(key.state, self._config, now):
+                self._open[kid] = key
+            else:
+                self._open.pop(kid, None)
             if len(self._keys) > self._max_keys or (acquiring and now >= self._sweep_at):
                 self._sweep(now, kid)
         return result
@@ -693,6 +675,7 @@ class LocalFleet(StoreFleet):
                 kept.append((rank, since, key_id, key))
             else:
                 del self._keys[key_id]
+                self._open.pop(key_id, None)
         if len(self._keys) <= self._max_keys:
             return
         room = max(1, int(self._max_keys * _ROOM))
@@ -709,6 +692,7 @@ class LocalFleet(StoreFleet):
                     self._max_keys,
                 )
             del self._keys[key_id]
+            self._open.pop(key_id, None)
 
 
 def _rank(st: _core.State, now: int) -> int:
@@ -803,19 +787,15 @@ class RetryBudget:
     @property
     def balance(self) -> float:
         """Retry units available now."""
-        return self._decayed(0)
+        with self._lock:
+            _core.retry_wait(self._counts, self._allowance, self._now(), _core.FIRST)  # decays the counts
+            return _core.retry_room(self._counts, self._allowance) - self._counts.recent_retries
 
     def record_request(self) -> None:
         """Count one logical request (not its retries): it earns ``ratio`` of a retry."""
-        self._decayed(1)
-
-    def _decayed(self, requests: int) -> float:
-        """The counts decayed to now, ``requests`` more counted: the units available."""
         with self._lock:
-            counts, allowance = self._counts, self._allowance
-            _core.retry_wait(counts, allowance, self._now(), _core.FIRST)
-            counts.recent_firsts += requests
-            return _core.retry_room(counts, allowance) - counts.recent_retries
+            _core.retry_wait(self._counts, self._allowance, self._now(), _core.FIRST)  # decays the counts
+            self._counts.recent_firsts += 1
 
     def reserve(self, time_left: float = math.inf) -> Optional[float]:
         """Spend one unit for a retry: the seconds it waits for the unit to be free (0: now), or

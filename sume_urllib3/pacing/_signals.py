@@ -8,10 +8,11 @@ import math
 import re
 import time
 from operator import itemgetter
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .._envelope import server_time
 from .._util import header_value, origin
+from ._core import SECOND, Lesson
 
 # A delta this large (about 31 years) is no delta: it is a Unix time, as GitHub sends.
 _EPOCH = 1e9
@@ -23,21 +24,10 @@ _PREFIXES = ("ratelimit", "x-ratelimit", "x-rate-limit")
 _RAW_ORIGIN = re.compile(r".*?://[^/?#]*", re.DOTALL)
 
 
-class Reading(NamedTuple):
-    """What one response said about the quota; any field may be unknown (None).
-
-    ``limit`` requests per ``window`` seconds (the quota), ``remaining`` of them now,
-    and ``reset`` seconds until the quota is whole again.
-    """
-
-    limit: Optional[float]
-    remaining: Optional[float]
-    reset: Optional[float]
-    window: Optional[float]
-
-
-def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Optional[Reading]:
-    """The quota a response's headers describe, or None when they say nothing (or garbage).
+def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Optional[Lesson]:
+    """The quota a response's headers describe, in the core's units (a :class:`Lesson` without a
+    Retry-After: ``limit`` requests per ``window``, ``remaining`` of them now, whole again after
+    ``reset``; -1 unknown), or None when they say nothing (or garbage).
 
     Understands ``RateLimit-Limit/-Remaining/-Reset`` (with ``10, 10;w=1`` limits),
     ``X-RateLimit-*`` and ``X-Rate-Limit-*``, the IETF draft's
@@ -60,7 +50,7 @@ def parse_ratelimit(headers: Any, wall: Callable[[], float] = time.time) -> Opti
         return None
 
 
-def _read(found: Dict[str, str], now: Callable[[], float]) -> Optional[Reading]:
+def _read(found: Dict[str, str], now: Callable[[], float]) -> Optional[Lesson]:
     """The reading of the RateLimit fields ``found``; ``now`` is the server's clock (epoch resets)."""
     limit = remaining = reset = window = None
     combined = found.get("ratelimit")
@@ -84,7 +74,9 @@ def _read(found: Dict[str, str], now: Callable[[], float]) -> Optional[Reading]:
         return None
     if limit is not None and remaining is not None:
         remaining = min(remaining, limit)
-    return Reading(limit, remaining, reset, window)
+    count = [-1 if n is None else int(min(n, 1e12)) for n in (limit, remaining)]
+    micros = [-1 if s is None else round(min(s, 1e7) * SECOND) for s in (reset, window)]
+    return Lesson(0, *count, *micros)
 
 
 def _items(value: str) -> List[Tuple[str, Dict[str, str]]]:

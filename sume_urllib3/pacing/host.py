@@ -338,10 +338,8 @@ class HostFleet(StoreFleet):
         with contextlib.suppress(sqlite3.Error):
             old.close()  # ours; SQLite neither checkpoints nor deletes the WAL of a moved file
 
-    def _transact(
-        self, kid: str, step: Callable[[_pacing.State, int], Any], *, acquiring: bool
-    ) -> Any:
-        """Run ``step`` on one key's state inside the file's write lock, and store what it left."""
+    def _transact(self, kid: str, rule: Callable[..., Any], **args: Any) -> Any:
+        """Run ``rule`` on one key's state inside the file's write lock, and store what it left."""
         key = f"{_LAYOUT}:{kid}"
 
         def attempt() -> Any:
@@ -352,9 +350,9 @@ class HostFleet(StoreFleet):
                     row = db.execute("SELECT state FROM keys WHERE kid = ?", (key,)).fetchone()
                     # A damaged row starts afresh (as _core does a state from a clock ahead).
                     st = (decode_state(row[0]) if row is not None else None) or _pacing.State()
-                    result = step(st, now)
+                    result = rule(st, self._config, now, **args)
                     db.execute("INSERT OR REPLACE INTO keys VALUES (?, ?, ?)", (key, encode_state(st), now))
-                    if acquiring:
+                    if rule is _pacing.acquire:
                         self._housekeeping(db, now)
                 self._saw(db, kid, st, now)
                 return result
@@ -381,8 +379,6 @@ class HostFleet(StoreFleet):
     def _is_open(self, kid: str) -> bool:
         """Whether a key seen open still is: no process wrote to the file since (and the sighting
         is younger than ttl / 4, so a key used only this way still has its row refreshed)."""
-        if kid not in self._open:
-            return False
         try:
             with self._locked() as db:
                 seen = self._open.get(kid)  # again under the lock: another thread may have closed it

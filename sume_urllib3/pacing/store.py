@@ -1,13 +1,12 @@
 """Writing a fleet of your own: the extension point ``HostFleet`` and ``RedisFleet`` are built on.
 
-Subclass :class:`StoreFleet` and implement ``_transact(kid, step, *, acquiring)``: one transaction
-on one key's state that runs ``step(state, now)`` (the rules of ``sume_urllib3.pacing._core`` on a
-``_core.State``), stores what it left and returns its answer. A store running a port of the rules
-(RedisFleet's Lua) implements ``_reserve(kid, retry, not_before, time_left, rand) -> Turn``
-(``_core.acquire``) and ``_learn(kid, turn, status, lesson, need) -> bool`` (``_core.release``;
-True when a cooldown started; ``need`` is :func:`release_need`'s answer: RELEASE_LATER lets a
-store tell it later) instead. ``_snapshot()`` (every key's state and the store's clock, read
-without writing) lets ``python -m sume_urllib3 status`` show it.
+Subclass :class:`StoreFleet` and implement ``_transact(kid, rule, **args)``: one transaction on one
+key's state that runs ``rule(state, config, now, **args)`` (``_core.acquire`` or ``_core.release``,
+the rules of ``sume_urllib3.pacing._core`` on a ``_core.State``), stores what it left and returns
+its answer. A store running a port of the rules (RedisFleet's Lua) runs the rule's port instead
+(a release it may tell later when :func:`release_need` says RELEASE_LATER). ``_snapshot()``
+(every key's state and the store's clock, read without writing) lets ``python -m sume_urllib3
+status`` show it.
 The base does the rest once for every store: the Fleet protocol, the grants, what a response
 teaches (:func:`read_response`, a :class:`Lesson`), failing open to local pacing, the reset
 in a forked child, and the counters. The settings checks are the ones the built-in fleets

@@ -5,7 +5,6 @@ from __future__ import annotations
 import atexit
 import logging
 import math
-import os
 import re
 import threading
 import time
@@ -22,7 +21,7 @@ from ..._config import check_clock
 from ...exceptions import ConfigurationError
 from ...pacing import RetryBudget
 from ...pacing import _core as _pacing
-from ...pacing.store import RELEASE_LATER, Lesson, StoreFleet, check_prefix
+from ...pacing.store import RELEASE_LATER, Lesson, StoreFleet, check_prefix, release_need
 from . import _scripts
 from ._scripts import micros
 
@@ -122,8 +121,14 @@ class RedisFleet(StoreFleet):
 
     # -- the store: the scripts -----------------------------------------------------------------
 
-    def _reserve(self, kid: str, retry: int, not_before: int, time_left: int, rand: float) -> _pacing.Turn:
-        entry = os.urandom(8).hex()
+    def _transact(self, kid: str, rule: Callable[..., Any], **args: Any) -> Any:
+        """The rule's port: acquire.lua for ``_core.acquire``; release.lua, or a lesson told late,
+        for ``_core.release``."""
+        return self._reserve(kid, **args) if rule is _pacing.acquire else self._learn(kid, **args)
+
+    def _reserve(
+        self, kid: str, retry: int, not_before: int, time_left: int, rand: float, entry: str
+    ) -> _pacing.Turn:
         budget = self._retry_budget
         args = [
             *self._common_args(), retry, not_before, time_left, rand, entry,
@@ -135,10 +140,10 @@ class RedisFleet(StoreFleet):
         self._clients = max(1, clients)
         return turn
 
-    def _learn(self, kid: str, turn: Optional[_pacing.Turn], status: int, lesson: Lesson, need: int) -> bool:
+    def _learn(self, kid: str, turn: Optional[_pacing.Turn], status: int, lesson: Lesson) -> bool:
         if turn is None:
             return False  # not a turn Redis granted
-        if need == RELEASE_LATER:
+        if release_need(turn, status, lesson) == RELEASE_LATER:
             self._tell_later(kid, _Late(self._lesson_now(), time.monotonic() + _LATE, turn, status, lesson))
             return False
         return self._run_release(kid, [*self._carried(kid), *_scripts.lesson_args(0, turn, status, lesson)])
