@@ -210,7 +210,8 @@ def _purge(st: State, cfg: Config, now: int) -> None:
     in-flight entries whose lease ended (rule 6); start the slow-start window."""
     if st.last_seen > now + FUTURE_US:
         vars(st).update(vars(State()))
-    st.flight = {entry: end for entry, end in st.flight.items() if end > now}
+    if st.flight:  # most keys have nothing in flight
+        st.flight = {entry: end for entry, end in st.flight.items() if end > now}
     if st.slow_start_window < 0:
         st.slow_start_window = cfg.window
 
