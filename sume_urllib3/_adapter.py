@@ -225,8 +225,7 @@ class SumeAdapter(HTTPAdapter):
         retry = self.retry
         context = joined
         if context is None:
-            now = retry.timer()
-            context = RequestContext(now(), now=now)
+            context = RequestContext(clock=retry.clock)
             token = current.set(context)
         try:
             self._hop(context, request)

@@ -7,12 +7,14 @@ is told once, in the docs' "How it works" page (docs/how-it-works.md).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import math
 import time
 from contextvars import ContextVar
 from typing import Any, Callable, List, Mapping, NamedTuple, Optional, Sequence, Union
 
+from . import _sleeping
 from ._envelope import REQUEST_ID_HEADERS, short_text, status_label
 from ._idempotency import BODY_METHODS, KEYED_METHODS, validate_idempotency_key
 from ._policy import Decision, Policy, Verdict
@@ -89,20 +91,24 @@ class RequestContext:
 
     def __init__(
         self,
-        start: float,
+        start: Optional[float] = None,
         *,
-        now: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
         policy: Optional[Policy] = None,
         owned: bool = False,
         fleet: Any = None,
         method: str = "",
         url: str = "",
     ) -> None:
-        self.start = start
-        self.now = now  # the request's clock, chosen as it starts (see SumeRetry.timer)
+        if clock is not time.monotonic or _sleeping._virtual is not None:  # the one test switch, read
+            # A test's time: an injected clock, or the virtual time of ``testing.no_sleep`` (which
+            # socket timeouts and the deadline's watch do not follow).
+            clock = functools.partial(_sleeping.now, clock)
+        self.now = clock  # the request's clock, chosen as it starts
+        self.start = clock() if start is None else start
         self.owned, self.fleet, self.method = owned, fleet, method
         if policy is not None:
-            self.policy, self.deadline = policy, start + policy.max_elapsed
+            self.policy, self.deadline = policy, self.start + policy.max_elapsed
         if url:
             self.url, self.shown_url = url, redact_url(url)
 

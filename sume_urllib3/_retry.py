@@ -274,10 +274,8 @@ class SumeRetry(Retry):
             raise error.with_traceback(_stacktrace)
         context = self._joined()
         if context is None:  # a lone retry's request, at its first failure: the deadline counts from now
-            now = self.timer()
-            context = RequestContext(
-                now(), now=now, policy=self.policy, method=(method or "").upper(), url=url or ""
-            )
+            verb = (method or "").upper()
+            context = RequestContext(clock=self.clock, policy=self.policy, method=verb, url=url or "")
             context.hops = 1
         if error is None and getattr(raw, "status", None) in _REDIRECTS and _redirect_location(raw):
             # urllib3 follows a redirect itself (its counters), unless it resends a body it cannot (307/308).
@@ -448,14 +446,6 @@ class SumeRetry(Retry):
             )
             self.observers.retry(event)
         log.debug("%s", decision.reason)
-
-    def timer(self) -> Callable[[], float]:
-        """The clock a request reads, chosen once as it starts: real time, or a test's time (an
-        injected clock, or the virtual time of ``testing.no_sleep``, which socket timeouts and
-        the deadline's watch do not follow)."""
-        if self.clock is time.monotonic and _sleeping._virtual is None:  # the one test switch, read
-            return time.monotonic
-        return functools.partial(_sleeping.now, self.clock)
 
 
 #: A lone retry's request before its first increment: no key, its body unseen.

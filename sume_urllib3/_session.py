@@ -270,8 +270,7 @@ class SumeSession(EnvironmentSession):
         self, method: _Url, url: _Url, args: Tuple[Any, ...], policy: Optional[Policy], kwargs: Dict[str, Any]
     ) -> requests.Response:
         adapter = self.adapter
-        now = adapter.retry.timer()
-        context = RequestContext(now(), now=now, policy=policy, owned=True, fleet=adapter.fleet)
+        context = RequestContext(clock=adapter.retry.clock, policy=policy, owned=True, fleet=adapter.fleet)
         token = current.set(context)
         try:
             return super().request(method, url, *args, **kwargs)  # type: ignore[arg-type,unused-ignore]

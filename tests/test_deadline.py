@@ -25,8 +25,9 @@ import requests
 import urllib3
 from urllib3.util.timeout import Timeout
 
-from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeRetry, SumeRetryError, SumeSession, sume_record
+from sume_urllib3 import Outcome, Policy, SumeAdapter, SumeRetryError, SumeSession, sume_record
 from sume_urllib3._deadline import MIN_ATTEMPT_TIMEOUT, DeadlineTimeout, check_timeout, timeout_limits
+from sume_urllib3._request import RequestContext
 from sume_urllib3.exceptions import ConfigurationError, SumeReadTimeout
 from sume_urllib3.testing import FakeSume, no_sleep
 
@@ -385,10 +386,10 @@ def test_clones_are_independent() -> None:
 
 def test_clone_counts_waits_recorded_under_no_sleep() -> None:
     """Under no_sleep, the waits this thread recorded count as time passed, so deadlines hold:
-    a request's clock (``SumeRetry.timer``) is then the virtual time."""
+    a request's clock (``RequestContext.now``) is then the virtual time."""
     clock = VirtualTime()
     with no_sleep() as recorder:
-        timeout = DeadlineTimeout((8, 60), deadline=1010.0, clock=SumeRetry(clock=clock).timer())
+        timeout = DeadlineTimeout((8, 60), deadline=1010.0, clock=RequestContext(clock=clock).now)
         recorder.record(6.0)
         attempt = timeout.clone()
     assert attempt.total == 4.0
