@@ -170,11 +170,13 @@ def parse_envelope(
         headers = _case_insensitive(headers)
     doc = None
     if body and isinstance(body, (bytes, bytearray)):
-        with contextlib.suppress(Exception):  # not one JSON value, or headers that break when asked
+        try:
             coding = None if decoded else headers.get("content-encoding")
             prefix = bytes(body[: max(limit, 0)])
             text = decode_prefix(prefix, coding, limit) if coding else prefix
             doc = _document(text) if text else None
+        except Exception:  # not one JSON value, or headers that break when asked
+            doc = None
     top: Mapping[str, Any] = doc if isinstance(doc, dict) else _EMPTY
     error = top.get("error")
     if not isinstance(error, dict):

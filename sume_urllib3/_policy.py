@@ -217,7 +217,7 @@ class Policy:
         if attempt >= self.max_retries:
             return self._capped(label)
 
-        asked = parse_retry_after(retry_after, now)
+        asked = None if retry_after is None else parse_retry_after(retry_after, now)
         fixed = rule.wait if rule is not None else None
         if fixed == IN_USE_WAIT:
             fixed = self.in_use_wait
