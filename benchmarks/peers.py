@@ -270,7 +270,9 @@ def pytest(
 ) -> Dict[str, str]:
     """Run ``files`` in ``cwd``; every test's outcome (``_peer_swap`` records them)."""
     out = os.path.join(CACHE, f"outcomes-{os.getpid()}.jsonl")
-    env = dict(os.environ, SUME_PEERS_OUT=out, SUME_PEERS_SWAP=swap, PYTHONDONTWRITEBYTECODE="1")
+    # Bytecode is written (under .peers/): the swapped run reuses what the plain run compiled.
+    env = dict(os.environ, SUME_PEERS_OUT=out, SUME_PEERS_SWAP=swap)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         env.pop(name, None)
@@ -413,6 +415,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--suite", action="append", choices=("urllib3", "requests"), help="default: both")
     parser.add_argument("--show", action="store_true", help="show pytest's output and every failure")
     parser.add_argument("--write", action="store_true", help="record benchmarks/results/peers.json")
+    parser.add_argument(
+        "--prepare", action="store_true", help="make the venvs and fetch the sources only (run nothing)"
+    )
     args = parser.parse_args(argv)
     _results.refuse_partial(parser, args, "line", "suite")
     lines = args.line or ["2", "1.26"]
@@ -425,6 +430,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not here:
             continue
         python = venv(line, here)
+        if args.prepare:  # several runs of one line may then share its venv side by side
+            for suite in here:
+                sources(python, suite, installed(python)[suite])
+            continue
         for suite in here:
             run = run_suite(python, suite, line, args.show)
             second_look(python, run, expected, args.show)
@@ -440,6 +449,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for test, kind in run.flaky:
                 how = "plainly" if kind == "plain" else "swapped"
                 print(f"  flaky: {test} failed {how}, then passed run again alone", flush=True)
+    if args.prepare:
+        return 0
     problems = judge(runs, expected)
     for problem in problems:
         print("  " + problem)
