@@ -36,7 +36,7 @@ from .._envelope import parse_retry_after
 from .._errors import ConfigurationError
 from . import _core
 from ._core import Lesson
-from ._signals import ANONYMOUS, fleet_key, parse_ratelimit
+from ._signals import ANONYMOUS, QUOTA_NAME, fleet_key, parse_ratelimit
 
 log = logging.getLogger("sume_urllib3")
 
@@ -80,7 +80,6 @@ RELEASE_NEVER = 0
 RELEASE_LATER = 1
 #: A call of its own, at once: other clients must know now.
 RELEASE_NOW = 2
-_QUOTA_NAME = re.compile(r"rate-?limit", re.IGNORECASE)
 _SAYS_NOTHING = Lesson(0, -1, -1, -1, -1)
 _KEY_ID = re.compile(r"^([ko][0-9a-f]{16}|anonymous)$")
 _UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
@@ -144,8 +143,7 @@ def read_response(
     """What one response teaches the rules: its Retry-After and RateLimit fields, in the core's units."""
     if headers is None:
         return _SAYS_NOTHING
-    # Every name parse_ratelimit reads holds one of these; most responses carry none.
-    found = parse_ratelimit(headers, wall) if _QUOTA_NAME.search(" ".join(map(str, headers))) else None
+    found = parse_ratelimit(headers, wall) if QUOTA_NAME.search(" ".join(map(str, headers))) else None
     lesson = found or _SAYS_NOTHING
     if status == 429 or status == 503:
         seconds = parse_retry_after(headers.get("Retry-After"), wall, date=headers.get("Date"))

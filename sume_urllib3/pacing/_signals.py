@@ -21,6 +21,9 @@ _MAX_VALUE_LENGTH = 1024
 _MAX_NUMBER = 1e14
 _NUMBER = re.compile(r"^\s*(\d{1,15}(?:\.\d{1,9})?)\s*$", re.ASCII)
 _PREFIXES = ("ratelimit", "x-ratelimit", "x-rate-limit")
+#: Found in a response's header names joined when any name parse_ratelimit reads is there: a
+#: response without one is not parsed (most responses carry none).
+QUOTA_NAME = re.compile("|".join(map(re.escape, _PREFIXES)), re.IGNORECASE)
 _RAW_ORIGIN = re.compile(r".*?://[^/?#]*", re.DOTALL)
 
 
