@@ -77,11 +77,13 @@ class PrefixedFP:
         return bytes(self.inner.read1(-1 if amt is None or amt < 0 else amt))
 
     def readinto(self, buffer: Any) -> int:
+        """Fill ``buffer`` from the prefix and the stream."""
         data = self.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
 
     def readable(self) -> bool:
+        """Always readable, like the response it wraps."""
         return True
 
     def flush(self) -> None:
@@ -91,6 +93,7 @@ class PrefixedFP:
             flush()
 
     def fileno(self) -> int:
+        """The wrapped stream's file descriptor."""
         return int(self.inner.fileno())
 
     def close(self) -> None:

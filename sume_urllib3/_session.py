@@ -319,6 +319,7 @@ class SumeSession(EnvironmentSession):
         if isinstance(request.url, str):
             request.url = self.url_for(request.url)
         url = request.url if isinstance(request.url, str) else ""
+        # On the base URL's origin: the only one the key goes to.
         ours = url.startswith(self._prefix) or url == self.base_url or origin(url) == self._origin
         if ours and self._api_key is not None and request.auth is None and self.auth is None:
             request.auth = _no_auth  # the key is ours to send: no ~/.netrc credentials here
