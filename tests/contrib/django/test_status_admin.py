@@ -252,6 +252,21 @@ def chrome(tmp_path: Path) -> Iterator[Any]:
         chrome.quit()
 
 
+def _rendered_table(chrome: Any, timeout: float = 30.0) -> Any:
+    """The pace table once the page the login's submit navigates to has it: the click returns
+    before that navigation ends, so the login page may still be the one shown for a while."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        found = WebDriverWait(chrome, timeout).until(lambda driver: driver.find_elements(By.ID, "sume-pace"))
+    except TimeoutException:
+        shown = chrome.find_element(By.TAG_NAME, "body").text[:500]
+        raise AssertionError(f"no pace table at {chrome.current_url} after {timeout:g}s: {shown!r}") from None
+    return found[0]
+
+
 @pytest.mark.slow
 def test_the_admin_page_renders_the_table_in_chromium(
     chrome: Any, held: Tuple[HeldHerd, Site], tmp_path: Path
@@ -264,7 +279,7 @@ def test_the_admin_page_renders_the_table_in_chromium(
     chrome.find_element(By.NAME, "username").send_keys("staff")
     chrome.find_element(By.NAME, "password").send_keys(PASSWORD)
     chrome.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    table = chrome.find_element(By.ID, "sume-pace")
+    table = _rendered_table(chrome)
     expected = _expected(herd.fleet, herd)
     # The cells as the browser renders them (innerText: the admin's style upper-cases the header).
     script = "return [...arguments[0].rows].map(r => [...r.cells].map(c => c.innerText))"
